@@ -1,0 +1,201 @@
+/* SPDX-License-Identifier: (LGPL-2.1 OR BSD-2-Clause) */
+/*
+ * agentcage kernel <-> userspace ABI.
+ *
+ * This is the ONE header shared by the BPF programs (bpf/ *.bpf.c) and the C++
+ * agent (userspace/). Every struct crosses the boundary byte for byte, so:
+ *   - only fixed-width types, no pointers, no bool, no enums as field types;
+ *   - explicit padding, every struct a multiple of 8 bytes;
+ *   - the C++ side static_asserts sizes and offsets (userspace/bpf/abi_check.cpp).
+ * Changing a layout is an ABI break between pinned maps and a newer agent: bump
+ * AC_ABI_VERSION.
+ */
+#ifndef AGENTCAGE_ABI_H
+#define AGENTCAGE_ABI_H
+
+#ifdef __BPF__
+/* vmlinux.h provides __u8..__u64 for the BPF build. */
+#else
+#include <linux/types.h>
+#endif
+
+#define AC_ABI_VERSION 1
+
+/* ---- capacities ------------------------------------------------------- */
+
+/* Live scopes (cgroups registered for enforcement) at once. */
+#define AC_MAX_SCOPES 16384
+/* Policy slots. A slot is what a scope points at; a swap replaces the
+ * slot's contents atomically (see struct ac_policy). */
+#define AC_MAX_POLICIES 256
+/* Path rules across all loaded policies (LPM trie entries). */
+#define AC_MAX_PATH_RULES 65536
+/* Deepest cgroup level a scope may be registered at (root is level 0). The
+ * scope level mask is a u64, one bit per level. Descendants of a scope may
+ * be arbitrarily deep: only the scope itself must sit at level < 64. */
+#define AC_MAX_SCOPE_LEVEL 63
+
+/* Path resolution in the kernel: components walked from a file up to the
+ * root of its mount namespace. A path deeper than this is DENIED (reason
+ * AC_REASON_PATH_TOO_DEEP), never matched on a partial walk. */
+#define AC_PATH_MAX_DEPTH 64
+/* Bytes of a path that take part in rule matching (the LPM key's data). The
+ * kernel caps LPM trie data at 256 bytes; 8 go to the key header below. */
+#define AC_PATH_KEY_MAX 248
+/* Bytes of the path text carried in an audit event. */
+#define AC_EVENT_TARGET_MAX 256
+
+/* ---- enumerations (values are ABI) ------------------------------------ */
+
+/* The LSM hooks agentcage decides on. Also the metric label "hook". */
+enum ac_hook {
+	AC_HOOK_EXEC = 0,        /* bprm_check_security */
+	AC_HOOK_FILE_OPEN = 1,   /* file_open */
+	AC_HOOK_SOCKET_CONNECT = 2, /* socket_connect */
+	AC_HOOK_COUNT = 3,
+};
+
+enum ac_decision {
+	AC_DECISION_ALLOW = 0,
+	AC_DECISION_DENY = 1,
+	/* audit mode: would have been denied, was allowed and reported */
+	AC_DECISION_AUDIT = 2,
+	AC_DECISION_COUNT = 3,
+};
+
+/* Why a decision was made. Internal failures are their own reasons so a
+ * fail-closed denial is never confused with a policy denial. */
+enum ac_reason {
+	AC_REASON_RULE_ALLOW = 0,    /* a rule allowed it */
+	AC_REASON_DEFAULT_DENY = 1,  /* no rule allowed it */
+	AC_REASON_RULE_DENY = 2,     /* an explicit deny rule matched */
+	AC_REASON_NO_POLICY = 3,     /* scope points at an empty policy slot */
+	AC_REASON_PATH_TOO_DEEP = 4, /* > AC_PATH_MAX_DEPTH components */
+	AC_REASON_PATH_UNREADABLE = 5, /* a dentry name could not be read */
+	AC_REASON_INTERNAL = 6,      /* scratch map lookup failed etc. */
+	AC_REASON_COUNT = 7,
+};
+
+/* Access bits in a path rule and in a request. */
+#define AC_ACCESS_READ (1u << 0)
+#define AC_ACCESS_WRITE (1u << 1)
+/* Rule only: matching paths are denied whatever else allows them. */
+#define AC_ACCESS_DENY (1u << 7)
+
+/* ---- maps ------------------------------------------------------------- */
+
+/* ac_scopes: HASH, key __u64 cgroup id (the cgroup v2 inode number, as
+ * bpf_get_current_ancestor_cgroup_id returns and name_to_handle_at gives).
+ * A task is in scope S when the cgroup registered for S is its own cgroup or
+ * any ancestor of it. Hash updates replace the element under RCU, so a
+ * reader sees the old value or the new one, never a mix. */
+struct ac_scope {
+	__u64 scope_id;    /* userspace's id for the run/attachment; in events */
+	__u32 policy_slot; /* key into the policies map */
+	__u16 level;       /* cgroup level of the registered cgroup (root: 0) */
+	__u16 flags;       /* reserved, 0 */
+};
+
+/* ac_policies: HASH, key __u32 slot. Indirection so that swapping a live policy
+ * is ONE element update: new rules are written under a fresh rules_id, then
+ * the slot is pointed at it, then the old rules are deleted. A hook reads the
+ * slot once and uses that rules_id for every lookup of the decision. */
+#define AC_POLICY_F_AUDIT (1u << 0) /* report would-be denials, deny nothing */
+struct ac_policy {
+	__u32 rules_id; /* tag of this policy's entries in the rule maps */
+	__u32 flags;    /* AC_POLICY_F_* */
+};
+
+/* ac_settings: ARRAY of one. Written by userspace only. */
+struct ac_config {
+	/* Bit L set: at least one scope is registered at cgroup level L.
+	 * The hooks only look up ancestors at these levels, so a process
+	 * outside every scope costs one lookup per distinct scope level
+	 * (normally one: all runs live at the same depth). */
+	__u64 scope_levels;
+	/* Lowest and highest set bit of scope_levels (undefined when it is 0);
+	 * bound the hooks' loop without a count-trailing-zeros instruction. */
+	__u32 min_level;
+	__u32 max_level;
+};
+
+/* ac_path_rules: LPM_TRIE. The key's data is rules_id (big endian, so the trie
+ * compares it first as a whole) followed by an absolute path with a trailing
+ * '/', e.g. "/usr/lib/". Requests look up "<rules_id><path>/", so a rule for
+ * /usr/lib covers /usr/lib itself and everything below it but not
+ * /usr/lib64. Longest prefix wins; the compiler drops allow rules that lie
+ * inside a deny rule, so "deny wins" holds with longest-prefix matching.
+ * prefixlen is in bits and counts the rules_id too. */
+struct ac_path_key {
+	__u32 prefixlen;
+	__u32 rules_id_be;
+	__u8 path[AC_PATH_KEY_MAX];
+};
+
+struct ac_path_rule {
+	__u32 access; /* AC_ACCESS_* */
+	__u32 pad;
+};
+
+/* ac_decision_counts: PERCPU_ARRAY, index policy_slot * AC_HOOK_COUNT + hook. Summed
+ * over CPUs by userspace. Every decision on a scoped task is counted here,
+ * so counters are exact even when events are dropped. */
+struct ac_counters {
+	__u64 decisions[AC_DECISION_COUNT];
+	__u64 reasons[AC_REASON_COUNT];
+};
+
+/* ac_stats: PERCPU_ARRAY, index enum ac_stat. */
+enum ac_stat {
+	AC_STAT_EVENTS_SENT = 0,
+	AC_STAT_EVENTS_LOST = 1, /* ring buffer full: counted, never waited on */
+	AC_STAT_COUNT = 2,
+};
+
+/* ---- ring buffer records ---------------------------------------------- */
+
+enum ac_event_type {
+	AC_EVENT_DECISION = 1,
+};
+
+/* Every record starts with this header. size covers the whole record; the
+ * consumer checks it before reading the body. */
+struct ac_event_header {
+	__u16 type; /* enum ac_event_type */
+	__u16 size;
+	__u32 abi;  /* AC_ABI_VERSION */
+	__u64 time_ns;  /* bpf_ktime_get_boot_ns() */
+	__u64 cgroup_id; /* the task's own cgroup */
+};
+
+enum ac_target_kind {
+	AC_TARGET_NONE = 0,
+	AC_TARGET_PATH = 1,
+	AC_TARGET_INET = 2,
+	AC_TARGET_UNIX = 3,
+};
+
+struct ac_event_decision {
+	struct ac_event_header hdr;
+	__u64 scope_id;
+	__u32 policy_slot;
+	__u32 pid;  /* thread group id (userspace "pid") */
+	__u32 tid;
+	__u32 uid;
+	__u8 hook;     /* enum ac_hook */
+	__u8 decision; /* enum ac_decision */
+	__u8 reason;   /* enum ac_reason */
+	__u8 target_kind; /* enum ac_target_kind */
+	__s32 error;   /* the errno returned to the task (negative), or 0 */
+	char comm[16];
+	/* AC_TARGET_INET: family (AF_INET/AF_INET6), port (host order),
+	 * addr (4 or 16 bytes, network order); protocol is the socket's. */
+	__u16 family;
+	__u16 port;
+	__u16 protocol;
+	__u16 target_len; /* bytes used in target[] (path, NUL excluded) */
+	__u8 addr[16];
+	char target[AC_EVENT_TARGET_MAX];
+};
+
+#endif /* AGENTCAGE_ABI_H */

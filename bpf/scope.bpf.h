@@ -1,0 +1,160 @@
+/* SPDX-License-Identifier: GPL-2.0 */
+/*
+ * Scope membership and decision accounting, shared by every hook.
+ */
+#ifndef AGENTCAGE_SCOPE_BPF_H
+#define AGENTCAGE_SCOPE_BPF_H
+
+#include "maps.bpf.h"
+
+#define EACCES 13
+
+/* What a hook knows about the task it decides for. */
+struct ac_ctx {
+	__u64 scope_id;
+	__u64 cgroup_id;
+	__u32 policy_slot;
+	__u32 rules_id;
+	__u32 policy_flags;
+	__u8 hook;
+	__u8 pad[3];
+};
+
+/*
+ * Find the scope covering the current task: its own cgroup or the nearest
+ * registered ancestor at one of the levels userspace marked in config.
+ * Returns 0 (not scoped) or 1 and fills *c. The loop visits only the levels
+ * between config.min_level and config.max_level, which is one level in the
+ * common case, so an unscoped task pays one array lookup plus one hash
+ * lookup per occupied level.
+ *
+ * Outermost scope wins: a nested registration can never loosen what an
+ * enclosing scope imposes.
+ */
+static __always_inline int ac_current_scope(struct ac_ctx *c, __u8 hook)
+{
+	__u32 zero = 0;
+	struct ac_config *cfg = bpf_map_lookup_elem(&ac_settings, &zero);
+	if (!cfg || !cfg->scope_levels)
+		return 0;
+
+	__u32 lo = cfg->min_level, hi = cfg->max_level;
+	for (__u32 i = 0; i <= AC_MAX_SCOPE_LEVEL; i++) {
+		__u32 level = lo + i;
+		if (level > hi || level > AC_MAX_SCOPE_LEVEL)
+			return 0;
+		if (!(cfg->scope_levels & (1ULL << level)))
+			continue;
+		/* 0: the task's cgroup is shallower than level, so no
+		 * deeper level can hold one of its ancestors either. */
+		__u64 id = bpf_get_current_ancestor_cgroup_id(level);
+		if (!id)
+			return 0;
+		struct ac_scope *s = bpf_map_lookup_elem(&ac_scopes, &id);
+		if (!s)
+			continue;
+		c->scope_id = s->scope_id;
+		c->policy_slot = s->policy_slot;
+		c->cgroup_id = bpf_get_current_cgroup_id();
+		c->hook = hook;
+		struct ac_policy *p = bpf_map_lookup_elem(&ac_policies, &c->policy_slot);
+		if (p) {
+			/* Read once: every lookup of this decision uses this
+			 * rules_id, so a concurrent swap is seen whole or not
+			 * at all. */
+			c->rules_id = p->rules_id;
+			c->policy_flags = p->flags;
+		} else {
+			c->rules_id = 0;
+			c->policy_flags = 0;
+			return 2; /* scoped, but no policy: fail closed */
+		}
+		return 1;
+	}
+	return 0;
+}
+
+static __always_inline void ac_stat_inc(__u32 stat)
+{
+	__u64 *v = bpf_map_lookup_elem(&ac_stats, &stat);
+	if (v)
+		__sync_fetch_and_add(v, 1);
+}
+
+static __always_inline void ac_count(const struct ac_ctx *c, __u8 decision, __u8 reason)
+{
+	__u32 idx = c->policy_slot * AC_HOOK_COUNT + c->hook;
+	struct ac_counters *cnt = bpf_map_lookup_elem(&ac_decision_counts, &idx);
+	if (!cnt)
+		return;
+	if (decision < AC_DECISION_COUNT)
+		__sync_fetch_and_add(&cnt->decisions[decision], 1);
+	if (reason < AC_REASON_COUNT)
+		__sync_fetch_and_add(&cnt->reasons[reason], 1);
+}
+
+/* Start a decision record. NULL when the ring buffer is full: the loss is
+ * counted and the decision goes ahead without waiting. */
+static __always_inline struct ac_event_decision *
+ac_event_begin(const struct ac_ctx *c, __u8 decision, __u8 reason, __s32 error)
+{
+	struct ac_event_decision *e = bpf_ringbuf_reserve(&ac_events, sizeof(*e), 0);
+	if (!e) {
+		ac_stat_inc(AC_STAT_EVENTS_LOST);
+		return NULL;
+	}
+	__u64 pid_tgid = bpf_get_current_pid_tgid();
+	e->hdr.type = AC_EVENT_DECISION;
+	e->hdr.size = sizeof(*e);
+	e->hdr.abi = AC_ABI_VERSION;
+	e->hdr.time_ns = bpf_ktime_get_boot_ns();
+	e->hdr.cgroup_id = c->cgroup_id;
+	e->scope_id = c->scope_id;
+	e->policy_slot = c->policy_slot;
+	e->pid = pid_tgid >> 32;
+	e->tid = (__u32)pid_tgid;
+	e->uid = (__u32)bpf_get_current_uid_gid();
+	e->hook = c->hook;
+	e->decision = decision;
+	e->reason = reason;
+	e->target_kind = AC_TARGET_NONE;
+	e->error = error;
+	e->family = 0;
+	e->port = 0;
+	e->protocol = 0;
+	e->target_len = 0;
+	__builtin_memset(e->addr, 0, sizeof(e->addr));
+	bpf_get_current_comm(e->comm, sizeof(e->comm));
+	e->target[0] = 0;
+	return e;
+}
+
+static __always_inline void ac_event_submit(struct ac_event_decision *e)
+{
+	bpf_ringbuf_submit(e, 0);
+	ac_stat_inc(AC_STAT_EVENTS_SENT);
+}
+
+/*
+ * Turn "allowed?" into the hook's return value: count it, apply audit mode,
+ * and say whether a record should be emitted (*decision != ALLOW).
+ */
+static __always_inline int ac_verdict(const struct ac_ctx *c, int allowed, __u8 reason,
+				      __u8 *decision)
+{
+	if (allowed) {
+		*decision = AC_DECISION_ALLOW;
+		ac_count(c, AC_DECISION_ALLOW, reason);
+		return 0;
+	}
+	if (c->policy_flags & AC_POLICY_F_AUDIT) {
+		*decision = AC_DECISION_AUDIT;
+		ac_count(c, AC_DECISION_AUDIT, reason);
+		return 0;
+	}
+	*decision = AC_DECISION_DENY;
+	ac_count(c, AC_DECISION_DENY, reason);
+	return -EACCES;
+}
+
+#endif /* AGENTCAGE_SCOPE_BPF_H */

@@ -1,0 +1,33 @@
+// Compile-time checks that the shared ABI header has the layout both sides
+// assume. A failure here means bpf/include/agentcage/abi.h changed shape:
+// update the offsets deliberately and bump AC_ABI_VERSION.
+#include <agentcage/abi.h>
+
+#include <cstddef>
+
+namespace {
+
+static_assert(sizeof(ac_scope) == 16);
+static_assert(offsetof(ac_scope, policy_slot) == 8);
+static_assert(offsetof(ac_scope, level) == 12);
+static_assert(sizeof(ac_policy) == 8);
+static_assert(sizeof(ac_config) == 16);
+static_assert(sizeof(ac_path_key) == 8 + AC_PATH_KEY_MAX);
+static_assert(sizeof(ac_path_key) <= 8 + 256, "LPM trie data is capped at 256 bytes");
+static_assert(offsetof(ac_path_key, path) == 8);
+static_assert(sizeof(ac_path_rule) == 8);
+static_assert(sizeof(ac_counters) == 8 * (int{AC_DECISION_COUNT} + int{AC_REASON_COUNT}));
+static_assert(sizeof(ac_event_header) == 24);
+static_assert(offsetof(ac_event_decision, scope_id) == 24);
+static_assert(offsetof(ac_event_decision, hook) == 48);
+static_assert(offsetof(ac_event_decision, error) == 52);
+static_assert(offsetof(ac_event_decision, comm) == 56);
+static_assert(offsetof(ac_event_decision, family) == 72);
+static_assert(offsetof(ac_event_decision, addr) == 80);
+static_assert(offsetof(ac_event_decision, target) == 96);
+static_assert(sizeof(ac_event_decision) == 96 + AC_EVENT_TARGET_MAX);
+static_assert(sizeof(ac_event_decision) % 8 == 0);
+static_assert((AC_PATH_MAX_DEPTH & (AC_PATH_MAX_DEPTH - 1)) == 0, "BPF masks indexes with depth-1");
+static_assert((AC_EVENT_TARGET_MAX & (AC_EVENT_TARGET_MAX - 1)) == 0, "BPF masks indexes with size-1");
+
+}  // namespace

@@ -1,0 +1,275 @@
+#include "cgroup/cgroup.h"
+
+#include <fcntl.h>
+#include <linux/sched.h>
+#include <sched.h>
+#include <signal.h>
+#include <sys/stat.h>
+#include <sys/syscall.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <chrono>
+#include <cstring>
+#include <fstream>
+#include <sstream>
+#include <thread>
+
+namespace agentcage::cgroup {
+namespace {
+
+// mountinfo escapes space, tab, newline and backslash as \ooo.
+std::string unescape_mountinfo(std::string_view s) {
+  std::string out;
+  for (size_t i = 0; i < s.size(); ++i) {
+    auto oct = [](char c) { return c >= '0' && c <= '7'; };
+    if (s[i] == '\\' && i + 3 < s.size() && oct(s[i + 1]) && oct(s[i + 2]) && oct(s[i + 3])) {
+      out.push_back(static_cast<char>((s[i + 1] - '0') * 64 + (s[i + 2] - '0') * 8 + (s[i + 3] - '0')));
+      i += 3;
+      continue;
+    }
+    out.push_back(s[i]);
+  }
+  return out;
+}
+
+}  // namespace
+
+std::vector<fs::path> parse_cgroup2_mounts(std::string_view mountinfo) {
+  // Fields: id parent major:minor root mountpoint options [optional...] - fstype source superopts
+  std::vector<fs::path> out;
+  std::istringstream in{std::string(mountinfo)};
+  std::string line;
+  while (std::getline(in, line)) {
+    std::istringstream fields(line);
+    std::vector<std::string> f;
+    std::string tok;
+    while (fields >> tok) f.push_back(tok);
+    size_t dash = 0;
+    for (size_t i = 6; i < f.size(); ++i)
+      if (f[i] == "-") {
+        dash = i;
+        break;
+      }
+    if (f.size() < 5 || dash == 0 || dash + 1 >= f.size()) continue;
+    if (f[dash + 1] == "cgroup2") out.emplace_back(unescape_mountinfo(f[4]));
+  }
+  return out;
+}
+
+Result<fs::path> find_cgroup2_root() {
+  auto text = read_file("/proc/self/mountinfo");
+  if (!text) return text.error().wrap("cgroup");
+  auto mounts = parse_cgroup2_mounts(*text);
+  if (mounts.empty())
+    return Error{"cgroup: no cgroup v2 hierarchy is mounted (mount -t cgroup2 none /sys/fs/cgroup)",
+                 ENOENT};
+  for (const auto& m : mounts)
+    if (m == "/sys/fs/cgroup") return m;
+  return mounts.front();
+}
+
+Result<uint64_t> cgroup_id(const fs::path& cgroup_dir) {
+  // The kernel's cgroup id is the kernfs node id, exported as the 8-byte
+  // file handle of the directory (the same scheme systemd uses).
+  alignas(struct file_handle) unsigned char buf[sizeof(struct file_handle) + sizeof(uint64_t)] = {};
+  auto* fh = reinterpret_cast<struct file_handle*>(buf);
+  fh->handle_bytes = sizeof(uint64_t);
+  int mount_id = 0;
+  if (name_to_handle_at(AT_FDCWD, cgroup_dir.c_str(), fh, &mount_id, 0) != 0)
+    return Error::from_errno("cgroup: reading the id of " + cgroup_dir.string());
+  if (fh->handle_bytes != sizeof(uint64_t))
+    return Error{"cgroup: unexpected file handle size for " + cgroup_dir.string(), EINVAL};
+  uint64_t id = 0;
+  std::memcpy(&id, buf + sizeof(struct file_handle), sizeof id);
+  return id;
+}
+
+Result<unsigned> cgroup_level(const fs::path& root, const fs::path& cgroup_dir) {
+  auto rel = cgroup_dir.lexically_normal().lexically_relative(root.lexically_normal());
+  if (rel.empty() || *rel.begin() == "..")
+    return Error{"cgroup: " + cgroup_dir.string() + " is not inside " + root.string(), EINVAL};
+  unsigned level = 0;
+  for (const auto& part : rel)
+    if (part != "." && !part.empty()) ++level;
+  return level;
+}
+
+std::vector<std::string> parse_controllers(std::string_view text) {
+  std::vector<std::string> out;
+  std::istringstream in{std::string(text)};
+  std::string name;
+  while (in >> name) out.push_back(name);
+  return out;
+}
+
+Result<std::vector<std::string>> read_controllers(const fs::path& file) {
+  auto text = read_file(file);
+  if (!text) return text.error();
+  return parse_controllers(*text);
+}
+
+Status write_file(const fs::path& file, std::string_view content) {
+  int fd = ::open(file.c_str(), O_WRONLY | O_CLOEXEC);
+  if (fd < 0) return Error::from_errno("cgroup: opening " + file.string());
+  ssize_t n = ::write(fd, content.data(), content.size());
+  int err = errno;
+  ::close(fd);
+  if (n < 0) return Error::from_errno("cgroup: writing \"" + std::string(content) + "\" to " + file.string(), err);
+  if (static_cast<size_t>(n) != content.size())
+    return Error{"cgroup: short write to " + file.string(), EIO};
+  return {};
+}
+
+Result<std::string> read_file(const fs::path& file) {
+  std::ifstream in(file);
+  if (!in) return Error::from_errno("reading " + file.string());
+  std::stringstream ss;
+  ss << in.rdbuf();
+  return ss.str();
+}
+
+// ---- Cgroup -----------------------------------------------------------------
+
+Result<Cgroup> Cgroup::create(const fs::path& root, const fs::path& parent, const std::string& name) {
+  if (name.empty() || name.find('/') != std::string::npos || name == "." || name == "..")
+    return Error{"cgroup: invalid cgroup name \"" + name + "\"", EINVAL};
+  Cgroup cg;
+  cg.path_ = parent / name;
+  if (::mkdir(cg.path_.c_str(), 0755) != 0) return Error::from_errno("cgroup: creating " + cg.path_.string());
+  cg.dir_.reset(::open(cg.path_.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC));
+  if (!cg.dir_) {
+    Error e = Error::from_errno("cgroup: opening " + cg.path_.string());
+    ::rmdir(cg.path_.c_str());
+    return e;
+  }
+  auto id = cgroup_id(cg.path_);
+  auto level = cgroup_level(root, cg.path_);
+  if (!id || !level) {
+    Error e = !id ? id.error() : level.error();
+    ::rmdir(cg.path_.c_str());
+    return e;
+  }
+  cg.id_ = *id;
+  cg.level_ = *level;
+  return cg;
+}
+
+Cgroup::Cgroup(Cgroup&& o) noexcept
+    : path_(std::move(o.path_)), dir_(std::move(o.dir_)), id_(o.id_), level_(o.level_) {
+  o.path_.clear();
+}
+
+Cgroup& Cgroup::operator=(Cgroup&& o) noexcept {
+  if (this != &o) {
+    if (!path_.empty()) (void)remove();
+    path_ = std::move(o.path_);
+    o.path_.clear();
+    dir_ = std::move(o.dir_);
+    id_ = o.id_;
+    level_ = o.level_;
+  }
+  return *this;
+}
+
+Cgroup::~Cgroup() {
+  if (!path_.empty()) (void)remove();
+}
+
+Status Cgroup::enable_controllers(const std::vector<std::string>& names) {
+  std::string line;
+  for (const auto& n : names) line += (line.empty() ? "+" : " +") + n;
+  return write_file(path_ / "cgroup.subtree_control", line);
+}
+
+
+Status Cgroup::remove() {
+  if (path_.empty()) return {};
+  Status st = remove_tree(path_);
+  if (st) path_.clear();
+  return st;
+}
+
+namespace {
+
+bool populated(const fs::path& dir) {
+  auto events = read_file(dir / "cgroup.events");
+  if (!events) return false;  // gone already
+  return events->find("populated 1") != std::string::npos;
+}
+
+void kill_procs(const fs::path& dir) {
+  // cgroup.kill (5.14+) kills the whole subtree atomically, forks included.
+  if (write_file(dir / "cgroup.kill", "1")) return;
+  // Older kernels: signal what is listed, repeatedly, from the deepest up.
+  std::error_code ec;
+  for (const auto& entry : fs::directory_iterator(dir, ec))
+    if (entry.is_directory(ec)) kill_procs(entry.path());
+  auto procs = read_file(dir / "cgroup.procs");
+  if (!procs) return;
+  std::istringstream in(*procs);
+  pid_t pid;
+  while (in >> pid) ::kill(pid, SIGKILL);
+}
+
+}  // namespace
+
+Status Cgroup::kill_all() {
+  if (path_.empty()) return Error{"cgroup: kill_all on a removed cgroup", EINVAL};
+  kill_procs(path_);
+  return {};
+}
+
+Status remove_tree(const fs::path& dir) {
+  std::error_code ec;
+  if (!fs::exists(dir, ec)) return {};
+  using namespace std::chrono;
+  const auto deadline = steady_clock::now() + seconds(10);
+  while (populated(dir)) {
+    kill_procs(dir);
+    if (steady_clock::now() > deadline)
+      return Error{"cgroup: processes in " + dir.string() + " survived SIGKILL for 10 s", EBUSY};
+    std::this_thread::sleep_for(milliseconds(2));
+  }
+  // Children first; cgroup directories only contain interface files and
+  // child cgroups, and rmdir of a cgroup ignores the interface files.
+  for (const auto& entry : fs::directory_iterator(dir, ec))
+    if (entry.is_directory(ec) && !entry.is_symlink(ec))
+      if (Status st = remove_tree(entry.path()); !st) return st;
+  // rmdir can race with the last task's exit being accounted: retry briefly.
+  for (int i = 0; ::rmdir(dir.c_str()) != 0; ++i) {
+    if (errno == ENOENT) return {};
+    if (errno != EBUSY || i > 500) return Error::from_errno("cgroup: removing " + dir.string());
+    std::this_thread::sleep_for(milliseconds(2));
+  }
+  return {};
+}
+
+Result<pid_t> spawn_in_cgroup(int cgroup_fd, const std::function<int()>& child) {
+  struct clone_args args{};
+  args.flags = CLONE_INTO_CGROUP;
+  args.exit_signal = SIGCHLD;
+  args.cgroup = static_cast<uint64_t>(cgroup_fd);
+  long pid = ::syscall(SYS_clone3, &args, sizeof args);
+  if (pid < 0) return Error::from_errno("cgroup: clone3(CLONE_INTO_CGROUP)");
+  if (pid == 0) {
+    int rc = 127;
+    try {
+      rc = child();
+    } catch (...) {
+    }
+    ::_exit(rc);
+  }
+  return static_cast<pid_t>(pid);
+}
+
+Result<int> wait_for(pid_t pid) {
+  int status = 0;
+  while (::waitpid(pid, &status, 0) < 0) {
+    if (errno != EINTR) return Error::from_errno("waitpid");
+  }
+  return status;
+}
+
+}  // namespace agentcage::cgroup

@@ -1,0 +1,85 @@
+// cgroup v2: locating the hierarchy, identifying cgroups, creating and
+// removing them, and starting a process directly inside one.
+#pragma once
+
+#include <sys/types.h>
+
+#include <cstdint>
+#include <filesystem>
+#include <functional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "util/result.h"
+#include "util/unique_fd.h"
+
+namespace agentcage::cgroup {
+
+namespace fs = std::filesystem;
+
+// Mount points of cgroup2 filesystems in a /proc/self/mountinfo text, in
+// order of appearance. Exposed for unit tests.
+std::vector<fs::path> parse_cgroup2_mounts(std::string_view mountinfo);
+// The cgroup v2 hierarchy of this process's mount namespace; prefers
+// /sys/fs/cgroup when several are mounted.
+Result<fs::path> find_cgroup2_root();
+
+// The cgroup's 64-bit id (what bpf_get_current_cgroup_id() returns).
+Result<uint64_t> cgroup_id(const fs::path& cgroup_dir);
+// Depth below the hierarchy root (the root is level 0).
+Result<unsigned> cgroup_level(const fs::path& root, const fs::path& cgroup_dir);
+
+// Whitespace-separated controller names from cgroup.controllers or
+// cgroup.subtree_control.
+std::vector<std::string> parse_controllers(std::string_view text);
+Result<std::vector<std::string>> read_controllers(const fs::path& file);
+
+Status write_file(const fs::path& file, std::string_view content);
+Result<std::string> read_file(const fs::path& file);
+
+// A cgroup directory this process created and removes again. Movable.
+class Cgroup {
+ public:
+  // mkdir <parent>/<name> and open it. Fails if it exists already.
+  static Result<Cgroup> create(const fs::path& root, const fs::path& parent, const std::string& name);
+  Cgroup() = default;
+  Cgroup(Cgroup&&) noexcept;
+  Cgroup& operator=(Cgroup&&) noexcept;
+  Cgroup(const Cgroup&) = delete;
+  Cgroup& operator=(const Cgroup&) = delete;
+  ~Cgroup();  // kill + remove, best effort; call remove() to see errors
+
+  const fs::path& path() const { return path_; }
+  uint64_t id() const { return id_; }
+  unsigned level() const { return level_; }
+  int fd() const { return dir_.get(); }
+
+  // Enable controllers for children ("+memory +pids").
+  Status enable_controllers(const std::vector<std::string>& names);
+  // SIGKILL every process in the subtree (cgroup.kill, 5.14+; falls back to
+  // signalling the pids in cgroup.procs, repeatedly, on older kernels).
+  Status kill_all();
+  // Kill, wait until the subtree is empty, remove child cgroups and this one.
+  Status remove();
+
+ private:
+  fs::path path_;
+  UniqueFd dir_;
+  uint64_t id_ = 0;
+  unsigned level_ = 0;
+};
+
+// Remove a cgroup subtree (depth first), killing anything still in it.
+Status remove_tree(const fs::path& dir);
+
+// Start `child` in a new process placed in the cgroup open at `cgroup_fd`
+// from its first instruction (clone3 + CLONE_INTO_CGROUP). Returns the pid.
+// `child` runs in the new process and its return value is the exit status;
+// it must only use async-signal-safe calls when the caller is multi-threaded.
+Result<pid_t> spawn_in_cgroup(int cgroup_fd, const std::function<int()>& child);
+
+// waitpid until `pid` exits; returns the raw wait status.
+Result<int> wait_for(pid_t pid);
+
+}  // namespace agentcage::cgroup

@@ -1,0 +1,66 @@
+// agentcage command-line entry point.
+#include <CLI/CLI.hpp>
+
+#include <cstdio>
+#include <iostream>
+#include <string>
+
+#include "doctor/doctor.h"
+#include "util/log.h"
+
+#ifndef AGENTCAGE_VERSION
+#define AGENTCAGE_VERSION "0.0.0"
+#endif
+
+namespace {
+
+constexpr const char* kDescription =
+    "agentcage confines code that AI agents write and run. Each execution gets its own cgroup v2;\n"
+    "BPF LSM programs deny, in the kernel, every exec, network and file operation its policy does\n"
+    "not allow, for the process and all of its descendants.";
+
+constexpr const char* kDoctorHelp =
+    "Check whether this host can enforce agentcage policies: kernel version, BTF, the BPF LSM in\n"
+    "the active LSM list, cgroup v2 and its memory/pids/cpu controllers, privileges, bpffs, and\n"
+    "finally a trial load + attach of the LSM programs with a real process denied in a scoped\n"
+    "cgroup. Every failed check prints the fix.\n\n"
+    "Exit status: 0 when enforcement works, 1 when it does not.";
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  CLI::App app{kDescription, "agentcage"};
+  app.require_subcommand(1);
+  app.set_version_flag("--version", std::string("agentcage ") + AGENTCAGE_VERSION);
+  app.footer(
+      "Exit status of agentcage itself: 0 success, 1 failure, 2 usage error.\n"
+      "Run `agentcage COMMAND --help` for a command's options.");
+
+  int verbosity = 0;
+  app.add_flag("-v,--verbose", verbosity, "More log output (repeat for libbpf debug output)");
+
+  auto* doctor = app.add_subcommand("doctor", "Check whether this host can enforce policies");
+  doctor->description(kDoctorHelp);
+  bool json = false;
+  doctor->add_flag("--json", json, "Print the report as JSON");
+
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {
+    int rc = app.exit(e);
+    return e.get_exit_code() == 0 ? 0 : (rc == 0 ? 0 : 2);
+  }
+
+  agentcage::log::set_level(verbosity >= 2   ? agentcage::log::Level::debug
+                            : verbosity == 1 ? agentcage::log::Level::info
+                                             : agentcage::log::Level::warn);
+  // The doctor reports libbpf's failures itself; only show libbpf chatter on -v.
+  if (doctor->parsed() && verbosity == 0) agentcage::log::set_level(agentcage::log::Level::off);
+
+  if (doctor->parsed()) {
+    auto report = agentcage::doctor::run();
+    std::cout << (json ? agentcage::doctor::format_json(report) : agentcage::doctor::format_text(report));
+    return report.ready() ? 0 : 1;
+  }
+  return 2;
+}
