@@ -7,6 +7,20 @@
  * other process on the host takes). For a scoped task, decide from the
  * maps, count the decision, and report denials and audit-mode would-be
  * denials through the ring buffer. Internal failures inside a scope deny.
+ *
+ * What each group of hooks closes:
+ *   exec      bprm_check_security: every program image (execve, execveat,
+ *             memfd, #! interpreters, binfmt_misc); mmap_file/file_mprotect:
+ *             no PROT_EXEC mapping of files from writable or unlisted places,
+ *             so an allowed interpreter cannot load code the run wrote.
+ *   files     file_open (read/write) and the path_* hooks for every change
+ *             to the namespace (create, mkdir, unlink, rmdir, rename, link,
+ *             symlink, truncate, chmod, chown).
+ *   network   socket_connect, socket_sendmsg with an address (UDP sendto,
+ *             TCP fast open, io_uring), unix_stream_connect/unix_may_send
+ *             (unix sockets by identity), socket_create (raw, packet, ...).
+ *   scope     task_alloc (clone3 into another cgroup), ptrace attach,
+ *             userns_create, and cgroupfs (cgroup.procs writes).
  */
 #include "vmlinux.h"
 #include <bpf/bpf_helpers.h>
@@ -16,16 +30,18 @@
 #include "maps.bpf.h"
 #include "scope.bpf.h"
 #include "path.bpf.h"
+#include "net.bpf.h"
 
 char LICENSE[] SEC("license") = "GPL";
 
-/* fmode_t bits (include/linux/fs.h); macros are not in BTF. */
+/* Constants that live in macros, not BTF. */
 #define FMODE_READ 0x1
 #define FMODE_WRITE 0x2
-
-#define AF_UNIX 1
-#define AF_INET 2
-#define AF_INET6 10
+#define PROT_EXEC 0x4
+#define CLONE_INTO_CGROUP 0x200000000ULL
+#define PTRACE_MODE_ATTACH 0x02
+#define CGROUP_SUPER_MAGIC 0x27e0eb
+#define CGROUP2_SUPER_MAGIC 0x63677270
 
 /* Copy the resolved path text into an event. */
 static __always_inline void ac_event_path(struct ac_event_decision *e, struct ac_scratch *s,
@@ -39,12 +55,27 @@ static __always_inline void ac_event_path(struct ac_event_decision *e, struct ac
 	e->target[e->target_len & (AC_EVENT_TARGET_MAX - 1)] = 0;
 }
 
+/* cgroupfs is never reachable from a scope: writing cgroup.procs or opening
+ * a cgroup directory for clone3(CLONE_INTO_CGROUP) would leave the scope. */
+static __always_inline int ac_protected_fs(struct dentry *dentry)
+{
+	unsigned long magic = BPF_CORE_READ(dentry, d_sb, s_magic);
+	return magic == CGROUP2_SUPER_MAGIC || magic == CGROUP_SUPER_MAGIC;
+}
+
+/* Which path-rule bits a request needs, and which it must not find. */
+struct ac_need {
+	__u32 all;    /* every one of these bits */
+	__u32 forbid; /* none of these bits (mmap exec: not from writable places) */
+	__u32 any_ok; /* or: this bit alone suffices (AC_ACCESS_EXEC for mmap) */
+};
+
 /*
- * Decide a path-based request (file open, exec target).
- * need: AC_ACCESS_* bits the request needs.
+ * Decide a path-based request for (dentry, mnt): resolve, look up, count,
+ * report. Returns 0 or -EACCES.
  */
-static __always_inline int ac_decide_path(struct ac_ctx *c, int scoped, const struct path *path,
-					  __u32 need)
+static __always_inline int ac_decide_dentry(struct ac_ctx *c, int scoped, struct dentry *dentry,
+					    struct vfsmount *mnt, struct ac_need need)
 {
 	__u32 zero = 0, text_len = 0;
 	__u8 decision, reason;
@@ -55,13 +86,16 @@ static __always_inline int ac_decide_path(struct ac_ctx *c, int scoped, const st
 		reason = AC_REASON_NO_POLICY;
 	} else if (!s) {
 		reason = AC_REASON_INTERNAL;
-	} else if ((status = ac_resolve_path(path, s, &text_len)) != AC_WALK_DONE) {
+	} else if ((status = ac_resolve(dentry, mnt, s, &text_len)) != AC_WALK_DONE) {
 		reason = ac_walk_reason(status);
+	} else if (ac_protected_fs(dentry)) {
+		reason = AC_REASON_PROTECTED;
 	} else {
-		__u32 access = ac_path_access(s, c->rules_id);
+		__u32 access = ac_path_access(s, c->rules_id, c->workspace_tag);
 		if (access & AC_ACCESS_DENY) {
 			reason = AC_REASON_RULE_DENY;
-		} else if (access && (access & need) == need) {
+		} else if ((need.any_ok && (access & need.any_ok)) ||
+			   (access && (access & need.all) == need.all && !(access & need.forbid))) {
 			allowed = 1;
 			reason = AC_REASON_RULE_ALLOW;
 		} else {
@@ -80,6 +114,94 @@ static __always_inline int ac_decide_path(struct ac_ctx *c, int scoped, const st
 	}
 	return ret;
 }
+
+static __always_inline int ac_decide_path(struct ac_ctx *c, int scoped, const struct path *path,
+					  struct ac_need need)
+{
+	return ac_decide_dentry(c, scoped, BPF_CORE_READ(path, dentry), BPF_CORE_READ(path, mnt),
+				need);
+}
+
+/* Decide without a target (scope-escape hooks): always a denial. */
+static __always_inline int ac_deny_protected(struct ac_ctx *c, int scoped)
+{
+	__u8 decision;
+	__u8 reason = scoped == 1 ? AC_REASON_PROTECTED : AC_REASON_NO_POLICY;
+	int ret = ac_verdict(c, 0, reason, &decision);
+	struct ac_event_decision *e = ac_event_begin(c, decision, reason, ret);
+	if (e)
+		ac_event_submit(e);
+	return ret;
+}
+
+#define NEED(a) ((struct ac_need){ .all = (a) })
+
+/* ---- exec ------------------------------------------------------------------ */
+
+/*
+ * Program execution. Called for the file being executed and again for each
+ * interpreter a binfmt handler substitutes (#! scripts, binfmt_misc), so an
+ * allowed script cannot smuggle in a denied interpreter, and a denied script
+ * cannot run through an allowed one. bprm->file is the opened file, so the
+ * name used (symlink, copy, /proc/self/fd, memfd) does not matter.
+ */
+SEC("lsm/bprm_check_security")
+int BPF_PROG(ac_bprm_check, struct linux_binprm *bprm, int ret)
+{
+	struct ac_ctx c = {};
+	int scoped;
+
+	if (ret)
+		return ret;
+	scoped = ac_current_scope(&c, AC_HOOK_EXEC);
+	if (!scoped)
+		return 0;
+	struct file *f = BPF_CORE_READ(bprm, file);
+	return ac_decide_path(&c, scoped, &f->f_path, NEED(AC_ACCESS_EXEC));
+}
+
+/*
+ * Executable mappings of files: the dynamic loader and dlopen() map code
+ * with PROT_EXEC. Allowed for exec-allowed programs and for files under
+ * read-only rules; never for files the scope may write (its workspace), so
+ * code the run wrote cannot be loaded by an allowed interpreter, nor a
+ * denied binary run through ld.so.
+ */
+static __always_inline int ac_mmap_exec(struct file *file, unsigned long prot)
+{
+	struct ac_ctx c = {};
+	int scoped;
+
+	if (!file || !(prot & PROT_EXEC))
+		return 0;
+	scoped = ac_current_scope(&c, AC_HOOK_MMAP_EXEC);
+	if (!scoped)
+		return 0;
+	struct ac_need need = { .all = AC_ACCESS_READ,
+				.forbid = AC_ACCESS_WRITE,
+				.any_ok = AC_ACCESS_EXEC };
+	return ac_decide_path(&c, scoped, &file->f_path, need);
+}
+
+SEC("lsm/mmap_file")
+int BPF_PROG(ac_mmap_file, struct file *file, unsigned long reqprot, unsigned long prot,
+	     unsigned long flags, int ret)
+{
+	if (ret)
+		return ret;
+	return ac_mmap_exec(file, prot);
+}
+
+SEC("lsm/file_mprotect")
+int BPF_PROG(ac_file_mprotect, struct vm_area_struct *vma, unsigned long reqprot,
+	     unsigned long prot, int ret)
+{
+	if (ret)
+		return ret;
+	return ac_mmap_exec(BPF_CORE_READ(vma, vm_file), prot);
+}
+
+/* ---- files ------------------------------------------------------------------ */
 
 SEC("lsm/file_open")
 int BPF_PROG(ac_file_open, struct file *file, int ret)
@@ -101,52 +223,108 @@ int BPF_PROG(ac_file_open, struct file *file, int ret)
 		need |= AC_ACCESS_WRITE;
 	if (!need) /* e.g. open(O_WRONLY|O_RDWR) for ioctl: still a read of the name */
 		need = AC_ACCESS_READ;
-	return ac_decide_path(&c, scoped, &file->f_path, need);
+	return ac_decide_path(&c, scoped, &file->f_path, NEED(need));
 }
 
-/*
- * Program execution. Called for the file being executed and again for each
- * interpreter a binfmt handler substitutes (#! scripts, binfmt_misc), so an
- * allowed script cannot smuggle in a denied interpreter. The foundation
- * posture allows no program at all in a scope.
- */
-SEC("lsm/bprm_check_security")
-int BPF_PROG(ac_bprm_check, struct linux_binprm *bprm, int ret)
+/* A change to the entry `dentry` in directory `dir` needs write access to it. */
+static __always_inline int ac_change(const struct path *dir, struct dentry *dentry)
 {
 	struct ac_ctx c = {};
-	__u32 zero = 0, text_len = 0;
-	__u8 decision, reason;
-	int scoped, status = AC_WALK_INTERNAL;
-
-	if (ret)
-		return ret;
-	scoped = ac_current_scope(&c, AC_HOOK_EXEC);
+	int scoped = ac_current_scope(&c, AC_HOOK_FILE_CHANGE);
 	if (!scoped)
 		return 0;
-
-	reason = scoped == 1 ? AC_REASON_DEFAULT_DENY : AC_REASON_NO_POLICY;
-	struct ac_scratch *s = bpf_map_lookup_elem(&ac_scratch_buf, &zero);
-	if (s) {
-		struct file *f = BPF_CORE_READ(bprm, file);
-		status = ac_resolve_path(&f->f_path, s, &text_len);
-	}
-	ret = ac_verdict(&c, 0, reason, &decision);
-	struct ac_event_decision *e = ac_event_begin(&c, decision, reason, ret);
-	if (e) {
-		if (status == AC_WALK_DONE)
-			ac_event_path(e, s, text_len);
-		ac_event_submit(e);
-	}
-	return ret;
+	return ac_decide_dentry(&c, scoped, dentry, BPF_CORE_READ(dir, mnt), NEED(AC_ACCESS_WRITE));
 }
 
-/* Connecting a socket to any address. The foundation posture allows none. */
+static __always_inline int ac_change_path(const struct path *path)
+{
+	struct ac_ctx c = {};
+	int scoped = ac_current_scope(&c, AC_HOOK_FILE_CHANGE);
+	if (!scoped)
+		return 0;
+	return ac_decide_path(&c, scoped, path, NEED(AC_ACCESS_WRITE));
+}
+
+/* open(O_CREAT) of a new file and mknod both come here. */
+SEC("lsm/path_mknod")
+int BPF_PROG(ac_path_mknod, const struct path *dir, struct dentry *dentry, umode_t mode,
+	     unsigned int dev, int ret)
+{
+	return ret ? ret : ac_change(dir, dentry);
+}
+
+SEC("lsm/path_mkdir")
+int BPF_PROG(ac_path_mkdir, const struct path *dir, struct dentry *dentry, umode_t mode, int ret)
+{
+	return ret ? ret : ac_change(dir, dentry);
+}
+
+SEC("lsm/path_rmdir")
+int BPF_PROG(ac_path_rmdir, const struct path *dir, struct dentry *dentry, int ret)
+{
+	return ret ? ret : ac_change(dir, dentry);
+}
+
+SEC("lsm/path_unlink")
+int BPF_PROG(ac_path_unlink, const struct path *dir, struct dentry *dentry, int ret)
+{
+	return ret ? ret : ac_change(dir, dentry);
+}
+
+SEC("lsm/path_symlink")
+int BPF_PROG(ac_path_symlink, const struct path *dir, struct dentry *dentry, const char *old_name,
+	     int ret)
+{
+	return ret ? ret : ac_change(dir, dentry);
+}
+
+/* A hard link needs write access to both names: otherwise a read-only file
+ * could be linked into the workspace and written through the new name. */
+SEC("lsm/path_link")
+int BPF_PROG(ac_path_link, struct dentry *old_dentry, const struct path *new_dir,
+	     struct dentry *new_dentry, int ret)
+{
+	if (ret)
+		return ret;
+	ret = ac_change(new_dir, old_dentry); /* links never cross mounts */
+	return ret ? ret : ac_change(new_dir, new_dentry);
+}
+
+SEC("lsm/path_rename")
+int BPF_PROG(ac_path_rename, const struct path *old_dir, struct dentry *old_dentry,
+	     const struct path *new_dir, struct dentry *new_dentry, unsigned int flags, int ret)
+{
+	if (ret)
+		return ret;
+	ret = ac_change(old_dir, old_dentry);
+	return ret ? ret : ac_change(new_dir, new_dentry);
+}
+
+SEC("lsm/path_truncate")
+int BPF_PROG(ac_path_truncate, const struct path *path, int ret)
+{
+	return ret ? ret : ac_change_path(path);
+}
+
+SEC("lsm/path_chmod")
+int BPF_PROG(ac_path_chmod, const struct path *path, umode_t mode, int ret)
+{
+	return ret ? ret : ac_change_path(path);
+}
+
+SEC("lsm/path_chown")
+int BPF_PROG(ac_path_chown, const struct path *path, __u64 uid, __u64 gid, int ret) /* kuid_t, kgid_t by value */
+{
+	return ret ? ret : ac_change_path(path);
+}
+
+/* ---- network ------------------------------------------------------------------ */
+
 SEC("lsm/socket_connect")
 int BPF_PROG(ac_socket_connect, struct socket *sock, struct sockaddr *address, int addrlen,
 	     int ret)
 {
 	struct ac_ctx c = {};
-	__u8 decision, reason;
 	int scoped;
 
 	if (ret)
@@ -154,36 +332,119 @@ int BPF_PROG(ac_socket_connect, struct socket *sock, struct sockaddr *address, i
 	scoped = ac_current_scope(&c, AC_HOOK_SOCKET_CONNECT);
 	if (!scoped)
 		return 0;
+	return ac_decide_inet(&c, scoped, sock, address, addrlen, 1);
+}
 
-	reason = scoped == 1 ? AC_REASON_DEFAULT_DENY : AC_REASON_NO_POLICY;
-	ret = ac_verdict(&c, 0, reason, &decision);
-	struct ac_event_decision *e = ac_event_begin(&c, decision, reason, ret);
-	if (!e)
+/* Bytes to an address given with the message: UDP sendto/sendmsg/sendmmsg,
+ * TCP fast open (sendto with MSG_FASTOPEN), and the same through io_uring.
+ * Messages on connected sockets carry no address: connect decided those. */
+SEC("lsm/socket_sendmsg")
+int BPF_PROG(ac_socket_sendmsg, struct socket *sock, struct msghdr *msg, int size, int ret)
+{
+	struct ac_ctx c = {};
+	int scoped;
+
+	if (ret)
 		return ret;
+	struct sockaddr *addr = BPF_CORE_READ(msg, msg_name);
+	if (!addr)
+		return 0;
+	scoped = ac_current_scope(&c, AC_HOOK_SOCKET_SEND);
+	if (!scoped)
+		return 0;
+	return ac_decide_inet(&c, scoped, sock, addr, BPF_CORE_READ(msg, msg_namelen), 0);
+}
 
-	__u16 family = BPF_CORE_READ(address, sa_family);
-	e->family = family;
-	e->protocol = BPF_CORE_READ(sock, sk, sk_protocol);
-	if (family == AF_INET && addrlen >= (int)sizeof(struct sockaddr_in)) {
-		struct sockaddr_in *in = (struct sockaddr_in *)address;
-		e->target_kind = AC_TARGET_INET;
-		e->port = bpf_ntohs(BPF_CORE_READ(in, sin_port));
-		bpf_probe_read_kernel(e->addr, 4, &in->sin_addr);
-	} else if (family == AF_INET6 && addrlen >= (int)sizeof(struct sockaddr_in6)) {
-		struct sockaddr_in6 *in6 = (struct sockaddr_in6 *)address;
-		e->target_kind = AC_TARGET_INET;
-		e->port = bpf_ntohs(BPF_CORE_READ(in6, sin6_port));
-		bpf_probe_read_kernel(e->addr, 16, &in6->sin6_addr);
-	} else if (family == AF_UNIX) {
-		struct sockaddr_un *un = (struct sockaddr_un *)address;
-		e->target_kind = AC_TARGET_UNIX;
-		/* sun_path may be abstract (leading NUL): keep the raw bytes. */
-		__u32 n = addrlen > 2 ? addrlen - 2 : 0;
-		if (n > sizeof(un->sun_path))
-			n = sizeof(un->sun_path);
-		e->target_len = n;
-		bpf_probe_read_kernel(e->target, sizeof(un->sun_path), un->sun_path);
-	}
-	ac_event_submit(e);
-	return ret;
+SEC("lsm/socket_create")
+int BPF_PROG(ac_socket_create, int family, int type, int protocol, int kern, int ret)
+{
+	struct ac_ctx c = {};
+	int scoped;
+
+	if (ret || kern)
+		return ret;
+	scoped = ac_current_scope(&c, AC_HOOK_SOCKET_CREATE);
+	if (!scoped)
+		return 0;
+	return ac_decide_socket_create(&c, scoped, family, type, protocol);
+}
+
+/* Unix sockets are matched by the socket they reach (its bound inode's path,
+ * or its abstract name), not by the address string the caller passed. */
+SEC("lsm/unix_stream_connect")
+int BPF_PROG(ac_unix_stream_connect, struct sock *sock, struct sock *other, struct sock *newsk,
+	     int ret)
+{
+	struct ac_ctx c = {};
+	int scoped;
+
+	if (ret)
+		return ret;
+	scoped = ac_current_scope(&c, AC_HOOK_UNIX_CONNECT);
+	if (!scoped)
+		return 0;
+	return ac_decide_unix(&c, scoped, other);
+}
+
+SEC("lsm/unix_may_send")
+int BPF_PROG(ac_unix_may_send, struct socket *sock, struct socket *other, int ret)
+{
+	struct ac_ctx c = {};
+	int scoped;
+
+	if (ret)
+		return ret;
+	scoped = ac_current_scope(&c, AC_HOOK_UNIX_CONNECT);
+	if (!scoped)
+		return 0;
+	return ac_decide_unix(&c, scoped, BPF_CORE_READ(other, sk));
+}
+
+/* ---- the scope itself ---------------------------------------------------------- */
+
+/* clone3(CLONE_INTO_CGROUP) places the child in any cgroup the caller has a
+ * directory fd for, O_PATH included (which file_open never sees). */
+SEC("lsm/task_alloc")
+int BPF_PROG(ac_task_alloc, struct task_struct *task, unsigned long clone_flags, int ret)
+{
+	struct ac_ctx c = {};
+	int scoped;
+
+	if (ret || !(clone_flags & CLONE_INTO_CGROUP))
+		return ret;
+	scoped = ac_current_scope(&c, AC_HOOK_SCOPE_ESCAPE);
+	if (!scoped)
+		return 0;
+	return ac_deny_protected(&c, scoped);
+}
+
+/* Attaching to another process would let scoped code run inside it. */
+SEC("lsm/ptrace_access_check")
+int BPF_PROG(ac_ptrace_access_check, struct task_struct *child, unsigned int mode, int ret)
+{
+	struct ac_ctx c = {};
+	int scoped;
+
+	if (ret || !(mode & PTRACE_MODE_ATTACH))
+		return ret;
+	scoped = ac_current_scope(&c, AC_HOOK_SCOPE_ESCAPE);
+	if (!scoped)
+		return 0;
+	return ac_deny_protected(&c, scoped);
+}
+
+/* A new user namespace hands out capabilities (mount, chroot, ...) that the
+ * sandbox identity deliberately lacks. */
+SEC("lsm/userns_create")
+int BPF_PROG(ac_userns_create, const struct cred *cred, int ret)
+{
+	struct ac_ctx c = {};
+	int scoped;
+
+	if (ret)
+		return ret;
+	scoped = ac_current_scope(&c, AC_HOOK_SCOPE_ESCAPE);
+	if (!scoped)
+		return 0;
+	return ac_deny_protected(&c, scoped);
 }

@@ -42,6 +42,22 @@ struct {
 } ac_path_rules SEC(".maps");
 
 struct {
+	__uint(type, BPF_MAP_TYPE_LPM_TRIE);
+	__uint(max_entries, AC_MAX_SCOPES);
+	__uint(map_flags, BPF_F_NO_PREALLOC);
+	__type(key, struct ac_path_key); /* rules_id_be = scope's workspace_tag */
+	__type(value, struct ac_workspace);
+} ac_workspaces SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_LPM_TRIE);
+	__uint(max_entries, AC_MAX_NET_RULES);
+	__uint(map_flags, BPF_F_NO_PREALLOC);
+	__type(key, struct ac_net_key);
+	__type(value, struct ac_net_rule);
+} ac_net_rules SEC(".maps");
+
+struct {
 	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
 	__uint(max_entries, AC_MAX_POLICIES * AC_HOOK_COUNT);
 	__type(key, __u32); /* policy_slot * AC_HOOK_COUNT + hook */
@@ -66,6 +82,9 @@ struct {
  * LSM programs here are non-sleepable, so a program keeps its CPU for its
  * whole run and the slot is not shared with a concurrent invocation. */
 struct ac_scratch {
+	/* The workspace-relative key (the path with the workspace cut off). */
+	struct ac_path_key rel;
+	struct ac_net_key net;
 	struct ac_path_key key;
 	/* Room for a bounded read that starts near the end of key.path: the
 	 * name copy writes at most 255 bytes from an offset < 256, so key.path

@@ -127,12 +127,12 @@ static long ac_copy_step(__u32 i, void *data)
  * be resolved at all (too deep, unreadable names) is reported so the caller
  * denies it.
  */
-static __always_inline int ac_resolve_path(const struct path *path, struct ac_scratch *s,
-					   __u32 *text_len)
+static __always_inline int ac_resolve(struct dentry *dentry, struct vfsmount *vfsmnt,
+				      struct ac_scratch *s, __u32 *text_len)
 {
 	struct ac_walk w = {
-		.dentry = BPF_CORE_READ(path, dentry),
-		.mnt = container_of(BPF_CORE_READ(path, mnt), struct mount, mnt),
+		.dentry = dentry,
+		.mnt = container_of(vfsmnt, struct mount, mnt),
 		.depth = 0,
 		.status = AC_WALK_RUNNING,
 	};
@@ -164,12 +164,47 @@ static __always_inline int ac_resolve_path(const struct path *path, struct ac_sc
 	return AC_WALK_DONE;
 }
 
-/* Access bits the policy grants for the resolved key (0: no rule). */
-static __always_inline __u32 ac_path_access(struct ac_scratch *s, __u32 rules_id)
+static __always_inline int ac_resolve_path(const struct path *path, struct ac_scratch *s,
+					   __u32 *text_len)
 {
-	s->key.rules_id_be = bpf_htonl(rules_id);
+	return ac_resolve(BPF_CORE_READ(path, dentry), BPF_CORE_READ(path, mnt), s, text_len);
+}
+
+/*
+ * Access bits the policy grants for the resolved key (0: no rule): the
+ * longest absolute rule, combined with the longest workspace-relative rule
+ * when the path lies inside the scope's workspace. A DENY on either side
+ * stays in the result and wins.
+ */
+static __always_inline __u32 ac_path_access(struct ac_scratch *s, __u32 rules_id,
+					    __u32 workspace_tag)
+{
+	__u32 access = 0;
+
+	s->key.rules_id_be = bpf_htonl(rules_id & AC_RULES_ID_MASK);
 	struct ac_path_rule *r = bpf_map_lookup_elem(&ac_path_rules, &s->key);
-	return r ? r->access : 0;
+	if (r)
+		access = r->access;
+	if (!workspace_tag)
+		return access;
+
+	s->key.rules_id_be = bpf_htonl(workspace_tag);
+	struct ac_workspace *ws = bpf_map_lookup_elem(&ac_workspaces, &s->key);
+	if (!ws)
+		return access;
+	/* key = W + rest + '/', rest empty or "/..."; the relative key is
+	 * rest + '/', i.e. the key bytes from offset len(W). */
+	__u32 key_bytes = (s->key.prefixlen - 32) / 8;
+	__u32 off = ws->len;
+	if (off >= key_bytes || off >= AC_PATH_KEY_MAX)
+		return access | AC_ACCESS_DENY; /* cannot happen for a real match: fail closed */
+	bpf_probe_read_kernel(s->rel.path, AC_PATH_KEY_MAX, &s->key.path[off & 0xff]);
+	s->rel.prefixlen = 32 + 8 * (key_bytes - off);
+	s->rel.rules_id_be = bpf_htonl((rules_id & AC_RULES_ID_MASK) | AC_RULES_NS_WORKSPACE);
+	r = bpf_map_lookup_elem(&ac_path_rules, &s->rel);
+	if (r)
+		access |= r->access;
+	return access;
 }
 
 static __always_inline __u8 ac_walk_reason(int status)

@@ -16,6 +16,7 @@ struct ac_ctx {
 	__u32 policy_slot;
 	__u32 rules_id;
 	__u32 policy_flags;
+	__u32 workspace_tag;
 	__u8 hook;
 	__u8 pad[3];
 };
@@ -55,6 +56,7 @@ static __always_inline int ac_current_scope(struct ac_ctx *c, __u8 hook)
 			continue;
 		c->scope_id = s->scope_id;
 		c->policy_slot = s->policy_slot;
+		c->workspace_tag = s->workspace_tag;
 		c->cgroup_id = bpf_get_current_cgroup_id();
 		c->hook = hook;
 		struct ac_policy *p = bpf_map_lookup_elem(&ac_policies, &c->policy_slot);

@@ -7,7 +7,13 @@
 
 namespace {
 
-static_assert(sizeof(ac_scope) == 16);
+static_assert(sizeof(ac_scope) == 24);
+static_assert(offsetof(ac_scope, workspace_tag) == 16);
+static_assert(sizeof(ac_workspace) == 8);
+static_assert(sizeof(ac_net_key) == 8 + 16);
+static_assert(sizeof(ac_port_range) == 8);
+static_assert(sizeof(ac_net_rule) == 8 + 8 * AC_NET_MAX_RANGES);
+static_assert((AC_NET_MAX_RANGES & (AC_NET_MAX_RANGES - 1)) == 0, "BPF masks indexes with size-1");
 static_assert(offsetof(ac_scope, policy_slot) == 8);
 static_assert(offsetof(ac_scope, level) == 12);
 static_assert(sizeof(ac_policy) == 8);

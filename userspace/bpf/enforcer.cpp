@@ -35,18 +35,41 @@ int cpu_count() {
 
 }  // namespace
 
-Result<ac_path_key> make_path_key(uint32_t rules_id, const std::string& path) {
-  if (path.empty() || path.front() != '/')
-    return Error{"bpf: path rule is not absolute: \"" + path + "\"", EINVAL};
-  std::string text = path == "/" ? "/" : path + "/";
+Result<ac_path_key> make_path_key(uint32_t rules_id, const PathRule& rule) {
+  const std::string& path = rule.path;
+  if (rules_id & ~AC_RULES_ID_MASK) return Error{"bpf: rules id out of range", EINVAL};
+  std::string text;
+  if (rule.space == RuleSpace::abstract_unix) {
+    if (path.empty()) return Error{"bpf: empty abstract unix socket name", EINVAL};
+    text = path;  // exact bytes; the kernel side compares the length too
+  } else {
+    if (path.empty() || path.front() != '/')
+      return Error{"bpf: path rule is not absolute: \"" + path + "\"", EINVAL};
+    text = path == "/" ? "/" : path + "/";
+  }
   if (text.size() > AC_PATH_KEY_MAX)
-    return Error{"bpf: path rule longer than " + std::to_string(AC_PATH_KEY_MAX - 1) +
-                     " bytes: \"" + path + "\"",
+    return Error{"bpf: path rule longer than " + std::to_string(AC_PATH_KEY_MAX - 1) + " bytes: \"" +
+                     path + "\"",
                  ENAMETOOLONG};
   ac_path_key key{};
-  key.rules_id_be = htonl(rules_id);
+  key.rules_id_be = htonl(rules_id | static_cast<uint32_t>(rule.space));
   std::memcpy(key.path, text.data(), text.size());
   key.prefixlen = static_cast<uint32_t>(32 + 8 * text.size());
+  return key;
+}
+
+Result<ac_path_key> make_path_key(uint32_t rules_id, const std::string& path) {
+  return make_path_key(rules_id, PathRule{path, 0, RuleSpace::absolute});
+}
+
+Result<ac_net_key> make_net_key(uint32_t rules_id, const NetRule& rule) {
+  if (rule.prefix_len > 128) return Error{"bpf: CIDR prefix longer than 128 bits", EINVAL};
+  if (rule.ranges.empty() || rule.ranges.size() > AC_NET_MAX_RANGES)
+    return Error{"bpf: a CIDR rule needs 1.." + std::to_string(AC_NET_MAX_RANGES) + " port ranges", EINVAL};
+  ac_net_key key{};
+  key.rules_id_be = htonl(rules_id & AC_RULES_ID_MASK);
+  std::memcpy(key.addr, rule.addr.data(), 16);
+  key.prefixlen = 32u + rule.prefix_len;
   return key;
 }
 
@@ -65,15 +88,19 @@ Result<std::unique_ptr<Enforcer>> Enforcer::load(const LoadOptions& opts) {
     return bpf_error("sizing the event ring buffer", err);
 
   if (int err = agentcage_bpf__load(self->skel_.get())) {
-    if (err == -EPERM || err == -EACCES)
+    if (err == -EPERM)
       return Error{
           "bpf: the kernel refused to load the LSM programs (" + std::string(std::strerror(-err)) +
               "). Loading BPF LSM programs needs root (CAP_BPF, CAP_PERFMON, CAP_SYS_ADMIN), "
               "a kernel built with CONFIG_BPF_LSM=y and no lockdown or sandbox forbidding it; "
               "some virtualised kernels refuse LSM programs outright.",
           -err};
-    return bpf_error("loading the LSM programs into the kernel (run with -v for the verifier log)",
-                     err);
+    if (err == -EACCES || err == -EINVAL)
+      return bpf_error(
+          "the kernel's verifier rejected an LSM program (run with -vv for the verifier log; "
+          "this is a bug in agentcage or an unsupported kernel)",
+          err);
+    return bpf_error("loading the LSM programs into the kernel (run with -vv for libbpf's log)", err);
   }
   if (int err = agentcage_bpf__attach(self->skel_.get()))
     return bpf_error("attaching the LSM programs", err);
@@ -112,42 +139,61 @@ Status Enforcer::write_levels() {
   return {};
 }
 
+void Enforcer::delete_rules(const WrittenRules& rules) {
+  for (const auto& key : rules.paths)
+    bpf_map__delete_elem(skel_->maps.ac_path_rules, &key, sizeof key, 0);
+  for (const auto& key : rules.net) bpf_map__delete_elem(skel_->maps.ac_net_rules, &key, sizeof key, 0);
+}
+
 Status Enforcer::put_policy(uint32_t slot, std::span<const PathRule> rules, uint32_t flags) {
+  CompiledPolicy p;
+  p.paths.assign(rules.begin(), rules.end());
+  p.flags = flags;
+  return put_policy(slot, p);
+}
+
+Status Enforcer::put_policy(uint32_t slot, const CompiledPolicy& policy) {
   if (slot >= AC_MAX_POLICIES)
     return Error{"bpf: policy slot " + std::to_string(slot) + " out of range", EINVAL};
+  if (next_rules_id_ > AC_RULES_ID_MASK) return Error{"bpf: rules ids exhausted; restart agentcage", EOVERFLOW};
 
   const uint32_t rules_id = next_rules_id_++;
-  std::vector<ac_path_key> written;
-  auto rollback = [&] {
-    for (const auto& key : written)
-      bpf_map__delete_elem(skel_->maps.ac_path_rules, &key, sizeof key, 0);
+  WrittenRules written;
+  auto fail = [&](Error e) {
+    delete_rules(written);
+    return Status(std::move(e));
   };
-  for (const auto& rule : rules) {
-    auto key = make_path_key(rules_id, rule.path);
-    if (!key) {
-      rollback();
-      return key.error();
-    }
-    ac_path_rule value{rule.access, 0};
-    if (int err = bpf_map__update_elem(skel_->maps.ac_path_rules, &*key, sizeof(ac_path_key),
-                                       &value, sizeof value, BPF_ANY)) {
-      rollback();
-      return bpf_error("writing path rule \"" + rule.path + "\"", err);
-    }
-    written.push_back(*key);
+  for (const auto& rule : policy.paths) {
+    auto key = make_path_key(rules_id, rule);
+    if (!key) return fail(key.error());
+    ac_path_rule value{rule.access, rule.space == RuleSpace::abstract_unix
+                                        ? static_cast<uint32_t>(rule.path.size())
+                                        : 0};
+    if (int err = bpf_map__update_elem(skel_->maps.ac_path_rules, &*key, sizeof(ac_path_key), &value,
+                                       sizeof value, BPF_ANY))
+      return fail(bpf_error("writing path rule \"" + rule.path + "\"", err));
+    written.paths.push_back(*key);
+  }
+  for (const auto& rule : policy.net) {
+    auto key = make_net_key(rules_id, rule);
+    if (!key) return fail(key.error());
+    ac_net_rule value{};
+    value.count = static_cast<uint32_t>(rule.ranges.size());
+    for (size_t i = 0; i < rule.ranges.size(); ++i) value.ranges[i] = rule.ranges[i];
+    if (int err = bpf_map__update_elem(skel_->maps.ac_net_rules, &*key, sizeof(ac_net_key), &value,
+                                       sizeof value, BPF_ANY))
+      return fail(bpf_error("writing network rule", err));
+    written.net.push_back(*key);
   }
 
-  ac_policy policy{rules_id, flags};
-  if (int err = bpf_map__update_elem(skel_->maps.ac_policies, &slot, sizeof slot, &policy,
-                                     sizeof policy, BPF_ANY)) {
-    rollback();
-    return bpf_error("switching policy slot " + std::to_string(slot), err);
-  }
+  // One element update switches every scope on this slot to the new rules.
+  ac_policy value{rules_id, policy.flags};
+  if (int err = bpf_map__update_elem(skel_->maps.ac_policies, &slot, sizeof slot, &value, sizeof value,
+                                     BPF_ANY))
+    return fail(bpf_error("switching policy slot " + std::to_string(slot), err));
 
-  // The slot now points at the new rules; the old ones are unreachable.
   if (auto old = slot_rules_.find(slot); old != slot_rules_.end()) {
-    for (const auto& key : rule_keys_[old->second])
-      bpf_map__delete_elem(skel_->maps.ac_path_rules, &key, sizeof key, 0);
+    delete_rules(rule_keys_[old->second]);
     rule_keys_.erase(old->second);
   }
   slot_rules_[slot] = rules_id;
@@ -159,33 +205,60 @@ Status Enforcer::remove_policy(uint32_t slot) {
   int err = bpf_map__delete_elem(skel_->maps.ac_policies, &slot, sizeof slot, 0);
   if (err && err != -ENOENT) return bpf_error("removing policy slot " + std::to_string(slot), err);
   if (auto old = slot_rules_.find(slot); old != slot_rules_.end()) {
-    for (const auto& key : rule_keys_[old->second])
-      bpf_map__delete_elem(skel_->maps.ac_path_rules, &key, sizeof key, 0);
+    delete_rules(rule_keys_[old->second]);
     rule_keys_.erase(old->second);
     slot_rules_.erase(old);
   }
   return {};
 }
 
-Status Enforcer::add_scope(uint64_t cgroup_id, unsigned level, uint64_t scope_id,
-                           uint32_t policy_slot) {
+Status Enforcer::add_scope(uint64_t cgroup_id, unsigned level, uint64_t scope_id, uint32_t policy_slot,
+                           const std::string& workspace) {
   // Level 0 is the root cgroup: scoping it would confine the whole host.
   if (level == 0 || level > AC_MAX_SCOPE_LEVEL)
-    return Error{"bpf: a scope must be a non-root cgroup at level 1.." +
-                     std::to_string(AC_MAX_SCOPE_LEVEL) + " (got level " + std::to_string(level) +
-                     ")",
+    return Error{"bpf: a scope must be a non-root cgroup at level 1.." + std::to_string(AC_MAX_SCOPE_LEVEL) +
+                     " (got level " + std::to_string(level) + ")",
                  EINVAL};
-  ac_scope scope{scope_id, policy_slot, static_cast<uint16_t>(level), 0};
-  if (int err = bpf_map__update_elem(skel_->maps.ac_scopes, &cgroup_id, sizeof cgroup_id, &scope,
-                                     sizeof scope, BPF_NOEXIST))
+  if (scopes_.count(cgroup_id))
+    return Error{"bpf: cgroup " + std::to_string(cgroup_id) + " is already a scope", EEXIST};
+
+  ScopeEntry entry;
+  entry.level = level;
+  if (!workspace.empty()) {
+    if (workspace == "/") return Error{"bpf: the workspace cannot be /", EINVAL};
+    auto key = make_path_key(0, workspace);
+    if (!key) return key.error().wrap("workspace");
+    entry.workspace_tag = next_workspace_tag_++;
+    key->rules_id_be = htonl(entry.workspace_tag);
+    entry.workspace_key = *key;
+    ac_workspace ws{static_cast<uint32_t>(workspace.size()), 0};
+    if (int err = bpf_map__update_elem(skel_->maps.ac_workspaces, &entry.workspace_key, sizeof(ac_path_key),
+                                       &ws, sizeof ws, BPF_ANY))
+      return bpf_error("registering workspace " + workspace, err);
+  }
+  auto drop_workspace = [&] {
+    if (entry.workspace_tag)
+      bpf_map__delete_elem(skel_->maps.ac_workspaces, &entry.workspace_key, sizeof(ac_path_key), 0);
+  };
+
+  ac_scope scope{};
+  scope.scope_id = scope_id;
+  scope.policy_slot = policy_slot;
+  scope.level = static_cast<uint16_t>(level);
+  scope.workspace_tag = entry.workspace_tag;
+  if (int err = bpf_map__update_elem(skel_->maps.ac_scopes, &cgroup_id, sizeof cgroup_id, &scope, sizeof scope,
+                                     BPF_NOEXIST)) {
+    drop_workspace();
     return bpf_error("registering scope for cgroup " + std::to_string(cgroup_id), err);
-  scope_levels_[cgroup_id] = level;
+  }
+  scopes_[cgroup_id] = entry;
   ++level_refs_[level];
   if (Status st = write_levels(); !st) {
     // Without its level bit the scope would silently not apply: undo it.
     bpf_map__delete_elem(skel_->maps.ac_scopes, &cgroup_id, sizeof cgroup_id, 0);
-    --level_refs_[level];
-    scope_levels_.erase(cgroup_id);
+    drop_workspace();
+    if (--level_refs_[level] == 0) level_refs_.erase(level);
+    scopes_.erase(cgroup_id);
     return st;
   }
   return {};
@@ -193,11 +266,12 @@ Status Enforcer::add_scope(uint64_t cgroup_id, unsigned level, uint64_t scope_id
 
 Status Enforcer::remove_scope(uint64_t cgroup_id) {
   int err = bpf_map__delete_elem(skel_->maps.ac_scopes, &cgroup_id, sizeof cgroup_id, 0);
-  if (err && err != -ENOENT)
-    return bpf_error("removing scope for cgroup " + std::to_string(cgroup_id), err);
-  if (auto it = scope_levels_.find(cgroup_id); it != scope_levels_.end()) {
-    if (--level_refs_[it->second] == 0) level_refs_.erase(it->second);
-    scope_levels_.erase(it);
+  if (err && err != -ENOENT) return bpf_error("removing scope for cgroup " + std::to_string(cgroup_id), err);
+  if (auto it = scopes_.find(cgroup_id); it != scopes_.end()) {
+    if (it->second.workspace_tag)
+      bpf_map__delete_elem(skel_->maps.ac_workspaces, &it->second.workspace_key, sizeof(ac_path_key), 0);
+    if (--level_refs_[it->second.level] == 0) level_refs_.erase(it->second.level);
+    scopes_.erase(it);
     return write_levels();
   }
   return {};

@@ -171,7 +171,7 @@ Check check_enforcement() {
 
   // A probe slot with no rules: every open in the scope must be denied.
   constexpr uint32_t kProbeSlot = AC_MAX_POLICIES - 1;
-  if (Status st = (*enforcer)->put_policy(kProbeSlot, {}); !st)
+  if (Status st = (*enforcer)->put_policy(kProbeSlot, bpf::CompiledPolicy{}); !st)
     return make(name, Outcome::fail, st.error().message, "re-run with -v");
   if (Status st = (*enforcer)->add_scope(cg->id(), cg->level(), 0, kProbeSlot); !st)
     return make(name, Outcome::fail, st.error().message, "re-run with -v");

@@ -30,6 +30,8 @@
 #define AC_MAX_POLICIES 256
 /* Path rules across all loaded policies (LPM trie entries). */
 #define AC_MAX_PATH_RULES 65536
+/* CIDR rules across all loaded policies. */
+#define AC_MAX_NET_RULES 16384
 /* Deepest cgroup level a scope may be registered at (root is level 0). The
  * scope level mask is a u64, one bit per level. Descendants of a scope may
  * be arbitrarily deep: only the scope itself must sit at level < 64. */
@@ -49,10 +51,16 @@
 
 /* The LSM hooks agentcage decides on. Also the metric label "hook". */
 enum ac_hook {
-	AC_HOOK_EXEC = 0,        /* bprm_check_security */
-	AC_HOOK_FILE_OPEN = 1,   /* file_open */
+	AC_HOOK_EXEC = 0,           /* bprm_check_security */
+	AC_HOOK_FILE_OPEN = 1,      /* file_open */
 	AC_HOOK_SOCKET_CONNECT = 2, /* socket_connect */
-	AC_HOOK_COUNT = 3,
+	AC_HOOK_FILE_CHANGE = 3,    /* path_{mknod,mkdir,rmdir,unlink,symlink,link,rename,truncate,chmod,chown} */
+	AC_HOOK_MMAP_EXEC = 4,      /* mmap_file, file_mprotect with PROT_EXEC */
+	AC_HOOK_SOCKET_SEND = 5,    /* socket_sendmsg to an explicit address */
+	AC_HOOK_SOCKET_CREATE = 6,  /* socket_create (raw, packet, other families) */
+	AC_HOOK_UNIX_CONNECT = 7,   /* unix_stream_connect, unix_may_send */
+	AC_HOOK_SCOPE_ESCAPE = 8,   /* ptrace attach, user namespaces, cgroupfs */
+	AC_HOOK_COUNT = 9,
 };
 
 enum ac_decision {
@@ -73,14 +81,26 @@ enum ac_reason {
 	AC_REASON_PATH_TOO_DEEP = 4, /* > AC_PATH_MAX_DEPTH components */
 	AC_REASON_PATH_UNREADABLE = 5, /* a dentry name could not be read */
 	AC_REASON_INTERNAL = 6,      /* scratch map lookup failed etc. */
-	AC_REASON_COUNT = 7,
+	AC_REASON_PROTECTED = 7,     /* never allowed in a scope (cgroupfs, ptrace, userns) */
+	AC_REASON_COUNT = 8,
 };
 
 /* Access bits in a path rule and in a request. */
 #define AC_ACCESS_READ (1u << 0)
 #define AC_ACCESS_WRITE (1u << 1)
+/* The file may be executed (exact program paths from exec.allow). */
+#define AC_ACCESS_EXEC (1u << 2)
+/* A unix socket bound at this path (or with this abstract name) may be
+ * connected to / sent to. */
+#define AC_ACCESS_CONNECT (1u << 3)
 /* Rule only: matching paths are denied whatever else allows them. */
 #define AC_ACCESS_DENY (1u << 7)
+
+/* High bits of a rules id in a key select a rule namespace of the policy:
+ * absolute paths (none), workspace-relative paths, abstract unix names. */
+#define AC_RULES_NS_WORKSPACE 0x80000000u
+#define AC_RULES_NS_ABSTRACT 0x40000000u
+#define AC_RULES_ID_MASK 0x3fffffffu
 
 /* ---- maps ------------------------------------------------------------- */
 
@@ -94,6 +114,18 @@ struct ac_scope {
 	__u32 policy_slot; /* key into the policies map */
 	__u16 level;       /* cgroup level of the registered cgroup (root: 0) */
 	__u16 flags;       /* reserved, 0 */
+	__u32 workspace_tag; /* key of this scope's entry in ac_workspaces; 0: none */
+	__u32 pad;
+};
+
+/* ac_workspaces: LPM_TRIE with the ac_path_key layout; rules_id_be holds the
+ * scope's workspace_tag and path the workspace directory + '/'. One entry per
+ * scope, so per-run paths never multiply a policy's rules: a path inside the
+ * workspace is looked up again, with the workspace prefix cut off, among the
+ * policy's workspace-relative rules (AC_RULES_NS_WORKSPACE). */
+struct ac_workspace {
+	__u32 len; /* bytes of the workspace path, without the trailing '/' */
+	__u32 pad;
 };
 
 /* ac_policies: HASH, key __u32 slot. Indirection so that swapping a live policy
@@ -134,7 +166,37 @@ struct ac_path_key {
 
 struct ac_path_rule {
 	__u32 access; /* AC_ACCESS_* */
+	__u32 aux;    /* abstract unix names: the name's length (exact match) */
+};
+
+/* ac_net_rules: LPM_TRIE. Data: rules_id (big endian) + a 16-byte address;
+ * IPv4 is stored and looked up as IPv4-mapped IPv6 (::ffff:a.b.c.d), so a
+ * v4 rule also covers a v4-mapped destination on an AF_INET6 socket. The
+ * compiler merges into each CIDR entry the ranges of every shorter CIDR that
+ * covers it, so the longest match carries the union. */
+#define AC_NET_MAX_RANGES 16
+#define AC_PROTO_TCP (1u << 0)
+#define AC_PROTO_UDP (1u << 1)
+#define AC_PROTO_OTHER (1u << 2) /* e.g. ICMP ping sockets: only "protocol: any" */
+#define AC_PROTO_ANY (AC_PROTO_TCP | AC_PROTO_UDP | AC_PROTO_OTHER)
+
+struct ac_net_key {
+	__u32 prefixlen;
+	__u32 rules_id_be;
+	__u8 addr[16];
+};
+
+struct ac_port_range {
+	__u16 first; /* host order, inclusive */
+	__u16 last;
+	__u8 protocols; /* AC_PROTO_* */
+	__u8 pad[3];
+};
+
+struct ac_net_rule {
+	__u32 count; /* used entries of ranges[] */
 	__u32 pad;
+	struct ac_port_range ranges[AC_NET_MAX_RANGES];
 };
 
 /* ac_decision_counts: PERCPU_ARRAY, index policy_slot * AC_HOOK_COUNT + hook. Summed

@@ -1,0 +1,223 @@
+/* SPDX-License-Identifier: GPL-2.0 */
+/*
+ * Network decisions: inet destinations against CIDR/port/protocol rules,
+ * unix sockets by the socket they reach, socket families and types.
+ */
+#ifndef AGENTCAGE_NET_BPF_H
+#define AGENTCAGE_NET_BPF_H
+
+#include "maps.bpf.h"
+#include "scope.bpf.h"
+#include "path.bpf.h"
+#include <bpf/bpf_core_read.h>
+#include <bpf/bpf_endian.h>
+
+#define AF_UNSPEC 0
+#define AF_UNIX 1
+#define AF_INET 2
+#define AF_INET6 10
+#define AF_NETLINK 16
+#define SOCK_RAW 3
+#define SOCK_TYPE_MASK 0xf
+#define IPPROTO_TCP 6
+#define IPPROTO_UDP 17
+
+/* Does the merged rule allow this port and protocol? A constant-bound loop:
+ * the verifier then sees a constant index for every range. */
+static __always_inline int ac_port_allowed(const struct ac_net_rule *r, __u16 port, __u8 proto_bit)
+{
+	__u32 count = r->count;
+#pragma unroll
+	for (__u32 k = 0; k < AC_NET_MAX_RANGES; k++) {
+		const struct ac_port_range *pr = &r->ranges[k];
+		if (k < count && port >= pr->first && port <= pr->last &&
+		    (pr->protocols & proto_bit))
+			return 1;
+	}
+	return 0;
+}
+
+/* Report an inet target in an event. */
+static __always_inline void ac_event_inet(struct ac_event_decision *e, __u16 family, __u16 port,
+					  __u16 protocol, const __u8 *addr16)
+{
+	e->target_kind = AC_TARGET_INET;
+	e->family = family;
+	e->port = port;
+	e->protocol = protocol;
+	if (family == AF_INET)
+		bpf_probe_read_kernel(e->addr, 4, addr16 + 12);
+	else
+		bpf_probe_read_kernel(e->addr, 16, addr16);
+}
+
+/*
+ * connect/sendmsg to `address`. is_connect: AF_UNSPEC (disconnect) is fine;
+ * AF_UNIX is decided by the unix hooks, which see the socket reached.
+ */
+static __always_inline int ac_decide_inet(struct ac_ctx *c, int scoped, struct socket *sock,
+					  struct sockaddr *address, int addrlen, int is_connect)
+{
+	__u32 zero = 0;
+	__u8 decision, reason = AC_REASON_DEFAULT_DENY;
+	int allowed = 0;
+	__u16 family = BPF_CORE_READ(address, sa_family);
+	__u16 protocol = BPF_CORE_READ(sock, sk, sk_protocol);
+	__u16 port = 0;
+
+	if (family == AF_UNIX || family == AF_NETLINK || (is_connect && family == AF_UNSPEC))
+		return 0;
+
+	struct ac_scratch *s = bpf_map_lookup_elem(&ac_scratch_buf, &zero);
+	if (scoped != 1) {
+		reason = AC_REASON_NO_POLICY;
+	} else if (!s) {
+		reason = AC_REASON_INTERNAL;
+	} else if (family == AF_INET && addrlen >= (int)sizeof(struct sockaddr_in)) {
+		struct sockaddr_in *in = (struct sockaddr_in *)address;
+		port = bpf_ntohs(BPF_CORE_READ(in, sin_port));
+		__builtin_memset(s->net.addr, 0, 10);
+		s->net.addr[10] = 0xff;
+		s->net.addr[11] = 0xff;
+		bpf_probe_read_kernel(&s->net.addr[12], 4, &in->sin_addr);
+	} else if (family == AF_INET6 && addrlen >= (int)sizeof(struct sockaddr_in6)) {
+		struct sockaddr_in6 *in6 = (struct sockaddr_in6 *)address;
+		port = bpf_ntohs(BPF_CORE_READ(in6, sin6_port));
+		bpf_probe_read_kernel(s->net.addr, 16, &in6->sin6_addr);
+	} else {
+		/* other families, or an address too short to read */
+		s = NULL;
+	}
+
+	if (s && scoped == 1) {
+		s->net.prefixlen = 32 + 128;
+		s->net.rules_id_be = bpf_htonl(c->rules_id & AC_RULES_ID_MASK);
+		__u8 proto_bit = protocol == IPPROTO_TCP ? AC_PROTO_TCP :
+				 protocol == IPPROTO_UDP ? AC_PROTO_UDP : AC_PROTO_OTHER;
+		struct ac_net_rule *rule = bpf_map_lookup_elem(&ac_net_rules, &s->net);
+		if (rule && ac_port_allowed(rule, port, proto_bit)) {
+			allowed = 1;
+			reason = AC_REASON_RULE_ALLOW;
+		}
+	}
+
+	int ret = ac_verdict(c, allowed, reason, &decision);
+	if (decision != AC_DECISION_ALLOW) {
+		struct ac_event_decision *e = ac_event_begin(c, decision, reason, ret);
+		if (e) {
+			e->family = family;
+			e->protocol = protocol;
+			if (s)
+				ac_event_inet(e, family, port, protocol, s->net.addr);
+			ac_event_submit(e);
+		}
+	}
+	return ret;
+}
+
+/* Raw and packet sockets bypass connect/sendmsg addressing: only unix, inet
+ * (not SOCK_RAW) and netlink (glibc's getaddrinfo uses it) may be created. */
+static __always_inline int ac_decide_socket_create(struct ac_ctx *c, int scoped, int family,
+						   int type, int protocol)
+{
+	__u8 decision, reason = AC_REASON_RULE_ALLOW;
+	int allowed = 1;
+	if (scoped != 1) {
+		allowed = 0;
+		reason = AC_REASON_NO_POLICY;
+	} else if (family == AF_INET || family == AF_INET6) {
+		if ((type & SOCK_TYPE_MASK) == SOCK_RAW) {
+			allowed = 0;
+			reason = AC_REASON_PROTECTED;
+		}
+	} else if (family != AF_UNIX && family != AF_NETLINK) {
+		allowed = 0;
+		reason = AC_REASON_PROTECTED;
+	}
+	int ret = ac_verdict(c, allowed, reason, &decision);
+	if (decision != AC_DECISION_ALLOW) {
+		struct ac_event_decision *e = ac_event_begin(c, decision, reason, ret);
+		if (e) {
+			e->family = family;
+			e->protocol = protocol;
+			ac_event_submit(e);
+		}
+	}
+	return ret;
+}
+
+/*
+ * A unix socket reached by connect() or sendmsg(): allowed when the policy
+ * lists the path it is bound at (AC_ACCESS_CONNECT on that exact path) or
+ * its abstract name. Unbound peers (socketpair) are not addressable and are
+ * allowed.
+ */
+static __always_inline int ac_decide_unix(struct ac_ctx *c, int scoped, struct sock *other)
+{
+	__u32 zero = 0, text_len = 0;
+	__u8 decision, reason = AC_REASON_DEFAULT_DENY;
+	int allowed = 0, status = AC_WALK_INTERNAL, abstract = 0;
+	struct unix_sock *u = (struct unix_sock *)other;
+	struct dentry *dentry = BPF_CORE_READ(u, path.dentry);
+	struct unix_address *ua = BPF_CORE_READ(u, addr);
+
+	if (!dentry && !ua)
+		return 0;
+	struct ac_scratch *s = bpf_map_lookup_elem(&ac_scratch_buf, &zero);
+	if (scoped != 1) {
+		reason = AC_REASON_NO_POLICY;
+	} else if (!s) {
+		reason = AC_REASON_INTERNAL;
+	} else if (dentry) {
+		status = ac_resolve(dentry, BPF_CORE_READ(u, path.mnt), s, &text_len);
+		if (status != AC_WALK_DONE) {
+			reason = ac_walk_reason(status);
+		} else {
+			__u32 access = ac_path_access(s, c->rules_id, 0);
+			if (access & AC_ACCESS_DENY)
+				reason = AC_REASON_RULE_DENY;
+			else if (access & AC_ACCESS_CONNECT)
+				allowed = 1;
+		}
+	} else {
+		/* Abstract: sun_path[0] == 0, the name is the rest of len bytes. */
+		abstract = 1;
+		int len = BPF_CORE_READ(ua, len);
+		int name_len = len - 3; /* sizeof(sa_family_t) + the leading NUL */
+		if (name_len <= 0 || name_len > 107) {
+			reason = AC_REASON_DEFAULT_DENY;
+		} else {
+			bpf_probe_read_kernel(s->key.path, 108, &ua->name[0].sun_path[1]);
+			text_len = name_len;
+			s->key.prefixlen = 32 + 8 * name_len;
+			s->key.rules_id_be =
+				bpf_htonl((c->rules_id & AC_RULES_ID_MASK) | AC_RULES_NS_ABSTRACT);
+			struct ac_path_rule *r = bpf_map_lookup_elem(&ac_path_rules, &s->key);
+			/* exact name only: the rule records its length */
+			if (r && (r->access & AC_ACCESS_CONNECT) && r->aux == (__u32)name_len)
+				allowed = 1;
+			status = AC_WALK_DONE;
+		}
+	}
+	if (allowed)
+		reason = AC_REASON_RULE_ALLOW;
+
+	int ret = ac_verdict(c, allowed, reason, &decision);
+	if (decision != AC_DECISION_ALLOW) {
+		struct ac_event_decision *e = ac_event_begin(c, decision, reason, ret);
+		if (e) {
+			e->family = AF_UNIX;
+			if (s && status == AC_WALK_DONE) {
+				e->target_kind = AC_TARGET_UNIX;
+				e->target_len = text_len > AC_PATH_KEY_MAX ? AC_PATH_KEY_MAX : text_len;
+				bpf_probe_read_kernel(e->target, AC_PATH_KEY_MAX, s->key.path);
+				e->target[e->target_len & (AC_EVENT_TARGET_MAX - 1)] = 0;
+				e->port = abstract; /* 1: abstract name (no leading '@' in target) */
+			}
+			ac_event_submit(e);
+		}
+	}
+	return ret;
+}
+
+#endif /* AGENTCAGE_NET_BPF_H */
