@@ -6,6 +6,7 @@
 #include <string>
 
 #include "doctor/doctor.h"
+#include "policy/policy.h"
 #include "util/log.h"
 
 #ifndef AGENTCAGE_VERSION
@@ -44,6 +45,17 @@ int main(int argc, char** argv) {
   bool json = false;
   doctor->add_flag("--json", json, "Print the report as JSON");
 
+  auto* policy_cmd = app.add_subcommand("policy", "Work with policy files");
+  policy_cmd->require_subcommand(1);
+  auto* check = policy_cmd->add_subcommand("check", "Validate policy files without applying them");
+  check->description(
+      "Validate each policy FILE (YAML, apiVersion agentcage/v1) without applying it: syntax,\n"
+      "unknown keys, types, paths, CIDRs, ports, sizes, durations, and that exec.allow programs\n"
+      "exist. Errors are printed as FILE:LINE:COL: message.\n\n"
+      "Exit status: 0 when every file is valid, 1 otherwise.");
+  std::vector<std::string> policy_files;
+  check->add_option("FILE", policy_files, "Policy files to check")->required();
+
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
@@ -56,6 +68,8 @@ int main(int argc, char** argv) {
                                              : agentcage::log::Level::warn);
   // The doctor reports libbpf's failures itself; only show libbpf chatter on -v.
   if (doctor->parsed() && verbosity == 0) agentcage::log::set_level(agentcage::log::Level::off);
+
+  if (check->parsed()) return agentcage::policy::check_command(policy_files, std::cout, std::cerr);
 
   if (doctor->parsed()) {
     auto report = agentcage::doctor::run();

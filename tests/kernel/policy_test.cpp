@@ -1,0 +1,351 @@
+// YAML policies compiled into the maps and enforced on a real kernel: each
+// rule kind, allowed and denied, and the bypasses the design closes.
+#include <arpa/inet.h>
+#include <fcntl.h>
+#include <linux/sched.h>
+#include <netinet/in.h>
+#include <sched.h>
+#include <signal.h>
+#include <sys/mman.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/syscall.h>
+#include <sys/un.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <cerrno>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <functional>
+#include <string>
+
+#include "bpf/compile.h"
+#include "cgroup/cgroup.h"
+#include "kernel_env.h"
+#include "policy/policy.h"
+
+namespace agentcage {
+namespace {
+
+namespace fs = std::filesystem;
+
+constexpr int kOk = 0;
+constexpr int kDenied = 1;
+constexpr int kOtherError = 2;
+
+int classify(int err) { return err == EACCES ? kDenied : kOtherError; }
+int result(int rc) { return rc == 0 ? kOk : classify(errno); }
+
+int exit_code(int st) { return WIFEXITED(st) ? WEXITSTATUS(st) : 100 + WTERMSIG(st); }
+
+// fork + exec argv[0] and report how it went: kOk if it ran and exited 0.
+int run_program(const std::string& path) {
+  pid_t pid = ::fork();
+  if (pid == 0) {
+    char* const argv[] = {const_cast<char*>(path.c_str()), nullptr};
+    char* const envp[] = {nullptr};
+    ::execve(path.c_str(), argv, envp);
+    ::_exit(errno == EACCES ? 40 : 41);
+  }
+  int st = 0;
+  ::waitpid(pid, &st, 0);
+  int code = exit_code(st);
+  return code == 0 ? kOk : code == 40 ? kDenied : 10 + code;
+}
+
+int tcp_connect(int family, const char* addr, uint16_t port) {
+  int s = ::socket(family, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  if (s < 0) return kOtherError;
+  int rc;
+  if (family == AF_INET) {
+    sockaddr_in a{};
+    a.sin_family = AF_INET;
+    a.sin_port = htons(port);
+    ::inet_pton(AF_INET, addr, &a.sin_addr);
+    rc = ::connect(s, reinterpret_cast<sockaddr*>(&a), sizeof a);
+  } else {
+    sockaddr_in6 a{};
+    a.sin6_family = AF_INET6;
+    a.sin6_port = htons(port);
+    ::inet_pton(AF_INET6, addr, &a.sin6_addr);
+    rc = ::connect(s, reinterpret_cast<sockaddr*>(&a), sizeof a);
+  }
+  int r = result(rc);
+  ::close(s);
+  return r;
+}
+
+int udp_sendto(uint16_t port) {
+  int s = ::socket(AF_INET, SOCK_DGRAM | SOCK_CLOEXEC, 0);
+  if (s < 0) return kOtherError;
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  a.sin_port = htons(port);
+  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  int r = ::sendto(s, "x", 1, 0, reinterpret_cast<sockaddr*>(&a), sizeof a) == 1 ? kOk : classify(errno);
+  ::close(s);
+  return r;
+}
+
+int unix_connect(const std::string& path) {
+  int s = ::socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  sockaddr_un a{};
+  a.sun_family = AF_UNIX;
+  std::strncpy(a.sun_path, path.c_str(), sizeof a.sun_path - 1);
+  int r = result(::connect(s, reinterpret_cast<sockaddr*>(&a), sizeof a));
+  ::close(s);
+  return r;
+}
+
+int listen_tcp(int family, uint16_t* port) {
+  int s = ::socket(family, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  int one = 1;
+  ::setsockopt(s, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
+  if (family == AF_INET6) {
+    sockaddr_in6 a{};
+    a.sin6_family = AF_INET6;
+    a.sin6_addr = in6addr_any;  // dual-stack: accepts v4-mapped too
+    ::bind(s, reinterpret_cast<sockaddr*>(&a), sizeof a);
+  } else {
+    sockaddr_in a{};
+    a.sin_family = AF_INET;
+    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    ::bind(s, reinterpret_cast<sockaddr*>(&a), sizeof a);
+  }
+  ::listen(s, 64);
+  sockaddr_storage ss{};
+  socklen_t len = sizeof ss;
+  ::getsockname(s, reinterpret_cast<sockaddr*>(&ss), &len);
+  *port = ntohs(family == AF_INET6 ? reinterpret_cast<sockaddr_in6*>(&ss)->sin6_port
+                                   : reinterpret_cast<sockaddr_in*>(&ss)->sin_port);
+  return s;
+}
+
+class PolicyTest : public ::testing::Test {
+ protected:
+  static constexpr uint32_t kSlot = 2;
+
+  void SetUp() override {
+    AC_REQUIRE_ENFORCER();
+    static std::atomic<int> n{0};
+    auto root = cgroup::find_cgroup2_root();
+    ASSERT_TRUE(root.ok());
+    root_ = *root;
+    fs::create_directories(root_ / "agentcage-kt");
+    auto cg = cgroup::Cgroup::create(root_, root_ / "agentcage-kt", "policy-" + std::to_string(::getpid()) + "-" +
+                                                                       std::to_string(n++));
+    ASSERT_TRUE(cg.ok()) << cg.error().message;
+    cg_ = std::move(cg).value();
+    char tmpl[] = "/tmp/agentcage-pt-XXXXXX";
+    ASSERT_NE(::mkdtemp(tmpl), nullptr);
+    base_ = tmpl;
+    ws_ = base_ / "workspace";
+    fs::create_directories(ws_ / ".git" / "hooks");
+    fs::create_directories(base_ / "outside");
+    std::ofstream(base_ / "outside" / "data.txt") << "data\n";
+  }
+
+  void TearDown() override {
+    if (scoped_) {
+      EXPECT_TRUE(kt::enforcer()->remove_scope(cg_.id()).ok());
+    }
+    if (kt::enforcer()) (void)kt::enforcer()->remove_policy(kSlot);
+    EXPECT_TRUE(cg_.remove().ok());
+    if (!base_.empty()) fs::remove_all(base_);
+  }
+
+  // Parse, compile and install `yaml`, then scope the cgroup with it.
+  void apply(const std::string& yaml) {
+    auto parsed = policy::parse_policy(yaml, "test.yaml");
+    ASSERT_TRUE(parsed.ok()) << (parsed.errors.empty() ? "" : parsed.errors[0].format());
+    auto compiled = bpf::compile(*parsed.policy);
+    ASSERT_TRUE(compiled.ok()) << compiled.error().message;
+    auto st = kt::enforcer()->put_policy(kSlot, *compiled);
+    ASSERT_TRUE(st.ok()) << st.error().message;
+    if (!scoped_) {
+      st = kt::enforcer()->add_scope(cg_.id(), cg_.level(), 77, kSlot, ws_.string());
+      ASSERT_TRUE(st.ok()) << st.error().message;
+      scoped_ = true;
+    }
+  }
+
+  int scoped(const std::function<int()>& fn) {
+    auto pid = cgroup::spawn_in_cgroup(cg_.fd(), fn);
+    if (!pid) return -1;
+    auto st = cgroup::wait_for(*pid);
+    return st ? exit_code(*st) : -1;
+  }
+
+  std::string base(const char* rel) const { return (base_ / rel).string(); }
+  std::string ws(const char* rel) const { return (ws_ / rel).string(); }
+
+  fs::path root_, base_, ws_;
+  cgroup::Cgroup cg_;
+  bool scoped_ = false;
+};
+
+constexpr const char* kRuntime =
+    "    read: [/usr/lib, /usr/lib64, /etc/ld.so.cache]\n";
+
+std::string policy_yaml(const std::string& spec) {
+  return "apiVersion: agentcage/v1\nkind: Policy\nmetadata:\n  name: kt\nspec:\n" + spec;
+}
+
+TEST_F(PolicyTest, WorkspaceIsWritableAndNothingElse) {
+  ASSERT_NO_FATAL_FAILURE(apply(policy_yaml("  files:\n    write: [\"${workspace}\"]\n    deny: [\"${workspace}/.git/hooks\"]\n" +
+                    std::string("    read: [") + base_.string() + "/outside]\n")));
+  EXPECT_EQ(scoped([&] { return result(::open(ws("new.txt").c_str(), O_CREAT | O_WRONLY, 0600) >= 0 ? 0 : -1); }),
+            kOk);
+  EXPECT_EQ(scoped([&] { return result(::mkdir(ws("dir").c_str(), 0700)); }), kOk);
+  EXPECT_EQ(scoped([&] { return result(::rename(ws("new.txt").c_str(), ws("dir/moved.txt").c_str())); }), kOk);
+  EXPECT_EQ(scoped([&] { return result(::unlink(ws("dir/moved.txt").c_str())); }), kOk);
+  // read-only rule: readable, not writable, not creatable
+  EXPECT_EQ(scoped([&] { return result(::open(base("outside/data.txt").c_str(), O_RDONLY) >= 0 ? 0 : -1); }), kOk);
+  EXPECT_EQ(scoped([&] { return result(::open(base("outside/data.txt").c_str(), O_WRONLY) >= 0 ? 0 : -1); }),
+            kDenied);
+  EXPECT_EQ(scoped([&] { return result(::open(base("outside/x").c_str(), O_CREAT | O_WRONLY, 0600) >= 0 ? 0 : -1); }),
+            kDenied);
+  EXPECT_EQ(scoped([&] { return result(::unlink(base("outside/data.txt").c_str())); }), kDenied);
+  EXPECT_EQ(scoped([&] { return result(::truncate(base("outside/data.txt").c_str(), 0)); }), kDenied);
+  EXPECT_EQ(scoped([&] { return result(::chmod(base("outside/data.txt").c_str(), 0777)); }), kDenied);
+  // moving data out of the workspace, or a read-only file in, is a write on both names
+  std::ofstream(ws_ / "w.txt") << "w\n";
+  EXPECT_EQ(scoped([&] { return result(::rename(ws("w.txt").c_str(), base("outside/w.txt").c_str())); }), kDenied);
+  EXPECT_EQ(scoped([&] { return result(::link(base("outside/data.txt").c_str(), ws("hard").c_str())); }), kDenied);
+  // deny wins inside the writable workspace
+  EXPECT_EQ(scoped([&] { return result(::open(ws(".git/hooks/pre-commit").c_str(), O_CREAT | O_WRONLY, 0700) >= 0 ? 0 : -1); }),
+            kDenied);
+  EXPECT_EQ(fs::exists(base_ / "outside" / "data.txt"), true);
+  EXPECT_EQ(fs::file_size(base_ / "outside" / "data.txt"), 5u);
+}
+
+TEST_F(PolicyTest, OnlyAllowedProgramsRunByIdentity) {
+  ASSERT_NO_FATAL_FAILURE(apply(policy_yaml("  exec:\n    allow: [/usr/bin/true]\n  files:\n" + std::string(kRuntime) +
+                    "    write: [\"${workspace}\"]\n")));
+  EXPECT_EQ(scoped([] { return run_program("/usr/bin/true"); }), kOk);
+  EXPECT_EQ(scoped([] { return run_program("/usr/bin/false"); }), kDenied);
+  // a copy of an allowed program is not the allowed program
+  fs::copy_file("/usr/bin/true", ws_ / "true");
+  fs::permissions(ws_ / "true", fs::perms::owner_all);
+  EXPECT_EQ(scoped([&] { return run_program(ws("true")); }), kDenied);
+  // a symlink to a denied program does not make it allowed; one to an allowed program works
+  fs::create_symlink("/usr/bin/false", ws_ / "link-false");
+  fs::create_symlink("/usr/bin/true", ws_ / "link-true");
+  EXPECT_EQ(scoped([&] { return run_program(ws("link-false")); }), kDenied);
+  EXPECT_EQ(scoped([&] { return run_program(ws("link-true")); }), kOk);
+}
+
+TEST_F(PolicyTest, ExecutableMappingsOfWritableFilesAreDenied) {
+  ASSERT_NO_FATAL_FAILURE(apply(policy_yaml(std::string("  files:\n") + kRuntime + "    write: [\"${workspace}\"]\n")));
+  std::ofstream(ws_ / "code.bin") << std::string(4096, '\xc3');
+  EXPECT_EQ(scoped([&] {
+              int fd = ::open(ws("code.bin").c_str(), O_RDONLY);
+              if (fd < 0) return kOtherError;
+              void* p = ::mmap(nullptr, 4096, PROT_READ | PROT_EXEC, MAP_PRIVATE, fd, 0);
+              return p == MAP_FAILED ? classify(errno) : kOk;
+            }),
+            kDenied);
+  EXPECT_EQ(scoped([&] {
+              int fd = ::open(ws("code.bin").c_str(), O_RDONLY);
+              void* p = ::mmap(nullptr, 4096, PROT_READ, MAP_PRIVATE, fd, 0);
+              if (p == MAP_FAILED) return kOtherError;
+              return result(::mprotect(p, 4096, PROT_READ | PROT_EXEC));
+            }),
+            kDenied);
+  // a library under a read-only rule maps fine
+  EXPECT_EQ(scoped([] {
+              int fd = ::open("/etc/ld.so.cache", O_RDONLY);
+              if (fd < 0) return kOtherError;
+              void* p = ::mmap(nullptr, 4096, PROT_READ | PROT_EXEC, MAP_PRIVATE, fd, 0);
+              return p == MAP_FAILED ? classify(errno) : kOk;
+            }),
+            kOk);
+}
+
+TEST_F(PolicyTest, NetworkAllowlistByAddressPortAndProtocol) {
+  uint16_t port4 = 0, port6 = 0;
+  int l4 = listen_tcp(AF_INET, &port4);
+  int l6 = listen_tcp(AF_INET6, &port6);
+  ASSERT_NO_FATAL_FAILURE(apply(policy_yaml("  network:\n    allow:\n      - {cidr: 127.0.0.1/32, ports: [" + std::to_string(port4) +
+                    "], protocol: tcp}\n      - {cidr: ::1/128, ports: [" + std::to_string(port6) +
+                    "], protocol: tcp}\n")));
+  EXPECT_EQ(scoped([&] { return tcp_connect(AF_INET, "127.0.0.1", port4); }), kOk);
+  EXPECT_EQ(scoped([&] { return tcp_connect(AF_INET, "127.0.0.2", port4); }), kDenied);
+  EXPECT_EQ(scoped([&] { return tcp_connect(AF_INET, "127.0.0.1", port6); }), kDenied);
+  EXPECT_EQ(scoped([&] { return tcp_connect(AF_INET6, "::1", port6); }), kOk);
+  EXPECT_EQ(scoped([&] { return tcp_connect(AF_INET6, "::1", port4); }), kDenied);
+  // IPv4-mapped IPv6 is the IPv4 address: same rule, same answer
+  EXPECT_EQ(scoped([&] { return tcp_connect(AF_INET6, "::ffff:127.0.0.1", port4); }), kOk);
+  EXPECT_EQ(scoped([&] { return tcp_connect(AF_INET6, "::ffff:127.0.0.1", port6); }), kDenied);
+  // the tcp rule does not allow udp to the same port; sendto without connect is checked
+  EXPECT_EQ(scoped([&] { return udp_sendto(port4); }), kDenied);
+  // raw and packet sockets
+  EXPECT_EQ(scoped([] { return ::socket(AF_INET, SOCK_RAW, IPPROTO_ICMP) >= 0 ? kOk : classify(errno); }),
+            kDenied);
+  EXPECT_EQ(scoped([] { return ::socket(AF_PACKET, SOCK_RAW, 0) >= 0 ? kOk : classify(errno); }), kDenied);
+  ::close(l4);
+  ::close(l6);
+}
+
+TEST_F(PolicyTest, UnixSocketsByIdentity) {
+  std::string allowed = base("allowed.sock"), other = base("other.sock");
+  auto bind_unix = [](const std::string& p) {
+    int s = ::socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    sockaddr_un a{};
+    a.sun_family = AF_UNIX;
+    std::strncpy(a.sun_path, p.c_str(), sizeof a.sun_path - 1);
+    ::bind(s, reinterpret_cast<sockaddr*>(&a), sizeof a);
+    ::listen(s, 8);
+    return s;
+  };
+  int s1 = bind_unix(allowed), s2 = bind_unix(other);
+  fs::create_symlink(other, ws_ / "alias.sock");
+  ASSERT_NO_FATAL_FAILURE(apply(policy_yaml("  network:\n    allow:\n      - {unix: " + allowed + "}\n")));
+  EXPECT_EQ(scoped([&] { return unix_connect(allowed); }), kOk);
+  EXPECT_EQ(scoped([&] { return unix_connect(other); }), kDenied);
+  EXPECT_EQ(scoped([&] { return unix_connect(ws("alias.sock")); }), kDenied);
+  ::close(s1);
+  ::close(s2);
+}
+
+TEST_F(PolicyTest, ScopeCannotBeLeft) {
+  ASSERT_NO_FATAL_FAILURE(apply(policy_yaml("  files:\n    read: [/sys]\n")));
+  // clone3 into the root cgroup through an O_PATH fd (file_open never sees it)
+  std::string root = root_.string();
+  EXPECT_EQ(scoped([&] {
+              int fd = ::open(root.c_str(), O_PATH | O_DIRECTORY);
+              if (fd < 0) return kOtherError;
+              clone_args args{};
+              args.flags = CLONE_INTO_CGROUP;
+              args.exit_signal = SIGCHLD;
+              args.cgroup = static_cast<uint64_t>(fd);
+              long pid = ::syscall(SYS_clone3, &args, sizeof args);
+              if (pid == 0) ::_exit(0);
+              if (pid > 0) {
+                ::waitpid(static_cast<pid_t>(pid), nullptr, 0);
+                return kOk;
+              }
+              return classify(errno);
+            }),
+            kDenied);
+  // cgroupfs stays closed even under a read rule that covers it
+  std::string procs = (root_ / "cgroup.procs").string();
+  EXPECT_EQ(scoped([&] { return result(::open(procs.c_str(), O_WRONLY) >= 0 ? 0 : -1); }), kDenied);
+  EXPECT_EQ(scoped([&] { return result(::open(root.c_str(), O_RDONLY | O_DIRECTORY) >= 0 ? 0 : -1); }), kDenied);
+  // no new user namespace (capabilities inside it would allow mounts, chroot)
+  EXPECT_EQ(scoped([] { return result(::unshare(CLONE_NEWUSER)); }), kDenied);
+}
+
+TEST_F(PolicyTest, PolicySwapTakesEffectAtomically) {
+  ASSERT_NO_FATAL_FAILURE(apply(policy_yaml(std::string("  files:\n    read: [") + base_.string() + "/outside]\n")));
+  EXPECT_EQ(scoped([&] { return result(::open(base("outside/data.txt").c_str(), O_RDONLY) >= 0 ? 0 : -1); }), kOk);
+  ASSERT_NO_FATAL_FAILURE(apply(policy_yaml("  files:\n    read: [/usr]\n")));
+  EXPECT_EQ(scoped([&] { return result(::open(base("outside/data.txt").c_str(), O_RDONLY) >= 0 ? 0 : -1); }),
+            kDenied);
+}
+
+}  // namespace
+}  // namespace agentcage

@@ -1,0 +1,182 @@
+#include "bpf/compile.h"
+
+#include <netinet/in.h>
+
+#include <gtest/gtest.h>
+
+#include <map>
+
+namespace agentcage::bpf {
+namespace {
+
+policy::PathEntry abs_path(const char* p) { return {p, false, {}}; }
+policy::PathEntry ws_path(const char* p) { return {p, true, {}}; }
+
+std::map<std::string, uint32_t> by_path(const CompiledPolicy& c, RuleSpace space) {
+  std::map<std::string, uint32_t> m;
+  for (const auto& r : c.paths)
+    if (r.space == space) m[r.path] = r.access;
+  return m;
+}
+
+TEST(Compile, EnclosingRulesAreFoldedIntoLongerOnes) {
+  policy::Policy p;
+  p.name = "t";
+  p.write = {abs_path("/a")};
+  p.read = {abs_path("/a/b"), abs_path("/usr")};
+  auto c = compile(p);
+  ASSERT_TRUE(c.ok()) << c.error().message;
+  auto m = by_path(*c, RuleSpace::absolute);
+  // /a/b is only "read" itself, but lies inside the writable /a.
+  EXPECT_EQ(m["/a/b"], AC_ACCESS_READ | AC_ACCESS_WRITE);
+  EXPECT_EQ(m["/a"], AC_ACCESS_READ | AC_ACCESS_WRITE);
+  EXPECT_EQ(m["/usr"], AC_ACCESS_READ);
+}
+
+TEST(Compile, DenyWinsOverEnclosedAndEnclosingAllows) {
+  policy::Policy p;
+  p.name = "t";
+  p.read = {abs_path("/home/user/data"), abs_path("/etc")};
+  p.deny = {abs_path("/home"), abs_path("/etc/shadow")};
+  auto c = compile(p);
+  ASSERT_TRUE(c.ok());
+  auto m = by_path(*c, RuleSpace::absolute);
+  EXPECT_EQ(m["/home/user/data"], AC_ACCESS_DENY) << "an allow inside a deny is void";
+  EXPECT_EQ(m["/etc/shadow"], AC_ACCESS_DENY);
+  EXPECT_EQ(m["/etc"], AC_ACCESS_READ);
+}
+
+TEST(Compile, ComponentBoundariesNotStringPrefixes) {
+  policy::Policy p;
+  p.name = "t";
+  p.write = {abs_path("/usr/lib")};
+  p.read = {abs_path("/usr/lib64")};
+  auto c = compile(p);
+  ASSERT_TRUE(c.ok());
+  EXPECT_EQ(by_path(*c, RuleSpace::absolute)["/usr/lib64"], AC_ACCESS_READ);
+}
+
+TEST(Compile, WorkspaceRulesStayRelativeAndSeparate) {
+  policy::Policy p;
+  p.name = "t";
+  p.write = {ws_path("")};
+  p.deny = {ws_path("/.git/hooks")};
+  auto c = compile(p);
+  ASSERT_TRUE(c.ok());
+  auto m = by_path(*c, RuleSpace::workspace);
+  EXPECT_EQ(m["/"], AC_ACCESS_READ | AC_ACCESS_WRITE);
+  EXPECT_EQ(m["/.git/hooks"], AC_ACCESS_DENY);
+  EXPECT_TRUE(by_path(*c, RuleSpace::absolute).empty());
+}
+
+TEST(Compile, ExecRulesUseTheResolvedProgram) {
+  policy::Policy p;
+  p.name = "t";
+  p.exec_allow = {{"/usr/bin/python3", "/usr/bin/python3.11", {}}};
+  auto c = compile(p);
+  ASSERT_TRUE(c.ok());
+  auto m = by_path(*c, RuleSpace::absolute);
+  EXPECT_EQ(m.count("/usr/bin/python3"), 0u);
+  EXPECT_EQ(m["/usr/bin/python3.11"], AC_ACCESS_READ | AC_ACCESS_EXEC);
+}
+
+TEST(Compile, RejectsWritableProgram) {
+  policy::Policy p;
+  p.name = "t";
+  p.exec_allow = {{"/opt/tool/bin/x", "/opt/tool/bin/x", {}}};
+  p.write = {abs_path("/opt/tool")};
+  auto c = compile(p);
+  ASSERT_FALSE(c.ok());
+  EXPECT_NE(c.error().message.find("files.write"), std::string::npos) << c.error().message;
+}
+
+TEST(Compile, AuditModeSetsTheFlag) {
+  policy::Policy p;
+  p.name = "t";
+  p.mode = policy::Mode::audit;
+  auto c = compile(p);
+  ASSERT_TRUE(c.ok());
+  EXPECT_EQ(c->flags, AC_POLICY_F_AUDIT);
+  EXPECT_TRUE(c->paths.empty());
+  EXPECT_TRUE(c->net.empty());
+}
+
+policy::NetRule v4(uint8_t a, uint8_t b, uint8_t c, uint8_t d, uint8_t len, std::vector<policy::PortRange> ports,
+                   policy::Protocol proto) {
+  policy::NetRule r;
+  r.kind = policy::NetRule::Kind::cidr;
+  r.family = AF_INET;
+  r.addr = {a, b, c, d};
+  r.prefix_len = len;
+  r.ports = std::move(ports);
+  r.protocol = proto;
+  return r;
+}
+
+TEST(Compile, Ipv4BecomesV4MappedAndCoveringRangesMerge) {
+  policy::Policy p;
+  p.name = "t";
+  p.network_allow = {v4(10, 20, 0, 0, 16, {{443, 443}, {8000, 8100}}, policy::Protocol::tcp),
+                     v4(10, 20, 1, 5, 32, {{53, 53}}, policy::Protocol::udp)};
+  auto c = compile(p);
+  ASSERT_TRUE(c.ok()) << c.error().message;
+  ASSERT_EQ(c->net.size(), 2u);
+  const NetRule& wide = c->net[0];
+  EXPECT_EQ(wide.prefix_len, 96 + 16);
+  EXPECT_EQ(wide.addr[10], 0xff);
+  EXPECT_EQ(wide.addr[11], 0xff);
+  EXPECT_EQ(wide.addr[12], 10);
+  EXPECT_EQ(wide.addr[13], 20);
+  EXPECT_EQ(wide.ranges.size(), 2u);
+  const NetRule& host = c->net[1];
+  EXPECT_EQ(host.prefix_len, 128);
+  // the /32 also carries the /16's ranges: longest match alone decides
+  ASSERT_EQ(host.ranges.size(), 3u);
+  EXPECT_EQ(host.ranges[0].first, 53);
+  EXPECT_EQ(host.ranges[0].protocols, AC_PROTO_UDP);
+  EXPECT_EQ(host.ranges[1].first, 443);
+  EXPECT_EQ(host.ranges[1].protocols, AC_PROTO_TCP);
+}
+
+TEST(Compile, MissingPortsMeanAllAndAnyProtocol) {
+  policy::Policy p;
+  p.name = "t";
+  p.network_allow = {v4(192, 168, 0, 0, 24, {}, policy::Protocol::any)};
+  auto c = compile(p);
+  ASSERT_TRUE(c.ok());
+  ASSERT_EQ(c->net[0].ranges.size(), 1u);
+  EXPECT_EQ(c->net[0].ranges[0].first, 1);
+  EXPECT_EQ(c->net[0].ranges[0].last, 65535);
+  EXPECT_EQ(c->net[0].ranges[0].protocols, AC_PROTO_ANY);
+}
+
+TEST(Compile, TooManyRangesIsAnError) {
+  policy::Policy p;
+  p.name = "t";
+  std::vector<policy::PortRange> ports;
+  for (uint16_t i = 0; i < AC_NET_MAX_RANGES + 1; ++i)
+    ports.push_back({static_cast<uint16_t>(1000 + 2 * i), static_cast<uint16_t>(1000 + 2 * i)});
+  p.network_allow = {v4(10, 0, 0, 0, 8, ports, policy::Protocol::tcp)};
+  auto c = compile(p);
+  ASSERT_FALSE(c.ok());
+  EXPECT_EQ(c.error().code, E2BIG);
+}
+
+TEST(Compile, UnixRulesGrantConnect) {
+  policy::Policy p;
+  p.name = "t";
+  policy::NetRule path;
+  path.kind = policy::NetRule::Kind::unix_path;
+  path.unix_name = "/run/llm-proxy.sock";
+  policy::NetRule abstract;
+  abstract.kind = policy::NetRule::Kind::unix_abstract;
+  abstract.unix_name = "llm-proxy";
+  p.network_allow = {path, abstract};
+  auto c = compile(p);
+  ASSERT_TRUE(c.ok());
+  EXPECT_EQ(by_path(*c, RuleSpace::absolute)["/run/llm-proxy.sock"], AC_ACCESS_CONNECT);
+  EXPECT_EQ(by_path(*c, RuleSpace::abstract_unix)["llm-proxy"], AC_ACCESS_CONNECT);
+}
+
+}  // namespace
+}  // namespace agentcage::bpf

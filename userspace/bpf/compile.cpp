@@ -1,0 +1,141 @@
+#include "bpf/compile.h"
+
+#include <netinet/in.h>
+
+#include <algorithm>
+#include <cstring>
+#include <map>
+#include <set>
+#include <tuple>
+
+namespace agentcage::bpf {
+namespace {
+
+// Is `inner` the same path as `outer` or below it (whole components)?
+bool within(const std::string& inner, const std::string& outer) {
+  if (outer == "/") return true;
+  return inner == outer || (inner.size() > outer.size() && inner.compare(0, outer.size(), outer) == 0 &&
+                            inner[outer.size()] == '/');
+}
+
+// Fold enclosing rules into each rule of one path space.
+std::vector<PathRule> fold(const std::map<std::string, uint32_t>& rules, RuleSpace space) {
+  std::vector<PathRule> out;
+  for (const auto& [path, own] : rules) {
+    uint32_t access = 0;
+    for (const auto& [outer, outer_access] : rules)
+      if (within(path, outer)) access |= outer_access;
+    if (access & AC_ACCESS_DENY) access = AC_ACCESS_DENY;  // deny wins over everything enclosed
+    (void)own;
+    out.push_back(PathRule{path, access, space});
+  }
+  return out;
+}
+
+// Workspace paths from the model: "" is the workspace itself ("/" as a key).
+std::string ws_key(const std::string& p) { return p.empty() ? "/" : p; }
+
+bool covers(const NetRule& outer, const NetRule& inner) {
+  if (outer.prefix_len > inner.prefix_len) return false;
+  unsigned bits = outer.prefix_len;
+  for (unsigned i = 0; i < 16 && bits > 0; ++i) {
+    unsigned take = bits >= 8 ? 8 : bits;
+    uint8_t mask = static_cast<uint8_t>(0xff << (8 - take));
+    if ((outer.addr[i] & mask) != (inner.addr[i] & mask)) return false;
+    bits -= take;
+  }
+  return true;
+}
+
+}  // namespace
+
+Result<CompiledPolicy> compile(const policy::Policy& policy) {
+  CompiledPolicy out;
+  out.flags = policy.mode == policy::Mode::audit ? AC_POLICY_F_AUDIT : 0;
+
+  std::map<std::string, uint32_t> abs, ws;
+  auto add = [&](const policy::PathEntry& e, uint32_t access) {
+    (e.in_workspace ? ws[ws_key(e.path)] : abs[e.path]) |= access;
+  };
+  for (const auto& e : policy.read) add(e, AC_ACCESS_READ);
+  for (const auto& e : policy.write) add(e, AC_ACCESS_READ | AC_ACCESS_WRITE);
+  for (const auto& e : policy.deny) add(e, AC_ACCESS_DENY);
+  // An allowed program stays readable and mappable: it is matched by the
+  // file it resolves to, so a symlink to it or a copy elsewhere is not it.
+  for (const auto& e : policy.exec_allow) abs[e.resolved] |= AC_ACCESS_READ | AC_ACCESS_EXEC;
+
+  std::vector<PathRule> unix_abstract;
+  for (const auto& r : policy.network_allow) {
+    if (r.kind == policy::NetRule::Kind::unix_path) abs[r.unix_name] |= AC_ACCESS_CONNECT;
+    if (r.kind == policy::NetRule::Kind::unix_abstract)
+      unix_abstract.push_back(PathRule{r.unix_name, AC_ACCESS_CONNECT, RuleSpace::abstract_unix});
+  }
+
+  out.paths = fold(abs, RuleSpace::absolute);
+  for (const auto& r : out.paths) {
+    // A program the run could overwrite is no longer the program allowed.
+    if ((r.access & AC_ACCESS_EXEC) && (r.access & AC_ACCESS_WRITE))
+      return Error{"policy " + policy.name + ": exec.allow " + r.path +
+                       " lies under a files.write rule; a run could replace the program",
+                   EINVAL};
+    if (auto key = make_path_key(0, r); !key) return key.error().wrap("policy " + policy.name);
+  }
+  for (auto& r : fold(ws, RuleSpace::workspace)) {
+    if (auto key = make_path_key(0, r); !key) return key.error().wrap("policy " + policy.name);
+    out.paths.push_back(std::move(r));
+  }
+  for (auto& r : unix_abstract) {
+    if (auto key = make_path_key(0, r); !key) return key.error().wrap("policy " + policy.name);
+    out.paths.push_back(std::move(r));
+  }
+
+  // CIDRs: one entry per distinct network, IPv4 as ::ffff:0:0/96.
+  std::vector<NetRule> nets;
+  std::vector<std::vector<ac_port_range>> own;
+  for (const auto& r : policy.network_allow) {
+    if (r.kind != policy::NetRule::Kind::cidr) continue;
+    NetRule n;
+    if (r.family == AF_INET) {
+      n.addr[10] = 0xff;
+      n.addr[11] = 0xff;
+      std::memcpy(&n.addr[12], r.addr.data(), 4);
+      n.prefix_len = static_cast<uint8_t>(96 + r.prefix_len);
+    } else {
+      n.addr = r.addr;
+      n.prefix_len = r.prefix_len;
+    }
+    uint8_t protocols = r.protocol == policy::Protocol::tcp   ? AC_PROTO_TCP
+                        : r.protocol == policy::Protocol::udp ? AC_PROTO_UDP
+                                                              : AC_PROTO_ANY;
+    std::vector<ac_port_range> ranges;
+    if (r.ports.empty()) ranges.push_back(ac_port_range{1, 65535, protocols, {}});
+    for (const auto& p : r.ports) ranges.push_back(ac_port_range{p.first, p.last, protocols, {}});
+    auto same = std::find_if(nets.begin(), nets.end(), [&](const NetRule& x) {
+      return x.prefix_len == n.prefix_len && x.addr == n.addr;
+    });
+    if (same != nets.end()) {
+      auto& dst = own[static_cast<size_t>(same - nets.begin())];
+      dst.insert(dst.end(), ranges.begin(), ranges.end());
+    } else {
+      nets.push_back(n);
+      own.push_back(std::move(ranges));
+    }
+  }
+  for (size_t i = 0; i < nets.size(); ++i) {
+    std::set<std::tuple<uint16_t, uint16_t, uint8_t>> merged;
+    for (size_t j = 0; j < nets.size(); ++j)
+      if (covers(nets[j], nets[i]))
+        for (const auto& pr : own[j]) merged.insert({pr.first, pr.last, pr.protocols});
+    if (merged.size() > AC_NET_MAX_RANGES)
+      return Error{"policy " + policy.name + ": a network destination is covered by " +
+                       std::to_string(merged.size()) + " port ranges; at most " +
+                       std::to_string(AC_NET_MAX_RANGES) + " are supported (merge ranges)",
+                   E2BIG};
+    for (const auto& [first, last, protocols] : merged)
+      nets[i].ranges.push_back(ac_port_range{first, last, protocols, {}});
+  }
+  out.net = std::move(nets);
+  return out;
+}
+
+}  // namespace agentcage::bpf

@@ -1,0 +1,79 @@
+// Reading policy files and `agentcage policy check`.
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
+#include <ostream>
+
+#include "policy/policy.h"
+#include "util/unique_fd.h"
+
+namespace agentcage::policy {
+
+std::string Diagnostic::format() const {
+  if (pos.line <= 0) return file + ": " + message;
+  return file + ":" + std::to_string(pos.line) + ":" + std::to_string(pos.column) + ": " + message;
+}
+
+namespace {
+
+ParseResult read_failure(const std::string& path, std::string message) {
+  ParseResult result;
+  result.errors.push_back(Diagnostic{path, {}, std::move(message)});
+  return result;
+}
+
+}  // namespace
+
+ParseResult load_policy_file(const std::string& path, const ParseOptions& options) {
+  // O_NONBLOCK: opening a FIFO must not wait for a writer; it is rejected
+  // below as not a regular file anyway.
+  UniqueFd fd(::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NOCTTY | O_NONBLOCK));
+  if (!fd) return read_failure(path, std::string("cannot open: ") + std::strerror(errno));
+  struct stat st {};
+  if (::fstat(fd.get(), &st) != 0) return read_failure(path, std::string("cannot stat: ") + std::strerror(errno));
+  if (S_ISDIR(st.st_mode)) return read_failure(path, "is a directory, not a policy file");
+  if (!S_ISREG(st.st_mode)) return read_failure(path, "not a regular file");
+  if (static_cast<uint64_t>(st.st_size) > options.max_bytes) {
+    return read_failure(path, "policy is " + std::to_string(st.st_size) + " bytes; the limit is " +
+                                  std::to_string(options.max_bytes) + " bytes");
+  }
+  // Read at most one byte more than allowed, whatever the size said: the
+  // file may grow while we read, and parse_policy reports the overflow.
+  std::string text(options.max_bytes + 1, '\0');
+  size_t used = 0;
+  while (used < text.size()) {
+    const ssize_t n = ::read(fd.get(), text.data() + used, text.size() - used);
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0) return read_failure(path, std::string("cannot read: ") + std::strerror(errno));
+    if (n == 0) break;
+    used += static_cast<size_t>(n);
+  }
+  text.resize(used);
+  return parse_policy(text, path, options);
+}
+
+int check_command(const std::vector<std::string>& files, std::ostream& out, std::ostream& err) {
+  if (files.empty()) {
+    err << "policy check: no policy files given\n";
+    return 1;
+  }
+  int status = 0;
+  for (const std::string& file : files) {
+    const ParseResult result = load_policy_file(file);
+    if (!result.ok()) {
+      for (const Diagnostic& d : result.errors) err << d.format() << '\n';
+      status = 1;
+      continue;
+    }
+    const Policy& p = *result.policy;
+    out << file << ": ok (policy " << p.name << ", mode " << to_string(p.mode) << ", " << p.exec_allow.size()
+        << " exec, " << p.read.size() << " read, " << p.write.size() << " write, " << p.deny.size() << " deny, "
+        << p.network_allow.size() << " network rules)\n";
+  }
+  return status;
+}
+
+}  // namespace agentcage::policy

@@ -1,0 +1,90 @@
+// The validated policy model: what a policy file means once every value has
+// been checked. Produced by parse_policy() (policy.h); consumed by the policy
+// compiler and the run lifecycle. Nothing in here needs re-validation.
+#pragma once
+
+#include <array>
+#include <chrono>
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+namespace agentcage::policy {
+
+// A place in the policy file, 1-based (yaml-cpp marks are 0-based). Line 0
+// means "the whole file" (read errors, size limit).
+struct Position {
+  int line = 0;
+  int column = 0;
+};
+
+enum class Mode { enforce, audit };
+
+// One files.read / files.write / files.deny entry. `path` is lexically
+// normalised: absolute, no "//", "." or "..", no trailing '/' (except "/").
+// When in_workspace is set the entry is relative to the per-run workspace:
+// "" is the workspace itself, otherwise `path` starts with '/' ("/sub/dir").
+struct PathEntry {
+  std::string path;
+  bool in_workspace = false;
+  Position pos;
+};
+
+// One exec.allow entry: the normalised path as written and, when the
+// existence check ran (ParseOptions::check_exec_exists), its realpath. Without
+// the check `resolved` equals `path` and the file system was not touched.
+struct ExecEntry {
+  std::string path;
+  std::string resolved;
+  Position pos;
+};
+
+// An inclusive port range; a single port has first == last.
+struct PortRange {
+  uint16_t first = 1, last = 65535;
+};
+
+enum class Protocol { any, tcp, udp };
+
+// One network.allow entry.
+struct NetRule {
+  enum class Kind { cidr, unix_path, unix_abstract } kind = Kind::cidr;
+  // cidr rules: AF_INET or AF_INET6, the network address in network byte
+  // order (IPv4 uses the first 4 bytes; host bits are zero) and its length.
+  int family = 0;
+  std::array<uint8_t, 16> addr{};
+  uint8_t prefix_len = 0;
+  std::vector<PortRange> ports;  // empty = all ports
+  Protocol protocol = Protocol::any;
+  // unix rules: the normalised socket path (unix_path) or the abstract name
+  // WITHOUT the leading '@' written in the policy (unix_abstract), i.e. the
+  // bytes that follow the leading NUL of sun_path.
+  std::string unix_name;
+  Position pos;
+};
+
+// Resource limits; unset = no limit from the policy (command-line overrides
+// and host defaults apply).
+struct Limits {
+  std::optional<uint64_t> memory_bytes;
+  std::optional<uint32_t> pids;
+  std::optional<double> cpus;
+  std::optional<std::chrono::milliseconds> timeout;
+};
+
+// A whole policy. Empty lists deny everything of their kind.
+struct Policy {
+  std::string name;
+  Mode mode = Mode::enforce;
+  std::vector<ExecEntry> exec_allow;
+  std::vector<PathEntry> read, write, deny;
+  std::vector<NetRule> network_allow;
+  Limits limits;
+  std::string source;  // the file name the policy was parsed from
+};
+
+const char* to_string(Mode mode);
+const char* to_string(Protocol protocol);
+
+}  // namespace agentcage::policy

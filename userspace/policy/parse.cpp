@@ -1,0 +1,513 @@
+// Policy validation: walks the yaml-cpp tree of a document that passed the
+// input guard (input_guard.h) and builds the model, reporting every problem
+// with the position of the offending key or value.
+#include <yaml-cpp/yaml.h>
+
+#include <algorithm>
+#include <filesystem>
+#include <map>
+#include <span>
+#include <string>
+#include <utility>
+
+#include "policy/input_guard.h"
+#include "policy/policy.h"
+#include "policy/utf8.h"
+
+namespace agentcage::policy {
+
+const char* to_string(Mode mode) { return mode == Mode::audit ? "audit" : "enforce"; }
+
+const char* to_string(Protocol protocol) {
+  switch (protocol) {
+    case Protocol::tcp:
+      return "tcp";
+    case Protocol::udp:
+      return "udp";
+    case Protocol::any:
+      break;
+  }
+  return "any";
+}
+
+namespace {
+
+using detail::Reporter;
+
+Position pos_of(const YAML::Mark& mark) {
+  if (mark.is_null()) return {};
+  return {mark.line + 1, mark.column + 1};
+}
+
+std::string format_pos(Position pos) { return std::to_string(pos.line) + ":" + std::to_string(pos.column); }
+
+std::string describe(const YAML::Node& node) {
+  switch (node.Type()) {
+    case YAML::NodeType::Null:
+      return "null";
+    case YAML::NodeType::Scalar:
+      return "a scalar (" + quote(node.Scalar(), 40) + ")";
+    case YAML::NodeType::Sequence:
+      return "a list";
+    case YAML::NodeType::Map:
+      return "a mapping";
+    case YAML::NodeType::Undefined:
+      break;
+  }
+  return "nothing";
+}
+
+// Optimal string alignment distance (Levenshtein plus adjacent
+// transpositions, so "raed" is one edit from "read").
+size_t edit_distance(std::string_view a, std::string_view b) {
+  std::vector<std::vector<size_t>> d(a.size() + 1, std::vector<size_t>(b.size() + 1));
+  for (size_t i = 0; i <= a.size(); ++i) d[i][0] = i;
+  for (size_t j = 0; j <= b.size(); ++j) d[0][j] = j;
+  for (size_t i = 1; i <= a.size(); ++i) {
+    for (size_t j = 1; j <= b.size(); ++j) {
+      const size_t cost = a[i - 1] == b[j - 1] ? 0 : 1;
+      d[i][j] = std::min({d[i - 1][j] + 1, d[i][j - 1] + 1, d[i - 1][j - 1] + cost});
+      if (i > 1 && j > 1 && a[i - 1] == b[j - 2] && a[i - 2] == b[j - 1]) {
+        d[i][j] = std::min(d[i][j], d[i - 2][j - 2] + 1);
+      }
+    }
+  }
+  return d[a.size()][b.size()];
+}
+
+// " (did you mean 'allow'?)" for the closest allowed key within 2 edits.
+std::string suggestion(std::string_view key, std::span<const std::string_view> allowed) {
+  if (key.size() > 32) return {};  // not a typo; keeps the distance cheap
+  std::string_view best;
+  size_t best_distance = 3;
+  for (std::string_view candidate : allowed) {
+    const size_t distance = edit_distance(key, candidate);
+    if (distance < best_distance) {
+      best = candidate;
+      best_distance = distance;
+    }
+  }
+  if (best.empty()) return {};
+  return " (did you mean '" + std::string(best) + "'?)";
+}
+
+bool valid_name(std::string_view name) {
+  if (name.empty() || name.size() > 63) return false;
+  for (char c : name) {
+    if (!((c >= 'a' && c <= 'z') || (c >= '0' && c <= '9') || c == '-')) return false;
+  }
+  return name.front() != '-' && name.back() != '-';
+}
+
+// A mapping entry: where its key is and its value.
+struct Field {
+  Position key_pos;
+  YAML::Node value;
+};
+using Fields = std::map<std::string, Field, std::less<>>;
+
+const Field* find(const Fields& fields, std::string_view key) {
+  const auto it = fields.find(key);
+  return it == fields.end() ? nullptr : &it->second;
+}
+
+constexpr std::string_view kTopKeys[] = {"apiVersion", "kind", "metadata", "spec"};
+constexpr std::string_view kMetadataKeys[] = {"name"};
+constexpr std::string_view kSpecKeys[] = {"mode", "exec", "files", "network", "limits"};
+constexpr std::string_view kExecKeys[] = {"allow"};
+constexpr std::string_view kFilesKeys[] = {"read", "write", "deny"};
+constexpr std::string_view kNetworkKeys[] = {"allow"};
+constexpr std::string_view kRuleKeys[] = {"cidr", "ports", "protocol", "unix"};
+constexpr std::string_view kLimitsKeys[] = {"memory", "pids", "cpu", "timeout"};
+
+class Validator {
+ public:
+  Validator(Reporter& reporter, std::string_view text, const ParseOptions& options)
+      : reporter_(reporter), text_(text), options_(options) {}
+
+  std::optional<Policy> run(const YAML::Node& root) {
+    if (!root.IsMap()) {
+      // A null root (e.g. a lone "---") has no useful mark.
+      const Position pos = root.IsNull() ? Position{1, 1} : pos_of(root.Mark());
+      error(pos, "a policy must be a mapping with apiVersion, kind, metadata and spec, got " + describe(root));
+      return std::nullopt;
+    }
+    Policy policy;
+    policy.source = reporter_.file();
+    const Position root_pos = pos_of(root.Mark());
+    const Fields top = fields(root, kTopKeys, "at top level");
+
+    if (const Field* f = find(top, "apiVersion")) {
+      if (auto v = scalar(*f, "apiVersion"); v && *v != "agentcage/v1") {
+        error(value_pos(*f), "unsupported apiVersion " + quote(*v) + " (expected 'agentcage/v1')");
+      }
+    } else {
+      error(root_pos, "missing required key 'apiVersion' (apiVersion: agentcage/v1)");
+    }
+    if (const Field* f = find(top, "kind")) {
+      if (auto v = scalar(*f, "kind"); v && *v != "Policy") {
+        error(value_pos(*f), "kind must be 'Policy', got " + quote(*v));
+      }
+    } else {
+      error(root_pos, "missing required key 'kind' (kind: Policy)");
+    }
+    if (const Field* f = find(top, "metadata")) {
+      metadata(*f, policy);
+    } else {
+      error(root_pos, "missing required key 'metadata' (metadata: {name: ...})");
+    }
+    if (const Field* f = find(top, "spec")) spec(*f, policy);
+
+    if (reporter_.has_errors()) return std::nullopt;
+    return policy;
+  }
+
+ private:
+  void error(Position pos, std::string message) { reporter_.error(pos, std::move(message)); }
+
+  static Position value_pos(const Field& f) { return pos_of(f.value.Mark()); }
+
+  // The entries of a mapping, first occurrence of each allowed key. Reports
+  // non-string keys, unknown keys (with a suggestion) and duplicate keys:
+  // yaml-cpp keeps every pair of a mapping, so duplicates are visible here,
+  // but its lookups would silently use the first one.
+  Fields fields(const YAML::Node& map, std::span<const std::string_view> allowed, std::string_view where) {
+    Fields known;
+    std::map<std::string, Position, std::less<>> seen;
+    for (const auto& entry : map) {
+      const YAML::Node& key = entry.first;
+      Position pos = pos_of(key.Mark());
+      if (pos.line == 0) pos = pos_of(map.Mark());
+      if (!key.IsScalar()) {
+        error(pos, "keys must be strings, got " + describe(key) + " " + std::string(where));
+        continue;
+      }
+      const std::string& name = key.Scalar();
+      if (const auto first = seen.find(name); first != seen.end()) {
+        error(pos, "duplicate key " + quote(name) + " " + std::string(where) + " (first at " +
+                       format_pos(first->second) + ")");
+        continue;
+      }
+      seen.emplace(name, pos);
+      if (std::find(allowed.begin(), allowed.end(), name) == allowed.end()) {
+        error(pos, "unknown key " + quote(name) + " " + std::string(where) + suggestion(name, allowed));
+        continue;
+      }
+      known.emplace(name, Field{pos, entry.second});
+    }
+    return known;
+  }
+
+  // Checks that a field holds the kind of node wanted. A null value (key
+  // with nothing after it) is reported at the key: yaml-cpp marks an empty
+  // value at wherever the next token starts.
+  bool expect(const Field& f, YAML::NodeType::value type, const std::string& name) {
+    const char* wanted = type == YAML::NodeType::Map        ? "a mapping"
+                         : type == YAML::NodeType::Sequence ? "a list"
+                                                            : "a scalar";
+    if (f.value.IsNull()) {
+      const char* hint = type == YAML::NodeType::Map        ? " (write a mapping, or remove the key)"
+                         : type == YAML::NodeType::Sequence ? " (write a list such as [], or remove the key)"
+                                                            : "";
+      error(f.key_pos, name + " has no value" + hint);
+      return false;
+    }
+    if (f.value.Type() != type) {
+      error(value_pos(f), name + " must be " + wanted + ", got " + describe(f.value));
+      return false;
+    }
+    return true;
+  }
+
+  std::optional<std::string> scalar(const Field& f, const std::string& name) {
+    if (!expect(f, YAML::NodeType::Scalar, name)) return std::nullopt;
+    return f.value.Scalar();
+  }
+
+  // Where a null list entry is. yaml-cpp marks an empty entry ("- " with
+  // nothing after it) at the next token, so trust the mark only when an
+  // explicit null literal is written there; otherwise point at the list.
+  Position null_item_pos(const YAML::Node& list, const YAML::Node& item) const {
+    const YAML::Mark mark = item.Mark();
+    if (!mark.is_null() && mark.pos >= 0 && static_cast<size_t>(mark.pos) < text_.size()) {
+      const std::string_view at = text_.substr(static_cast<size_t>(mark.pos));
+      for (std::string_view literal : {"~", "null", "Null", "NULL"}) {
+        if (at.starts_with(literal)) return pos_of(mark);
+      }
+    }
+    return pos_of(list.Mark());
+  }
+
+  // Calls fn(text, position, name) for each scalar of a list; reports the
+  // other entries.
+  template <class Fn>
+  void for_each_scalar(const YAML::Node& list, const std::string& name, Fn&& fn) {
+    size_t index = 0;
+    for (const auto& item : list) {
+      const std::string item_name = name + "[" + std::to_string(index++) + "]";
+      if (item.IsScalar()) {
+        fn(item.Scalar(), pos_of(item.Mark()), item_name);
+      } else if (item.IsNull()) {
+        error(null_item_pos(list, item), item_name + " is empty (null)");
+      } else {
+        error(pos_of(item.Mark()), item_name + " must be a string, got " + describe(item));
+      }
+    }
+  }
+
+  void metadata(const Field& f, Policy& policy) {
+    if (!expect(f, YAML::NodeType::Map, "metadata")) return;
+    const Fields meta = fields(f.value, kMetadataKeys, "in metadata");
+    const Field* name = find(meta, "name");
+    if (!name) {
+      error(f.key_pos, "missing required key 'name' in metadata");
+      return;
+    }
+    auto v = scalar(*name, "metadata.name");
+    if (!v) return;
+    if (!valid_name(*v)) {
+      error(value_pos(*name), "invalid metadata.name " + quote(*v) +
+                                  ": use 1 to 63 lowercase letters, digits and '-', starting and ending "
+                                  "with a letter or digit");
+      return;
+    }
+    policy.name = *v;
+  }
+
+  void spec(const Field& f, Policy& policy) {
+    if (!expect(f, YAML::NodeType::Map, "spec")) return;
+    const Fields keys = fields(f.value, kSpecKeys, "in spec");
+    if (const Field* mode = find(keys, "mode")) {
+      if (auto v = scalar(*mode, "mode")) {
+        if (*v == "enforce") {
+          policy.mode = Mode::enforce;
+        } else if (*v == "audit") {
+          policy.mode = Mode::audit;
+        } else {
+          error(value_pos(*mode), "invalid mode " + quote(*v) + " (expected 'enforce' or 'audit')");
+        }
+      }
+    }
+    if (const Field* exec = find(keys, "exec")) this->exec(*exec, policy);
+    if (const Field* files = find(keys, "files")) this->files(*files, policy);
+    if (const Field* network = find(keys, "network")) this->network(*network, policy);
+    if (const Field* limits = find(keys, "limits")) this->limits(*limits, policy.limits);
+  }
+
+  void exec(const Field& f, Policy& policy) {
+    if (!expect(f, YAML::NodeType::Map, "exec")) return;
+    const Fields keys = fields(f.value, kExecKeys, "in exec");
+    const Field* allow = find(keys, "allow");
+    if (!allow || !expect(*allow, YAML::NodeType::Sequence, "exec.allow")) return;
+    for_each_scalar(allow->value, "exec.allow", [&](const std::string& text, Position pos, const std::string& name) {
+      auto path = parse_exec_path(text);
+      if (!path) {
+        error(pos, name + ": " + path.error().message);
+        return;
+      }
+      ExecEntry entry{*path, *path, pos};
+      if (options_.check_exec_exists && !check_program(entry, name)) return;
+      policy.exec_allow.push_back(std::move(entry));
+    });
+  }
+
+  // The program must be there now: a policy naming a missing interpreter is
+  // a typo or a policy for another machine, and either way it would deny
+  // what its author wanted to allow. Records the realpath, the file the
+  // kernel will see being executed.
+  bool check_program(ExecEntry& entry, const std::string& name) {
+    namespace fs = std::filesystem;
+    std::error_code ec;
+    const fs::file_status st = fs::status(entry.path, ec);
+    if (st.type() == fs::file_type::not_found) {
+      error(entry.pos, name + ": program " + quote(entry.path) + " does not exist");
+      return false;
+    }
+    if (ec) {
+      error(entry.pos, name + ": cannot check program " + quote(entry.path) + ": " + ec.message());
+      return false;
+    }
+    if (st.type() != fs::file_type::regular) {
+      error(entry.pos, name + ": " + quote(entry.path) + " is not a regular file");
+      return false;
+    }
+    constexpr auto any_exec = fs::perms::owner_exec | fs::perms::group_exec | fs::perms::others_exec;
+    if ((st.permissions() & any_exec) == fs::perms::none) {
+      error(entry.pos, name + ": " + quote(entry.path) + " is not executable (no execute permission)");
+      return false;
+    }
+    const fs::path real = fs::canonical(entry.path, ec);
+    if (ec) {
+      error(entry.pos, name + ": cannot resolve " + quote(entry.path) + ": " + ec.message());
+      return false;
+    }
+    entry.resolved = real.string();
+    return true;
+  }
+
+  void files(const Field& f, Policy& policy) {
+    if (!expect(f, YAML::NodeType::Map, "files")) return;
+    const Fields keys = fields(f.value, kFilesKeys, "in files");
+    struct List {
+      const char* key;
+      std::vector<PathEntry>* out;
+    };
+    for (const List list : {List{"read", &policy.read}, List{"write", &policy.write}, List{"deny", &policy.deny}}) {
+      const Field* field = find(keys, list.key);
+      const std::string name = std::string("files.") + list.key;
+      if (!field || !expect(*field, YAML::NodeType::Sequence, name)) continue;
+      for_each_scalar(field->value, name, [&](const std::string& text, Position pos, const std::string& item) {
+        auto path = parse_file_path(text);
+        if (!path) {
+          error(pos, item + ": " + path.error().message);
+          return;
+        }
+        list.out->push_back(PathEntry{std::move(path->path), path->in_workspace, pos});
+      });
+    }
+  }
+
+  void network(const Field& f, Policy& policy) {
+    if (!expect(f, YAML::NodeType::Map, "network")) return;
+    const Fields keys = fields(f.value, kNetworkKeys, "in network");
+    const Field* allow = find(keys, "allow");
+    if (!allow || !expect(*allow, YAML::NodeType::Sequence, "network.allow")) return;
+    size_t index = 0;
+    for (const auto& item : allow->value) {
+      const std::string name = "network.allow[" + std::to_string(index++) + "]";
+      if (item.IsNull()) {
+        error(null_item_pos(allow->value, item), name + " is empty (null)");
+      } else if (!item.IsMap()) {
+        error(pos_of(item.Mark()), name + " must be a mapping such as {cidr: 10.0.0.0/8, ports: [443]} or " +
+                                       "{unix: /run/app.sock}, got " + describe(item));
+      } else if (auto rule = net_rule(item, name)) {
+        policy.network_allow.push_back(std::move(*rule));
+      }
+    }
+  }
+
+  std::optional<NetRule> net_rule(const YAML::Node& item, const std::string& name) {
+    const size_t errors_before = reporter_.count();
+    const Fields rule_fields = fields(item, kRuleKeys, "in network rule");
+    NetRule rule;
+    rule.pos = pos_of(item.Mark());
+    const Field* cidr = find(rule_fields, "cidr");
+    const Field* unix_socket = find(rule_fields, "unix");
+    const Field* ports = find(rule_fields, "ports");
+    const Field* protocol = find(rule_fields, "protocol");
+
+    if (cidr && unix_socket) {
+      error(unix_socket->key_pos, name + ": a rule has either 'cidr' or 'unix', not both");
+    } else if (!cidr && !unix_socket) {
+      error(rule.pos, name + ": a rule needs 'cidr' (with optional ports and protocol) or 'unix'");
+    }
+    if (unix_socket) {
+      // A unix socket has no ports and one protocol family of its own.
+      if (ports) error(ports->key_pos, name + ": unix rules take no 'ports'");
+      if (protocol) error(protocol->key_pos, name + ": unix rules take no 'protocol'");
+      if (auto v = scalar(*unix_socket, name + ".unix")) {
+        if (auto target = parse_unix_target(*v)) {
+          rule.kind = target->abstract ? NetRule::Kind::unix_abstract : NetRule::Kind::unix_path;
+          rule.unix_name = std::move(target->name);
+        } else {
+          error(value_pos(*unix_socket), name + ".unix: " + target.error().message);
+        }
+      }
+    }
+    if (cidr) {
+      if (auto v = scalar(*cidr, name + ".cidr")) {
+        if (auto parsed = parse_cidr(*v)) {
+          rule.kind = NetRule::Kind::cidr;
+          rule.family = parsed->family;
+          rule.addr = parsed->addr;
+          rule.prefix_len = parsed->prefix_len;
+        } else {
+          error(value_pos(*cidr), name + ".cidr: " + parsed.error().message);
+        }
+      }
+    }
+    if (ports && !unix_socket && expect(*ports, YAML::NodeType::Sequence, name + ".ports")) {
+      if (ports->value.size() == 0) {
+        error(value_pos(*ports), name + ".ports is empty (omit 'ports' to allow all ports)");
+      }
+      for_each_scalar(ports->value, name + ".ports",
+                      [&](const std::string& text, Position pos, const std::string& item_name) {
+                        if (auto range = parse_port_range(text)) {
+                          rule.ports.push_back(*range);
+                        } else {
+                          error(pos, item_name + ": " + range.error().message);
+                        }
+                      });
+    }
+    if (protocol && !unix_socket) {
+      if (auto v = scalar(*protocol, name + ".protocol")) {
+        if (*v == "tcp") {
+          rule.protocol = Protocol::tcp;
+        } else if (*v == "udp") {
+          rule.protocol = Protocol::udp;
+        } else if (*v == "any") {
+          rule.protocol = Protocol::any;
+        } else {
+          error(value_pos(*protocol), name + ".protocol: invalid protocol " + quote(*v) +
+                                          " (expected 'tcp', 'udp' or 'any')");
+        }
+      }
+    }
+    if (reporter_.count() != errors_before) return std::nullopt;
+    return rule;
+  }
+
+  // One limits value: a scalar given to its value parser.
+  template <class T, class Parse>
+  void limit(const Fields& keys, const char* key, std::optional<T>& out, Parse parse) {
+    const Field* f = find(keys, key);
+    if (!f) return;
+    const std::string name = std::string("limits.") + key;
+    auto v = scalar(*f, name);
+    if (!v) return;
+    auto parsed = parse(*v);
+    if (!parsed) {
+      error(value_pos(*f), name + ": " + parsed.error().message);
+      return;
+    }
+    out = *parsed;
+  }
+
+  void limits(const Field& f, Limits& out) {
+    if (!expect(f, YAML::NodeType::Map, "limits")) return;
+    const Fields keys = fields(f.value, kLimitsKeys, "in limits");
+    limit(keys, "memory", out.memory_bytes, parse_size);
+    limit(keys, "pids", out.pids, parse_pids);
+    limit(keys, "cpu", out.cpus, parse_cpus);
+    limit(keys, "timeout", out.timeout, parse_duration);
+  }
+
+  Reporter& reporter_;
+  std::string_view text_;
+  const ParseOptions& options_;
+};
+
+}  // namespace
+
+ParseResult parse_policy(std::string_view text, const std::string& filename, const ParseOptions& options) {
+  Reporter reporter(filename);
+  ParseResult result;
+  if (detail::check_text(text, options.max_bytes, reporter) && detail::check_events(text, reporter)) {
+    YAML::Node root;
+    bool loaded = true;
+    try {
+      root = YAML::Load(std::string(text));
+    } catch (const YAML::Exception& e) {
+      // The event pass parsed the same text, so this is not expected; report
+      // it the same way rather than trusting that.
+      reporter.error(pos_of(e.mark), "YAML syntax error: " + detail::escape(e.msg, 200));
+      loaded = false;
+    }
+    if (loaded) result.policy = Validator(reporter, text, options).run(root);
+  }
+  result.errors = reporter.take();
+  if (!result.errors.empty()) result.policy.reset();
+  return result;
+}
+
+}  // namespace agentcage::policy

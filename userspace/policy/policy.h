@@ -1,0 +1,64 @@
+// The policy front end: policy YAML -> validated model (model.h), or a list
+// of located diagnostics.
+//
+//   auto r = policy::load_policy_file("policies/python-sandbox.yaml");
+//   if (!r.ok()) for (auto& d : r.errors) std::cerr << d.format() << '\n';
+//
+// The whole file is rejected on any error, and every error that can be found
+// is reported, sorted by position, as "FILE:LINE:COL: message". Parsing is
+// bounded in time and memory for any input: size limit, UTF-8 check and a
+// flow-nesting scan before yaml-cpp sees the text, then a streaming pass that
+// rejects anchors/aliases (no alias bombs), tags, extra documents and deep
+// nesting before a tree is built.
+#pragma once
+
+#include <cstddef>
+#include <iosfwd>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "policy/model.h"
+#include "policy/values.h"
+
+namespace agentcage::policy {
+
+struct Diagnostic {
+  std::string file;
+  Position pos;  // line 0: about the whole file (unreadable, too large)
+  std::string message;
+  // "file:line:col: message", or "file: message" when pos.line is 0.
+  std::string format() const;
+};
+
+struct ParseOptions {
+  // exec.allow entries must exist and be regular executable files; records
+  // their realpath. Off: the file system is not touched (unit tests, fuzzing,
+  // checking a policy meant for another machine).
+  bool check_exec_exists = true;
+  // Larger inputs are rejected without being parsed.
+  size_t max_bytes = 256 * 1024;
+};
+
+struct ParseResult {
+  std::optional<Policy> policy;     // set exactly when errors is empty
+  std::vector<Diagnostic> errors;   // sorted by position
+  bool ok() const { return policy.has_value() && errors.empty(); }
+};
+
+// Parses and validates one policy document. `filename` is only used in
+// diagnostics and Policy::source.
+ParseResult parse_policy(std::string_view text, const std::string& filename, const ParseOptions& options = {});
+
+// Reads `path` (a regular file, at most options.max_bytes) and parses it.
+// Read failures are diagnostics at line 0.
+ParseResult load_policy_file(const std::string& path, const ParseOptions& options = {});
+
+// `agentcage policy check FILE...`: validates each file and prints
+//   FILE: ok (policy NAME, mode M, N exec, N read, N write, N deny, N network rules)
+// to `out`, or the file's diagnostics to `err`. Returns 0 when every file is
+// valid, 1 otherwise (also when `files` is empty).
+int check_command(const std::vector<std::string>& files, std::ostream& out, std::ostream& err);
+
+}  // namespace agentcage::policy

@@ -1,0 +1,93 @@
+// Parsers for the individual values of a policy, shared with the CLI's
+// overrides (--memory, --timeout, --cpu, --pids). Each takes the text exactly
+// as written (no surrounding whitespace is accepted) and fails with an
+// Error whose message describes the problem without naming the option or
+// key, so callers prefix their own context ("limits.pids: ...",
+// "--pids: ...").
+#pragma once
+
+#include <array>
+#include <chrono>
+#include <cstddef>
+#include <cstdint>
+#include <string>
+#include <string_view>
+
+#include "policy/model.h"
+#include "util/result.h"
+
+namespace agentcage::policy {
+
+// Longest normalised path a file rule may have: the kernel's LPM key holds
+// AC_PATH_KEY_MAX (248) bytes including the '/' the compiler appends; two
+// bytes of headroom keep "/x" + '/' and the NUL-terminated event copy simple.
+inline constexpr size_t kMaxRulePathBytes = 246;
+// sun_path is 108 bytes; a filesystem socket path needs its terminating NUL,
+// an abstract name its leading NUL.
+inline constexpr size_t kMaxUnixNameBytes = 107;
+inline constexpr uint32_t kMaxPids = 4194304;  // PID_MAX_LIMIT on 64-bit Linux
+inline constexpr double kMaxCpus = 1024;
+inline constexpr std::chrono::milliseconds kMaxTimeout = std::chrono::hours(24 * 7);
+
+// Bytes: "1073741824", "512Mi", "2G". Suffixes K/M/G/T are powers of 1000,
+// Ki/Mi/Gi/Ti powers of 1024. Must be > 0 and fit 64 bits (< 16 EiB).
+Result<uint64_t> parse_size(std::string_view text);
+
+// "30s", "500ms", "5m", "1h", "1h30m": one or more <integer><unit>
+// components, units h, m, s, ms from largest to smallest, each at most once.
+// Must be > 0 and at most 7 days.
+Result<std::chrono::milliseconds> parse_duration(std::string_view text);
+
+// CPUs as a decimal number: "0.5", "2", "1.25". > 0 and <= 1024. No
+// exponents, signs, "inf" or "nan".
+Result<double> parse_cpus(std::string_view text);
+
+// Maximum number of tasks: a decimal integer, 1..4194304.
+Result<uint32_t> parse_pids(std::string_view text);
+
+// "443" or "8000-8100": ports 1..65535, first <= last.
+Result<PortRange> parse_port_range(std::string_view text);
+
+// A CIDR network.
+struct Cidr {
+  int family = 0;                  // AF_INET or AF_INET6
+  std::array<uint8_t, 16> addr{};  // network byte order; IPv4 in bytes 0..3
+  uint8_t prefix_len = 0;
+};
+// "10.20.0.0/16", "fd00::/8", "192.0.2.7" (= /32), "2001:db8::1" (= /128).
+// Host bits must be zero; the error names the network address that was
+// probably meant.
+Result<Cidr> parse_cidr(std::string_view text);
+
+// Lexical normalisation of an absolute path: collapses "//" and "." and
+// strips a trailing '/' ("/" stays "/"). Rejects relative and empty paths,
+// ".." components (the policy must say what it means; the kernel matches the
+// real location, so ".." could only mislead), control characters (NUL and
+// newline included), and results longer than max_bytes. Does not treat "${"
+// specially: see parse_file_path.
+Result<std::string> normalize_path(std::string_view path, size_t max_bytes);
+
+// A files.* entry: an absolute path, or "${workspace}" optionally followed by
+// "/sub/path". ${workspace} anywhere else and any other ${...} are errors.
+struct FilePath {
+  std::string path;  // normalised; for workspace paths "" or "/sub/path"
+  bool in_workspace = false;
+};
+Result<FilePath> parse_file_path(std::string_view text);
+
+// An exec.allow entry: an absolute host path (no variables), normalised.
+Result<std::string> parse_exec_path(std::string_view text);
+
+// A network rule's unix socket: "/run/x.sock" (filesystem socket, normalised)
+// or "@name" (abstract socket; `name` is returned without the '@').
+struct UnixTarget {
+  bool abstract = false;
+  std::string name;
+};
+Result<UnixTarget> parse_unix_target(std::string_view text);
+
+// `text` quoted for an error message: in single quotes, control and
+// non-UTF-8 bytes escaped as \xNN, cut after `max` bytes with "...".
+std::string quote(std::string_view text, size_t max = 64);
+
+}  // namespace agentcage::policy
