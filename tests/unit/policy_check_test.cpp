@@ -36,8 +36,9 @@ class PolicyFiles : public ::testing::Test {
   fs::path dir_;
 };
 
-const char* kValid = "apiVersion: agentcage/v1\nkind: Policy\nmetadata: {name: ok}\n"
-                     "spec:\n  files: {read: [/usr/lib], write: [/tmp/out]}\n";
+const char* kValid =
+    "apiVersion: agentcage/v1\nkind: Policy\nmetadata: {name: ok}\n"
+    "spec:\n  files: {read: [/usr/lib], write: [/tmp/out]}\n";
 
 TEST_F(PolicyFiles, LoadsAFile) {
   const std::string path = write("a.yaml", kValid);
@@ -74,16 +75,19 @@ TEST_F(PolicyFiles, OversizedFileIsNotRead) {
 
 TEST_F(PolicyFiles, CheckCommandReportsEachFile) {
   const std::string good = write("good.yaml", kValid);
-  const std::string bad = write("bad.yaml", "apiVersion: agentcage/v1\nkind: Policy\nmetadata: {name: x}\nspec: {mode: on}\n");
+  const std::string bad =
+      write("bad.yaml", "apiVersion: agentcage/v1\nkind: Policy\nmetadata: {name: x}\nspec: {mode: on}\n");
   std::ostringstream out, err;
   EXPECT_EQ(check_command({good}, out, err), 0);
-  EXPECT_EQ(out.str(), good + ": ok (policy ok, mode enforce, 0 exec, 1 read, 1 write, 0 deny, 0 network rules)\n");
+  EXPECT_EQ(out.str(),
+            good + ": ok (policy ok, mode enforce, 0 exec, 1 read, 1 write, 0 deny, 0 network rules)\n");
   EXPECT_EQ(err.str(), "");
 
   out.str("");
   EXPECT_EQ(check_command({bad, good}, out, err), 1);
   EXPECT_EQ(err.str(), bad + ":4:14: invalid mode 'on' (expected 'enforce' or 'audit')\n");
-  EXPECT_EQ(out.str(), good + ": ok (policy ok, mode enforce, 0 exec, 1 read, 1 write, 0 deny, 0 network rules)\n");
+  EXPECT_EQ(out.str(),
+            good + ": ok (policy ok, mode enforce, 0 exec, 1 read, 1 write, 0 deny, 0 network rules)\n");
 }
 
 TEST_F(PolicyFiles, CheckCommandNeedsFiles) {
@@ -124,7 +128,8 @@ TEST(ShippedPolicies, PythonSandbox) {
   // Nothing that holds secrets or user data.
   for (const PathEntry& e : p.read) {
     EXPECT_FALSE(e.in_workspace);
-    for (const char* forbidden : {"/", "/etc", "/home", "/root", "/etc/passwd", "/etc/shadow", "/proc", "/tmp"}) {
+    for (const char* forbidden :
+         {"/", "/etc", "/home", "/root", "/etc/passwd", "/etc/shadow", "/proc", "/tmp"}) {
       EXPECT_NE(e.path, forbidden);
     }
     EXPECT_NE(e.path.rfind("/home/", 0), 0u) << e.path;

@@ -79,7 +79,8 @@ const std::vector<BadCase>& bad_cases() {
       // --- YAML structure --------------------------------------------------
       {"SecondDocument", kHead + "---\nkind: Policy\n", 5, 1, "second YAML document"},
       {"EmptySecondDocument", kHead + "---\n", 5, 1, "second YAML document"},
-      {"Anchor", kHead + "spec: &s {mode: audit}\n", 5, 7, "anchor '&s': anchors and aliases are not allowed"},
+      {"Anchor", kHead + "spec: &s {mode: audit}\n", 5, 7,
+       "anchor '&s': anchors and aliases are not allowed"},
       {"AliasToUndefinedAnchor", kHead + "spec: *s\n", 5, 7, "anchor is not defined"},
       {"AliasBomb", alias_bomb(), 1, 4, "anchors and aliases are not allowed"},
       {"CoreTag", kHead + "spec: {mode: !!str audit}\n", 5, 14, "YAML tag '!!str' is not allowed"},
@@ -90,11 +91,18 @@ const std::vector<BadCase>& bad_cases() {
        "quote values that contain ${...}"},
       {"DeepFlowNesting", deep_brackets(10000), 1, 36, "nested deeper than 32 levels"},
       {"DeepFlowMapNesting", "a: " + std::string(100, '{'), 1, 36, "nested deeper than 32 levels"},
-      {"DeepBlockNesting", [] {
+      // A stray quote in a block scalar hides the brackets from the byte
+      // scan; the event pass still stops at 32 levels. (yaml-cpp reads each
+      // unclosed "[[" as a list holding an implicit mapping: two levels.)
+      {"DeepNestingAfterStrayQuote", kHead + "x: |\n  say \"hi\ny: " + std::string(10000, '['), 7, 20,
+       "collections nested deeper than 32 levels"},
+      {"DeepBlockNesting",
+       [] {
          std::string y;
          for (int i = 0; i < 10000; ++i) y += "- ";
          return y + "x\n";
-       }(), 1, 65, "collections nested deeper than 32 levels"},
+       }(),
+       1, 65, "collections nested deeper than 32 levels"},
       // --- document shape and required keys --------------------------------
       {"RootIsList", "- apiVersion: agentcage/v1\n", 1, 1, "a policy must be a mapping"},
       {"RootIsScalar", "hello\n", 1, 1, "got a scalar ('hello')"},
@@ -105,7 +113,8 @@ const std::vector<BadCase>& bad_cases() {
       {"MissingKind", "apiVersion: agentcage/v1\nmetadata: {name: t}\n", 1, 1, "missing required key 'kind'"},
       {"WrongKind", "apiVersion: agentcage/v1\nkind: Pod\nmetadata: {name: t}\n", 2, 7,
        "kind must be 'Policy', got 'Pod'"},
-      {"MissingMetadata", "apiVersion: agentcage/v1\nkind: Policy\n", 1, 1, "missing required key 'metadata'"},
+      {"MissingMetadata", "apiVersion: agentcage/v1\nkind: Policy\n", 1, 1,
+       "missing required key 'metadata'"},
       {"MissingName", "apiVersion: agentcage/v1\nkind: Policy\nmetadata: {}\n", 3, 1,
        "missing required key 'name' in metadata"},
       {"NullName", "apiVersion: agentcage/v1\nkind: Policy\nmetadata:\n  name:\n", 4, 3,
@@ -117,18 +126,23 @@ const std::vector<BadCase>& bad_cases() {
        "1 to 63 lowercase letters"},
       {"NameEndsWithDash", "apiVersion: agentcage/v1\nkind: Policy\nmetadata: {name: abc-}\n", 3, 18,
        "invalid metadata.name 'abc-'"},
+      {"MetadataNull", "apiVersion: agentcage/v1\nkind: Policy\nmetadata:\nspec: {}\n", 3, 1,
+       "metadata has no value"},
       {"MetadataIsScalar", "apiVersion: agentcage/v1\nkind: Policy\nmetadata: t\n", 3, 11,
        "metadata must be a mapping, got a scalar ('t')"},
       // --- keys ---------------------------------------------------------------
-      {"UnknownTopLevelKeyTypo", kHead + "sepc: {}\n", 5, 1, "unknown key 'sepc' at top level (did you mean 'spec'?)"},
+      {"UnknownTopLevelKeyTypo", kHead + "sepc: {}\n", 5, 1,
+       "unknown key 'sepc' at top level (did you mean 'spec'?)"},
       {"UnknownExecKeyTypo", kSpec + "  exec:\n    alow: [/bin/true]\n", 7, 5,
        "unknown key 'alow' in exec (did you mean 'allow'?)"},
       {"UnknownFilesKeyTransposition", kSpec + "  files: {raed: []}\n", 6, 11,
        "unknown key 'raed' in files (did you mean 'read'?)"},
-      {"UnknownKeyNoSuggestion", kSpec + "  limits: {bandwidth: 1}\n", 6, 12, "unknown key 'bandwidth' in limits"},
-      {"UnknownMetadataKey", "apiVersion: agentcage/v1\nkind: Policy\nmetadata:\n  name: t\n  labels: {}\n", 5, 3,
-       "unknown key 'labels' in metadata"},
-      {"DuplicateTopLevelKey", kHead + "kind: Policy\n", 5, 1, "duplicate key 'kind' at top level (first at 2:1)"},
+      {"UnknownKeyNoSuggestion", kSpec + "  limits: {bandwidth: 1}\n", 6, 12,
+       "unknown key 'bandwidth' in limits"},
+      {"UnknownMetadataKey", "apiVersion: agentcage/v1\nkind: Policy\nmetadata:\n  name: t\n  labels: {}\n",
+       5, 3, "unknown key 'labels' in metadata"},
+      {"DuplicateTopLevelKey", kHead + "kind: Policy\n", 5, 1,
+       "duplicate key 'kind' at top level (first at 2:1)"},
       {"DuplicateNestedKey", kSpec + "  files:\n    read: [/usr]\n    read: [/etc]\n", 8, 5,
        "duplicate key 'read' in files (first at 7:5)"},
       {"DuplicateKeyInFlowMap", kSpec + "  limits: {pids: 1, pids: 2}\n", 6, 21,
@@ -138,20 +152,23 @@ const std::vector<BadCase>& bad_cases() {
       // --- spec types ---------------------------------------------------------
       {"SpecNull", kHead + "spec:\n", 5, 1, "spec has no value"},
       {"SpecIsList", kHead + "spec: [a]\n", 5, 7, "spec must be a mapping, got a list"},
-      {"InvalidMode", kSpec + "  mode: enforcing\n", 6, 9, "invalid mode 'enforcing' (expected 'enforce' or 'audit')"},
+      {"InvalidMode", kSpec + "  mode: enforcing\n", 6, 9,
+       "invalid mode 'enforcing' (expected 'enforce' or 'audit')"},
       {"ExecIsList", kSpec + "  exec: [a]\n", 6, 9, "exec must be a mapping, got a list"},
       {"ExecAllowNull", kSpec + "  exec:\n    allow:\n", 7, 5, "exec.allow has no value"},
       {"FilesReadScalar", kSpec + "  files:\n    read: /usr/lib\n", 7, 11,
        "files.read must be a list, got a scalar ('/usr/lib')"},
       {"FilesReadEntryMapping", kSpec + "  files:\n    read: [{a: b}]\n", 7, 12,
        "files.read[0] must be a string, got a mapping"},
-      {"FilesReadExplicitNullEntry", kSpec + "  files:\n    read: [/usr, ~]\n", 7, 18, "files.read[1] is empty (null)"},
+      {"FilesReadExplicitNullEntry", kSpec + "  files:\n    read: [/usr, ~]\n", 7, 18,
+       "files.read[1] is empty (null)"},
       {"FilesReadEmptyBlockEntry", kSpec + "  files:\n    read:\n      -\n      - /usr\n", 8, 7,
        "files.read[0] is empty (null)"},
       // --- paths ----------------------------------------------------------------
       {"RelativePath", kSpec + "  files: {read: [usr/lib]}\n", 6, 18,
        "files.read[0]: relative path 'usr/lib' (paths must be absolute or start with ${workspace})"},
-      {"DotDotPath", kSpec + "  files: {read: [/usr/lib/../../etc]}\n", 6, 18, "'..' is not allowed in paths"},
+      {"DotDotPath", kSpec + "  files: {read: [/usr/lib/../../etc]}\n", 6, 18,
+       "'..' is not allowed in paths"},
       {"PathTooLong", kSpec + "  files: {read: [/" + std::string(246, 'a') + "]}\n", 6, 18,
        "is too long: at most 246 bytes"},
       {"PathWithNewline", kSpec + "  files: {read: [\"/usr\\nlib\"]}\n", 6, 18, "control character in path"},
@@ -187,10 +204,11 @@ const std::vector<BadCase>& bad_cases() {
        "port '0' is out of range 1..65535"},
       {"PortTooLarge", kSpec + "  network:\n    allow:\n      - {cidr: 10.0.0.0/8, ports: [443, 65536]}\n", 8,
        41, "network.allow[0].ports[1]: port '65536' is out of range"},
-      {"PortRangeReversed", kSpec + "  network:\n    allow:\n      - {cidr: 10.0.0.0/8, ports: [8100-8000]}\n", 8,
-       36, "port range '8100-8000' is empty"},
-      {"PortNotANumber", kSpec + "  network:\n    allow:\n      - {cidr: 10.0.0.0/8, ports: [https]}\n", 8, 36,
-       "'https' is not a port or port range"},
+      {"PortRangeReversed",
+       kSpec + "  network:\n    allow:\n      - {cidr: 10.0.0.0/8, ports: [8100-8000]}\n", 8, 36,
+       "port range '8100-8000' is empty"},
+      {"PortNotANumber", kSpec + "  network:\n    allow:\n      - {cidr: 10.0.0.0/8, ports: [https]}\n", 8,
+       36, "'https' is not a port or port range"},
       {"PortsScalar", kSpec + "  network:\n    allow:\n      - {cidr: 10.0.0.0/8, ports: 443}\n", 8, 35,
        "network.allow[0].ports must be a list, got a scalar ('443')"},
       {"PortsEmpty", kSpec + "  network:\n    allow:\n      - {cidr: 10.0.0.0/8, ports: []}\n", 8, 35,
@@ -199,26 +217,28 @@ const std::vector<BadCase>& bad_cases() {
        "invalid protocol 'sctp' (expected 'tcp', 'udp' or 'any')"},
       {"RuleTypo", kSpec + "  network:\n    allow:\n      - {cidr: 10.0.0.0/8, port: [443]}\n", 8, 28,
        "unknown key 'port' in network rule (did you mean 'ports'?)"},
-      {"RuleCidrAndUnix", kSpec + "  network:\n    allow:\n      - {cidr: 10.0.0.0/8, unix: /run/a.sock}\n", 8, 28,
-       "a rule has either 'cidr' or 'unix', not both"},
+      {"RuleCidrAndUnix", kSpec + "  network:\n    allow:\n      - {cidr: 10.0.0.0/8, unix: /run/a.sock}\n",
+       8, 28, "a rule has either 'cidr' or 'unix', not both"},
       {"RuleNeitherCidrNorUnix", kSpec + "  network:\n    allow:\n      - {protocol: tcp}\n", 8, 9,
        "a rule needs 'cidr' (with optional ports and protocol) or 'unix'"},
       {"UnixWithPorts", kSpec + "  network:\n    allow:\n      - {unix: /run/a.sock, ports: [1]}\n", 8, 29,
        "unix rules take no 'ports'"},
-      {"UnixWithProtocol", kSpec + "  network:\n    allow:\n      - {unix: /run/a.sock, protocol: tcp}\n", 8, 29,
-       "unix rules take no 'protocol'"},
+      {"UnixWithProtocol", kSpec + "  network:\n    allow:\n      - {unix: /run/a.sock, protocol: tcp}\n", 8,
+       29, "unix rules take no 'protocol'"},
       {"UnixRelative", kSpec + "  network:\n    allow:\n      - {unix: run/a.sock}\n", 8, 16,
        "must be an absolute path or @name"},
       {"UnixAbstractEmpty", kSpec + "  network:\n    allow:\n      - {unix: \"@\"}\n", 8, 16,
        "abstract socket name after '@' is empty"},
-      {"UnixPathTooLong", kSpec + "  network:\n    allow:\n      - {unix: /" + std::string(107, 's') + "}\n", 8, 16,
-       "at most 107 bytes"},
+      {"UnixPathTooLong", kSpec + "  network:\n    allow:\n      - {unix: /" + std::string(107, 's') + "}\n",
+       8, 16, "at most 107 bytes"},
       // --- limits ---------------------------------------------------------------
-      {"PidsNotANumber", kSpec + "  limits: {pids: \"many\"}\n", 6, 18, "limits.pids: 'many' is not a positive integer"},
+      {"PidsNotANumber", kSpec + "  limits: {pids: \"many\"}\n", 6, 18,
+       "limits.pids: 'many' is not a positive integer"},
       {"PidsZero", kSpec + "  limits: {pids: 0}\n", 6, 18, "pids must be at least 1"},
       {"PidsTooMany", kSpec + "  limits: {pids: 4194305}\n", 6, 18, "pids must be at most 4194304"},
       {"PidsIsList", kSpec + "  limits: {pids: [1]}\n", 6, 18, "limits.pids must be a scalar, got a list"},
-      {"MemoryUnknownUnit", kSpec + "  limits: {memory: 512MB}\n", 6, 20, "unknown unit 'MB' in size '512MB'"},
+      {"MemoryUnknownUnit", kSpec + "  limits: {memory: 512MB}\n", 6, 20,
+       "unknown unit 'MB' in size '512MB'"},
       {"MemoryZero", kSpec + "  limits: {memory: 0Gi}\n", 6, 20, "size must be greater than 0"},
       {"MemoryOverflow", kSpec + "  limits: {memory: 16777216Ti}\n", 6, 20, "too large (at most 16 EiB)"},
       {"MemoryNegative", kSpec + "  limits: {memory: -1}\n", 6, 20, "'-1' is not a size"},
@@ -227,7 +247,8 @@ const std::vector<BadCase>& bad_cases() {
       {"CpuExponent", kSpec + "  limits: {cpu: 1e2}\n", 6, 17, "'1e2' is not a number of CPUs"},
       {"TimeoutNoUnit", kSpec + "  limits: {timeout: 30}\n", 6, 21, "duration '30' has no unit"},
       {"TimeoutTooLong", kSpec + "  limits: {timeout: 169h}\n", 6, 21, "is too long (at most 7 days)"},
-      {"TimeoutUnitOrder", kSpec + "  limits: {timeout: 30s1m}\n", 6, 21, "units must go from largest to smallest"},
+      {"TimeoutUnitOrder", kSpec + "  limits: {timeout: 30s1m}\n", 6, 21,
+       "units must go from largest to smallest"},
       {"TimeoutUnknownUnit", kSpec + "  limits: {timeout: 1d}\n", 6, 21, "unknown unit 'd' in duration '1d'"},
       {"TimeoutZero", kSpec + "  limits: {timeout: 0s}\n", 6, 21, "duration must be greater than 0"},
   };
@@ -252,7 +273,9 @@ TEST_P(Malformed, IsRejectedAtTheRightPlace) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Policy, Malformed, ::testing::ValuesIn(bad_cases()),
-                         [](const ::testing::TestParamInfo<BadCase>& param) { return std::string(param.param.name); });
+                         [](const ::testing::TestParamInfo<BadCase>& param) {
+                           return std::string(param.param.name);
+                         });
 
 TEST(PolicyParse, MalformedTableIsLargeEnough) { EXPECT_GE(bad_cases().size(), 40u); }
 
@@ -263,15 +286,16 @@ TEST(PolicyParse, MalformedTableIsLargeEnough) { EXPECT_GE(bad_cases().size(), 4
 TEST(PolicyParse, ReportsAllErrorsSortedByPosition) {
   const std::string yaml = kHead +
                            "spec:\n"
-                           "  limits: {timeout: 30, pids: many}\n"   // 6
-                           "  mode: audit\n"                         // 7
-                           "  files:\n"                              // 8
-                           "    deny: [relative]\n"                  // 9
-                           "    raed: []\n"                          // 10
-                           "  exec: {allow: [/usr/bin/../x]}\n";     // 11
+                           "  limits: {timeout: 30, pids: many}\n"  // 6
+                           "  mode: audit\n"                        // 7
+                           "  files:\n"                             // 8
+                           "    deny: [relative]\n"                 // 9
+                           "    raed: []\n"                         // 10
+                           "  exec: {allow: [/usr/bin/../x]}\n";    // 11
   const ParseResult r = parse_policy(yaml, "p.yaml", no_fs());
   ASSERT_EQ(r.errors.size(), 5u) << dump(r.errors);
-  EXPECT_EQ(r.errors[0].format(), "p.yaml:6:21: limits.timeout: duration '30' has no unit (use ms, s, m or h, e.g. 30s)");
+  EXPECT_EQ(r.errors[0].format(),
+            "p.yaml:6:21: limits.timeout: duration '30' has no unit (use ms, s, m or h, e.g. 30s)");
   EXPECT_EQ(r.errors[1].format(), "p.yaml:6:31: limits.pids: 'many' is not a positive integer");
   EXPECT_EQ(r.errors[2].pos.line, 9);
   EXPECT_EQ(r.errors[3].format(), "p.yaml:10:5: unknown key 'raed' in files (did you mean 'read'?)");
@@ -310,7 +334,8 @@ TEST(PolicyParse, NotExecutableProgram) {
   std::filesystem::create_directories(dir);
   const std::filesystem::path file = dir / "tool";
   std::ofstream(file) << "#!/bin/sh\n";
-  std::filesystem::permissions(file, std::filesystem::perms::owner_read | std::filesystem::perms::owner_write);
+  std::filesystem::permissions(file,
+                               std::filesystem::perms::owner_read | std::filesystem::perms::owner_write);
   const ParseResult r = parse_policy(kSpec + "  exec: {allow: [" + file.string() + "]}\n", "p.yaml");
   ASSERT_EQ(r.errors.size(), 1u) << dump(r.errors);
   EXPECT_EQ(r.errors[0].pos.line, 6);
@@ -327,7 +352,8 @@ TEST(PolicyParse, ExecRecordsRealpath) {
   std::ofstream(real) << "#!/bin/sh\n";
   std::filesystem::permissions(real, std::filesystem::perms::owner_all);
   std::filesystem::create_symlink("tool-1.0", dir / "tool");
-  const ParseResult r = parse_policy(kSpec + "  exec: {allow: [" + (dir / "tool").string() + "]}\n", "p.yaml");
+  const ParseResult r =
+      parse_policy(kSpec + "  exec: {allow: [" + (dir / "tool").string() + "]}\n", "p.yaml");
   ASSERT_TRUE(r.ok()) << dump(r.errors);
   ASSERT_EQ(r.policy->exec_allow.size(), 1u);
   EXPECT_EQ(r.policy->exec_allow[0].path, (dir / "tool").string());
@@ -422,7 +448,8 @@ TEST(PolicyParse, FullExample) {
 }
 
 TEST(PolicyParse, MinimalPolicyDeniesEverything) {
-  const ParseResult r = parse_policy("apiVersion: agentcage/v1\nkind: Policy\nmetadata: {name: deny-all}\n", "m.yaml");
+  const ParseResult r =
+      parse_policy("apiVersion: agentcage/v1\nkind: Policy\nmetadata: {name: deny-all}\n", "m.yaml");
   ASSERT_TRUE(r.ok()) << dump(r.errors);
   const Policy& p = *r.policy;
   EXPECT_EQ(p.name, "deny-all");
@@ -439,8 +466,8 @@ TEST(PolicyParse, MinimalPolicyDeniesEverything) {
 }
 
 TEST(PolicyParse, EmptySectionsAreAllowed) {
-  const ParseResult r = parse_policy(kSpec + "  exec: {}\n  files: {read: []}\n  network: {allow: []}\n  limits: {}\n",
-                                     "p.yaml");
+  const ParseResult r = parse_policy(
+      kSpec + "  exec: {}\n  files: {read: []}\n  network: {allow: []}\n  limits: {}\n", "p.yaml");
   ASSERT_TRUE(r.ok()) << dump(r.errors);
   EXPECT_TRUE(r.policy->read.empty());
 }
@@ -478,7 +505,8 @@ TEST(PolicyParse, Ipv6Rules) {
 }
 
 TEST(PolicyParse, AbstractUnixSocket) {
-  const ParseResult r = parse_policy(kSpec + "  network:\n    allow:\n      - {unix: \"@llm-proxy\"}\n", "p.yaml");
+  const ParseResult r =
+      parse_policy(kSpec + "  network:\n    allow:\n      - {unix: \"@llm-proxy\"}\n", "p.yaml");
   ASSERT_TRUE(r.ok()) << dump(r.errors);
   ASSERT_EQ(r.policy->network_allow.size(), 1u);
   EXPECT_EQ(r.policy->network_allow[0].kind, NetRule::Kind::unix_abstract);
@@ -530,9 +558,9 @@ TEST(PolicyParse, QuotedScalarsAreValues) {
 }
 
 TEST(PolicyParse, ExplicitDocumentMarkersAndBom) {
-  const ParseResult r =
-      parse_policy("\xef\xbb\xbf# policy\n---\napiVersion: agentcage/v1\nkind: Policy\nmetadata: {name: a}\n...\n",
-                   "p.yaml");
+  const ParseResult r = parse_policy(
+      "\xef\xbb\xbf# policy\n---\napiVersion: agentcage/v1\nkind: Policy\nmetadata: {name: a}\n...\n",
+      "p.yaml");
   ASSERT_TRUE(r.ok()) << dump(r.errors);
 }
 
@@ -569,22 +597,26 @@ TEST(PolicyBounded, MaxBytesIsAnOption) {
 TEST(PolicyBounded, TenThousandOpenBrackets) {
   const ParseResult r = parse_policy(std::string(10000, '['), "deep.yaml");
   ASSERT_EQ(r.errors.size(), 1u);
-  EXPECT_EQ(r.errors[0].format(), "deep.yaml:1:33: flow collections ([...] / {...}) nested deeper than 32 levels");
+  EXPECT_EQ(r.errors[0].format(),
+            "deep.yaml:1:33: flow collections ([...] / {...}) nested deeper than 32 levels");
 }
 
 TEST(PolicyBounded, BracketsInCommentsAndQuotesDoNotCount) {
   const std::string many(100, '[');
-  const std::string yaml = kHead + "# " + many + "\nspec: {mode: audit}   # " + many + "\n" +
-                           "x: \"" + many + "\"\n";
+  const std::string yaml = kHead + "# " + many + "\nspec: {mode: audit}   # " + many + "\n" + "x: \"\\\"" +
+                           many + "\"\n" +  // x: "\"[[[..."
+                           "y: 'it''s " + many + "'\n";
   const ParseResult r = parse_policy(yaml, "p.yaml");
-  ASSERT_EQ(r.errors.size(), 1u) << dump(r.errors);
+  ASSERT_EQ(r.errors.size(), 2u) << dump(r.errors);
   EXPECT_NE(r.errors[0].message.find("unknown key 'x'"), std::string::npos);
+  EXPECT_NE(r.errors[1].message.find("unknown key 'y'"), std::string::npos);
 }
 
 TEST(PolicyBounded, AliasBombIsRejectedBeforeExpansion) {
   const ParseResult r = parse_policy(alias_bomb(), "bomb.yaml");
   ASSERT_FALSE(r.errors.empty());
-  EXPECT_EQ(r.errors[0].format(), "bomb.yaml:1:4: anchor '&a': anchors and aliases are not allowed in policies");
+  EXPECT_EQ(r.errors[0].format(),
+            "bomb.yaml:1:4: anchor '&a': anchors and aliases are not allowed in policies");
   // Every anchor (9) and alias (8 x 9) is reported.
   EXPECT_EQ(r.errors.size(), 81u);
 }

@@ -19,12 +19,12 @@ std::string error_of(const Result<T>& r) {
   return r.ok() ? std::string("<ok>") : r.error().message;
 }
 
-#define EXPECT_ERROR(expr, substring)                                                   \
-  do {                                                                                   \
-    auto result_ = (expr);                                                               \
-    ASSERT_FALSE(result_.ok()) << #expr;                                                 \
-    EXPECT_NE(result_.error().message.find(substring), std::string::npos)                \
-        << #expr << ": " << result_.error().message;                                     \
+#define EXPECT_ERROR(expr, substring)                                     \
+  do {                                                                    \
+    auto result_ = (expr);                                                \
+    ASSERT_FALSE(result_.ok()) << #expr;                                  \
+    EXPECT_NE(result_.error().message.find(substring), std::string::npos) \
+        << #expr << ": " << result_.error().message;                      \
   } while (0)
 
 TEST(ParseSize, PlainBytesAndUnits) {
@@ -282,7 +282,8 @@ TEST(Paths, FilePaths) {
   EXPECT_ERROR(parse_file_path("/x/${workspace}"), "only appear at the start");
   EXPECT_ERROR(parse_file_path("${WORKSPACE}"), "unknown variable '${WORKSPACE}'");
   EXPECT_ERROR(parse_file_path("${workspace"), "unknown variable '${workspace'");
-  EXPECT_ERROR(parse_file_path("${workspace}/a/../b"), "'..' is not allowed in paths, got '${workspace}/a/../b'");
+  EXPECT_ERROR(parse_file_path("${workspace}/a/../b"),
+               "'..' is not allowed in paths, got '${workspace}/a/../b'");
 }
 
 TEST(Paths, ExecPaths) {

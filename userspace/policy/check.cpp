@@ -33,7 +33,8 @@ ParseResult load_policy_file(const std::string& path, const ParseOptions& option
   UniqueFd fd(::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NOCTTY | O_NONBLOCK));
   if (!fd) return read_failure(path, std::string("cannot open: ") + std::strerror(errno));
   struct stat st {};
-  if (::fstat(fd.get(), &st) != 0) return read_failure(path, std::string("cannot stat: ") + std::strerror(errno));
+  if (::fstat(fd.get(), &st) != 0)
+    return read_failure(path, std::string("cannot stat: ") + std::strerror(errno));
   if (S_ISDIR(st.st_mode)) return read_failure(path, "is a directory, not a policy file");
   if (!S_ISREG(st.st_mode)) return read_failure(path, "not a regular file");
   if (static_cast<uint64_t>(st.st_size) > options.max_bytes) {
@@ -70,8 +71,8 @@ int check_command(const std::vector<std::string>& files, std::ostream& out, std:
     }
     const Policy& p = *result.policy;
     out << file << ": ok (policy " << p.name << ", mode " << to_string(p.mode) << ", " << p.exec_allow.size()
-        << " exec, " << p.read.size() << " read, " << p.write.size() << " write, " << p.deny.size() << " deny, "
-        << p.network_allow.size() << " network rules)\n";
+        << " exec, " << p.read.size() << " read, " << p.write.size() << " write, " << p.deny.size()
+        << " deny, " << p.network_allow.size() << " network rules)\n";
   }
   return status;
 }

@@ -13,6 +13,11 @@
 
 namespace agentcage::policy::detail {
 
+Position pos_of(const YAML::Mark& mark) {
+  if (mark.is_null()) return {};
+  return {mark.line + 1, mark.column + 1};
+}
+
 void Reporter::error(Position pos, std::string message) {
   if (errors_.size() >= kMaxErrors) {
     ++dropped_;
@@ -116,9 +121,14 @@ bool check_flow_nesting(std::string_view text, Reporter& reporter) {
         }
         break;
       case State::single_quoted:
-        // '' inside '...' is an escaped quote: leaving and re-entering the
-        // state on the two quotes has the same effect.
-        if (c == '\'') state = State::normal;
+        if (c == '\'') {
+          if (i + 1 < text.size() && text[i + 1] == '\'') {
+            at.advance(c);  // '' is an escaped quote: step over both
+            ++i;
+          } else {
+            state = State::normal;
+          }
+        }
         break;
       case State::normal:
         if (c == '#' && (previous == '\n' || previous == ' ' || previous == '\t' || previous == '\r')) {
@@ -142,11 +152,6 @@ bool check_flow_nesting(std::string_view text, Reporter& reporter) {
     at.advance(c);
   }
   return true;
-}
-
-Position pos_of(const YAML::Mark& mark) {
-  if (mark.is_null()) return {};
-  return {mark.line + 1, mark.column + 1};
 }
 
 // `{` and `}` are flow indicators in YAML, so an unquoted ${workspace}
@@ -202,8 +207,8 @@ class Guard : public YAML::EventHandler {
   // Anchors are harmless alone, but they only exist to be aliased, and a
   // policy is short enough to spell out.
   void OnAnchor(const YAML::Mark& mark, const std::string& name) override {
-    reporter_.error(pos_of(mark), "anchor " + quote("&" + name, 32) +
-                                      ": anchors and aliases are not allowed in policies");
+    reporter_.error(pos_of(mark),
+                    "anchor " + quote("&" + name, 32) + ": anchors and aliases are not allowed in policies");
   }
 
  private:
@@ -219,7 +224,8 @@ class Guard : public YAML::EventHandler {
   }
   void enter(const YAML::Mark& mark) {
     if (++depth_ > kMaxNesting) {
-      reporter_.error(pos_of(mark), "collections nested deeper than " + std::to_string(kMaxNesting) + " levels");
+      reporter_.error(pos_of(mark),
+                      "collections nested deeper than " + std::to_string(kMaxNesting) + " levels");
       throw Stop{};
     }
   }
@@ -252,7 +258,8 @@ bool check_events(std::string_view text, Reporter& reporter) {
   } catch (const YAML::Exception& e) {
     // yaml-cpp quotes input bytes in some messages ("unknown escape
     // character: <byte>"), possibly half a UTF-8 sequence.
-    reporter.error(pos_of(e.mark), "YAML syntax error: " + escape(e.msg, 200) + flow_variable_hint(text, e.mark));
+    reporter.error(pos_of(e.mark),
+                   "YAML syntax error: " + escape(e.msg, 200) + flow_variable_hint(text, e.mark));
   }
   if (guard.documents() == 0 && reporter.count() == before) {
     reporter.error({1, 1}, "empty policy: the file has no YAML content (only whitespace or comments)");

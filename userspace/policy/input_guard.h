@@ -13,7 +13,14 @@
 
 #include "policy/policy.h"
 
+namespace YAML {
+struct Mark;
+}
+
 namespace agentcage::policy::detail {
+
+// A yaml-cpp mark (0-based) as a Position (1-based); {0, 0} for a null mark.
+Position pos_of(const YAML::Mark& mark);
 
 // Deepest nesting of collections (flow or block) a policy may have. A valid
 // policy needs 6 (spec > network > allow > rule > ports); 32 leaves room for
@@ -30,6 +37,7 @@ class Reporter {
   void error(Position pos, std::string message);
   bool has_errors() const { return !errors_.empty(); }
   size_t count() const { return errors_.size() + dropped_; }
+  bool full() const { return errors_.size() >= kMaxErrors; }
   const std::string& file() const { return file_; }
   // Sorted by position (stable: same-position errors keep their order), plus
   // a final line-0 note when errors were dropped.

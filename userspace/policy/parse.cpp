@@ -4,6 +4,8 @@
 #include <yaml-cpp/yaml.h>
 
 #include <algorithm>
+#include <array>
+#include <cstdint>
 #include <filesystem>
 #include <map>
 #include <span>
@@ -32,12 +34,8 @@ const char* to_string(Protocol protocol) {
 
 namespace {
 
+using detail::pos_of;
 using detail::Reporter;
-
-Position pos_of(const YAML::Mark& mark) {
-  if (mark.is_null()) return {};
-  return {mark.line + 1, mark.column + 1};
-}
 
 std::string format_pos(Position pos) { return std::to_string(pos.line) + ":" + std::to_string(pos.column); }
 
@@ -58,26 +56,33 @@ std::string describe(const YAML::Node& node) {
 }
 
 // Optimal string alignment distance (Levenshtein plus adjacent
-// transpositions, so "raed" is one edit from "read").
+// transpositions, so "raed" is one edit from "read"). Both strings are at
+// most kMaxSuggestLength long: three rolling rows on the stack, no
+// allocation (a file of 40000 unknown keys must stay cheap).
+constexpr size_t kMaxSuggestLength = 32;
+
 size_t edit_distance(std::string_view a, std::string_view b) {
-  std::vector<std::vector<size_t>> d(a.size() + 1, std::vector<size_t>(b.size() + 1));
-  for (size_t i = 0; i <= a.size(); ++i) d[i][0] = i;
-  for (size_t j = 0; j <= b.size(); ++j) d[0][j] = j;
+  if (a.size() > kMaxSuggestLength || b.size() > kMaxSuggestLength) return SIZE_MAX;
+  std::array<size_t, kMaxSuggestLength + 1> before{}, previous{}, current{};
+  for (size_t j = 0; j <= b.size(); ++j) previous[j] = j;
   for (size_t i = 1; i <= a.size(); ++i) {
+    current[0] = i;
     for (size_t j = 1; j <= b.size(); ++j) {
       const size_t cost = a[i - 1] == b[j - 1] ? 0 : 1;
-      d[i][j] = std::min({d[i - 1][j] + 1, d[i][j - 1] + 1, d[i - 1][j - 1] + cost});
+      current[j] = std::min({previous[j] + 1, current[j - 1] + 1, previous[j - 1] + cost});
       if (i > 1 && j > 1 && a[i - 1] == b[j - 2] && a[i - 2] == b[j - 1]) {
-        d[i][j] = std::min(d[i][j], d[i - 2][j - 2] + 1);
+        current[j] = std::min(current[j], before[j - 2] + 1);
       }
     }
+    before = previous;
+    previous = current;
   }
-  return d[a.size()][b.size()];
+  return previous[b.size()];
 }
 
 // " (did you mean 'allow'?)" for the closest allowed key within 2 edits.
 std::string suggestion(std::string_view key, std::span<const std::string_view> allowed) {
-  if (key.size() > 32) return {};  // not a typo; keeps the distance cheap
+  if (key.size() > kMaxSuggestLength) return {};  // not a typo of any key
   std::string_view best;
   size_t best_distance = 3;
   for (std::string_view candidate : allowed) {
@@ -129,7 +134,8 @@ class Validator {
     if (!root.IsMap()) {
       // A null root (e.g. a lone "---") has no useful mark.
       const Position pos = root.IsNull() ? Position{1, 1} : pos_of(root.Mark());
-      error(pos, "a policy must be a mapping with apiVersion, kind, metadata and spec, got " + describe(root));
+      error(pos,
+            "a policy must be a mapping with apiVersion, kind, metadata and spec, got " + describe(root));
       return std::nullopt;
     }
     Policy policy;
@@ -190,7 +196,9 @@ class Validator {
       }
       seen.emplace(name, pos);
       if (std::find(allowed.begin(), allowed.end(), name) == allowed.end()) {
-        error(pos, "unknown key " + quote(name) + " " + std::string(where) + suggestion(name, allowed));
+        // (No suggestion once the error list is full: it would be dropped.)
+        const std::string hint = reporter_.full() ? std::string() : suggestion(name, allowed);
+        error(pos, "unknown key " + quote(name) + " " + std::string(where) + hint);
         continue;
       }
       known.emplace(name, Field{pos, entry.second});
@@ -201,7 +209,7 @@ class Validator {
   // Checks that a field holds the kind of node wanted. A null value (key
   // with nothing after it) is reported at the key: yaml-cpp marks an empty
   // value at wherever the next token starts.
-  bool expect(const Field& f, YAML::NodeType::value type, const std::string& name) {
+  bool expect(const Field& f, YAML::NodeType::value type, const std::string& name, bool required = false) {
     const char* wanted = type == YAML::NodeType::Map        ? "a mapping"
                          : type == YAML::NodeType::Sequence ? "a list"
                                                             : "a scalar";
@@ -209,7 +217,7 @@ class Validator {
       const char* hint = type == YAML::NodeType::Map        ? " (write a mapping, or remove the key)"
                          : type == YAML::NodeType::Sequence ? " (write a list such as [], or remove the key)"
                                                             : "";
-      error(f.key_pos, name + " has no value" + hint);
+      error(f.key_pos, name + " has no value" + (required ? "" : hint));
       return false;
     }
     if (f.value.Type() != type) {
@@ -256,7 +264,7 @@ class Validator {
   }
 
   void metadata(const Field& f, Policy& policy) {
-    if (!expect(f, YAML::NodeType::Map, "metadata")) return;
+    if (!expect(f, YAML::NodeType::Map, "metadata", /*required=*/true)) return;
     const Fields meta = fields(f.value, kMetadataKeys, "in metadata");
     const Field* name = find(meta, "name");
     if (!name) {
@@ -299,16 +307,17 @@ class Validator {
     const Fields keys = fields(f.value, kExecKeys, "in exec");
     const Field* allow = find(keys, "allow");
     if (!allow || !expect(*allow, YAML::NodeType::Sequence, "exec.allow")) return;
-    for_each_scalar(allow->value, "exec.allow", [&](const std::string& text, Position pos, const std::string& name) {
-      auto path = parse_exec_path(text);
-      if (!path) {
-        error(pos, name + ": " + path.error().message);
-        return;
-      }
-      ExecEntry entry{*path, *path, pos};
-      if (options_.check_exec_exists && !check_program(entry, name)) return;
-      policy.exec_allow.push_back(std::move(entry));
-    });
+    for_each_scalar(allow->value, "exec.allow",
+                    [&](const std::string& text, Position pos, const std::string& name) {
+                      auto path = parse_exec_path(text);
+                      if (!path) {
+                        error(pos, name + ": " + path.error().message);
+                        return;
+                      }
+                      ExecEntry entry{*path, *path, pos};
+                      if (options_.check_exec_exists && !check_program(entry, name)) return;
+                      policy.exec_allow.push_back(std::move(entry));
+                    });
   }
 
   // The program must be there now: a policy naming a missing interpreter is
@@ -352,18 +361,20 @@ class Validator {
       const char* key;
       std::vector<PathEntry>* out;
     };
-    for (const List list : {List{"read", &policy.read}, List{"write", &policy.write}, List{"deny", &policy.deny}}) {
+    for (const List list :
+         {List{"read", &policy.read}, List{"write", &policy.write}, List{"deny", &policy.deny}}) {
       const Field* field = find(keys, list.key);
       const std::string name = std::string("files.") + list.key;
       if (!field || !expect(*field, YAML::NodeType::Sequence, name)) continue;
-      for_each_scalar(field->value, name, [&](const std::string& text, Position pos, const std::string& item) {
-        auto path = parse_file_path(text);
-        if (!path) {
-          error(pos, item + ": " + path.error().message);
-          return;
-        }
-        list.out->push_back(PathEntry{std::move(path->path), path->in_workspace, pos});
-      });
+      for_each_scalar(field->value, name,
+                      [&](const std::string& text, Position pos, const std::string& item) {
+                        auto path = parse_file_path(text);
+                        if (!path) {
+                          error(pos, item + ": " + path.error().message);
+                          return;
+                        }
+                        list.out->push_back(PathEntry{std::move(path->path), path->in_workspace, pos});
+                      });
     }
   }
 
@@ -448,8 +459,8 @@ class Validator {
         } else if (*v == "any") {
           rule.protocol = Protocol::any;
         } else {
-          error(value_pos(*protocol), name + ".protocol: invalid protocol " + quote(*v) +
-                                          " (expected 'tcp', 'udp' or 'any')");
+          error(value_pos(*protocol),
+                name + ".protocol: invalid protocol " + quote(*v) + " (expected 'tcp', 'udp' or 'any')");
         }
       }
     }

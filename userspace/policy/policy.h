@@ -5,11 +5,17 @@
 //   if (!r.ok()) for (auto& d : r.errors) std::cerr << d.format() << '\n';
 //
 // The whole file is rejected on any error, and every error that can be found
-// is reported, sorted by position, as "FILE:LINE:COL: message". Parsing is
+// is reported (the first 100, then a count), sorted by position, as
+// "FILE:LINE:COL: message". Parsing is
 // bounded in time and memory for any input: size limit, UTF-8 check and a
 // flow-nesting scan before yaml-cpp sees the text, then a streaming pass that
 // rejects anchors/aliases (no alias bombs), tags, extra documents and deep
 // nesting before a tree is built.
+//
+// Plain YAML rules apply: inside [ ] or { } a value containing ${workspace}
+// must be quoted (["${workspace}"]) because { } are flow indicators there;
+// block lists ("- ${workspace}") need no quotes. The syntax error for the
+// unquoted form says so.
 #pragma once
 
 #include <cstddef>
@@ -42,14 +48,15 @@ struct ParseOptions {
 };
 
 struct ParseResult {
-  std::optional<Policy> policy;     // set exactly when errors is empty
-  std::vector<Diagnostic> errors;   // sorted by position
+  std::optional<Policy> policy;    // set exactly when errors is empty
+  std::vector<Diagnostic> errors;  // sorted by position
   bool ok() const { return policy.has_value() && errors.empty(); }
 };
 
 // Parses and validates one policy document. `filename` is only used in
 // diagnostics and Policy::source.
-ParseResult parse_policy(std::string_view text, const std::string& filename, const ParseOptions& options = {});
+ParseResult parse_policy(std::string_view text, const std::string& filename,
+                         const ParseOptions& options = {});
 
 // Reads `path` (a regular file, at most options.max_bytes) and parses it.
 // Read failures are diagnostics at line 0.

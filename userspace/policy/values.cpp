@@ -87,7 +87,8 @@ Result<std::string> normalize(std::string_view path, size_t max_bytes, std::stri
 // The "${...}" starting at `at`, quoted for a message.
 std::string variable_at(std::string_view text, size_t at) {
   const size_t close = text.find('}', at);
-  return quote(text.substr(at, close == std::string_view::npos ? std::string_view::npos : close - at + 1), 32);
+  return quote(text.substr(at, close == std::string_view::npos ? std::string_view::npos : close - at + 1),
+               32);
 }
 
 constexpr std::string_view kWorkspace = "${workspace}";
@@ -246,7 +247,8 @@ Result<double> parse_cpus(std::string_view text) {
     return fail(form);
   }
   double cpus = 0;
-  const auto [end, ec] = std::from_chars(text.data(), text.data() + text.size(), cpus, std::chars_format::fixed);
+  const auto [end, ec] =
+      std::from_chars(text.data(), text.data() + text.size(), cpus, std::chars_format::fixed);
   if (ec != std::errc{} || end != text.data() + text.size()) return fail(form);
   if (!(cpus > 0)) return fail("number of CPUs must be greater than 0, got " + quote(text));
   if (cpus > kMaxCpus) return fail("number of CPUs must be at most 1024, got " + quote(text));
@@ -285,7 +287,8 @@ Result<PortRange> parse_port_range(std::string_view text) {
   if (dash == std::string_view::npos) return PortRange{*first, *first};
   auto last = port(text.substr(dash + 1));
   if (!last) return last.error();
-  if (*first > *last) return fail("port range " + quote(text) + " is empty: the first port is above the last");
+  if (*first > *last)
+    return fail("port range " + quote(text) + " is empty: the first port is above the last");
   return PortRange{*first, *last};
 }
 
@@ -368,7 +371,8 @@ Result<FilePath> parse_file_path(std::string_view text) {
 Result<std::string> parse_exec_path(std::string_view text) {
   if (const size_t at = text.find("${"); at != std::string_view::npos) {
     if (text.substr(at).starts_with(kWorkspace)) {
-      return fail("programs must be host paths; ${workspace} is not allowed in exec.allow, got " + quote(text));
+      return fail("programs must be host paths; ${workspace} is not allowed in exec.allow, got " +
+                  quote(text));
     }
     return variable_error(text, at);
   }
@@ -395,8 +399,7 @@ Result<UnixTarget> parse_unix_target(std::string_view text) {
     return fail("variables are not allowed in unix socket paths, got " + quote(text));
   }
   if (text.empty() || text.front() != '/') {
-    return fail("unix socket " + quote(text) +
-                " must be an absolute path or @name for an abstract socket");
+    return fail("unix socket " + quote(text) + " must be an absolute path or @name for an abstract socket");
   }
   auto norm = normalize(text, kMaxUnixNameBytes, text);
   if (!norm) return norm.error();
