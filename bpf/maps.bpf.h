@@ -78,6 +78,17 @@ struct {
 	__uint(max_entries, 1 << 20);
 } ac_events SEC(".maps");
 
+/* Per-scope deny/audit report, see struct ac_scope_report. Entries exist only
+ * for live scopes (userspace creates and deletes them), so memory follows the
+ * number of live scopes. */
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, AC_MAX_SCOPES);
+	__uint(map_flags, BPF_F_NO_PREALLOC);
+	__type(key, __u64); /* scope_id */
+	__type(value, struct ac_scope_report);
+} ac_scope_reports SEC(".maps");
+
 /* Per-CPU scratch for path resolution: too big for the 512-byte BPF stack.
  * LSM programs here are non-sleepable, so a program keeps its CPU for its
  * whole run and the slot is not shared with a concurrent invocation. */

@@ -133,6 +133,20 @@ ac_event_begin(const struct ac_ctx *c, __u8 decision, __u8 reason, __s32 error)
 
 static __always_inline void ac_event_submit(struct ac_event_decision *e)
 {
+	/* Keep the scope's first few records for its report (the run's result)
+	 * before handing the record to the ring buffer. */
+	__u64 scope_id = e->scope_id;
+	struct ac_scope_report *r = bpf_map_lookup_elem(&ac_scope_reports, &scope_id);
+	if (r) {
+		/* No fetch-and-add with a result on the BPF ISA we target (v2),
+		 * so claim a place by reading the count: two CPUs denying in
+		 * one scope at the same instant may write the same place (one
+		 * record of the two is kept). The count itself stays exact. */
+		__u32 idx = r->records_taken;
+		if (idx < AC_REPORT_RECORDS)
+			__builtin_memcpy(&r->records[idx & (AC_REPORT_RECORDS - 1)], e, sizeof(*e));
+		__sync_fetch_and_add(&r->records_taken, 1);
+	}
 	bpf_ringbuf_submit(e, 0);
 	ac_stat_inc(AC_STAT_EVENTS_SENT);
 }
@@ -149,13 +163,20 @@ static __always_inline int ac_verdict(const struct ac_ctx *c, int allowed, __u8 
 		ac_count(c, AC_DECISION_ALLOW, reason);
 		return 0;
 	}
+	__u64 scope_id = c->scope_id;
+	struct ac_scope_report *r = bpf_map_lookup_elem(&ac_scope_reports, &scope_id);
+	__u32 hook = c->hook < AC_HOOK_COUNT ? c->hook : 0;
 	if (c->policy_flags & AC_POLICY_F_AUDIT) {
 		*decision = AC_DECISION_AUDIT;
 		ac_count(c, AC_DECISION_AUDIT, reason);
+		if (r)
+			__sync_fetch_and_add(&r->audited[hook], 1);
 		return 0;
 	}
 	*decision = AC_DECISION_DENY;
 	ac_count(c, AC_DECISION_DENY, reason);
+	if (r)
+		__sync_fetch_and_add(&r->denied[hook], 1);
 	return -EACCES;
 }
 

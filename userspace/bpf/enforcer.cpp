@@ -187,7 +187,9 @@ Status Enforcer::put_policy(uint32_t slot, const CompiledPolicy& policy) {
   }
 
   // One element update switches every scope on this slot to the new rules.
-  ac_policy value{rules_id, policy.flags};
+  ac_policy value{};
+  value.rules_id = rules_id;
+  value.flags = policy.flags;
   if (int err = bpf_map__update_elem(skel_->maps.ac_policies, &slot, sizeof slot, &value, sizeof value,
                                      BPF_ANY))
     return fail(bpf_error("switching policy slot " + std::to_string(slot), err));

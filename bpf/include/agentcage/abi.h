@@ -19,7 +19,7 @@
 #include <linux/types.h>
 #endif
 
-#define AC_ABI_VERSION 1
+#define AC_ABI_VERSION 2
 
 /* ---- capacities ------------------------------------------------------- */
 
@@ -133,9 +133,18 @@ struct ac_workspace {
  * the slot is pointed at it, then the old rules are deleted. A hook reads the
  * slot once and uses that rules_id for every lookup of the decision. */
 #define AC_POLICY_F_AUDIT (1u << 0) /* report would-be denials, deny nothing */
+/* Who keeps a slot alive (userspace bookkeeping; the hooks ignore it). */
+#define AC_POLICY_OWNER_NAMED 0u     /* installed by name (daemon, tests): kept until removed */
+#define AC_POLICY_OWNER_TRANSIENT 1u /* installed for runs/attachments: freed when no scope uses it */
+#define AC_POLICY_NAME_MAX 64
 struct ac_policy {
 	__u32 rules_id; /* tag of this policy's entries in the rule maps */
 	__u32 flags;    /* AC_POLICY_F_* */
+	/* ---- userspace bookkeeping below; the hooks read only the above ---- */
+	__u32 owner;    /* AC_POLICY_OWNER_* */
+	__u32 pad;
+	__u64 digest;   /* hash of the compiled rules: same name + digest = same policy */
+	char name[AC_POLICY_NAME_MAX]; /* metadata.name, NUL-padded */
 };
 
 /* ac_settings: ARRAY of one. Written by userspace only. */
@@ -149,6 +158,10 @@ struct ac_config {
 	 * bound the hooks' loop without a count-trailing-zeros instruction. */
 	__u32 min_level;
 	__u32 max_level;
+	/* Userspace allocators, persisted in the (pinned) map so that several
+	 * agentcage processes sharing the maps never reuse an id. */
+	__u32 next_rules_id;
+	__u32 next_workspace_tag;
 };
 
 /* ac_path_rules: LPM_TRIE. The key's data is rules_id (big endian, so the trie
@@ -258,6 +271,25 @@ struct ac_event_decision {
 	__u16 target_len; /* bytes used in target[] (path, NUL excluded) */
 	__u8 addr[16];
 	char target[AC_EVENT_TARGET_MAX];
+};
+
+/* ---- per-scope report -------------------------------------------------- */
+
+/* ac_scope_reports: HASH (no prealloc), key __u64 scope_id. Userspace inserts
+ * a zeroed entry when it registers a scope and reads it back when the scope
+ * ends, so a run learns what was denied without consuming the shared ring
+ * buffer. The hooks only look the entry up on a deny/audit decision (never on
+ * the allow path) and never create one. */
+#define AC_REPORT_RECORDS 4
+struct ac_scope_report {
+	__u64 denied[AC_HOOK_COUNT];  /* deny decisions by hook */
+	__u64 audited[AC_HOOK_COUNT]; /* audit-mode would-be denials by hook */
+	__u32 records_taken; /* records offered; > AC_REPORT_RECORDS: later ones not kept */
+	__u32 pad;
+	/* The first AC_REPORT_RECORDS records that reached the ring buffer.
+	 * Best effort under concurrency: two CPUs denying in one scope at the
+	 * same instant may claim the same place (records_taken stays exact). */
+	struct ac_event_decision records[AC_REPORT_RECORDS];
 };
 
 #endif /* AGENTCAGE_ABI_H */
