@@ -1,0 +1,24 @@
+#include "bpf/names.h"
+
+namespace agentcage::bpf {
+
+std::string_view hook_name(uint32_t hook) {
+  static constexpr std::string_view kNames[AC_HOOK_COUNT] = {
+      "exec",        "file_open",   "socket_connect", "file_change",  "mmap_exec",
+      "socket_send", "socket_create", "unix_connect", "scope_escape"};
+  return hook < AC_HOOK_COUNT ? kNames[hook] : "unknown";
+}
+
+std::string_view decision_name(uint32_t decision) {
+  static constexpr std::string_view kNames[AC_DECISION_COUNT] = {"allow", "deny", "audit"};
+  return decision < AC_DECISION_COUNT ? kNames[decision] : "unknown";
+}
+
+std::string_view reason_name(uint32_t reason) {
+  static constexpr std::string_view kNames[AC_REASON_COUNT] = {
+      "rule_allow", "default_deny", "rule_deny", "no_policy",
+      "path_too_deep", "path_unreadable", "internal", "protected"};
+  return reason < AC_REASON_COUNT ? kNames[reason] : "unknown";
+}
+
+}  // namespace agentcage::bpf
