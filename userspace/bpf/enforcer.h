@@ -10,13 +10,13 @@
 #include <array>
 #include <cstdint>
 #include <functional>
-#include <map>
 #include <memory>
 #include <span>
 #include <string>
 #include <vector>
 
 #include "util/result.h"
+#include "util/unique_fd.h"
 
 struct agentcage_bpf;  // generated skeleton (agentcage.skel.h)
 struct ring_buffer;
@@ -65,6 +65,49 @@ struct LoadOptions {
   uint32_t ringbuf_bytes = 1u << 20;  // power of two, >= page size
 };
 
+// Where the shared (pinned) program set lives. Every agentcage process on the
+// host -- runs, attach/detach, the daemon -- adopts the same programs and maps,
+// so one set of programs serves every scope and enforcement outlives the
+// process that loaded it. Each build pins under its own subdirectory (named by
+// a digest of its BPF object), so an upgrade never mixes layouts.
+struct SharedOptions {
+  std::string pin_root = "/sys/fs/bpf/agentcage";
+  // Serialises map updates between agentcage processes (flock).
+  std::string lock_path = "/run/agentcage/bpf.lock";
+  LoadOptions load;
+};
+
+// A scope's deny/audit report (read before the scope is removed).
+struct ScopeReport {
+  std::array<uint64_t, AC_HOOK_COUNT> denied{};
+  std::array<uint64_t, AC_HOOK_COUNT> audited{};
+  uint32_t records_taken = 0;            // may exceed records.size()
+  std::vector<ac_event_decision> records;  // the first AC_REPORT_RECORDS
+};
+
+struct ScopeInfo {
+  uint64_t cgroup_id = 0;
+  uint64_t scope_id = 0;
+  uint32_t policy_slot = 0;
+  unsigned level = 0;
+};
+
+struct PolicyInfo {
+  uint32_t slot = 0;
+  std::string name;
+  uint32_t owner = AC_POLICY_OWNER_NAMED;
+  uint32_t flags = 0;
+  uint64_t digest = 0;
+};
+
+struct ProgramInfo {
+  std::string name;  // the BPF program's name (e.g. "ac_file_open")
+  int fd = -1;       // owned by the Enforcer
+};
+
+// Stable digest of a compiled policy (rules, flags) and its name.
+uint64_t policy_digest(const std::string& name, const CompiledPolicy& policy);
+
 // Decision counters for one policy slot, summed over CPUs.
 struct SlotCounters {
   std::array<ac_counters, AC_HOOK_COUNT> hooks{};
@@ -72,7 +115,12 @@ struct SlotCounters {
 
 class Enforcer {
  public:
+  // A private program set: loaded and attached for this process only, detached
+  // when the Enforcer is destroyed (tests, doctor's probe).
   static Result<std::unique_ptr<Enforcer>> load(const LoadOptions& opts = {});
+  // The shared, pinned program set (see SharedOptions): adopted when this
+  // build's set is pinned and complete, otherwise loaded, attached and pinned.
+  static Result<std::unique_ptr<Enforcer>> open_shared(const SharedOptions& opts = {});
   ~Enforcer();
   Enforcer(const Enforcer&) = delete;
   Enforcer& operator=(const Enforcer&) = delete;
@@ -84,7 +132,20 @@ class Enforcer {
   Status put_policy(uint32_t slot, const CompiledPolicy& policy);
   // Convenience for path-only policies.
   Status put_policy(uint32_t slot, std::span<const PathRule> rules, uint32_t flags = 0);
+  // Install a named policy (AC_POLICY_OWNER_NAMED) into `slot`.
+  Status put_policy(uint32_t slot, const std::string& name, const CompiledPolicy& policy);
   Status remove_policy(uint32_t slot);
+
+  // A transient policy for a run or an attachment: the slot that already holds
+  // this name with the same compiled rules, or a free slot it is installed in.
+  Result<uint32_t> acquire_policy(const std::string& name, const CompiledPolicy& policy);
+  // Free `slot` if it is transient and no scope points at it any more.
+  Status release_policy(uint32_t slot);
+
+  // Run `fn` holding the cross-process lock (shared mode; a no-op lock for a
+  // private set), so a sequence such as acquire_policy + add_scope is atomic
+  // with respect to other agentcage processes. Re-entrant.
+  Status with_lock(const std::function<Status()>& fn);
 
   // Put the cgroup `cgroup_id` (at cgroup `level`) and everything below it
   // under the policy in `policy_slot`.
@@ -95,6 +156,16 @@ class Enforcer {
   // ENOENT counts as success: removing twice is not an error.
   Status remove_scope(uint64_t cgroup_id);
 
+  // The deny/audit report of a live scope, by scope id.
+  Result<ScopeReport> scope_report(uint64_t scope_id) const;
+
+  Result<std::vector<ScopeInfo>> scopes() const;
+  Result<std::vector<PolicyInfo>> policies() const;
+  std::vector<ProgramInfo> programs() const;
+  bool shared() const { return shared_; }
+  // The directory this build's set is pinned in ("" for a private set).
+  const std::string& pin_dir() const { return pin_dir_; }
+
   Result<SlotCounters> counters(uint32_t slot) const;
   Result<uint64_t> stat(ac_stat which) const;
 
@@ -102,28 +173,41 @@ class Enforcer {
 
  private:
   Enforcer() = default;
+  static Result<std::unique_ptr<Enforcer>> load_skeleton(const LoadOptions& opts);
+  Status adopt_pinned(const std::string& dir);
+  Status pin_all(const std::string& dir);
+  Status check_lsm_active() const;
+  Status take_lock();
+  void drop_lock();
+
+  Result<ac_config> read_config() const;
+  Status write_config(const ac_config& cfg);
+  // Recompute the scope level mask from the scopes map.
   Status write_levels();
+  Result<uint32_t> next_id(uint32_t ac_config::*field, uint32_t limit);
+  Status install_policy(uint32_t slot, const std::string& name, const CompiledPolicy& policy,
+                        uint32_t owner);
+  // Delete rule and workspace entries no live policy or scope refers to
+  // (superseded rules, leftovers of a crashed agentcage).
+  void purge_unreferenced();
+  bool slot_in_use(uint32_t slot) const;
+  void reset_counters(uint32_t slot);
 
   struct SkelDeleter {
     void operator()(agentcage_bpf* skel) const;
   };
-  std::unique_ptr<agentcage_bpf, SkelDeleter> skel_;
-  std::map<uint32_t, uint32_t> slot_rules_;        // slot -> live rules id
-  struct WrittenRules {
-    std::vector<ac_path_key> paths;
-    std::vector<ac_net_key> net;
-  };
-  void delete_rules(const WrittenRules& rules);
-  std::map<uint32_t, WrittenRules> rule_keys_;     // rules id -> keys written
-  struct ScopeEntry {
-    unsigned level = 0;
-    uint32_t workspace_tag = 0;
-    ac_path_key workspace_key{};
-  };
-  std::map<unsigned, unsigned> level_refs_;        // cgroup level -> live scopes
-  std::map<uint64_t, ScopeEntry> scopes_;          // cgroup id -> what was registered
-  uint32_t next_rules_id_ = 1;
-  uint32_t next_workspace_tag_ = 1;
+  std::unique_ptr<agentcage_bpf, SkelDeleter> skel_;  // null when adopted
+  struct MapFds {
+    int scopes = -1, policies = -1, settings = -1, path_rules = -1, workspaces = -1,
+        net_rules = -1, decision_counts = -1, stats = -1, events = -1, scope_reports = -1;
+  } maps_;
+  std::vector<UniqueFd> owned_fds_;  // adopted maps and programs
+  std::vector<ProgramInfo> programs_;
+  bool shared_ = false;
+  std::string pin_dir_;
+  std::string lock_path_;
+  UniqueFd lock_fd_;
+  int lock_depth_ = 0;
 };
 
 // Reads decision records from the ring buffer. Owns the libbpf ring_buffer;

@@ -1,0 +1,237 @@
+// The shared, pinned program set: every agentcage process adopts one set of
+// programs and maps, enforcement outlives the process that loaded it, policy
+// slots are shared by content, and concurrent starts load one set only.
+#include <bpf/bpf.h>
+#include <fcntl.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <filesystem>
+#include <fstream>
+#include <set>
+#include <string>
+
+#include "cgroup/cgroup.h"
+#include "kernel_env.h"
+
+namespace agentcage {
+namespace {
+
+namespace fs = std::filesystem;
+
+const char* const kPinRoot = "/sys/fs/bpf/agentcage-kt";
+const char* const kLockPath = "/run/agentcage-kt/bpf.lock";
+
+bpf::SharedOptions options() {
+  bpf::SharedOptions o;
+  o.pin_root = kPinRoot;
+  o.lock_path = kLockPath;
+  return o;
+}
+
+uint32_t prog_id(int fd) {
+  bpf_prog_info info{};
+  uint32_t len = sizeof info;
+  return bpf_obj_get_info_by_fd(fd, &info, &len) == 0 ? info.id : 0;
+}
+
+// How many loaded programs carry this name (one per loaded set).
+int programs_named(const std::string& name) {
+  int count = 0;
+  uint32_t id = 0;
+  while (bpf_prog_get_next_id(id, &id) == 0) {
+    int fd = bpf_prog_get_fd_by_id(id);
+    if (fd < 0) continue;
+    bpf_prog_info info{};
+    uint32_t len = sizeof info;
+    if (bpf_obj_get_info_by_fd(fd, &info, &len) == 0 && name == info.name) ++count;
+    ::close(fd);
+  }
+  return count;
+}
+
+// 0: opened; 1: EACCES; 2: another error.
+int try_open(const std::string& path) {
+  int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd >= 0) {
+    ::close(fd);
+    return 0;
+  }
+  return errno == EACCES ? 1 : 2;
+}
+
+bpf::CompiledPolicy usr_only() {
+  bpf::CompiledPolicy p;
+  p.paths.push_back({"/usr", AC_ACCESS_READ, bpf::RuleSpace::absolute});
+  return p;
+}
+
+class SharedTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    AC_REQUIRE_ENFORCER();
+    fs::remove_all(kPinRoot);
+    auto root = cgroup::find_cgroup2_root();
+    ASSERT_TRUE(root.ok()) << root.error().message;
+    root_ = *root;
+    fs::create_directories(root_ / "agentcage-kt");
+    static int n = 0;
+    auto cg = cgroup::Cgroup::create(root_, root_ / "agentcage-kt", "shared-" + std::to_string(n++));
+    ASSERT_TRUE(cg.ok()) << cg.error().message;
+    cg_ = std::move(cg).value();
+    outside_ = "/run/agentcage-kt/outside.txt";
+    fs::create_directories("/run/agentcage-kt");
+    std::ofstream(outside_) << "outside\n";
+  }
+
+  void TearDown() override {
+    if (cg_.fd() >= 0) {
+      EXPECT_TRUE(cg_.remove().ok());
+    }
+    // Unpinning detaches the shared set once nothing else holds it.
+    fs::remove_all(kPinRoot);
+  }
+
+  int in_scope(const std::function<int()>& fn) {
+    auto pid = cgroup::spawn_in_cgroup(cg_.fd(), fn);
+    if (!pid) return -1;
+    auto st = cgroup::wait_for(*pid);
+    return st && WIFEXITED(*st) ? WEXITSTATUS(*st) : -1;
+  }
+
+  fs::path root_;
+  cgroup::Cgroup cg_;
+  std::string outside_;
+};
+
+TEST_F(SharedTest, SecondOpenAdoptsAndEnforcementOutlivesTheLoader) {
+  auto first = bpf::Enforcer::open_shared(options());
+  ASSERT_TRUE(first.ok()) << first.error().message;
+  EXPECT_TRUE(fs::exists((*first)->pin_dir() + "/ready"));
+  auto second = bpf::Enforcer::open_shared(options());
+  ASSERT_TRUE(second.ok()) << second.error().message;
+  EXPECT_EQ((*first)->pin_dir(), (*second)->pin_dir());
+
+  // Adopted, not loaded again: the same program objects.
+  std::set<uint32_t> ids_first, ids_second;
+  for (const auto& p : (*first)->programs()) ids_first.insert(prog_id(p.fd));
+  for (const auto& p : (*second)->programs()) ids_second.insert(prog_id(p.fd));
+  EXPECT_FALSE(ids_first.empty());
+  EXPECT_EQ(ids_first, ids_second);
+  EXPECT_EQ(programs_named("ac_file_open"), 2) << "the private test set plus exactly one shared set";
+
+  auto slot = (*second)->acquire_policy("usr-only", usr_only());
+  ASSERT_TRUE(slot.ok()) << slot.error().message;
+  const uint64_t scope_id = cg_.id();
+  ASSERT_TRUE((*second)->add_scope(cg_.id(), cg_.level(), scope_id, *slot).ok());
+
+  // No agentcage object is left in this process: the pins keep enforcing.
+  first->reset();
+  second->reset();
+  EXPECT_EQ(in_scope([&] { return try_open(outside_); }), 1);
+  EXPECT_EQ(in_scope([] { return try_open("/usr/bin/true"); }), 0);
+
+  auto third = bpf::Enforcer::open_shared(options());
+  ASSERT_TRUE(third.ok()) << third.error().message;
+  auto scopes = (*third)->scopes();
+  ASSERT_TRUE(scopes.ok());
+  ASSERT_EQ(scopes->size(), 1u);
+  EXPECT_EQ((*scopes)[0].cgroup_id, cg_.id());
+  EXPECT_EQ((*scopes)[0].policy_slot, *slot);
+
+  // The scope's own report saw the denial, with the target.
+  auto report = (*third)->scope_report(scope_id);
+  ASSERT_TRUE(report.ok()) << report.error().message;
+  EXPECT_EQ(report->denied[AC_HOOK_FILE_OPEN], 1u);
+  ASSERT_EQ(report->records.size(), 1u);
+  EXPECT_EQ(report->records[0].hook, AC_HOOK_FILE_OPEN);
+  EXPECT_EQ(report->records[0].decision, AC_DECISION_DENY);
+  EXPECT_EQ(std::string(report->records[0].target), outside_);
+
+  ASSERT_TRUE((*third)->remove_scope(cg_.id()).ok());
+  ASSERT_TRUE((*third)->release_policy(*slot).ok());
+  auto policies = (*third)->policies();
+  ASSERT_TRUE(policies.ok());
+  EXPECT_TRUE(policies->empty());
+  EXPECT_FALSE((*third)->scope_report(scope_id).ok()) << "the report goes with the scope";
+  EXPECT_EQ(in_scope([&] { return try_open(outside_); }), 0);
+
+  // Unpinned and closed: the shared programs are gone from the kernel.
+  third->reset();
+  fs::remove_all(kPinRoot);
+  // Program ids are released when the last reference goes; allow the
+  // kernel's deferred freeing a moment.
+  int left = programs_named("ac_file_open");
+  for (int i = 0; i < 40 && left != 1; ++i) {
+    ::usleep(50 * 1000);
+    left = programs_named("ac_file_open");
+  }
+  EXPECT_EQ(left, 1) << "only the private test set remains";
+}
+
+TEST_F(SharedTest, SlotsAreSharedByContentAndFreedWhenUnused) {
+  auto e = bpf::Enforcer::open_shared(options());
+  ASSERT_TRUE(e.ok()) << e.error().message;
+  auto& enf = **e;
+  auto a = enf.acquire_policy("p", usr_only());
+  auto b = enf.acquire_policy("p", usr_only());
+  ASSERT_TRUE(a.ok() && b.ok());
+  EXPECT_EQ(*a, *b) << "same name and rules share one slot";
+
+  auto other_name = enf.acquire_policy("q", usr_only());
+  bpf::CompiledPolicy changed = usr_only();
+  changed.paths.push_back({"/etc", AC_ACCESS_READ, bpf::RuleSpace::absolute});
+  auto other_rules = enf.acquire_policy("p", changed);
+  ASSERT_TRUE(other_name.ok() && other_rules.ok());
+  EXPECT_NE(*other_name, *a);
+  EXPECT_NE(*other_rules, *a);
+  EXPECT_NE(*other_rules, *other_name);
+
+  // A slot a scope points at is never freed.
+  ASSERT_TRUE(enf.add_scope(cg_.id(), cg_.level(), cg_.id(), *a).ok());
+  ASSERT_TRUE(enf.release_policy(*a).ok());
+  auto pols = enf.policies();
+  ASSERT_TRUE(pols.ok());
+  EXPECT_EQ(pols->size(), 3u);
+  EXPECT_EQ(in_scope([&] { return try_open(outside_); }), 1) << "still enforced after the release attempt";
+
+  ASSERT_TRUE(enf.remove_scope(cg_.id()).ok());
+  for (uint32_t slot : {*a, *other_name, *other_rules}) ASSERT_TRUE(enf.release_policy(slot).ok());
+  pols = enf.policies();
+  ASSERT_TRUE(pols.ok());
+  EXPECT_TRUE(pols->empty());
+
+  // A named (daemon/test) policy is kept by release_policy.
+  ASSERT_TRUE(enf.put_policy(7, "named", usr_only()).ok());
+  ASSERT_TRUE(enf.release_policy(7).ok());
+  pols = enf.policies();
+  ASSERT_TRUE(pols.ok());
+  ASSERT_EQ(pols->size(), 1u);
+  EXPECT_EQ((*pols)[0].name, "named");
+  EXPECT_EQ((*pols)[0].owner, AC_POLICY_OWNER_NAMED);
+  ASSERT_TRUE(enf.remove_policy(7).ok());
+}
+
+TEST_F(SharedTest, ConcurrentStartsLoadOneSet) {
+  // Several processes open the shared set at once; the lock makes all but
+  // one adopt what the first loaded.
+  constexpr int kProcs = 4;
+  pid_t pids[kProcs];
+  for (int i = 0; i < kProcs; ++i) {
+    pids[i] = ::fork();
+    if (pids[i] == 0) {
+      auto e = bpf::Enforcer::open_shared(options());
+      ::_exit(e.ok() ? 0 : 1);
+    }
+  }
+  for (pid_t pid : pids) {
+    int st = 0;
+    ASSERT_EQ(::waitpid(pid, &st, 0), pid);
+    EXPECT_TRUE(WIFEXITED(st) && WEXITSTATUS(st) == 0);
+  }
+  EXPECT_EQ(programs_named("ac_file_open"), 2) << "the private test set plus exactly one shared set";
+}
+
+}  // namespace
+}  // namespace agentcage
