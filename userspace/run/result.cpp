@@ -77,6 +77,7 @@ nlohmann::json to_json(const RunResult& r) {
   j["workspace"] = r.workspace;
   j["workspace_kept"] = r.workspace_kept;
   j["cgroup"] = r.cgroup;
+  j["scope_id"] = r.scope_id;
   j["uid"] = r.uid;
   j["gid"] = r.gid;
   j["limits"] = {{"memory_bytes", opt(r.memory_max_bytes)},

@@ -22,6 +22,7 @@ struct RunResult {
   std::string workspace;
   bool workspace_kept = false;  // still exists after the run
   std::string cgroup;           // path of the run's cgroup (removed at the end)
+  uint64_t scope_id = 0;        // the scope's id in audit events (= the cgroup's id)
   uint32_t uid = 0, gid = 0;
 
   // The effective limits (command line over policy); unset = none.

@@ -139,6 +139,8 @@ Failure enforcer_failure(const Error& e) {
   if (e.code == EPERM)
     f.fix = "this kernel refuses BPF LSM programs; run on a host whose kernel allows them (Debian 12/13 stock "
             "kernels do; `agentcage doctor` checks), or in the VM: tests/vm/run -- agentcage run ...";
+  else if (e.message.find("bpf filesystem") != std::string::npos)
+    f.fix = "mount -t bpf bpf /sys/fs/bpf, then re-run (`agentcage doctor` checks everything else)";
   else if (e.code == ENOTSUP || e.code == EOPNOTSUPP)
     f.fix = "activate the BPF LSM: " + bpf::lsm_fix_hint(bpf::read_lsm_state());
   else
@@ -530,6 +532,7 @@ int run_command(const RunOptions& opts, RunResult& res, std::ostream& err) {
   if (!cg) return fail({kExitSetup, cg.error().message, "run as root on a writable cgroup v2 hierarchy", cg.error().code});
   r.cg = std::move(*cg);
   res.cgroup = r.cg->path().string();
+  res.scope_id = r.cg->id();
   r.record.cgroup_id = r.cg->id();
   if (Status st = r.lease->write(r.record); !st) return fail({kExitSetup, st.error().message, ""});
   if (Status st = write_limits(*r.cg, *limits); !st)
