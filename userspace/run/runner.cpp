@@ -586,7 +586,11 @@ int run_command(const RunOptions& opts, RunResult& res, std::ostream& err) {
     res.wall_time_us = static_cast<uint64_t>(
         std::chrono::duration_cast<std::chrono::microseconds>(Clock::now() - started).count());
     if (got == static_cast<ssize_t>(sizeof report) && report.step == static_cast<int32_t>(ChildStep::exec)) {
-      bool denied = res.have_report && res.denied[AC_HOOK_EXEC] > 0;
+      // The child did nothing but exec, so any denial in its scope is the
+      // exec's: bprm_check_security (exec) or the open of the program file
+      // (file_open, when the policy does not let it read the file).
+      bool denied = false;
+      for (unsigned h = 0; h < AC_HOOK_COUNT; ++h) denied = denied || (res.have_report && res.denied[h] > 0);
       int code = denied ? kExitCannotExec : exit_code_for_exec_errno(report.err);
       res.exit_code = code;
       res.error = describe_exec_failure(opts.command[0], report.err, denied, pol.name);
