@@ -9,6 +9,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstdlib>
 #include <filesystem>
@@ -22,6 +23,7 @@
 #include <nlohmann/json.hpp>
 
 #include "bpf/enforcer.h"
+#include "cgroup/cgroup.h"
 #include "kernel_env.h"
 
 #ifndef AGENTCAGE_SOURCE_DIR
@@ -447,6 +449,55 @@ TEST_F(Run, ConcurrentRunsCannotTouchEachOthersWorkspace) {
   EXPECT_EQ(b2.code, 42) << b2.describe();
   EXPECT_NE(b2.result["uid"], ra.result["uid"]);
   EXPECT_FALSE(fs::exists(ws_a + "/planted.txt"));
+}
+
+TEST_F(Run, StaleRunOfKilledAgentcageIsReapedByNextRun) {
+  auto before = run_cgroups();
+  // The grandchild outlives its parent (PR_SET_PDEATHSIG only covers the
+  // direct child): only the reaper can end it.
+  Started s = start(py("import os, time\n"
+                       "if os.fork() == 0:\n"
+                       "    os.setsid()\n"
+                       "    while True:\n"
+                       "        time.sleep(1)\n"
+                       "print('up', flush=True)\n"
+                       "time.sleep(600)\n"));
+  for (int i = 0; i < 600 && slurp(s.dir / "stdout").empty(); ++i)
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  ASSERT_EQ(slurp(s.dir / "stdout"), "up\n");
+  std::string stale;
+  for (const auto& cg : run_cgroups())
+    if (std::find(before.begin(), before.end(), cg) == before.end()) stale = cg;
+  ASSERT_FALSE(stale.empty());
+  const std::string stale_id = fs::path(stale).filename().string();
+  ::kill(s.pid, SIGKILL);
+  Ran killed = finish(s);
+  ASSERT_EQ(killed.code, 128 + SIGKILL);
+  // Left behind for now: the cgroup with the grandchild in it, the record.
+  ASSERT_TRUE(fs::exists(stale));
+  EXPECT_FALSE(slurp(fs::path(stale) / "cgroup.procs").empty());
+  EXPECT_TRUE(fs::exists("/run/agentcage/runs/" + stale_id + ".json"));
+  auto stale_scope = cgroup::cgroup_id(stale);
+  ASSERT_TRUE(stale_scope) << stale_scope.error().message;
+  all_scopes().insert(*stale_scope);
+  auto shared = bpf::Enforcer::open_shared();
+  ASSERT_TRUE(shared) << shared.error().message;
+  auto scopes_before = (*shared)->scopes();
+  ASSERT_TRUE(scopes_before);
+  EXPECT_TRUE(std::any_of(scopes_before->begin(), scopes_before->end(),
+                          [&](const bpf::ScopeInfo& i) { return i.scope_id == *stale_scope; }))
+      << "the stale run's scope must stay registered until it is reaped";
+
+  Ran next = run(py("pass"));
+  EXPECT_EQ(next.code, 0) << next.describe();
+  EXPECT_NE(next.err.find("reaped stale run " + stale_id), std::string::npos) << next.err;
+  EXPECT_FALSE(fs::exists(stale));
+  EXPECT_FALSE(fs::exists("/run/agentcage/runs/" + stale_id + ".json"));
+  EXPECT_TRUE(processes_of_dynamic_uids().empty());
+  auto scopes = (*shared)->scopes();
+  ASSERT_TRUE(scopes) << scopes.error().message;
+  for (const auto& i : *scopes) EXPECT_NE(i.scope_id, *stale_scope) << "stale scope not removed";
+  EXPECT_TRUE(run_cgroups().empty());
 }
 
 // Last in this file (gtest keeps declaration order): nothing of any run here
