@@ -5,6 +5,8 @@
 #include <cerrno>
 #include <cstdlib>
 
+#include "policy/values.h"
+
 namespace agentcage::policy {
 namespace {
 
@@ -12,41 +14,41 @@ bool ends_with(const std::string& s, const std::string& suffix) {
   return s.size() >= suffix.size() && s.compare(s.size() - suffix.size(), suffix.size(), suffix) == 0;
 }
 
-bool is_regular(const std::string& path) {
-  struct stat st{};
-  return ::stat(path.c_str(), &st) == 0 && S_ISREG(st.st_mode);
+bool is_file_ref(const std::string& ref) {
+  return ref.find('/') != std::string::npos || ends_with(ref, ".yaml") || ends_with(ref, ".yml");
 }
 
 }  // namespace
 
-std::vector<std::string> policy_search_path() {
-  std::vector<std::string> dirs;
-  const char* env = std::getenv("AGENTCAGE_POLICY_PATH");
-  std::string spec = env && *env ? env : kDefaultPolicyDir;
-  size_t start = 0;
-  while (start <= spec.size()) {
-    size_t end = spec.find(':', start);
-    if (end == std::string::npos) end = spec.size();
-    if (end > start) dirs.push_back(spec.substr(start, end - start));
-    start = end + 1;
-  }
-  return dirs;
+std::string default_policy_dir() {
+  const char* env = std::getenv("AGENTCAGE_POLICY_DIR");
+  return env && *env ? std::string(env) : std::string(kDefaultPolicyDir);
 }
 
-Result<std::string> locate_policy(const std::string& arg) {
-  if (arg.empty()) return Error{"--policy: empty policy name", EINVAL};
-  if (arg.find('/') != std::string::npos || ends_with(arg, ".yaml") || ends_with(arg, ".yml")) {
-    if (!is_regular(arg)) return Error{"--policy: no policy file " + arg, ENOENT};
-    return arg;
+Result<std::string> resolve_policy(const std::string& ref, const std::string& policy_dir) {
+  if (ref.empty()) return Error{"--policy: empty policy name", EINVAL};
+  if (is_file_ref(ref)) return ref;
+  for (char c : ref) {
+    bool ok = (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '.' ||
+              c == '_' || c == '-';
+    if (!ok)
+      return Error{"--policy: " + quote(ref) + " is neither a policy name (letters, digits, '.', '_', '-') nor a file path",
+                   EINVAL};
   }
-  std::string tried;
-  for (const auto& dir : policy_search_path()) {
-    std::string candidate = dir + "/" + arg + ".yaml";
-    if (is_regular(candidate)) return candidate;
-    tried += (tried.empty() ? "" : ", ") + candidate;
-  }
-  return Error{"--policy: no policy named \"" + arg + "\" (looked for " + tried +
-                   "; set AGENTCAGE_POLICY_PATH or pass a file path)",
+  if (ref[0] == '.') return Error{"--policy: a policy name must not start with '.'", EINVAL};
+  std::string dir = policy_dir.empty() ? std::string(".") : policy_dir;
+  if (dir.size() > 1 && dir.back() == '/') dir.pop_back();
+  return dir + "/" + ref + ".yaml";
+}
+
+Result<std::string> locate_policy(const std::string& ref, const std::string& policy_dir) {
+  auto path = resolve_policy(ref, policy_dir);
+  if (!path) return path.error();
+  struct stat st{};
+  if (::stat(path->c_str(), &st) == 0 && S_ISREG(st.st_mode)) return *path;
+  if (is_file_ref(ref)) return Error{"--policy: no policy file " + ref, ENOENT};
+  return Error{"--policy: no policy named " + quote(ref) + " (" + *path +
+                   " does not exist; install it there, point AGENTCAGE_POLICY_DIR elsewhere, or pass a file path)",
                ENOENT};
 }
 

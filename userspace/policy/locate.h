@@ -1,12 +1,12 @@
-// Where `--policy NAME|FILE` points.
+// Where `--policy NAME|FILE` points (run, attach).
 //
-// A value with a '/' or ending in .yaml/.yml is a file path. Anything else is
-// a policy NAME, looked up as NAME.yaml in each directory of the policy path:
-// $AGENTCAGE_POLICY_PATH (colon-separated) if set, else /etc/agentcage/policies.
+// A value with a '/' or ending in .yaml/.yml is a FILE, used as given. Any
+// other value is a policy NAME (letters, digits, '.', '_', '-'; not starting
+// with '.', so it cannot leave the directory), looked up as NAME.yaml in the
+// policy directory: $AGENTCAGE_POLICY_DIR, else /etc/agentcage/policies.
 #pragma once
 
 #include <string>
-#include <vector>
 
 #include "util/result.h"
 
@@ -14,10 +14,14 @@ namespace agentcage::policy {
 
 inline constexpr const char* kDefaultPolicyDir = "/etc/agentcage/policies";
 
-// The directories NAME lookups search, in order.
-std::vector<std::string> policy_search_path();
+// $AGENTCAGE_POLICY_DIR if set and non-empty, else kDefaultPolicyDir.
+std::string default_policy_dir();
 
-// The file `arg` names. Errors list every place that was tried.
-Result<std::string> locate_policy(const std::string& arg);
+// The file `ref` names, without touching the file system.
+Result<std::string> resolve_policy(const std::string& ref, const std::string& policy_dir);
+
+// resolve_policy, then check that the file exists; the error says where a
+// NAME was looked for and how to point elsewhere.
+Result<std::string> locate_policy(const std::string& ref, const std::string& policy_dir = default_policy_dir());
 
 }  // namespace agentcage::policy

@@ -44,7 +44,8 @@ int attach_command(const AttachRequest& req, std::ostream& out, std::ostream& er
     err << "agentcage attach: " << msg << '\n';
     return 1;
   };
-  auto file = policy::locate_policy(req.policy);
+  auto file = policy::locate_policy(
+      req.policy, req.policy_dir.empty() ? policy::default_policy_dir() : req.policy_dir);
   if (!file) return fail(file.error().message);
   auto parsed = policy::load_policy_file(*file);
   if (!parsed.ok()) {

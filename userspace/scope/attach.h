@@ -21,6 +21,7 @@ Result<std::filesystem::path> resolve_cgroup(const std::filesystem::path& root, 
 struct AttachRequest {
   std::string cgroup;     // as given (see resolve_cgroup)
   std::string policy;     // NAME or FILE (policy/locate.h)
+  std::string policy_dir; // where a NAME is looked up ("" : policy::default_policy_dir())
   std::string workspace;  // what ${workspace} means for this cgroup ("" : none)
 };
 

@@ -1,0 +1,291 @@
+// `agentcage run`'s pure logic: options, limits, environment, exec search,
+// exit statuses, the result JSON and the run record.
+#include <gtest/gtest.h>
+#include <signal.h>
+#include <sys/socket.h>
+#include <sys/wait.h>
+
+#include <cerrno>
+#include <cstring>
+
+#include "bpf/names.h"
+#include "policy/locate.h"
+#include "run/options.h"
+#include "run/result.h"
+#include "run/state.h"
+
+namespace agentcage::run {
+namespace {
+
+TEST(RunOptions, PolicyNamesResolveInThePolicyDirFilesAsGiven) {
+  EXPECT_EQ(*policy::resolve_policy("python-sandbox", "/etc/agentcage/policies"),
+            "/etc/agentcage/policies/python-sandbox.yaml");
+  EXPECT_EQ(*policy::resolve_policy("x", "/p/"), "/p/x.yaml");
+  EXPECT_EQ(*policy::resolve_policy("policies/python-sandbox.yaml", "/p"), "policies/python-sandbox.yaml");
+  EXPECT_EQ(*policy::resolve_policy("local.yml", "/p"), "local.yml");
+  EXPECT_EQ(*policy::resolve_policy("/abs/p", "/p"), "/abs/p");
+  EXPECT_FALSE(policy::resolve_policy("", "/p"));
+  EXPECT_FALSE(policy::resolve_policy(".hidden", "/p"));
+  EXPECT_FALSE(policy::resolve_policy("a b", "/p"));
+}
+
+TEST(RunOptions, PathsFromEnvironment) {
+  const char* env[] = {"AGENTCAGE_POLICY_DIR=/pol", "AGENTCAGE_WORKSPACE_ROOT=/ws", "AGENTCAGE_CGROUP_PARENT=x/y",
+                       "AGENTCAGE_STATE_DIR=/st", "AGENTCAGE_OTHER=1", "PATH=/bin", nullptr};
+  Paths p = paths_from_env(env);
+  EXPECT_EQ(p.policy_dir, "/pol");
+  EXPECT_EQ(p.workspace_root, "/ws");
+  EXPECT_EQ(p.cgroup_parent, "x/y");
+  EXPECT_EQ(p.state_dir, "/st");
+  Paths d = paths_from_env(nullptr);
+  EXPECT_EQ(d.cgroup_parent, "agentcage/runs");
+  EXPECT_EQ(d.workspace_root, "/var/lib/agentcage/workspaces");
+}
+
+TEST(RunOptions, CommandLineLimitsOverrideThePolicy) {
+  policy::Limits pol;
+  pol.memory_bytes = 1 << 20;
+  pol.pids = 10;
+  pol.timeout = std::chrono::seconds(60);
+  RunOptions o;
+  o.memory = "2Mi";
+  o.cpu = "0.5";
+  auto l = effective_limits(pol, o);
+  ASSERT_TRUE(l) << l.error().message;
+  EXPECT_EQ(*l->memory_bytes, 2u << 20);
+  EXPECT_EQ(*l->pids, 10u);
+  EXPECT_DOUBLE_EQ(*l->cpus, 0.5);
+  EXPECT_EQ(*l->timeout, std::chrono::seconds(60));
+  o.timeout = "1m30s";
+  EXPECT_EQ(*effective_limits(pol, o)->timeout, std::chrono::seconds(90));
+
+  RunOptions bad;
+  bad.pids = "0";
+  auto e = effective_limits(pol, bad);
+  ASSERT_FALSE(e);
+  EXPECT_NE(e.error().message.find("--pids '0'"), std::string::npos) << e.error().message;
+  bad = {};
+  bad.memory = "lots";
+  EXPECT_FALSE(effective_limits(pol, bad));
+  bad = {};
+  bad.timeout = "5 s";
+  EXPECT_FALSE(effective_limits(pol, bad));
+}
+
+TEST(RunOptions, EnvAssignments) {
+  auto kv = parse_env_assignment("A_1=x=y");
+  ASSERT_TRUE(kv);
+  EXPECT_EQ(kv->first, "A_1");
+  EXPECT_EQ(kv->second, "x=y");
+  EXPECT_EQ(parse_env_assignment("EMPTY=")->second, "");
+  EXPECT_FALSE(parse_env_assignment("NOVALUE"));
+  EXPECT_FALSE(parse_env_assignment("=x"));
+  EXPECT_FALSE(parse_env_assignment("1A=x"));
+  EXPECT_FALSE(parse_env_assignment("A-B=x"));
+}
+
+TEST(RunOptions, SandboxEnvironmentIsScrubbed) {
+  auto env = sandbox_environment("/ws/r1", {});
+  ASSERT_TRUE(env);
+  EXPECT_EQ(*env, (std::vector<std::string>{"PATH=/usr/local/bin:/usr/bin:/bin", "HOME=/ws/r1", "TMPDIR=/ws/r1",
+                                            "LANG=C.UTF-8"}));
+  auto extra = sandbox_environment("/ws", {"MPLBACKEND=Agg", "LANG=en_US.UTF-8", "MPLBACKEND=pdf"});
+  ASSERT_TRUE(extra);
+  EXPECT_EQ(*extra, (std::vector<std::string>{"PATH=/usr/local/bin:/usr/bin:/bin", "HOME=/ws", "TMPDIR=/ws",
+                                              "LANG=en_US.UTF-8", "MPLBACKEND=pdf"}));
+  EXPECT_FALSE(sandbox_environment("/ws", {"bad"}));
+}
+
+TEST(RunOptions, ExecCandidatesAndErrors) {
+  EXPECT_EQ(exec_candidates("python3", "/usr/local/bin:/usr/bin"),
+            (std::vector<std::string>{"/usr/local/bin/python3", "/usr/bin/python3"}));
+  EXPECT_EQ(exec_candidates("./x", "/bin"), (std::vector<std::string>{"./x"}));
+  EXPECT_EQ(exec_candidates("/bin/sh", "/usr/bin"), (std::vector<std::string>{"/bin/sh"}));
+  EXPECT_EQ(exec_candidates("x", ":/bin"), (std::vector<std::string>{"x", "/bin/x"}));
+  EXPECT_TRUE(exec_candidates("", "/bin").empty());
+
+  EXPECT_EQ(combine_exec_errors({ENOENT, ENOENT}), ENOENT);
+  EXPECT_EQ(combine_exec_errors({EACCES, ENOENT}), EACCES);
+  EXPECT_EQ(combine_exec_errors({ENOENT, ENOEXEC, EACCES}), ENOEXEC);
+  EXPECT_EQ(combine_exec_errors({}), ENOENT);
+  EXPECT_EQ(exit_code_for_exec_errno(ENOENT), 127);
+  EXPECT_EQ(exit_code_for_exec_errno(ENOTDIR), 127);
+  EXPECT_EQ(exit_code_for_exec_errno(EACCES), 126);
+  EXPECT_EQ(exit_code_for_exec_errno(EPERM), 126);
+  EXPECT_EQ(exit_code_for_exec_errno(ENOEXEC), 126);
+}
+
+int exited(int code) { return (code & 0xff) << 8; }
+int signaled(int sig) { return sig & 0x7f; }
+
+TEST(RunOptions, ExitStatusMapping) {
+  ASSERT_TRUE(WIFEXITED(exited(3)));
+  ASSERT_TRUE(WIFSIGNALED(signaled(SIGKILL)));
+  EXPECT_EQ(exit_code({exited(0), false, 0}), 0);
+  EXPECT_EQ(exit_code({exited(3), false, 0}), 3);
+  EXPECT_EQ(exit_code({signaled(SIGKILL), false, 0}), 137);
+  EXPECT_EQ(exit_code({signaled(SIGSEGV), false, 0}), 139);
+  // The timeout wins over the SIGKILL that implemented it.
+  EXPECT_EQ(exit_code({signaled(SIGKILL), true, 0}), 124);
+  EXPECT_EQ(exit_code({signaled(SIGKILL), false, SIGTERM}), 143);
+  EXPECT_EQ(exit_code({exited(0), false, SIGINT}), 130);
+  EXPECT_EQ(*exited_code(exited(7)), 7);
+  EXPECT_FALSE(killed_by(exited(7)));
+  EXPECT_EQ(*killed_by(signaled(SIGUSR1)), SIGUSR1);
+}
+
+TEST(RunOptions, Names) {
+  EXPECT_EQ(signal_name(SIGKILL), "SIGKILL");
+  EXPECT_EQ(signal_name(SIGTERM), "SIGTERM");
+  EXPECT_EQ(errno_name(EACCES), "EACCES");
+  EXPECT_EQ(bpf::hook_name(AC_HOOK_EXEC), "exec");
+  EXPECT_EQ(bpf::hook_name(AC_HOOK_SOCKET_CONNECT), "socket_connect");
+  EXPECT_EQ(bpf::hook_name(AC_HOOK_SCOPE_ESCAPE), "scope_escape");
+  EXPECT_EQ(bpf::decision_name(AC_DECISION_AUDIT), "audit");
+  EXPECT_EQ(bpf::reason_name(AC_REASON_PATH_TOO_DEEP), "path_too_deep");
+  EXPECT_EQ(bpf::hook_name(AC_HOOK_COUNT), "unknown");
+}
+
+TEST(RunOptions, KeyedValues) {
+  const char* stat = "usage_usec 1234\nuser_usec 1000\nsystem_usec 234\nnr_periods 0\n";
+  EXPECT_EQ(*keyed_value(stat, "usage_usec"), 1234u);
+  EXPECT_EQ(*keyed_value(stat, "system_usec"), 234u);
+  EXPECT_FALSE(keyed_value(stat, "user"));
+  EXPECT_EQ(*keyed_value("low 0\nhigh 0\nmax 3\noom 1\noom_kill 1\noom_group_kill 1", "oom_kill"), 1u);
+  EXPECT_EQ(*keyed_value("populated 0\nfrozen 0\n", "populated"), 0u);
+  EXPECT_FALSE(keyed_value("populated x\n", "populated"));
+}
+
+TEST(RunOptions, UserSpecs) {
+  auto n = parse_user_spec("nobody");
+  ASSERT_TRUE(n);
+  EXPECT_EQ(*n->name, "nobody");
+  auto u = parse_user_spec("1234");
+  ASSERT_TRUE(u);
+  EXPECT_EQ(*u->uid, 1234u);
+  EXPECT_EQ(*u->gid, 1234u);
+  auto ug = parse_user_spec("1234:99");
+  ASSERT_TRUE(ug);
+  EXPECT_EQ(*ug->gid, 99u);
+  EXPECT_FALSE(parse_user_spec(""));
+  EXPECT_FALSE(parse_user_spec("1234:x"));
+  EXPECT_FALSE(parse_user_spec("a:b"));
+  EXPECT_FALSE(parse_user_spec("4294967295"));
+  EXPECT_EQ(format_run_id(0xabcULL), "0000000000000abc");
+}
+
+ac_event_decision path_record(uint8_t hook, const char* path) {
+  ac_event_decision r{};
+  r.hook = hook;
+  r.decision = AC_DECISION_DENY;
+  r.reason = AC_REASON_DEFAULT_DENY;
+  r.error = -EACCES;
+  r.pid = 42;
+  std::strcpy(r.comm, "python3");
+  r.target_kind = AC_TARGET_PATH;
+  r.target_len = static_cast<uint16_t>(std::strlen(path));
+  std::memcpy(r.target, path, r.target_len);
+  return r;
+}
+
+TEST(RunResult, TargetsOfRecords) {
+  EXPECT_EQ(record_target(path_record(AC_HOOK_FILE_OPEN, "/etc/passwd")), "/etc/passwd");
+  ac_event_decision v4{};
+  v4.target_kind = AC_TARGET_INET;
+  v4.family = AF_INET;
+  v4.port = 443;
+  uint8_t a4[] = {10, 0, 0, 1};
+  std::memcpy(v4.addr, a4, 4);
+  EXPECT_EQ(record_target(v4), "10.0.0.1:443");
+  ac_event_decision v6{};
+  v6.target_kind = AC_TARGET_INET;
+  v6.family = AF_INET6;
+  v6.port = 80;
+  v6.addr[15] = 1;
+  EXPECT_EQ(record_target(v6), "[::1]:80");
+  ac_event_decision none{};
+  EXPECT_EQ(record_target(none), "");
+}
+
+TEST(RunResult, JsonShape) {
+  RunResult r;
+  r.run_id = "0123456789abcdef";
+  r.policy_name = "python-sandbox";
+  r.policy_file = "policies/python-sandbox.yaml";
+  r.command = {"python3", "-c", "1"};
+  r.workspace = "/var/lib/agentcage/workspaces/0123456789abcdef";
+  r.exit_code = 137;
+  r.started = true;
+  r.signal = SIGKILL;
+  r.oom_killed = true;
+  r.oom_kills = 1;
+  r.memory_max_bytes = 64u << 20;
+  r.wall_time_us = 1500;
+  r.cpu_total_us = 2500;
+  r.peak_memory_bytes = 1000;
+  r.peak_memory_source = "memory.peak";
+  r.have_report = true;
+  r.denied[AC_HOOK_FILE_OPEN] = 3;
+  r.denied[AC_HOOK_EXEC] = 1;
+  r.records_taken = 4;
+  r.records = {path_record(AC_HOOK_FILE_OPEN, "/etc/passwd")};
+  auto j = to_json(r);
+  for (const char* key : {"run_id", "scope_id", "policy", "policy_file", "command", "workspace", "workspace_kept",
+                          "cgroup", "uid", "gid", "limits", "exit_code", "started", "exit_status", "signal",
+                          "signal_number", "timed_out", "oom_killed", "oom_kills", "interrupted_by", "error",
+                          "error_errno", "wall_time_ms", "cpu_time_ms", "peak_memory_bytes", "peak_memory_source",
+                          "denials"})
+    EXPECT_TRUE(j.contains(key)) << key;
+  EXPECT_EQ(j["exit_code"], 137);
+  EXPECT_TRUE(j["exit_status"].is_null());
+  EXPECT_EQ(j["signal"], "SIGKILL");
+  EXPECT_EQ(j["signal_number"], 9);
+  EXPECT_TRUE(j["oom_killed"].get<bool>());
+  EXPECT_EQ(j["limits"]["memory_bytes"], 64u << 20);
+  EXPECT_TRUE(j["limits"]["pids"].is_null());
+  EXPECT_DOUBLE_EQ(j["wall_time_ms"].get<double>(), 1.5);
+  EXPECT_DOUBLE_EQ(j["cpu_time_ms"]["total"].get<double>(), 2.5);
+  EXPECT_TRUE(j["cpu_time_ms"]["user"].is_null());
+  const auto& d = j["denials"];
+  EXPECT_EQ(d["total"], 4);
+  EXPECT_EQ(d["by_hook"], nlohmann::json({{"file_open", 3}, {"exec", 1}}));
+  EXPECT_EQ(d["records_total"], 4);
+  ASSERT_EQ(d["records"].size(), 1u);
+  EXPECT_EQ(d["records"][0], nlohmann::json({{"hook", "file_open"},
+                                             {"decision", "deny"},
+                                             {"reason", "default_deny"},
+                                             {"target", "/etc/passwd"},
+                                             {"errno", "EACCES"},
+                                             {"pid", 42},
+                                             {"comm", "python3"}}));
+}
+
+TEST(RunRecord, JsonRoundTrip) {
+  RunRecord r;
+  r.run_id = "abc";
+  r.owner_pid = 77;
+  r.started_unix_ms = 123;
+  r.cgroup = "/sys/fs/cgroup/agentcage/runs/abc";
+  r.cgroup_id = 9;
+  r.policy_slot = 3;
+  r.workspace = "/w";
+  r.remove_workspace = true;
+  r.restore_uid = 1000;
+  r.restore_gid = 1000;
+  r.restore_mode = 0755;
+  auto back = record_from_json(to_json(r));
+  ASSERT_TRUE(back) << back.error().message;
+  EXPECT_EQ(back->cgroup, r.cgroup);
+  EXPECT_EQ(back->cgroup_id, 9u);
+  EXPECT_EQ(*back->policy_slot, 3u);
+  EXPECT_EQ(*back->restore_mode, 0755u);
+  RunRecord bare;
+  bare.run_id = "x";
+  auto b = record_from_json(to_json(bare));
+  ASSERT_TRUE(b);
+  EXPECT_FALSE(b->policy_slot);
+  EXPECT_FALSE(record_from_json(nlohmann::json::object()));
+}
+
+}  // namespace
+}  // namespace agentcage::run

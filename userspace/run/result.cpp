@@ -1,0 +1,118 @@
+#include "run/result.h"
+
+#include <arpa/inet.h>
+#include <sys/socket.h>
+
+#include <cstring>
+
+#include "bpf/names.h"
+#include "run/options.h"
+
+namespace agentcage::run {
+namespace {
+
+template <class T>
+nlohmann::json opt(const std::optional<T>& v) {
+  return v ? nlohmann::json(*v) : nlohmann::json(nullptr);
+}
+
+// The NUL-terminated-or-full fixed array as a string.
+std::string bounded(const char* s, size_t max) { return std::string(s, ::strnlen(s, max)); }
+
+}  // namespace
+
+std::string record_target(const ac_event_decision& r) {
+  switch (r.target_kind) {
+    case AC_TARGET_PATH:
+    case AC_TARGET_UNIX: {
+      size_t n = r.target_len < sizeof r.target ? r.target_len : sizeof r.target;
+      return bounded(r.target, n);
+    }
+    case AC_TARGET_INET: {
+      char buf[INET6_ADDRSTRLEN] = {};
+      if (r.family == AF_INET) {
+        if (!::inet_ntop(AF_INET, r.addr, buf, sizeof buf)) return "";
+        return std::string(buf) + ":" + std::to_string(r.port);
+      }
+      if (r.family == AF_INET6) {
+        if (!::inet_ntop(AF_INET6, r.addr, buf, sizeof buf)) return "";
+        return "[" + std::string(buf) + "]:" + std::to_string(r.port);
+      }
+      return "";
+    }
+    default:
+      return "";
+  }
+}
+
+nlohmann::json to_json(const RunResult& r) {
+  using nlohmann::json;
+  json j;
+  j["run_id"] = r.run_id;
+  j["policy"] = r.policy_name;
+  j["policy_file"] = r.policy_file;
+  j["command"] = r.command;
+  j["workspace"] = r.workspace;
+  j["workspace_kept"] = r.workspace_kept;
+  j["cgroup"] = r.cgroup;
+  j["scope_id"] = r.scope_id;
+  j["uid"] = r.uid;
+  j["gid"] = r.gid;
+  j["limits"] = {{"memory_bytes", opt(r.memory_max_bytes)},
+                 {"pids", opt(r.pids_max)},
+                 {"cpus", opt(r.cpus)},
+                 {"timeout_ms", opt(r.timeout_ms)}};
+
+  j["exit_code"] = r.exit_code;
+  j["started"] = r.started;
+  j["exit_status"] = opt(r.exit_status);
+  j["signal"] = r.signal ? json(signal_name(*r.signal)) : json(nullptr);
+  j["signal_number"] = opt(r.signal);
+  j["timed_out"] = r.timed_out;
+  j["oom_killed"] = r.oom_killed;
+  j["oom_kills"] = r.oom_kills;
+  j["interrupted_by"] = r.interrupted_by > 0 ? json(signal_name(r.interrupted_by)) : json(nullptr);
+  j["error"] = r.error.empty() ? json(nullptr) : json(r.error);
+  j["error_errno"] = r.error_errno ? json(errno_name(r.error_errno)) : json(nullptr);
+
+  j["wall_time_ms"] = static_cast<double>(r.wall_time_us) / 1000.0;
+  auto ms = [](const std::optional<uint64_t>& us) {
+    return us ? json(static_cast<double>(*us) / 1000.0) : json(nullptr);
+  };
+  j["cpu_time_ms"] = {{"user", ms(r.cpu_user_us)}, {"system", ms(r.cpu_system_us)}, {"total", ms(r.cpu_total_us)}};
+  j["peak_memory_bytes"] = opt(r.peak_memory_bytes);
+  j["peak_memory_source"] = r.peak_memory_source.empty() ? json(nullptr) : json(r.peak_memory_source);
+
+  json denials;
+  denials["reported"] = r.have_report;
+  uint64_t total = 0, audited_total = 0;
+  json by_hook = json::object(), audited_by_hook = json::object();
+  for (unsigned h = 0; h < AC_HOOK_COUNT; ++h) {
+    total += r.denied[h];
+    audited_total += r.audited[h];
+    if (r.denied[h]) by_hook[std::string(bpf::hook_name(h))] = r.denied[h];
+    if (r.audited[h]) audited_by_hook[std::string(bpf::hook_name(h))] = r.audited[h];
+  }
+  denials["total"] = total;
+  denials["by_hook"] = by_hook;
+  denials["audited_total"] = audited_total;
+  denials["audited_by_hook"] = audited_by_hook;
+  denials["records_total"] = r.records_taken;
+  json records = json::array();
+  for (const auto& rec : r.records) {
+    int err = rec.error < 0 ? -rec.error : rec.error;
+    json jr = {{"hook", bpf::hook_name(rec.hook)},
+               {"decision", bpf::decision_name(rec.decision)},
+               {"reason", bpf::reason_name(rec.reason)},
+               {"target", record_target(rec)},
+               {"errno", err ? json(errno_name(err)) : json(nullptr)},
+               {"pid", rec.pid},
+               {"comm", bounded(rec.comm, sizeof rec.comm)}};
+    records.push_back(std::move(jr));
+  }
+  denials["records"] = std::move(records);
+  j["denials"] = std::move(denials);
+  return j;
+}
+
+}  // namespace agentcage::run

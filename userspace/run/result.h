@@ -1,0 +1,66 @@
+// The result of one `agentcage run`, and its JSON form (--result FILE).
+// Field names are a user contract: see docs/run.md.
+#pragma once
+
+#include <agentcage/abi.h>
+
+#include <array>
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+namespace agentcage::run {
+
+struct RunResult {
+  std::string run_id;
+  std::string policy_name;
+  std::string policy_file;
+  std::vector<std::string> command;
+  std::string workspace;
+  bool workspace_kept = false;  // still exists after the run
+  std::string cgroup;           // path of the run's cgroup (removed at the end)
+  uint64_t scope_id = 0;        // the scope's id in audit events (= the cgroup's id)
+  uint32_t uid = 0, gid = 0;
+
+  // The effective limits (command line over policy); unset = none.
+  std::optional<uint64_t> memory_max_bytes;
+  std::optional<uint32_t> pids_max;
+  std::optional<double> cpus;
+  std::optional<uint64_t> timeout_ms;
+
+  // How it ended.
+  int exit_code = 0;               // agentcage's own exit status
+  bool started = false;            // COMMAND was executed
+  std::optional<int> exit_status;  // COMMAND's exit status when it exited
+  std::optional<int> signal;       // signal that killed COMMAND
+  bool timed_out = false;
+  bool oom_killed = false;         // memory.events oom_kill > 0
+  uint64_t oom_kills = 0;
+  int interrupted_by = 0;          // signal that made agentcage end the run
+  std::string error;               // why agentcage failed (exit 125/126/127)
+  int error_errno = 0;
+
+  // Measurements from the run's cgroup.
+  uint64_t wall_time_us = 0;
+  std::optional<uint64_t> cpu_user_us, cpu_system_us, cpu_total_us;  // cpu.stat
+  std::optional<uint64_t> peak_memory_bytes;
+  std::string peak_memory_source;  // "memory.peak" | "memory.current" | "" (unavailable)
+
+  // Denials from the scope's report.
+  bool have_report = false;
+  std::array<uint64_t, AC_HOOK_COUNT> denied{};
+  std::array<uint64_t, AC_HOOK_COUNT> audited{};
+  uint32_t records_taken = 0;
+  std::vector<ac_event_decision> records;
+};
+
+nlohmann::json to_json(const RunResult& result);
+
+// The target of a decision record for humans and the report: a path, or
+// "address:port" ("[v6]:port" for IPv6), or "" when the record has none.
+std::string record_target(const ac_event_decision& record);
+
+}  // namespace agentcage::run

@@ -1,0 +1,70 @@
+// The child side of `agentcage run`: what happens between clone3 (the new
+// process is already in the scoped cgroup) and exec of COMMAND.
+//
+// Everything the child needs is prepared by the parent (ChildPlan) so that the
+// child only makes system calls: no allocation, no locks, no name lookups.
+// Failures are reported to the parent as a ChildFailure on a CLOEXEC pipe; an
+// EOF on that pipe means exec succeeded.
+#pragma once
+
+#include <sys/types.h>
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace agentcage::run {
+
+// Steps of the child's setup, in the order they run. Values go over the pipe.
+enum class ChildStep : int32_t {
+  signals = 1,
+  session,
+  close_fds,
+  chdir,
+  rlimit_core,
+  bounding_set,
+  ambient_caps,
+  securebits,
+  setgroups,
+  setgid,
+  setuid,
+  capabilities,
+  no_new_privs,
+  parent_death,
+  exec,
+};
+const char* describe(ChildStep step);
+
+struct ChildFailure {
+  int32_t step = 0;  // ChildStep
+  int32_t err = 0;   // errno
+};
+
+// Owns the strings; argv()/envp() point into them (valid while the plan lives).
+class ChildPlan {
+ public:
+  ChildPlan(uid_t uid, gid_t gid, std::string workdir, std::vector<std::string> exec_paths,
+            std::vector<std::string> argv, std::vector<std::string> envp);
+  ChildPlan(const ChildPlan&) = delete;
+  ChildPlan& operator=(const ChildPlan&) = delete;
+
+  uid_t uid() const { return uid_; }
+  gid_t gid() const { return gid_; }
+  const char* workdir() const { return workdir_.c_str(); }
+  const std::vector<const char*>& exec_paths() const { return exec_ptrs_; }
+  char* const* argv() const { return const_cast<char* const*>(argv_ptrs_.data()); }
+  char* const* envp() const { return const_cast<char* const*>(envp_ptrs_.data()); }
+
+ private:
+  uid_t uid_;
+  gid_t gid_;
+  std::string workdir_;
+  std::vector<std::string> exec_paths_, argv_, envp_;
+  std::vector<const char*> exec_ptrs_, argv_ptrs_, envp_ptrs_;
+};
+
+// Runs in the child; never returns. `report_fd` is the write end of the
+// CLOEXEC pipe, `parent` the parent's pid (for the parent-death check).
+[[noreturn]] void child_main(const ChildPlan& plan, int report_fd, pid_t parent);
+
+}  // namespace agentcage::run
