@@ -280,7 +280,7 @@ struct ac_event_decision {
  * ends, so a run learns what was denied without consuming the shared ring
  * buffer. The hooks only look the entry up on a deny/audit decision (never on
  * the allow path) and never create one. */
-#define AC_REPORT_RECORDS 4
+#define AC_REPORT_RECORDS 8
 struct ac_scope_report {
 	__u64 denied[AC_HOOK_COUNT];  /* deny decisions by hook */
 	__u64 audited[AC_HOOK_COUNT]; /* audit-mode would-be denials by hook */
