@@ -35,7 +35,7 @@ namespace fs = std::filesystem;
 struct Options {
   unsigned iterations = 1000;  // ops per timed batch (open/close, connect)
   unsigned exec_divisor = 40;  // fork+exec batches run iterations/exec_divisor ops
-  unsigned rounds = 10;        // A/B rounds, ABBA order (one program load per two rounds)
+  unsigned rounds = 10;        // A/B rounds, BAAB order (one program load per two rounds)
   unsigned batches = 3;        // timed batches per op per phase
   unsigned scopes = 100;       // live scopes during phase B
   std::set<std::string> sections;
