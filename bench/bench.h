@@ -1,0 +1,155 @@
+// agentcage-bench: shared pieces of the benchmark binary.
+//
+// The binary measures, in one process and one kernel boot, side by side:
+//   hooks     per-hook BPF program time (bpf_stats run_time_ns / run_cnt) for
+//             a workload run by an unscoped and by a scoped process;
+//   unscoped  open/close, connect and fork+exec loops of an unscoped process
+//             with nothing loaded (A) vs programs loaded + N live scopes (B),
+//             A and B rounds interleaved.
+// Extension point (issue 4, run benchmark): add a Section in main.cpp's
+// kSections table; time_command() (workload.cpp) gives the median wall time
+// of fork+exec+wait of any argv, which is what `agentcage run -- true` vs
+// `true` vs `bwrap ... true` needs.
+#pragma once
+
+#include <sys/types.h>
+
+#include <cstdint>
+#include <filesystem>
+#include <functional>
+#include <map>
+#include <memory>
+#include <set>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "bpf/enforcer.h"
+#include "cgroup/cgroup.h"
+#include "util/result.h"
+
+namespace agentcage::bench {
+
+namespace fs = std::filesystem;
+
+struct Options {
+  unsigned iterations = 1000;  // ops per timed batch (open/close, connect)
+  unsigned exec_divisor = 40;  // fork+exec batches run iterations/exec_divisor ops
+  unsigned rounds = 10;        // A/B rounds, BAAB order (one program load per two rounds)
+  unsigned batches = 3;        // timed batches per op per phase
+  unsigned scopes = 100;       // live scopes during phase B
+  std::set<std::string> sections;
+};
+
+// ---- statistics -------------------------------------------------------------
+
+double median(std::vector<double> v);
+double quantile(std::vector<double> v, double q);
+
+// ---- the environment both phases share --------------------------------------
+
+// Cgroups, a workspace and a policy that exist for the whole run; the
+// Enforcer exists only in phase B. Everything is removed by the destructor.
+class Fixture {
+ public:
+  static Result<std::unique_ptr<Fixture>> create(const Options& opts);
+  ~Fixture();
+  Fixture(const Fixture&) = delete;
+  Fixture& operator=(const Fixture&) = delete;
+
+  // Phase B: load + attach the programs, install the policy, register the
+  // live scopes (and the hook-cost scope). Records which program ids this
+  // load created.
+  Status load();
+  // Phase A: detach and unload everything.
+  void unload();
+  bpf::Enforcer* enforcer() { return enforcer_.get(); }
+  const std::vector<uint32_t>& prog_ids() const { return prog_ids_; }
+  double last_load_seconds() const { return load_seconds_; }
+
+  // The cgroup the unscoped workloads run in: a sibling of the scopes at the
+  // same depth, so the hooks do the full unscoped check (one array lookup,
+  // one ancestor-id read, one hash lookup that misses).
+  const cgroup::Cgroup& unscoped() const { return unscoped_; }
+  // The scope the scoped hook-cost workload runs in, and its workspace.
+  const cgroup::Cgroup& scoped() const { return scoped_; }
+  const fs::path& workspace() const { return workspace_; }
+  const std::string& policy_yaml() const { return policy_yaml_; }
+  static constexpr uint32_t kSlot = 1;
+
+ private:
+  Fixture() = default;
+  Options opts_;
+  fs::path cg_root_;
+  fs::path base_dir_;   // mkdtemp: workspaces
+  fs::path workspace_;  // the scoped workload's workspace
+  std::string policy_yaml_;
+  bpf::CompiledPolicy policy_;
+  cgroup::Cgroup parent_;
+  cgroup::Cgroup unscoped_;
+  cgroup::Cgroup scoped_;
+  std::vector<cgroup::Cgroup> live_;  // the N live scopes
+  std::unique_ptr<bpf::Enforcer> enforcer_;
+  std::vector<uint32_t> prog_ids_;
+  double load_seconds_ = 0;
+};
+
+// ---- workloads (run in a child placed in a cgroup) ----------------------------
+
+enum class Op { open_close = 0, connect = 1, fork_exec = 2 };
+constexpr int kOpCount = 3;
+const char* op_name(Op op);
+
+// Per-op nanoseconds of `batches` timed batches of each op, ops interleaved
+// batch by batch. Runs in a child spawned into `cgroup_fd`; open+close opens
+// `open_path` read-only.
+struct LoopSamples {
+  std::vector<double> ns_per_op[kOpCount];
+  unsigned failures = 0;  // operations that did not behave as expected
+};
+Result<LoopSamples> run_loops(int cgroup_fd, const fs::path& open_path, const Options& opts);
+
+// run_loops() runs the loops in a fresh exec of this binary:
+//   agentcage-bench --worker-loops OPEN_PATH N N_EXEC BATCHES
+// with the result pipe on fd 3. main() hands such an invocation to
+// worker_main().
+inline constexpr std::string_view kWorkerFlag = "--worker-loops";
+int worker_main(int argc, char** argv);
+
+// The mixed hook-cost workload: `iterations` rounds of opens, workspace
+// changes, connect, sendto, unix connect, and every 10th round fork+exec.
+// Returns the number of operations that failed (0 expected: the scoped
+// policy allows everything the workload does).
+Result<unsigned> run_mixed_workload(int cgroup_fd, const fs::path& workspace, unsigned iterations);
+
+// Median wall time (ns) of fork + exec `argv` + wait, `runs` times; fails if
+// any run exits non-zero. For the run benchmark (issue 4).
+Result<double> time_command(const std::vector<std::string>& argv, unsigned runs);
+
+// ---- BPF program statistics ----------------------------------------------------
+
+// Turns on kernel.bpf_stats_enabled while alive (BPF_ENABLE_STATS, falling
+// back to the sysctl, restored on destruction).
+class StatsEnabled {
+ public:
+  static Result<std::unique_ptr<StatsEnabled>> enable();
+  ~StatsEnabled();
+  StatsEnabled(const StatsEnabled&) = delete;
+  StatsEnabled& operator=(const StatsEnabled&) = delete;
+
+ private:
+  StatsEnabled() = default;
+  int fd_ = -1;             // BPF_ENABLE_STATS fd
+  std::string old_sysctl_;  // set when the sysctl was written instead
+};
+
+struct ProgStat {
+  std::string hook;  // LSM hook name (file_open), or the program name
+  uint64_t run_time_ns = 0;
+  uint64_t run_cnt = 0;
+};
+// LSM programs whose names start with "ac_": every id from
+// bpf_prog_get_next_id, keyed by id.
+Result<std::map<uint32_t, ProgStat>> agentcage_programs();
+
+}  // namespace agentcage::bench

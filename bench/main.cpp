@@ -1,0 +1,358 @@
+// agentcage-bench: measures what the LSM programs cost, side by side in one
+// run, and prints a table. Needs root and a kernel that runs BPF LSM
+// programs; bench/run starts it on this host or in the VM. See bench/README.md.
+#include <sys/utsname.h>
+#include <unistd.h>
+
+#include <CLI/CLI.hpp>
+#include <algorithm>
+#include <cmath>
+#include <cstdarg>
+#include <cstdio>
+#include <sstream>
+#include <functional>
+#include <map>
+#include <string>
+#include <vector>
+
+#include "bench.h"
+#include "util/log.h"
+
+namespace agentcage::bench {
+namespace {
+
+// ---- output -------------------------------------------------------------------
+
+void say(const char* fmt, ...) __attribute__((format(printf, 1, 2)));
+void say(const char* fmt, ...) {
+  va_list ap;
+  va_start(ap, fmt);
+  std::vprintf(fmt, ap);
+  va_end(ap);
+  std::fflush(stdout);
+}
+
+// Progress goes to stderr (merged into the same stream in the VM), marked.
+void progress(const char* fmt, ...) __attribute__((format(printf, 1, 2)));
+void progress(const char* fmt, ...) {
+  std::fputs("  .. ", stderr);
+  va_list ap;
+  va_start(ap, fmt);
+  std::vfprintf(stderr, fmt, ap);
+  va_end(ap);
+  std::fputc('\n', stderr);
+  std::fflush(stderr);
+}
+
+std::string fmt(const char* f, double v) {
+  char buf[64];
+  std::snprintf(buf, sizeof buf, f, v);
+  return buf;
+}
+
+std::string fmt_ns(double ns) {
+  if (ns < 10'000) return fmt("%.0f ns", ns);
+  if (ns < 10'000'000) return fmt("%.1f us", ns / 1e3);
+  return fmt("%.2f ms", ns / 1e6);
+}
+
+// Left-aligned first column, right-aligned others.
+class Table {
+ public:
+  explicit Table(std::vector<std::string> header) { rows_.push_back(std::move(header)); }
+  void row(std::vector<std::string> r) { rows_.push_back(std::move(r)); }
+  void print() const {
+    std::vector<size_t> w;
+    for (const auto& r : rows_)
+      for (size_t i = 0; i < r.size(); i++) {
+        if (w.size() <= i) w.push_back(0);
+        w[i] = std::max(w[i], r[i].size());
+      }
+    for (size_t ri = 0; ri < rows_.size(); ri++) {
+      std::string line = "  ";
+      for (size_t i = 0; i < rows_[ri].size(); i++) {
+        const std::string& c = rows_[ri][i];
+        std::string pad(w[i] - c.size(), ' ');
+        line += i == 0 ? c + pad : "  " + pad + c;
+      }
+      say("%s\n", line.c_str());
+      if (ri == 0) {
+        size_t total = 0;
+        for (size_t x : w) total += x + 2;
+        say("  %s\n", std::string(total - 2, '-').c_str());
+      }
+    }
+  }
+
+ private:
+  std::vector<std::vector<std::string>> rows_;
+};
+
+// ---- section 1: per-hook program time -------------------------------------------
+
+// Per hook: calls summed over the windows, and ns/call of each window that
+// saw calls (the table shows their median: one preempted vCPU in a window
+// would otherwise dominate a mean).
+struct HookSide {
+  uint64_t calls = 0;
+  std::vector<double> ns_per_call;
+};
+struct HookCost {
+  std::map<std::string, HookSide> unscoped, scoped;  // by hook
+  unsigned windows = 0;
+  unsigned scoped_failures = 0, unscoped_failures = 0;
+  uint64_t scoped_denials = 0;
+  std::string error;  // set when the section could not run
+};
+
+Result<std::map<std::string, ProgStat>> snapshot(const std::vector<uint32_t>& ids) {
+  auto all = agentcage_programs();
+  if (!all) return all.error();
+  std::map<std::string, ProgStat> out;
+  for (uint32_t id : ids) {
+    auto it = all->find(id);
+    if (it == all->end()) return Error{"bench: program " + std::to_string(id) + " disappeared", ENOENT};
+    out[it->second.hook] = it->second;
+  }
+  return out;
+}
+
+uint64_t denials(bpf::Enforcer& e) {
+  auto c = e.counters(Fixture::kSlot);
+  if (!c) return 0;
+  uint64_t n = 0;
+  for (const auto& h : c->hooks) n += h.decisions[AC_DECISION_DENY];
+  return n;
+}
+
+HookCost measure_hooks(Fixture& fx, unsigned iterations, unsigned windows) {
+  HookCost hc;
+  hc.windows = windows;
+  auto stats = StatsEnabled::enable();
+  if (!stats) {
+    hc.error = stats.error().message;
+    return hc;
+  }
+  // One window: the workload in `cg`, program stats read before and after.
+  auto window = [&](const cgroup::Cgroup& cg, std::map<std::string, HookSide>& out, unsigned& failures) -> Status {
+    auto before = snapshot(fx.prog_ids());
+    if (!before) return before.error();
+    auto f = run_mixed_workload(cg.fd(), fx.workspace(), iterations);
+    if (!f) return f.error();
+    failures += *f;
+    auto after = snapshot(fx.prog_ids());
+    if (!after) return after.error();
+    for (const auto& [hook, a] : *after) {
+      const ProgStat& b = before->at(hook);
+      uint64_t cnt = a.run_cnt - b.run_cnt, ns = a.run_time_ns - b.run_time_ns;
+      HookSide& side = out[hook];
+      side.calls += cnt;
+      if (cnt) side.ns_per_call.push_back(static_cast<double>(ns) / static_cast<double>(cnt));
+    }
+    return Status::success();
+  };
+  uint64_t d0 = denials(*fx.enforcer());
+  for (unsigned w = 0; w < windows; w++) {
+    Status st = window(fx.unscoped(), hc.unscoped, hc.unscoped_failures);
+    if (st.ok()) st = window(fx.scoped(), hc.scoped, hc.scoped_failures);
+    if (!st.ok()) {
+      hc.error = st.error().message;
+      return hc;
+    }
+  }
+  hc.scoped_denials = denials(*fx.enforcer()) - d0;
+  return hc;
+}
+
+void print_hooks(const HookCost& hc, unsigned iterations) {
+  say("\n1. Per-hook BPF program time (kernel.bpf_stats_enabled: run_time_ns / run_cnt)\n");
+  say("   a mixed workload (x%u: 2 opens, create/truncate/chmod/rename/unlink, mkdir/rmdir,\n"
+      "   TCP connect, UDP sendto, unix connect; fork+exec /usr/bin/true every 10th), run by an\n"
+      "   unscoped process and by a scoped one whose policy allows all of it, alternately, %u windows\n"
+      "   each; ns/call = median over the windows of run_time_ns/run_cnt\n\n",
+      iterations, hc.windows);
+  if (!hc.error.empty()) {
+    say("   NOT MEASURED: %s\n", hc.error.c_str());
+    return;
+  }
+  Table t({"hook", "unscoped calls", "ns/call", "scoped calls", "ns/call", "scoped/unscoped"});
+  for (const auto& [hook, u] : hc.unscoped) {
+    auto it = hc.scoped.find(hook);
+    HookSide s = it == hc.scoped.end() ? HookSide{} : it->second;
+    double un = median(u.ns_per_call), sc = median(s.ns_per_call);
+    t.row({hook, std::to_string(u.calls), u.calls ? fmt("%.0f", un) : "-", std::to_string(s.calls),
+           s.calls ? fmt("%.0f", sc) : "-", u.calls && s.calls && un > 0 ? fmt("%.1fx", sc / un) : "-"});
+  }
+  t.print();
+  say("\n   goal on real hardware: scoped file_open <= 400 ns/call\n");
+  say("   scoped workload: %u failed operations, %llu denials (both must be 0 for real rule lookups)\n",
+      hc.scoped_failures, static_cast<unsigned long long>(hc.scoped_denials));
+  if (hc.unscoped_failures) say("   unscoped workload: %u failed operations\n", hc.unscoped_failures);
+  say("   calls: every invocation system-wide during the windows (the workload is the only busy process)\n");
+}
+
+// ---- section 2: unscoped overhead, A (nothing loaded) vs B (loaded + scopes) -----
+
+struct Overhead {
+  std::vector<double> a[kOpCount], b[kOpCount];
+  std::vector<double> round_ratio[kOpCount];  // B/A of each round's medians
+  unsigned failures = 0;
+};
+
+void print_overhead(const Overhead& o, const Options& opts) {
+  say("\n2. Unscoped process: nothing loaded (A) vs programs loaded + %u live scopes (B)\n", opts.scopes);
+  say("   %u rounds, A and B alternated (BAAB...); %u timed batches per op per phase;\n"
+      "   %u ops per batch (fork+exec: %u); medians over all batches of a phase\n\n",
+      opts.rounds, opts.batches, opts.iterations, std::max(1u, opts.iterations / opts.exec_divisor));
+  Table t({"op (unscoped)", "A median", "B median", "B/A", "round B/A min..max", "A noise (IQR)", "goal"});
+  for (int op = 0; op < kOpCount; op++) {
+    double a = median(o.a[op]), b = median(o.b[op]);
+    double lo = *std::min_element(o.round_ratio[op].begin(), o.round_ratio[op].end());
+    double hi = *std::max_element(o.round_ratio[op].begin(), o.round_ratio[op].end());
+    double iqr = (quantile(o.a[op], 0.75) - quantile(o.a[op], 0.25)) / a * 100;
+    t.row({op_name(static_cast<Op>(op)), fmt_ns(a), fmt_ns(b), fmt("%.3fx", b / a),
+           fmt("%.3f", lo) + ".." + fmt("%.3f", hi), fmt("%.1f%%", iqr), "<= 1.02x"});
+  }
+  t.print();
+  say("\n   goal on real hardware: B/A <= 1.02 (an unscoped process pays about one map lookup per hook)\n");
+  say("   A noise: interquartile range of the A batches / their median; a B/A inside it is noise\n");
+  if (o.failures) say("   WARNING: %u operations failed in the loops; the times above are suspect\n", o.failures);
+}
+
+// ---- the A/B schedule both kernel sections share -----------------------------------
+
+int run_kernel_sections(const Options& opts) {
+  bool want_hooks = opts.sections.count("hooks") > 0;
+  bool want_loops = opts.sections.count("unscoped") > 0;
+  auto fx = Fixture::create(opts);
+  if (!fx) {
+    say("agentcage-bench: %s\n", fx.error().message.c_str());
+    return 1;
+  }
+  const fs::path open_path = (*fx)->workspace() / "data.txt";
+  Overhead o;
+  HookCost hc;
+  bool hooks_done = false;
+  std::vector<double> load_times;
+  unsigned rounds = want_loops ? opts.rounds : 1;
+  const unsigned hook_iterations = std::max(1u, opts.iterations / 10);
+
+  auto phase = [&](bool loaded, unsigned r, LoopSamples* out) -> Status {
+    if (loaded && !(*fx)->enforcer()) {
+      progress("round %u: loading the programs + %u scopes", r + 1, opts.scopes);
+      if (auto st = (*fx)->load(); !st.ok()) return st;
+      load_times.push_back((*fx)->last_load_seconds());
+    } else if (!loaded && (*fx)->enforcer()) {
+      progress("round %u: unloading", r + 1);
+      (*fx)->unload();
+    }
+    if (want_loops) {
+      progress("round %u: phase %s loops", r + 1, loaded ? "B" : "A");
+      auto s = run_loops((*fx)->unscoped().fd(), open_path, opts);
+      if (!s) return s.error();
+      *out = *s;
+      o.failures += s->failures;
+      for (int op = 0; op < kOpCount; op++) {
+        auto& dst = loaded ? o.b[op] : o.a[op];
+        dst.insert(dst.end(), s->ns_per_op[op].begin(), s->ns_per_op[op].end());
+      }
+    }
+    if (loaded && want_hooks && !hooks_done) {
+      progress("per-hook program time (bpf_stats on)");
+      hc = measure_hooks(**fx, hook_iterations, 5);
+      hooks_done = true;
+    }
+    return Status::success();
+  };
+
+  for (unsigned r = 0; r < rounds; r++) {
+    LoopSamples a, b;
+    // BAAB BAAB ...: drift hits A and B alike, consecutive B phases share
+    // one load, and a host that cannot load the programs fails at once.
+    bool b_first = (r % 2) == 0;
+    Status st = b_first ? phase(true, r, &b) : phase(!want_loops, r, &a);
+    if (st.ok() && want_loops) st = b_first ? phase(false, r, &a) : phase(true, r, &b);
+    if (!st.ok()) {
+      say("agentcage-bench: %s\n", st.error().message.c_str());
+      if (!(*fx)->enforcer()) say("agentcage-bench: bench/run measures in the VM when this host cannot enforce\n");
+      return 1;
+    }
+    if (want_loops)
+      for (int op = 0; op < kOpCount; op++)
+        o.round_ratio[op].push_back(median(b.ns_per_op[op]) / median(a.ns_per_op[op]));
+  }
+  (*fx)->unload();
+
+  std::string loads;
+  for (double s : load_times) loads += (loads.empty() ? "" : ", ") + fmt("%.1f s", s);
+  say("program loads (verify + attach + %u scopes): %zu, took %s\n", opts.scopes, load_times.size(),
+      loads.c_str());
+  if (want_hooks) print_hooks(hc, hook_iterations);
+  if (want_loops) print_overhead(o, opts);
+  return (hc.error.empty() && o.failures == 0 && hc.scoped_failures == 0) ? 0 : 1;
+}
+
+// ---- sections ---------------------------------------------------------------------
+
+// Sections that need no loaded programs and no fixture run after the kernel
+// sections. Issue 4's run benchmark goes here, e.g.
+//   {"run", "wall time: agentcage run -- true vs true vs bwrap --unshare-all ... true",
+//    [](const Options& o) { ... time_command({"build/agentcage", "run", ...}, n) ... }},
+// using time_command() from workload.cpp, and is then selectable with
+// --sections run (add it to the default list in main when it exists).
+struct StandaloneSection {
+  std::string name;
+  std::string what;
+  std::function<int(const Options&)> run;
+};
+std::vector<StandaloneSection> standalone_sections() { return {}; }
+
+}  // namespace
+}  // namespace agentcage::bench
+
+int main(int argc, char** argv) {
+  using namespace agentcage;
+  using namespace agentcage::bench;
+  if (argc > 1 && argv[1] == kWorkerFlag) return worker_main(argc, argv);
+  Options opts;
+  std::string sections = "hooks,unscoped";
+  std::string environment;
+  CLI::App app{"agentcage-bench: BPF LSM cost, measured side by side in one run (see bench/README.md)"};
+  app.add_option("--iterations", opts.iterations, "ops per timed batch (fork+exec: /40; hook workload: /10)")
+      ->check(CLI::Range(10u, 10'000'000u));
+  app.add_option("--rounds", opts.rounds, "A/B rounds (BAAB order)")->check(CLI::Range(1u, 100u));
+  app.add_option("--batches", opts.batches, "timed batches per op per phase")->check(CLI::Range(1u, 1000u));
+  app.add_option("--scopes", opts.scopes, "live scopes in phase B")->check(CLI::Range(0u, 10000u));
+  app.add_option("--sections", sections, "comma-separated: hooks,unscoped");
+  app.add_option("--environment", environment, "printed in the header (bench/run says e.g. 'qemu TCG')");
+  CLI11_PARSE(app, argc, argv);
+
+  std::stringstream ss(sections);
+  for (std::string s; std::getline(ss, s, ',');)
+    if (!s.empty()) opts.sections.insert(s);
+  auto extra = standalone_sections();
+  for (const auto& s : opts.sections) {
+    bool known = s == "hooks" || s == "unscoped";
+    for (const auto& e : extra) known = known || e.name == s;
+    if (!known) {
+      std::fprintf(stderr, "agentcage-bench: unknown section '%s' (known: hooks, unscoped)\n", s.c_str());
+      return 2;
+    }
+  }
+
+  log::set_level(log::Level::warn);
+  utsname u{};
+  ::uname(&u);
+  say("agentcage bench: kernel %s, %ld CPUs%s%s\n", u.release, ::sysconf(_SC_NPROCESSORS_ONLN),
+      environment.empty() ? "" : ", ", environment.c_str());
+  if (::geteuid() != 0) {
+    say("agentcage-bench: needs root (BPF, cgroups); use bench/run, which runs it here or in the VM\n");
+    return 1;
+  }
+
+  int rc = 0;
+  if (opts.sections.count("hooks") || opts.sections.count("unscoped")) rc = run_kernel_sections(opts);
+  for (const auto& e : extra)
+    if (opts.sections.count(e.name)) rc = std::max(rc, e.run(opts));
+  return rc;
+}
