@@ -266,6 +266,11 @@ Result<std::unique_ptr<Enforcer>> Enforcer::open_shared(const SharedOptions& opt
                                " (remove that directory to load them afresh)");
       return self;
     }
+    // Load first: when the kernel refuses BPF LSM programs, that is the
+    // problem to report, not a missing bpffs.
+    auto self = load_skeleton(opts.load);
+    if (!self) return self.error();
+    if (Status st = (*self)->check_lsm_active(); !st) return st.error();
     const std::string parent = std::filesystem::path(opts.pin_root).parent_path().string();
     struct statfs fs{};
     if (::statfs(parent.c_str(), &fs) != 0 || fs.f_type != BPF_FS_MAGIC)
@@ -275,9 +280,6 @@ Result<std::unique_ptr<Enforcer>> Enforcer::open_shared(const SharedOptions& opt
                    ENOTSUP};
     // A set without its ready mark is a load that died half way: drop it.
     remove_pins(dir);
-    auto self = load_skeleton(opts.load);
-    if (!self) return self.error();
-    if (Status st = (*self)->check_lsm_active(); !st) return st.error();
     ac_config cfg{};
     cfg.next_rules_id = 1;
     cfg.next_workspace_tag = 1;
