@@ -91,8 +91,17 @@ static __always_inline int ac_decide_dentry(struct ac_ctx *c, int scoped, struct
 	} else if (ac_protected_fs(dentry)) {
 		reason = AC_REASON_PROTECTED;
 	} else {
-		__u32 access = ac_path_access(s, c->rules_id, c->workspace_tag);
-		if (access & AC_ACCESS_DENY) {
+		__u32 access = 0;
+		int current = 0;
+		for (int k = 0; k < AC_POLICY_TRIES && current == 0; k++) {
+			access = ac_path_access(s, c->rules_id, c->workspace_tag, text_len);
+			current = ac_policy_current(c);
+		}
+		if (current != 1) {
+			reason = ac_policy_reason(current);
+		} else if (access & AC_ACCESS_UNRESOLVED) {
+			reason = AC_REASON_PATH_TOO_DEEP; /* too long to match exactly */
+		} else if (access & AC_ACCESS_DENY) {
 			reason = AC_REASON_RULE_DENY;
 		} else if ((need.any_ok && (access & need.any_ok)) ||
 			   (access && (access & need.all) == need.all && !(access & need.forbid))) {

@@ -91,12 +91,19 @@ static __always_inline int ac_decide_inet(struct ac_ctx *c, int scoped, struct s
 
 	if (s && scoped == 1) {
 		s->net.prefixlen = 32 + 128;
-		s->net.rules_id_be = bpf_htonl(c->rules_id & AC_RULES_ID_MASK);
 		__u8 proto_bit = protocol == IPPROTO_TCP ? AC_PROTO_TCP :
 				 protocol == IPPROTO_UDP ? AC_PROTO_UDP : AC_PROTO_OTHER;
-		struct ac_net_rule *rule = bpf_map_lookup_elem(&ac_net_rules, &s->net);
-		if (rule && ac_port_allowed(rule, port, proto_bit)) {
-			allowed = 1;
+		int current = 0;
+		for (int k = 0; k < AC_POLICY_TRIES && current == 0; k++) {
+			s->net.rules_id_be = bpf_htonl(c->rules_id & AC_RULES_ID_MASK);
+			struct ac_net_rule *rule = bpf_map_lookup_elem(&ac_net_rules, &s->net);
+			allowed = rule && ac_port_allowed(rule, port, proto_bit);
+			current = ac_policy_current(c);
+		}
+		if (current != 1) {
+			allowed = 0;
+			reason = ac_policy_reason(current);
+		} else if (allowed) {
 			reason = AC_REASON_RULE_ALLOW;
 		}
 	}
@@ -173,8 +180,15 @@ static __always_inline int ac_decide_unix(struct ac_ctx *c, int scoped, struct s
 		if (status != AC_WALK_DONE) {
 			reason = ac_walk_reason(status);
 		} else {
-			__u32 access = ac_path_access(s, c->rules_id, 0);
-			if (access & AC_ACCESS_DENY)
+			__u32 access = 0;
+			int current = 0;
+			for (int k = 0; k < AC_POLICY_TRIES && current == 0; k++) {
+				access = ac_path_access(s, c->rules_id, 0, text_len);
+				current = ac_policy_current(c);
+			}
+			if (current != 1)
+				reason = ac_policy_reason(current);
+			else if (access & AC_ACCESS_DENY)
 				reason = AC_REASON_RULE_DENY;
 			else if (access & AC_ACCESS_CONNECT)
 				allowed = 1;
@@ -190,12 +204,21 @@ static __always_inline int ac_decide_unix(struct ac_ctx *c, int scoped, struct s
 			bpf_probe_read_kernel(s->key.path, 108, &ua->name[0].sun_path[1]);
 			text_len = name_len;
 			s->key.prefixlen = 32 + 8 * name_len;
-			s->key.rules_id_be =
-				bpf_htonl((c->rules_id & AC_RULES_ID_MASK) | AC_RULES_NS_ABSTRACT);
-			struct ac_path_rule *r = bpf_map_lookup_elem(&ac_path_rules, &s->key);
-			/* exact name only: the rule records its length */
-			if (r && (r->access & AC_ACCESS_CONNECT) && r->aux == (__u32)name_len)
-				allowed = 1;
+			int current = 0;
+			for (int k = 0; k < AC_POLICY_TRIES && current == 0; k++) {
+				s->key.rules_id_be = bpf_htonl((c->rules_id & AC_RULES_ID_MASK) |
+							       AC_RULES_NS_ABSTRACT);
+				struct ac_path_rule *r =
+					bpf_map_lookup_elem(&ac_path_rules, &s->key);
+				/* exact name only: the rule records its length */
+				allowed = r && (r->access & AC_ACCESS_CONNECT) &&
+					  r->aux == (__u32)name_len;
+				current = ac_policy_current(c);
+			}
+			if (current != 1) {
+				allowed = 0;
+				reason = ac_policy_reason(current);
+			}
 			status = AC_WALK_DONE;
 		}
 	}

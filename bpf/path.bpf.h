@@ -15,6 +15,7 @@
 #define AGENTCAGE_PATH_BPF_H
 
 #include "maps.bpf.h"
+#include "scope.bpf.h"
 #include <bpf/bpf_core_read.h>
 #include <bpf/bpf_endian.h>
 
@@ -30,26 +31,51 @@ enum ac_walk_status {
 	AC_WALK_INTERNAL = 4,
 };
 
-struct ac_walk {
-	struct dentry *dentry;
-	struct mount *mnt;
-	__u32 depth; /* components recorded in scratch.dentries */
-	__u32 status;
+/*
+ * State of the walk and the copy below, kept in a map value rather than on
+ * the stack. The bpf_loop callbacks must not decide on state the verifier
+ * believes it knows: 6.1's verifier checks a callback once, with the
+ * caller's stack as it is before the first iteration (depth 0, len 0), and
+ * rewrites branches it saw never taken into unconditional jumps. With the
+ * state on the stack, "depth >= AC_PATH_MAX_DEPTH" was dead code on 6.1
+ * (Debian 6.1.0-56): a path deeper than 64 components wrapped around the
+ * dentry ring and resolved to a different path (a 65-component file under
+ * /tmp resolved as "/<file name>/<its path without /tmp and the name>").
+ * "len >= AC_PATH_KEY_MAX" in the copy was exposed the same way. Map values
+ * are unknown to the verifier, so every branch stays. 6.12 verifies
+ * callbacks until their state converges and was not affected.
+ */
+struct ac_walk_state {
+	__u64 dentry; /* struct dentry * to look at next */
+	__u64 mnt;    /* struct mount * it is on */
+	__u32 depth;  /* components recorded in scratch.dentries */
+	__u32 status; /* enum ac_walk_status */
+	__u32 len;    /* copy: bytes of path text written to scratch.key.path */
+	__u32 pad;
 };
+
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+	__uint(max_entries, 1);
+	__type(key, __u32);
+	__type(value, struct ac_walk_state);
+} ac_walk_buf SEC(".maps");
 
 /* One step up: either leave a mount for the mount point it sits on, or
  * record a component and go to its parent. */
 static long ac_walk_step(__u32 i, void *data)
 {
-	struct ac_walk *w = data;
 	__u32 zero = 0;
+	struct ac_walk_state *w = bpf_map_lookup_elem(&ac_walk_buf, &zero);
 	struct ac_scratch *s = bpf_map_lookup_elem(&ac_scratch_buf, &zero);
+	if (!w)
+		return 1; /* the caller sees its own lookup fail too */
 	if (!s) {
 		w->status = AC_WALK_INTERNAL;
 		return 1;
 	}
-	struct dentry *d = w->dentry;
-	struct mount *m = w->mnt;
+	struct dentry *d = (struct dentry *)w->dentry;
+	struct mount *m = (struct mount *)w->mnt;
 
 	if (d == BPF_CORE_READ(m, mnt.mnt_root)) {
 		struct mount *parent = BPF_CORE_READ(m, mnt_parent);
@@ -57,8 +83,8 @@ static long ac_walk_step(__u32 i, void *data)
 			w->status = AC_WALK_DONE;
 			return 1;
 		}
-		w->dentry = BPF_CORE_READ(m, mnt_mountpoint);
-		w->mnt = parent;
+		w->dentry = (__u64)BPF_CORE_READ(m, mnt_mountpoint);
+		w->mnt = (__u64)parent;
 		return 0;
 	}
 	struct dentry *parent = BPF_CORE_READ(d, d_parent);
@@ -66,50 +92,51 @@ static long ac_walk_step(__u32 i, void *data)
 		w->status = AC_WALK_DONE;
 		return 1;
 	}
-	if (w->depth >= AC_PATH_MAX_DEPTH) {
+	__u32 depth = w->depth;
+	if (depth >= AC_PATH_MAX_DEPTH) {
 		w->status = AC_WALK_TOO_DEEP;
 		return 1;
 	}
-	s->dentries[w->depth & (AC_PATH_MAX_DEPTH - 1)] = (__u64)d;
-	w->depth++;
-	w->dentry = parent;
+	s->dentries[depth & (AC_PATH_MAX_DEPTH - 1)] = (__u64)d;
+	w->depth = depth + 1;
+	w->dentry = (__u64)parent;
 	return 0;
 }
-
-struct ac_copy {
-	__u32 depth;
-	__u32 len; /* bytes of path text written to scratch.key.path */
-	__u32 status;
-	__u32 pad;
-};
 
 /* Append "/<name>" for component depth-1-i (root first). Stops once
  * AC_PATH_KEY_MAX bytes are written: see ac_resolve_path for why the rest
  * cannot change a match. */
 static long ac_copy_step(__u32 i, void *data)
 {
-	struct ac_copy *c = data;
 	__u32 zero = 0;
+	struct ac_walk_state *w = bpf_map_lookup_elem(&ac_walk_buf, &zero);
 	struct ac_scratch *s = bpf_map_lookup_elem(&ac_scratch_buf, &zero);
+	if (!w)
+		return 1;
 	if (!s) {
-		c->status = AC_WALK_INTERNAL;
+		w->status = AC_WALK_INTERNAL;
 		return 1;
 	}
-	if (i >= c->depth || c->len >= AC_PATH_KEY_MAX)
+	__u32 depth = w->depth, len = w->len;
+	if (i >= depth || len >= AC_PATH_KEY_MAX)
 		return 1;
-	struct dentry *d = (struct dentry *)s->dentries[(c->depth - 1 - i) & (AC_PATH_MAX_DEPTH - 1)];
+	struct dentry *d = (struct dentry *)s->dentries[(depth - 1 - i) & (AC_PATH_MAX_DEPTH - 1)];
 	const unsigned char *name = BPF_CORE_READ(d, d_name.name);
 
-	__u32 off = c->len & 0xff; /* < AC_PATH_KEY_MAX, masked for the verifier */
+	/* < AC_PATH_KEY_MAX; masked for the verifier, and hidden from the
+	 * compiler, which would drop the mask after the check above. */
+	__u32 off = len;
+	asm volatile("" : "+r"(off));
+	off &= 0xff;
 	s->key.path[off] = '/';
 	off = (off + 1) & 0xff;
 	/* At most 255 bytes from an offset < 256: stays inside key.path+spill. */
 	long n = bpf_probe_read_kernel_str(&s->key.path[off], 255, name);
 	if (n <= 0) {
-		c->status = AC_WALK_UNREADABLE;
+		w->status = AC_WALK_UNREADABLE;
 		return 1;
 	}
-	c->len = off + (__u32)n - 1;
+	w->len = off + (__u32)n - 1;
 	return 0;
 }
 
@@ -119,36 +146,44 @@ static long ac_copy_step(__u32 i, void *data)
  * the length of the path text (without the trailing '/', capped at
  * AC_PATH_KEY_MAX).
  *
- * Truncation is exact, not a guess: the compiler rejects rules longer than
- * AC_PATH_KEY_MAX bytes (trailing '/' included), and a rule R of at most
- * AC_PATH_KEY_MAX bytes is a prefix of a path P exactly when it is a prefix
- * of P's first AC_PATH_KEY_MAX bytes. So every rule that matches the full
- * path matches the key and vice versa, longest match included. What cannot
- * be resolved at all (too deep, unreadable names) is reported so the caller
- * denies it.
+ * Truncation is exact, not a guess, for the absolute rules: the compiler
+ * rejects rules longer than AC_PATH_KEY_MAX bytes (trailing '/' included),
+ * and a rule R of at most AC_PATH_KEY_MAX bytes is a prefix of a path P
+ * exactly when it is a prefix of P's first AC_PATH_KEY_MAX bytes. So every
+ * rule that matches the full path matches the key and vice versa, longest
+ * match included. (Workspace-relative rules are another matter, see
+ * ac_path_access.) What cannot be resolved at all (too deep, unreadable
+ * names) is reported so the caller denies it.
  */
 static __always_inline int ac_resolve(struct dentry *dentry, struct vfsmount *vfsmnt,
 				      struct ac_scratch *s, __u32 *text_len)
 {
-	struct ac_walk w = {
-		.dentry = dentry,
-		.mnt = container_of(vfsmnt, struct mount, mnt),
-		.depth = 0,
-		.status = AC_WALK_RUNNING,
-	};
+	__u32 zero = 0;
+	struct ac_walk_state *w = bpf_map_lookup_elem(&ac_walk_buf, &zero);
+	if (!w)
+		return AC_WALK_INTERNAL;
+	w->dentry = (__u64)dentry;
+	w->mnt = (__u64)container_of(vfsmnt, struct mount, mnt);
+	w->depth = 0;
+	w->status = AC_WALK_RUNNING;
+	w->len = 0;
 	/* Each iteration either records a component or crosses a mount. */
-	bpf_loop(AC_PATH_MAX_DEPTH + 32, ac_walk_step, &w, 0);
-	if (w.status == AC_WALK_RUNNING)
+	bpf_loop(AC_PATH_MAX_DEPTH + 32, ac_walk_step, NULL, 0);
+	__u32 status = w->status;
+	if (status == AC_WALK_RUNNING)
 		return AC_WALK_TOO_DEEP;
-	if (w.status != AC_WALK_DONE)
-		return w.status;
+	if (status != AC_WALK_DONE)
+		return status;
+	if (w->depth > AC_PATH_MAX_DEPTH) /* cannot happen; never copy a wrapped ring */
+		return AC_WALK_TOO_DEEP;
 
-	struct ac_copy c = { .depth = w.depth, .len = 0, .status = AC_WALK_DONE };
-	bpf_loop(AC_PATH_MAX_DEPTH, ac_copy_step, &c, 0);
-	if (c.status != AC_WALK_DONE)
-		return c.status;
+	w->len = 0;
+	bpf_loop(AC_PATH_MAX_DEPTH, ac_copy_step, NULL, 0);
+	status = w->status;
+	if (status != AC_WALK_DONE)
+		return status;
 
-	__u32 len = c.len;
+	__u32 len = w->len;
 	if (len == 0) { /* the root itself: text "/", key "/" */
 		s->key.path[0] = '/';
 		*text_len = 1;
@@ -170,14 +205,27 @@ static __always_inline int ac_resolve_path(const struct path *path, struct ac_sc
 	return ac_resolve(BPF_CORE_READ(path, dentry), BPF_CORE_READ(path, mnt), s, text_len);
 }
 
+/* Result bit of ac_path_access, never in a rule: the path could not be
+ * matched exactly and must be denied (reason AC_REASON_PATH_TOO_DEEP). */
+#define AC_ACCESS_UNRESOLVED (1u << 31)
+
 /*
  * Access bits the policy grants for the resolved key (0: no rule): the
  * longest absolute rule, combined with the longest workspace-relative rule
  * when the path lies inside the scope's workspace. A DENY on either side
- * stays in the result and wins.
+ * stays in the result and wins. text_len is what ac_resolve reported.
+ *
+ * A path inside the workspace whose text does not fit the key comes back
+ * with AC_ACCESS_UNRESOLVED. The absolute lookup on the cut key is exact
+ * (see ac_resolve), but the workspace-relative key is the key with the
+ * workspace's len(W) bytes cut off the front: only AC_PATH_KEY_MAX - len(W)
+ * bytes of the relative path, while a workspace rule may be up to
+ * AC_PATH_KEY_MAX bytes long. A rule longer than what is left (e.g. a deny
+ * deep inside the workspace) may match the full path and not the cut key,
+ * so the longest match on the cut key could allow what that rule denies.
  */
 static __always_inline __u32 ac_path_access(struct ac_scratch *s, __u32 rules_id,
-					    __u32 workspace_tag)
+					    __u32 workspace_tag, __u32 text_len)
 {
 	__u32 access = 0;
 
@@ -198,6 +246,8 @@ static __always_inline __u32 ac_path_access(struct ac_scratch *s, __u32 rules_id
 	__u32 off = ws->len;
 	if (off >= key_bytes || off >= AC_PATH_KEY_MAX)
 		return access | AC_ACCESS_DENY; /* cannot happen for a real match: fail closed */
+	if (text_len >= AC_PATH_KEY_MAX)
+		return access | AC_ACCESS_UNRESOLVED;
 	bpf_probe_read_kernel(s->rel.path, AC_PATH_KEY_MAX, &s->key.path[off & 0xff]);
 	s->rel.prefixlen = 32 + 8 * (key_bytes - off);
 	s->rel.rules_id_be = bpf_htonl((rules_id & AC_RULES_ID_MASK) | AC_RULES_NS_WORKSPACE);
@@ -205,6 +255,46 @@ static __always_inline __u32 ac_path_access(struct ac_scratch *s, __u32 rules_id
 	if (r)
 		access |= r->access;
 	return access;
+}
+
+/* Rule lookups of one decision, at most, before it fails closed (reason
+ * AC_REASON_INTERNAL) because the slot keeps changing under it. */
+#define AC_POLICY_TRIES 4
+
+/*
+ * After a decision's rule lookups: does the slot still point at the rules id
+ * they used? Returns 1 if so; 0 after loading the slot's new rules id and
+ * flags into *c (look up again); -1 when the slot has no policy any more.
+ *
+ * The id was read when the hook started, and a swap (Enforcer::put_policy)
+ * writes the new rules, switches the slot, then deletes the old rules, with
+ * no grace period for hooks that read the old id just before the switch.
+ * Such a hook may look up rules that are being deleted under it and get
+ * part of the old policy: an allowed file denied, or a denied file allowed
+ * when its deny entry goes before the enclosing allow. If the slot still
+ * holds the id after the lookups, the switch, and so every deletion of those
+ * rules, came after them (ids are never reused): the answer is the whole old
+ * policy. Otherwise the new rules were complete before the switch, and the
+ * caller looks them up. Relies on loads not being reordered with loads
+ * (x86-64); BPF ISA v2 has no barrier to state it.
+ */
+static __always_inline int ac_policy_current(struct ac_ctx *c)
+{
+	struct ac_policy *p = bpf_map_lookup_elem(&ac_policies, &c->policy_slot);
+	if (!p)
+		return -1;
+	__u32 id = p->rules_id;
+	if (id == c->rules_id)
+		return 1;
+	c->rules_id = id;
+	c->policy_flags = p->flags;
+	return 0;
+}
+
+/* Reason for a decision whose policy could not be read consistently. */
+static __always_inline __u8 ac_policy_reason(int current)
+{
+	return current < 0 ? AC_REASON_NO_POLICY : AC_REASON_INTERNAL;
 }
 
 static __always_inline __u8 ac_walk_reason(int status)

@@ -23,116 +23,14 @@
 
 #include "cgroup/cgroup.h"
 #include "kernel_env.h"
+#include "probes.h"
 
 namespace agentcage {
 namespace {
 
 namespace fs = std::filesystem;
 
-// Exit codes of the probe processes.
-constexpr int kOk = 0;
-constexpr int kDenied = 1;      // EACCES: what agentcage returns
-constexpr int kOtherError = 2;  // anything else is a test failure
-
-int classify(int err) { return err == EACCES ? kDenied : kOtherError; }
-
-int try_exec(const char* path) {
-  char* const argv[] = {const_cast<char*>(path), nullptr};
-  char* const envp[] = {nullptr};
-  ::execve(path, argv, envp);
-  return classify(errno);  // reached only when exec failed
-}
-
-int try_open(const std::string& path, int flags) {
-  int fd = ::open(path.c_str(), flags | O_CLOEXEC);
-  if (fd >= 0) {
-    ::close(fd);
-    return kOk;
-  }
-  return classify(errno);
-}
-
-int try_connect_tcp(uint16_t port) {
-  int s = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-  if (s < 0) return kOtherError;
-  sockaddr_in addr{};
-  addr.sin_family = AF_INET;
-  addr.sin_port = htons(port);
-  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  int rc = ::connect(s, reinterpret_cast<sockaddr*>(&addr), sizeof addr);
-  int err = errno;
-  ::close(s);
-  return rc == 0 ? kOk : classify(err);
-}
-
-int try_connect_unix(const std::string& path) {
-  int s = ::socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
-  if (s < 0) return kOtherError;
-  sockaddr_un addr{};
-  addr.sun_family = AF_UNIX;
-  std::strncpy(addr.sun_path, path.c_str(), sizeof addr.sun_path - 1);
-  int rc = ::connect(s, reinterpret_cast<sockaddr*>(&addr), sizeof addr);
-  int err = errno;
-  ::close(s);
-  return rc == 0 ? kOk : classify(err);
-}
-
-int exit_code(int wait_status) {
-  if (WIFEXITED(wait_status)) return WEXITSTATUS(wait_status);
-  return 100 + WTERMSIG(wait_status);
-}
-
-// Run fn in a grandchild (optionally in a new session) and return its code.
-int in_child(bool new_session, const std::function<int()>& fn) {
-  pid_t pid = ::fork();
-  if (pid < 0) return kOtherError;
-  if (pid == 0) {
-    if (new_session && ::setsid() < 0) ::_exit(kOtherError);
-    ::_exit(fn());
-  }
-  int st = 0;
-  if (::waitpid(pid, &st, 0) < 0) return kOtherError;
-  return exit_code(st);
-}
-
-// A listening socket owned by the (unscoped) test process.
-class Listener {
- public:
-  static std::optional<Listener> tcp() {
-    Listener l;
-    l.fd_ = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-    sockaddr_in addr{};
-    addr.sin_family = AF_INET;
-    addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-    socklen_t len = sizeof addr;
-    if (l.fd_ < 0 || ::bind(l.fd_, reinterpret_cast<sockaddr*>(&addr), sizeof addr) != 0 ||
-        ::listen(l.fd_, 64) != 0 || ::getsockname(l.fd_, reinterpret_cast<sockaddr*>(&addr), &len) != 0)
-      return std::nullopt;
-    l.port_ = ntohs(addr.sin_port);
-    return l;
-  }
-  static std::optional<Listener> unix_at(const std::string& path) {
-    Listener l;
-    l.fd_ = ::socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
-    sockaddr_un addr{};
-    addr.sun_family = AF_UNIX;
-    std::strncpy(addr.sun_path, path.c_str(), sizeof addr.sun_path - 1);
-    if (l.fd_ < 0 || ::bind(l.fd_, reinterpret_cast<sockaddr*>(&addr), sizeof addr) != 0 ||
-        ::listen(l.fd_, 64) != 0)
-      return std::nullopt;
-    return l;
-  }
-  Listener(Listener&& o) noexcept : fd_(std::exchange(o.fd_, -1)), port_(o.port_) {}
-  ~Listener() {
-    if (fd_ >= 0) ::close(fd_);
-  }
-  uint16_t port() const { return port_; }
-
- private:
-  Listener() = default;
-  int fd_ = -1;
-  uint16_t port_ = 0;
-};
+using namespace kt;
 
 class ScopedCgroupTest : public ::testing::Test {
  protected:
@@ -190,15 +88,7 @@ class ScopedCgroupTest : public ::testing::Test {
   // Run fn as a process started inside the scoped cgroup; its exit code.
   int run_scoped(const std::function<int()>& fn) { return run_in(cg_.fd(), fn); }
 
-  static int run_in(int cgroup_fd, const std::function<int()>& fn) {
-    auto pid = cgroup::spawn_in_cgroup(cgroup_fd, fn);
-    if (!pid) {
-      ADD_FAILURE() << pid.error().message;
-      return -1;
-    }
-    auto st = cgroup::wait_for(*pid);
-    return st ? exit_code(*st) : -1;
-  }
+  static int run_in(int cgroup_fd, const std::function<int()>& fn) { return run_in_cgroup(cgroup_fd, fn); }
 
   // Run fn in a plain child of the test process (outside every scope).
   static int run_unscoped(const std::function<int()>& fn) { return in_child(false, fn); }
@@ -287,8 +177,8 @@ TEST_F(ScopedCgroupTest, TcpConnectIsDenied) {
   ASSERT_TRUE(listener.has_value());
   uint16_t port = listener->port();
   uint64_t before = denials(AC_HOOK_SOCKET_CONNECT);
-  EXPECT_EQ(run_scoped([port] { return try_connect_tcp(port); }), kDenied);
-  EXPECT_EQ(run_scoped([port] { return in_child(true, [port] { return try_connect_tcp(port); }); }), kDenied);
+  EXPECT_EQ(run_scoped([port] { return tcp_connect_loopback(port); }), kDenied);
+  EXPECT_EQ(run_scoped([port] { return in_child(true, [port] { return tcp_connect_loopback(port); }); }), kDenied);
   EXPECT_EQ(denials(AC_HOOK_SOCKET_CONNECT), before + 2);
 }
 
@@ -296,7 +186,7 @@ TEST_F(ScopedCgroupTest, UnixConnectIsDenied) {
   std::string sock = path("allowed/listener.sock");
   auto listener = Listener::unix_at(sock);
   ASSERT_TRUE(listener.has_value());
-  EXPECT_EQ(run_scoped([&] { return try_connect_unix(sock); }), kDenied);
+  EXPECT_EQ(run_scoped([&] { return unix_connect(sock); }), kDenied);
 }
 
 // ---- files ------------------------------------------------------------------
@@ -338,8 +228,8 @@ TEST_F(ScopedCgroupTest, ProcessesOutsideTheScopeAreUntouched) {
   ASSERT_TRUE(ulistener.has_value());
 
   EXPECT_EQ(run_unscoped([] { return try_exec("/bin/true"); }), kOk);
-  EXPECT_EQ(run_unscoped([port] { return try_connect_tcp(port); }), kOk);
-  EXPECT_EQ(run_unscoped([&] { return try_connect_unix(sock); }), kOk);
+  EXPECT_EQ(run_unscoped([port] { return tcp_connect_loopback(port); }), kOk);
+  EXPECT_EQ(run_unscoped([&] { return unix_connect(sock); }), kOk);
   EXPECT_EQ(run_unscoped([&] { return try_open(path("secret/secret.txt"), O_RDONLY); }), kOk);
   EXPECT_EQ(run_unscoped([] { return try_open("/etc/passwd", O_RDONLY); }), kOk);
   // A sibling cgroup next to the scope is not covered by it.
@@ -411,7 +301,7 @@ TEST_F(ScopedCgroupTest, ConnectDenialReportsTheAddress) {
   ASSERT_TRUE(listener.has_value());
   uint16_t port = listener->port();
   drain_events();
-  EXPECT_EQ(run_scoped([port] { return try_connect_tcp(port); }), kDenied);
+  EXPECT_EQ(run_scoped([port] { return tcp_connect_loopback(port); }), kDenied);
   bool found = false;
   for (const auto& e : drain_events()) {
     if (e.hook != AC_HOOK_SOCKET_CONNECT) continue;

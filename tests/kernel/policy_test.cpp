@@ -25,6 +25,7 @@
 #include "bpf/compile.h"
 #include "cgroup/cgroup.h"
 #include "kernel_env.h"
+#include "probes.h"
 #include "policy/policy.h"
 
 namespace agentcage {
@@ -32,97 +33,7 @@ namespace {
 
 namespace fs = std::filesystem;
 
-constexpr int kOk = 0;
-constexpr int kDenied = 1;
-constexpr int kOtherError = 2;
-
-int classify(int err) { return err == EACCES ? kDenied : kOtherError; }
-int result(int rc) { return rc == 0 ? kOk : classify(errno); }
-
-int exit_code(int st) { return WIFEXITED(st) ? WEXITSTATUS(st) : 100 + WTERMSIG(st); }
-
-// fork + exec argv[0] and report how it went: kOk if it ran and exited 0.
-int run_program(const std::string& path) {
-  pid_t pid = ::fork();
-  if (pid == 0) {
-    char* const argv[] = {const_cast<char*>(path.c_str()), nullptr};
-    char* const envp[] = {nullptr};
-    ::execve(path.c_str(), argv, envp);
-    ::_exit(errno == EACCES ? 40 : 41);
-  }
-  int st = 0;
-  ::waitpid(pid, &st, 0);
-  int code = exit_code(st);
-  return code == 0 ? kOk : code == 40 ? kDenied : 10 + code;
-}
-
-int tcp_connect(int family, const char* addr, uint16_t port) {
-  int s = ::socket(family, SOCK_STREAM | SOCK_CLOEXEC, 0);
-  if (s < 0) return kOtherError;
-  int rc;
-  if (family == AF_INET) {
-    sockaddr_in a{};
-    a.sin_family = AF_INET;
-    a.sin_port = htons(port);
-    ::inet_pton(AF_INET, addr, &a.sin_addr);
-    rc = ::connect(s, reinterpret_cast<sockaddr*>(&a), sizeof a);
-  } else {
-    sockaddr_in6 a{};
-    a.sin6_family = AF_INET6;
-    a.sin6_port = htons(port);
-    ::inet_pton(AF_INET6, addr, &a.sin6_addr);
-    rc = ::connect(s, reinterpret_cast<sockaddr*>(&a), sizeof a);
-  }
-  int r = result(rc);
-  ::close(s);
-  return r;
-}
-
-int udp_sendto(uint16_t port) {
-  int s = ::socket(AF_INET, SOCK_DGRAM | SOCK_CLOEXEC, 0);
-  if (s < 0) return kOtherError;
-  sockaddr_in a{};
-  a.sin_family = AF_INET;
-  a.sin_port = htons(port);
-  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  int r = ::sendto(s, "x", 1, 0, reinterpret_cast<sockaddr*>(&a), sizeof a) == 1 ? kOk : classify(errno);
-  ::close(s);
-  return r;
-}
-
-int unix_connect(const std::string& path) {
-  int s = ::socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
-  sockaddr_un a{};
-  a.sun_family = AF_UNIX;
-  std::strncpy(a.sun_path, path.c_str(), sizeof a.sun_path - 1);
-  int r = result(::connect(s, reinterpret_cast<sockaddr*>(&a), sizeof a));
-  ::close(s);
-  return r;
-}
-
-int listen_tcp(int family, uint16_t* port) {
-  int s = ::socket(family, SOCK_STREAM | SOCK_CLOEXEC, 0);
-  int one = 1;
-  ::setsockopt(s, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
-  if (family == AF_INET6) {
-    sockaddr_in6 a{};
-    a.sin6_family = AF_INET6;
-    a.sin6_addr = in6addr_any;  // dual-stack: accepts v4-mapped too
-    ::bind(s, reinterpret_cast<sockaddr*>(&a), sizeof a);
-  } else {
-    sockaddr_in a{};
-    a.sin_family = AF_INET;
-    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-    ::bind(s, reinterpret_cast<sockaddr*>(&a), sizeof a);
-  }
-  ::listen(s, 64);
-  sockaddr_storage ss{};
-  socklen_t len = sizeof ss;
-  ::getsockname(s, reinterpret_cast<sockaddr*>(&ss), &len);
-  *port = ntohs(family == AF_INET6 ? reinterpret_cast<sockaddr_in6*>(&ss)->sin6_port
-                                   : reinterpret_cast<sockaddr_in*>(&ss)->sin_port);
-  return s;
-}
+using namespace kt;
 
 class PolicyTest : public ::testing::Test {
  protected:
@@ -172,12 +83,7 @@ class PolicyTest : public ::testing::Test {
     }
   }
 
-  int scoped(const std::function<int()>& fn) {
-    auto pid = cgroup::spawn_in_cgroup(cg_.fd(), fn);
-    if (!pid) return -1;
-    auto st = cgroup::wait_for(*pid);
-    return st ? exit_code(*st) : -1;
-  }
+  int scoped(const std::function<int()>& fn) { return run_in_cgroup(cg_.fd(), fn); }
 
   std::string base(const char* rel) const { return (base_ / rel).string(); }
   std::string ws(const char* rel) const { return (ws_ / rel).string(); }
