@@ -14,6 +14,7 @@
 
 #include "cgroup/cgroup.h"
 #include "kernel_env.h"
+#include "probes.h"
 
 namespace agentcage {
 namespace {
@@ -51,16 +52,6 @@ int programs_named(const std::string& name) {
   return count;
 }
 
-// 0: opened; 1: EACCES; 2: another error.
-int try_open(const std::string& path) {
-  int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
-  if (fd >= 0) {
-    ::close(fd);
-    return 0;
-  }
-  return errno == EACCES ? 1 : 2;
-}
-
 bpf::CompiledPolicy usr_only() {
   bpf::CompiledPolicy p;
   p.paths.push_back({"/usr", AC_ACCESS_READ, bpf::RuleSpace::absolute});
@@ -93,12 +84,7 @@ class SharedTest : public ::testing::Test {
     fs::remove_all(kPinRoot);
   }
 
-  int in_scope(const std::function<int()>& fn) {
-    auto pid = cgroup::spawn_in_cgroup(cg_.fd(), fn);
-    if (!pid) return -1;
-    auto st = cgroup::wait_for(*pid);
-    return st && WIFEXITED(*st) ? WEXITSTATUS(*st) : -1;
-  }
+  int in_scope(const std::function<int()>& fn) { return kt::run_in_cgroup(cg_.fd(), fn); }
 
   fs::path root_;
   cgroup::Cgroup cg_;
@@ -129,8 +115,8 @@ TEST_F(SharedTest, SecondOpenAdoptsAndEnforcementOutlivesTheLoader) {
   // No agentcage object is left in this process: the pins keep enforcing.
   first->reset();
   second->reset();
-  EXPECT_EQ(in_scope([&] { return try_open(outside_); }), 1);
-  EXPECT_EQ(in_scope([] { return try_open("/usr/bin/true"); }), 0);
+  EXPECT_EQ(in_scope([&] { return kt::try_open(outside_, O_RDONLY); }), kt::kDenied);
+  EXPECT_EQ(in_scope([] { return kt::try_open("/usr/bin/true", O_RDONLY); }), kt::kOk);
 
   auto third = bpf::Enforcer::open_shared(options());
   ASSERT_TRUE(third.ok()) << third.error().message;
@@ -155,7 +141,7 @@ TEST_F(SharedTest, SecondOpenAdoptsAndEnforcementOutlivesTheLoader) {
   ASSERT_TRUE(policies.ok());
   EXPECT_TRUE(policies->empty());
   EXPECT_FALSE((*third)->scope_report(scope_id).ok()) << "the report goes with the scope";
-  EXPECT_EQ(in_scope([&] { return try_open(outside_); }), 0);
+  EXPECT_EQ(in_scope([&] { return kt::try_open(outside_, O_RDONLY); }), kt::kOk);
 
   // Unpinned and closed: the shared programs are gone from the kernel.
   third->reset();
@@ -194,7 +180,7 @@ TEST_F(SharedTest, SlotsAreSharedByContentAndFreedWhenUnused) {
   auto pols = enf.policies();
   ASSERT_TRUE(pols.ok());
   EXPECT_EQ(pols->size(), 3u);
-  EXPECT_EQ(in_scope([&] { return try_open(outside_); }), 1) << "still enforced after the release attempt";
+  EXPECT_EQ(in_scope([&] { return kt::try_open(outside_, O_RDONLY); }), kt::kDenied) << "still enforced after the release attempt";
 
   ASSERT_TRUE(enf.remove_scope(cg_.id()).ok());
   for (uint32_t slot : {*a, *other_name, *other_rules}) ASSERT_TRUE(enf.release_policy(slot).ok());
