@@ -6,10 +6,10 @@
 //   unscoped  open/close, connect and fork+exec loops of an unscoped process
 //             with nothing loaded (A) vs programs loaded + N live scopes (B),
 //             A and B rounds interleaved.
-// Extension point (issue 4, run benchmark): add a Section in main.cpp's
-// kSections table; time_command() (workload.cpp) gives the median wall time
-// of fork+exec+wait of any argv, which is what `agentcage run -- true` vs
-// `true` vs `bwrap ... true` needs.
+//   run       wall time of `agentcage run -- /usr/bin/true` vs bare
+//             /usr/bin/true vs `bwrap --unshare-all ... /usr/bin/true`,
+//             interleaved run by run (a standalone section in main.cpp,
+//             timed with time_command()).
 #pragma once
 
 #include <sys/types.h>
@@ -38,6 +38,9 @@ struct Options {
   unsigned rounds = 10;        // A/B rounds, BAAB order (one program load per two rounds)
   unsigned batches = 3;        // timed batches per op per phase
   unsigned scopes = 100;       // live scopes during phase B
+  unsigned run_rounds = 60;    // run section: rounds of bare / bwrap / agentcage run
+  std::string run_policy = "bench/run-true.yaml";  // run section: policy allowing /usr/bin/true
+  std::string agentcage;       // run section: agentcage binary ("" = next to this binary's dir)
   std::set<std::string> sections;
 };
 

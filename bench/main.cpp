@@ -292,20 +292,129 @@ int run_kernel_sections(const Options& opts) {
   return (hc.error.empty() && o.failures == 0 && hc.scoped_failures == 0) ? 0 : 1;
 }
 
+// ---- section 3: the cost of a run --------------------------------------------------
+
+// Median wall time of fork + exec + wait of three commands, interleaved run by
+// run (ABC BCA CAB ...), so drift and noise hit all three alike:
+//   bare   /usr/bin/true
+//   bwrap  bwrap --unshare-all --die-with-parent --ro-bind / / /usr/bin/true
+//   run    agentcage run --policy bench/run-true.yaml -- /usr/bin/true
+struct RunCommand {
+  std::string label;
+  std::vector<std::string> argv;
+  std::vector<double> ns;  // one sample per round
+  std::string error;       // set when it could not run (then not timed)
+};
+
+fs::path self_dir() {
+  std::error_code ec;
+  fs::path exe = fs::read_symlink("/proc/self/exe", ec);
+  return ec ? fs::path{} : exe.parent_path();
+}
+
+bool pinned_set_present(const std::string& pin_root) {
+  std::error_code ec;
+  return fs::exists(pin_root, ec) && !fs::is_empty(pin_root, ec);
+}
+
+int run_cost_section(const Options& opts) {
+  const unsigned rounds = opts.run_rounds;
+  fs::path agentcage = opts.agentcage.empty() ? self_dir().parent_path() / "agentcage" : fs::path(opts.agentcage);
+  const std::string pin_root = bpf::SharedOptions{}.pin_root;
+  std::vector<RunCommand> cmds = {
+      {"bare: /usr/bin/true", {"/usr/bin/true"}, {}, {}},
+      {"bwrap --unshare-all --die-with-parent --ro-bind / / /usr/bin/true",
+       {"bwrap", "--unshare-all", "--die-with-parent", "--ro-bind", "/", "/", "/usr/bin/true"}, {}, {}},
+      {"agentcage run --policy " + opts.run_policy + " -- /usr/bin/true",
+       {agentcage.string(), "run", "--policy", opts.run_policy, "--", "/usr/bin/true"}, {}, {}},
+  };
+  constexpr size_t kBare = 0, kBwrap = 1, kRun = 2;
+
+  say("\n3. The cost of a run: wall time of fork + exec + wait, three commands side by side\n");
+  say("   %u rounds, one run of each command per round, the order rotated every round\n"
+      "   (ABC BCA CAB ...); medians over the rounds\n\n",
+      rounds);
+
+  // Warm-up, untimed: the first `agentcage run` on a machine without the
+  // shared programs loads, attaches and pins them (seconds under TCG); every
+  // later run opens the pinned set. One run of each command also proves it
+  // works before anything is timed.
+  bool was_pinned = pinned_set_present(pin_root);
+  for (size_t i : {kRun, kBare, kBwrap}) {
+    auto t = time_command(cmds[i].argv, 1);
+    if (!t) {
+      cmds[i].error = t.error().message;
+      continue;
+    }
+    if (i == kRun)
+      say("   warm-up (untimed): one agentcage run, %.2f s; %s\n", *t / 1e9,
+          was_pinned ? "the shared programs were already pinned"
+                     : ("it loaded and pinned the shared programs in " + pin_root).c_str());
+  }
+  if (!cmds[kRun].error.empty()) {
+    say("   NOT MEASURED: agentcage run fails: %s\n", cmds[kRun].error.c_str());
+    return 1;
+  }
+  if (!cmds[kBare].error.empty()) {
+    say("   NOT MEASURED: /usr/bin/true fails: %s\n", cmds[kBare].error.c_str());
+    return 1;
+  }
+  if (!cmds[kBwrap].error.empty())
+    say("   bwrap: not measured (%s; Debian package bubblewrap)\n", cmds[kBwrap].error.c_str());
+
+  for (unsigned r = 0; r < rounds; r++) {
+    if (r % 10 == 0) progress("run cost: rounds %u..%u of %u", r + 1, std::min(rounds, r + 10), rounds);
+    for (size_t k = 0; k < cmds.size(); k++) {
+      RunCommand& c = cmds[(r + k) % cmds.size()];
+      if (!c.error.empty()) continue;
+      auto t = time_command(c.argv, 1);
+      if (!t) {
+        say("   %s failed in round %u: %s\n", c.label.c_str(), r + 1, t.error().message.c_str());
+        return 1;
+      }
+      c.ns.push_back(*t);
+    }
+  }
+
+  const double bare = median(cmds[kBare].ns);
+  Table t({"command", "median", "p25..p75", "over bare", "/ bare"});
+  for (const auto& c : cmds) {
+    if (c.ns.empty()) {
+      t.row({c.label, "-", "-", "-", "-"});
+      continue;
+    }
+    double m = median(c.ns);
+    bool is_bare = &c == &cmds[kBare];
+    t.row({c.label, fmt_ns(m), fmt_ns(quantile(c.ns, 0.25)) + ".." + fmt_ns(quantile(c.ns, 0.75)),
+           is_bare ? "-" : "+" + fmt_ns(m - bare), is_bare ? "1.00x" : fmt("%.2fx", m / bare)});
+  }
+  t.print();
+  const double run = median(cmds[kRun].ns);
+  say("\n");
+  if (!cmds[kBwrap].ns.empty()) {
+    double bw = median(cmds[kBwrap].ns);
+    say("   agentcage run / bwrap: %.2fx   goal: < 1 (below bubblewrap)\n", run / bw);
+  }
+  say("   agentcage run over bare: +%s   goal on real hardware: well under 1 ms\n", fmt_ns(run - bare).c_str());
+  say("   reference points: docker run about 0.5 s, a Firecracker microVM boot about 125 ms\n");
+  say("   agentcage run: a cgroup with limits, a registered scope, a workspace, a sandbox uid,\n"
+      "   clone3 into the cgroup, wait, cleanup; bwrap as root (namespaces, no setuid needed)\n");
+  return 0;
+}
+
 // ---- sections ---------------------------------------------------------------------
 
 // Sections that need no loaded programs and no fixture run after the kernel
-// sections. Issue 4's run benchmark goes here, e.g.
-//   {"run", "wall time: agentcage run -- true vs true vs bwrap --unshare-all ... true",
-//    [](const Options& o) { ... time_command({"build/agentcage", "run", ...}, n) ... }},
-// using time_command() from workload.cpp, and is then selectable with
-// --sections run (add it to the default list in main when it exists).
+// sections, selected with --sections NAME. They use time_command() from
+// workload.cpp.
 struct StandaloneSection {
   std::string name;
   std::string what;
   std::function<int(const Options&)> run;
 };
-std::vector<StandaloneSection> standalone_sections() { return {}; }
+std::vector<StandaloneSection> standalone_sections() {
+  return {{"run", "wall time: agentcage run -- true vs true vs bwrap --unshare-all ... true", run_cost_section}};
+}
 
 }  // namespace
 }  // namespace agentcage::bench
@@ -315,7 +424,7 @@ int main(int argc, char** argv) {
   using namespace agentcage::bench;
   if (argc > 1 && argv[1] == kWorkerFlag) return worker_main(argc, argv);
   Options opts;
-  std::string sections = "hooks,unscoped";
+  std::string sections = "hooks,unscoped,run";
   std::string environment;
   CLI::App app{"agentcage-bench: BPF LSM cost, measured side by side in one run (see bench/README.md)"};
   app.add_option("--iterations", opts.iterations, "ops per timed batch (fork+exec: /40; hook workload: /10)")
@@ -323,7 +432,11 @@ int main(int argc, char** argv) {
   app.add_option("--rounds", opts.rounds, "A/B rounds (BAAB order)")->check(CLI::Range(1u, 100u));
   app.add_option("--batches", opts.batches, "timed batches per op per phase")->check(CLI::Range(1u, 1000u));
   app.add_option("--scopes", opts.scopes, "live scopes in phase B")->check(CLI::Range(0u, 10000u));
-  app.add_option("--sections", sections, "comma-separated: hooks,unscoped");
+  app.add_option("--sections", sections, "comma-separated: hooks,unscoped,run");
+  app.add_option("--run-rounds", opts.run_rounds, "run section: rounds (one run of each command per round)")
+      ->check(CLI::Range(1u, 100000u));
+  app.add_option("--run-policy", opts.run_policy, "run section: the policy for agentcage run (must allow /usr/bin/true)");
+  app.add_option("--agentcage", opts.agentcage, "run section: the agentcage binary (default: ../agentcage next to this binary)");
   app.add_option("--environment", environment, "printed in the header (bench/run says e.g. 'qemu TCG')");
   CLI11_PARSE(app, argc, argv);
 
@@ -335,7 +448,9 @@ int main(int argc, char** argv) {
     bool known = s == "hooks" || s == "unscoped";
     for (const auto& e : extra) known = known || e.name == s;
     if (!known) {
-      std::fprintf(stderr, "agentcage-bench: unknown section '%s' (known: hooks, unscoped)\n", s.c_str());
+      std::string names = "hooks, unscoped";
+      for (const auto& e : extra) names += ", " + e.name;
+      std::fprintf(stderr, "agentcage-bench: unknown section '%s' (known: %s)\n", s.c_str(), names.c_str());
       return 2;
     }
   }
