@@ -6,6 +6,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <filesystem>
 #include <fstream>
@@ -137,9 +138,9 @@ TEST_F(SharedTest, SecondOpenAdoptsAndEnforcementOutlivesTheLoader) {
 
   ASSERT_TRUE((*third)->remove_scope(cg_.id()).ok());
   ASSERT_TRUE((*third)->release_policy(*slot).ok());
-  auto policies = (*third)->policies();
-  ASSERT_TRUE(policies.ok());
-  EXPECT_TRUE(policies->empty());
+  auto remaining = (*third)->scopes();
+  ASSERT_TRUE(remaining.ok());
+  EXPECT_TRUE(remaining->empty());
   EXPECT_FALSE((*third)->scope_report(scope_id).ok()) << "the report goes with the scope";
   EXPECT_EQ(in_scope([&] { return kt::try_open(outside_, O_RDONLY); }), kt::kOk);
 
@@ -156,7 +157,7 @@ TEST_F(SharedTest, SecondOpenAdoptsAndEnforcementOutlivesTheLoader) {
   EXPECT_EQ(left, 1) << "only the private test set remains";
 }
 
-TEST_F(SharedTest, SlotsAreSharedByContentAndFreedWhenUnused) {
+TEST_F(SharedTest, SlotsAreSharedByContentCachedAndBounded) {
   auto e = bpf::Enforcer::open_shared(options());
   ASSERT_TRUE(e.ok()) << e.error().message;
   auto& enf = **e;
@@ -174,28 +175,41 @@ TEST_F(SharedTest, SlotsAreSharedByContentAndFreedWhenUnused) {
   EXPECT_NE(*other_rules, *a);
   EXPECT_NE(*other_rules, *other_name);
 
-  // A slot a scope points at is never freed.
+  // A slot a scope points at keeps enforcing whatever is released.
   ASSERT_TRUE(enf.add_scope(cg_.id(), cg_.level(), cg_.id(), *a).ok());
   ASSERT_TRUE(enf.release_policy(*a).ok());
-  auto pols = enf.policies();
-  ASSERT_TRUE(pols.ok());
-  EXPECT_EQ(pols->size(), 3u);
-  EXPECT_EQ(in_scope([&] { return kt::try_open(outside_, O_RDONLY); }), kt::kDenied) << "still enforced after the release attempt";
-
+  EXPECT_EQ(in_scope([&] { return kt::try_open(outside_, O_RDONLY); }), kt::kDenied)
+      << "still enforced after the release";
   ASSERT_TRUE(enf.remove_scope(cg_.id()).ok());
   for (uint32_t slot : {*a, *other_name, *other_rules}) ASSERT_TRUE(enf.release_policy(slot).ok());
-  pols = enf.policies();
-  ASSERT_TRUE(pols.ok());
-  EXPECT_TRUE(pols->empty());
 
-  // A named (daemon/test) policy is kept by release_policy.
+  // Unused transient policies stay cached: the same policy gets its slot back.
+  auto again = enf.acquire_policy("p", usr_only());
+  ASSERT_TRUE(again.ok());
+  EXPECT_EQ(*again, *a);
+  ASSERT_TRUE(enf.release_policy(*again).ok());
+
+  // ... but only a bounded number of them.
+  for (int i = 0; i < 24; ++i) {
+    auto s = enf.acquire_policy("many-" + std::to_string(i), usr_only());
+    ASSERT_TRUE(s.ok()) << s.error().message;
+    ASSERT_TRUE(enf.release_policy(*s).ok());
+  }
+  auto pols = enf.policies();
+  ASSERT_TRUE(pols.ok());
+  EXPECT_EQ(pols->size(), bpf::Enforcer::kCachedTransient);
+  EXPECT_TRUE(std::any_of(pols->begin(), pols->end(), [](const bpf::PolicyInfo& p) { return p.name == "many-23"; }))
+      << "the most recently released one is kept";
+
+  // A named (daemon/test) policy is never dropped by release_policy.
   ASSERT_TRUE(enf.put_policy(7, "named", usr_only()).ok());
   ASSERT_TRUE(enf.release_policy(7).ok());
   pols = enf.policies();
   ASSERT_TRUE(pols.ok());
-  ASSERT_EQ(pols->size(), 1u);
-  EXPECT_EQ((*pols)[0].name, "named");
-  EXPECT_EQ((*pols)[0].owner, AC_POLICY_OWNER_NAMED);
+  auto named = std::find_if(pols->begin(), pols->end(), [](const bpf::PolicyInfo& p) { return p.slot == 7; });
+  ASSERT_NE(named, pols->end());
+  EXPECT_EQ(named->name, "named");
+  EXPECT_EQ(named->owner, AC_POLICY_OWNER_NAMED);
   ASSERT_TRUE(enf.remove_policy(7).ok());
 }
 

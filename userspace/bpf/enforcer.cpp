@@ -329,54 +329,59 @@ Status Enforcer::pin_all(const std::string& dir) {
 }
 
 Status Enforcer::adopt_pinned(const std::string& dir) {
-  // Open (not load) the object for the names of its maps and programs.
-  std::unique_ptr<agentcage_bpf, SkelDeleter> names(agentcage_bpf__open());
-  if (!names) return bpf_error("opening the BPF object failed", errno);
-
-  auto get = [&](const std::string& path) -> Result<int> {
+  // Adoption is on every run's start-up path: open the ten maps by their
+  // pinned names and check the links, without parsing the BPF object.
+  auto get = [&](const std::string& name, int* out) -> Status {
+    std::string path = dir + "/maps/" + name;
     int fd = bpf_obj_get(path.c_str());
     if (fd < 0) return bpf_error("opening pinned " + path, fd);
     owned_fds_.emplace_back(fd);
-    return fd;
+    *out = fd;
+    return {};
   };
-  bpf_map* map = nullptr;
-  bpf_object__for_each_map(map, names->obj) {
-    if (bpf_map__is_internal(map)) continue;
-    std::string name = bpf_map__name(map);
-    auto fd = get(dir + "/maps/" + name);
-    if (!fd) return fd.error();
-    int* slot = name == "ac_scopes"            ? &maps_.scopes
-                : name == "ac_policies"        ? &maps_.policies
-                : name == "ac_settings"        ? &maps_.settings
-                : name == "ac_path_rules"      ? &maps_.path_rules
-                : name == "ac_workspaces"      ? &maps_.workspaces
-                : name == "ac_net_rules"       ? &maps_.net_rules
-                : name == "ac_decision_counts" ? &maps_.decision_counts
-                : name == "ac_stats"           ? &maps_.stats
-                : name == "ac_events"          ? &maps_.events
-                : name == "ac_scope_reports"   ? &maps_.scope_reports
-                                               : nullptr;
-    if (slot) *slot = *fd;
+  const std::pair<const char*, int*> wanted[] = {
+      {"ac_scopes", &maps_.scopes},           {"ac_policies", &maps_.policies},
+      {"ac_settings", &maps_.settings},       {"ac_path_rules", &maps_.path_rules},
+      {"ac_workspaces", &maps_.workspaces},   {"ac_net_rules", &maps_.net_rules},
+      {"ac_decision_counts", &maps_.decision_counts}, {"ac_stats", &maps_.stats},
+      {"ac_events", &maps_.events},           {"ac_scope_reports", &maps_.scope_reports}};
+  for (const auto& [name, out] : wanted)
+    if (Status st = get(name, out); !st) return st;
+
+  // Every program must still be attached: a pinned link is an attachment,
+  // and the set pins one link per program of this build's object.
+  constexpr size_t kPrograms = sizeof(agentcage_bpf::progs) / sizeof(bpf_program*);
+  std::error_code ec;
+  size_t links = 0;
+  for (const auto& entry : std::filesystem::directory_iterator(dir + "/links", ec)) {
+    static_cast<void>(entry);
+    ++links;
   }
-  // Every program must still be attached: a pinned link is an attachment.
-  bpf_program* prog = nullptr;
-  bpf_object__for_each_program(prog, names->obj) {
-    std::string name = bpf_program__name(prog);
-    auto link_fd = get(dir + "/links/" + name);
-    if (!link_fd) return link_fd.error().wrap("program " + name + " is not attached");
+  if (ec) return Error{"bpf: listing " + dir + "/links: " + ec.message(), ec.value()};
+  if (links != kPrograms)
+    return Error{"bpf: " + std::to_string(links) + " of the " + std::to_string(kPrograms) +
+                     " programs are attached in " + dir + "/links",
+                 ENOENT};
+  return {};
+}
+
+std::vector<ProgramInfo> Enforcer::programs() const {
+  if (!programs_.empty() || pin_dir_.empty()) return programs_;
+  // Adopted set: resolve the programs behind the pinned links on demand.
+  std::error_code ec;
+  for (const auto& entry : std::filesystem::directory_iterator(pin_dir_ + "/links", ec)) {
+    int link_fd = bpf_obj_get(entry.path().c_str());
+    if (link_fd < 0) continue;
+    UniqueFd link(link_fd);
     bpf_link_info info{};
     uint32_t len = sizeof info;
-    if (int err = bpf_obj_get_info_by_fd(*link_fd, &info, &len))
-      return bpf_error("reading link info of " + name, err);
+    if (bpf_obj_get_info_by_fd(link.get(), &info, &len) != 0) continue;
     int prog_fd = bpf_prog_get_fd_by_id(info.prog_id);
-    if (prog_fd < 0) return bpf_error("opening program " + name, prog_fd);
+    if (prog_fd < 0) continue;
     owned_fds_.emplace_back(prog_fd);
-    programs_.push_back({name, prog_fd});
+    programs_.push_back({entry.path().filename().string(), prog_fd});
   }
-  for (int fd : {maps_.scopes, maps_.policies, maps_.settings, maps_.path_rules, maps_.workspaces,
-                 maps_.net_rules, maps_.decision_counts, maps_.stats, maps_.events, maps_.scope_reports})
-    if (fd < 0) return Error{"bpf: a map is missing from the pinned set", ENOENT};
-  return {};
+  return programs_;
 }
 
 Status Enforcer::take_lock() {
@@ -419,7 +424,6 @@ Enforcer::~Enforcer() = default;
 
 int Enforcer::events_fd() const { return maps_.events; }
 
-std::vector<ProgramInfo> Enforcer::programs() const { return programs_; }
 
 Result<ac_config> Enforcer::read_config() const {
   uint32_t zero = 0;
@@ -564,12 +568,13 @@ Status Enforcer::remove_policy(uint32_t slot) {
   });
 }
 
-bool Enforcer::slot_in_use(uint32_t slot) const {
+std::vector<uint32_t> Enforcer::referenced_slots() const {
+  std::vector<uint32_t> out;
   for (uint64_t cgid : all_keys<uint64_t>(maps_.scopes)) {
     ac_scope scope{};
-    if (bpf_map_lookup_elem(maps_.scopes, &cgid, &scope) == 0 && scope.policy_slot == slot) return true;
+    if (bpf_map_lookup_elem(maps_.scopes, &cgid, &scope) == 0) out.push_back(scope.policy_slot);
   }
-  return false;
+  return out;
 }
 
 void Enforcer::reset_counters(uint32_t slot) {
@@ -594,15 +599,28 @@ Result<uint32_t> Enforcer::acquire_policy(const std::string& name, const Compile
         return {};
       }
     }
-    for (uint32_t slot = 0; slot < AC_MAX_POLICIES; ++slot) {
-      if (std::find(used.begin(), used.end(), slot) != used.end()) continue;
-      // A scope may still point at a slot whose policy was removed (it fails
-      // closed); never hand such a slot to another policy.
-      if (slot_in_use(slot)) continue;
+    const std::vector<uint32_t> referenced = referenced_slots();
+    auto is_referenced = [&](uint32_t slot) {
+      return std::find(referenced.begin(), referenced.end(), slot) != referenced.end();
+    };
+    auto install = [&](uint32_t slot) -> Status {
       reset_counters(slot);
       if (Status s = install_policy(slot, name, policy, AC_POLICY_OWNER_TRANSIENT); !s) return s;
       chosen = slot;
       return {};
+    };
+    for (uint32_t slot = 0; slot < AC_MAX_POLICIES; ++slot) {
+      if (std::find(used.begin(), used.end(), slot) != used.end()) continue;
+      // A scope may still point at a slot whose policy was removed (it fails
+      // closed); never hand such a slot to another policy.
+      if (is_referenced(slot)) continue;
+      return install(slot);
+    }
+    // Every slot holds a policy: replace a cached transient one nobody uses.
+    for (uint32_t slot : used) {
+      ac_policy p{};
+      if (bpf_map_lookup_elem(maps_.policies, &slot, &p) != 0) continue;
+      if (p.owner == AC_POLICY_OWNER_TRANSIENT && !is_referenced(slot)) return install(slot);
     }
     return Error{"bpf: all " + std::to_string(AC_MAX_POLICIES) + " policy slots are in use", ENOSPC};
   });
@@ -611,13 +629,29 @@ Result<uint32_t> Enforcer::acquire_policy(const std::string& name, const Compile
 }
 
 Status Enforcer::release_policy(uint32_t slot) {
+  // An unused transient policy stays cached in its slot, so the next run of
+  // the same policy only registers a scope (no rules to write). At most
+  // kCachedTransient unused ones are kept; acquire_policy also replaces one
+  // when every slot is taken. Memory stays bounded by distinct policies.
   return with_lock([&]() -> Status {
-    ac_policy p{};
-    if (bpf_map_lookup_elem(maps_.policies, &slot, &p) != 0) return {};
-    if (p.owner != AC_POLICY_OWNER_TRANSIENT || slot_in_use(slot)) return {};
-    if (int err = bpf_map_delete_elem(maps_.policies, &slot); err && err != -ENOENT)
-      return bpf_error("removing policy slot " + std::to_string(slot), err);
-    purge_unreferenced();
+    const std::vector<uint32_t> referenced = referenced_slots();
+    std::vector<uint32_t> unused;
+    for (uint32_t s : all_keys<uint32_t>(maps_.policies)) {
+      ac_policy p{};
+      if (bpf_map_lookup_elem(maps_.policies, &s, &p) != 0 || p.owner != AC_POLICY_OWNER_TRANSIENT) continue;
+      if (std::find(referenced.begin(), referenced.end(), s) == referenced.end()) unused.push_back(s);
+    }
+    if (unused.size() <= kCachedTransient) return {};
+    // Evict others before the one just released (it is the most recently used).
+    std::stable_partition(unused.begin(), unused.end(), [&](uint32_t s) { return s != slot; });
+    bool deleted = false;
+    for (size_t i = 0; i + kCachedTransient < unused.size(); ++i) {
+      uint32_t victim = unused[i];
+      if (int err = bpf_map_delete_elem(maps_.policies, &victim); err && err != -ENOENT)
+        return bpf_error("removing policy slot " + std::to_string(victim), err);
+      deleted = true;
+    }
+    if (deleted) purge_unreferenced();
     return {};
   });
 }
@@ -688,7 +722,12 @@ Status Enforcer::remove_scope(uint64_t cgroup_id) {
     int err = bpf_map_delete_elem(maps_.scopes, &cgroup_id);
     if (err && err != -ENOENT) return bpf_error("removing scope for cgroup " + std::to_string(cgroup_id), err);
     if (Status st = write_levels(); !st) return st;
-    purge_unreferenced();  // its workspace entry and report
+    // Its report and workspace entry go with it (rules stay: they belong to
+    // the policy, which other scopes may use).
+    bpf_map_delete_elem(maps_.scope_reports, &scope.scope_id);
+    if (scope.workspace_tag)
+      for (const auto& key : all_keys<ac_path_key>(maps_.workspaces))
+        if (ntohl(key.rules_id_be) == scope.workspace_tag) bpf_map_delete_elem(maps_.workspaces, &key);
     return {};
   });
 }

@@ -139,8 +139,11 @@ class Enforcer {
   // A transient policy for a run or an attachment: the slot that already holds
   // this name with the same compiled rules, or a free slot it is installed in.
   Result<uint32_t> acquire_policy(const std::string& name, const CompiledPolicy& policy);
-  // Free `slot` if it is transient and no scope points at it any more.
+  // Say `slot` is no longer needed by the caller. An unused transient policy
+  // stays cached for reuse; beyond kCachedTransient unused ones, the others
+  // are freed (and acquire_policy replaces one when all slots are taken).
   Status release_policy(uint32_t slot);
+  static constexpr size_t kCachedTransient = 16;
 
   // Run `fn` holding the cross-process lock (shared mode; a no-op lock for a
   // private set), so a sequence such as acquire_policy + add_scope is atomic
@@ -190,7 +193,8 @@ class Enforcer {
   // Delete rule and workspace entries no live policy or scope refers to
   // (superseded rules, leftovers of a crashed agentcage).
   void purge_unreferenced();
-  bool slot_in_use(uint32_t slot) const;
+  // Policy slots some scope points at.
+  std::vector<uint32_t> referenced_slots() const;
   void reset_counters(uint32_t slot);
 
   struct SkelDeleter {
@@ -201,8 +205,8 @@ class Enforcer {
     int scopes = -1, policies = -1, settings = -1, path_rules = -1, workspaces = -1,
         net_rules = -1, decision_counts = -1, stats = -1, events = -1, scope_reports = -1;
   } maps_;
-  std::vector<UniqueFd> owned_fds_;  // adopted maps and programs
-  std::vector<ProgramInfo> programs_;
+  mutable std::vector<UniqueFd> owned_fds_;  // adopted maps and programs
+  mutable std::vector<ProgramInfo> programs_;  // filled on demand for an adopted set
   bool shared_ = false;
   std::string pin_dir_;
   std::string lock_path_;
