@@ -316,8 +316,24 @@ class Validator {
                       }
                       ExecEntry entry{*path, *path, pos};
                       if (options_.check_exec_exists && !check_program(entry, name)) return;
+                      if (is_dynamic_loader(entry.path) || is_dynamic_loader(entry.resolved)) {
+                        error(pos, name + ": " + quote(entry.path) +
+                                       " is the dynamic loader: allowing it lets the sandbox run any "
+                                       "program it can read (`ld.so /path/to/program`); allow the "
+                                       "programs themselves");
+                        return;
+                      }
                       policy.exec_allow.push_back(std::move(entry));
                     });
+  }
+
+  // ld-linux-x86-64.so.2, ld-linux-aarch64.so.1, ld64.so.2, ld-musl-*.so.1,
+  // ld.so, ld-2.36.so: the ELF interpreter, which runs any file given to it.
+  static bool is_dynamic_loader(const std::string& path) {
+    const std::string base = path.substr(path.rfind('/') + 1);
+    auto starts = [&](const char* p) { return base.rfind(p, 0) == 0; };
+    return base == "ld.so" || starts("ld-linux") || starts("ld64.so") || starts("ld-musl-") ||
+           (starts("ld-") && base.find(".so") != std::string::npos);
   }
 
   // The program must be there now: a policy naming a missing interpreter is
