@@ -875,6 +875,13 @@ json Daemon::do_attach(const Request& r) {
   auto slot = named_slots_.find(r.policy);
   if (slot == named_slots_.end())
     return {{"ok", false}, {"error", "no policy named '" + r.policy + "' is loaded by the daemon (policy dir " + cfg_.policy_dir + ")"}};
+  auto root = cgroup::find_cgroup2_root();
+  if (!root) return {{"ok", false}, {"error", root.error().message}};
+  auto dir = scope::resolve_cgroup(*root, r.cgroup);
+  if (!dir) return {{"ok", false}, {"error", dir.error().message}};
+  auto id = cgroup::cgroup_id(*dir);
+  auto level = cgroup::cgroup_level(*root, *dir);
+  if (!id || !level) return {{"ok", false}, {"error", (!id ? id.error() : level.error()).message}};
   bool uses_ws = false;
   if (auto f = files_.find(r.policy + ".yaml"); f != files_.end()) uses_ws = f->second.uses_workspace;
   std::string workspace;
@@ -887,13 +894,6 @@ json Daemon::do_attach(const Request& r) {
   } else if (uses_ws) {
     return {{"ok", false}, {"error", "policy " + r.policy + " has ${workspace} rules: pass a workspace"}};
   }
-  auto root = cgroup::find_cgroup2_root();
-  if (!root) return {{"ok", false}, {"error", root.error().message}};
-  auto dir = scope::resolve_cgroup(*root, r.cgroup);
-  if (!dir) return {{"ok", false}, {"error", dir.error().message}};
-  auto id = cgroup::cgroup_id(*dir);
-  auto level = cgroup::cgroup_level(*root, *dir);
-  if (!id || !level) return {{"ok", false}, {"error", (!id ? id.error() : level.error()).message}};
   Status st = enf_->add_scope(*id, *level, *id, slot->second, workspace);
   if (!st) return {{"ok", false}, {"error", st.error().message}};
   log::info("attached " + dir->string() + " to policy " + r.policy);
