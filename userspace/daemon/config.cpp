@@ -64,6 +64,17 @@ bool valid_listen_address(std::string_view a) {
 ConfigResult parse_config(std::string_view text, const std::string& filename) {
   Reporter rep(filename);
   ConfigResult out;
+  // Nothing but blank lines and comments: all defaults.
+  bool blank = true;
+  std::istringstream lines{std::string(text)};
+  for (std::string l; blank && std::getline(lines, l);) {
+    size_t i = l.find_first_not_of(" \t\r");
+    blank = i == std::string::npos || l[i] == '#';
+  }
+  if (blank && text.size() <= kMaxConfigBytes) {
+    out.config = Config{};
+    return out;
+  }
   if (!policy::detail::check_text(text, kMaxConfigBytes, rep) || !policy::detail::check_events(text, rep)) {
     out.errors = rep.take();
     return out;
@@ -162,10 +173,16 @@ ConfigResult parse_config(std::string_view text, const std::string& filename) {
   };
   std::vector<std::string> known;
   for (const auto& [k, h] : handlers) known.push_back(k);
+  std::map<std::string, Position> seen;
   for (const auto& kv : root) {
     const YAML::Node& k = kv.first;
     if (!k.IsScalar()) {
       rep.error(pos_of(k.Mark()), "setting names must be plain words");
+      continue;
+    }
+    if (auto [it, fresh] = seen.emplace(k.Scalar(), pos_of(k.Mark())); !fresh) {
+      rep.error(pos_of(k.Mark()), "duplicate setting " + policy::quote(k.Scalar()) + " (first set at line " +
+                                      std::to_string(it->second.line) + ")");
       continue;
     }
     auto it = handlers.find(k.Scalar());
