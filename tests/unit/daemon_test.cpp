@@ -50,6 +50,12 @@ TEST(DaemonConfig, EverySetting) {
   EXPECT_EQ(r.config->max_clients, 8u);
 }
 
+TEST(DaemonConfig, ShippedExampleIsValid) {
+  auto r = daemon::load_config(std::string(AGENTCAGE_SOURCE_DIR) + "/packaging/systemd/daemon.yaml");
+  ASSERT_TRUE(r.ok()) << r.errors.front().format();
+  EXPECT_EQ(r.config->audit_log, "/var/log/agentcage/audit.jsonl");
+}
+
 TEST(DaemonConfig, MetricsOff) {
   auto r = daemon::parse_config("metrics_address: \"off\"\n", "d.yaml");
   ASSERT_TRUE(r.ok());
