@@ -498,6 +498,50 @@ TEST_F(Daemon, SandboxedProcessCannotReachTheControlSocket) {
   EXPECT_GE(r["denials"]["by_hook"].value("unix_connect", 0), 1) << r.dump(2);
 }
 
+// ---- the CLI: status and events ------------------------------------------------
+
+TEST_F(Daemon, StatusAndEventsCommands) {
+  start_daemon();
+  auto cg = cgroup::Cgroup::create(root_, root_, "ac-daemon-cli-" + std::to_string(::getpid()));
+  ASSERT_TRUE(cg);
+  ASSERT_TRUE(control({{"op", "attach"}, {"cgroup", cg->path().string()}, {"policy", "dtest"}, {"workspace", "/tmp"}}));
+  Proc follow = spawn({agentcage_bin(), "events", "--follow"}, dir_ / "follow.out");
+  ASSERT_TRUE(wait_until([&] { return status().value("daemon", json::object()).value("clients", 0) >= 1; }, 30s));
+  EXPECT_EQ(open_in(*cg, "/etc/shadow"), EACCES);
+  EXPECT_TRUE(wait_until([&] { return slurp(follow.out).find("\"target\":\"/etc/shadow\"") != std::string::npos; }, 30s))
+      << slurp(follow.out);
+  ::kill(follow.pid, SIGTERM);
+  wait_exit(follow.pid);
+
+  Proc recent = spawn({agentcage_bin(), "events"}, dir_ / "recent.out");
+  EXPECT_EQ(wait_exit(recent.pid), 0);
+  json last;
+  std::istringstream lines(slurp(recent.out));
+  for (std::string l; std::getline(lines, l);) last = json::parse(l, nullptr, false);
+  EXPECT_EQ(last.value("target", ""), "/etc/shadow") << slurp(recent.out);
+  EXPECT_EQ(last.value("policy", ""), "dtest");
+
+  Proc st = spawn({agentcage_bin(), "status", "--json"}, dir_ / "status.out");
+  EXPECT_EQ(wait_exit(st.pid), 0) << slurp(st.out);
+  json s = json::parse(slurp(st.out), nullptr, false);
+  ASSERT_TRUE(s.is_object()) << slurp(st.out);
+  EXPECT_TRUE(s["daemon"]["running"].get<bool>());
+  EXPECT_TRUE(s["enforcement"]["ready"].get<bool>());
+  EXPECT_TRUE(named_slot(s, "dtest").has_value());
+  EXPECT_TRUE(control({{"op", "detach"}, {"cgroup", cg->path().string()}}));
+  EXPECT_TRUE(cg->remove());
+
+  // Without the daemon: status reads the pinned maps; events says why not.
+  stop_daemon(SIGTERM);
+  Proc st2 = spawn({agentcage_bin(), "status"}, dir_ / "status2.out");
+  EXPECT_EQ(wait_exit(st2.pid), 0) << slurp(st2.out);
+  EXPECT_NE(slurp(st2.out).find("daemon:      not running"), std::string::npos) << slurp(st2.out);
+  EXPECT_NE(slurp(st2.out).find("enforcement: ready"), std::string::npos) << slurp(st2.out);
+  Proc ev2 = spawn({agentcage_bin(), "events"}, dir_ / "events2.out");
+  EXPECT_EQ(wait_exit(ev2.pid), 1);
+  EXPECT_NE(slurp(ev2.out).find("the daemon is not reachable"), std::string::npos) << slurp(ev2.out);
+}
+
 // ---- SIGKILL and restart -----------------------------------------------------
 
 TEST_F(Daemon, SigkilledDaemonKeepsEnforcingAndARestartReadoptsAndReaps) {

@@ -1037,6 +1037,9 @@ int Daemon::loop() {
   }
   consume_events();
   flush_audit();
+  // Still holding the instance lock: the socket is ours to remove, so
+  // clients see "not running" rather than a refused connection.
+  ::unlink(cfg_.control_socket.c_str());
   return 0;
 }
 
