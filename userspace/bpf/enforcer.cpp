@@ -247,9 +247,11 @@ Result<std::unique_ptr<Enforcer>> Enforcer::load(const LoadOptions& opts) {
   return std::move(*self);
 }
 
+std::string Enforcer::shared_pin_dir(const std::string& pin_root) { return pin_root + "/" + object_digest(); }
+
 Result<std::unique_ptr<Enforcer>> Enforcer::open_shared(const SharedOptions& opts) {
   log::route_libbpf();
-  const std::string dir = opts.pin_root + "/" + object_digest();
+  const std::string dir = shared_pin_dir(opts.pin_root);
 
   // Adopting or loading happens under the cross-process lock, so two
   // agentcage processes starting at once never load two sets.
@@ -838,6 +840,15 @@ Result<int> EventReader::poll(int timeout_ms) {
   int n = ring_buffer__poll(rb_, timeout_ms);
   if (n == -EINTR) return 0;
   if (n < 0) return bpf_error("polling events", n);
+  return n;
+}
+
+int EventReader::epoll_fd() const { return ring_buffer__epoll_fd(rb_); }
+
+Result<int> EventReader::consume() {
+  int n = ring_buffer__consume(rb_);
+  if (n == -EINTR) return 0;
+  if (n < 0) return bpf_error("consuming events", n);
   return n;
 }
 

@@ -121,6 +121,9 @@ class Enforcer {
   // The shared, pinned program set (see SharedOptions): adopted when this
   // build's set is pinned and complete, otherwise loaded, attached and pinned.
   static Result<std::unique_ptr<Enforcer>> open_shared(const SharedOptions& opts = {});
+  // The directory this build's shared set is (or would be) pinned in under
+  // `pin_root`; a complete set has a "ready" entry in it.
+  static std::string shared_pin_dir(const std::string& pin_root);
   ~Enforcer();
   Enforcer(const Enforcer&) = delete;
   Enforcer& operator=(const Enforcer&) = delete;
@@ -227,6 +230,10 @@ class EventReader {
   // Consume what is available, waiting up to timeout_ms. Returns the number
   // of records handled.
   Result<int> poll(int timeout_ms);
+  // For an event loop: an fd that is readable when records are available,
+  // and a non-blocking consume of everything available.
+  int epoll_fd() const;
+  Result<int> consume();
   // Records that were malformed (size/type mismatch) and skipped.
   uint64_t malformed() const { return malformed_; }
 

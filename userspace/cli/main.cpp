@@ -10,6 +10,11 @@
 #include <string>
 #include <vector>
 
+#include <nlohmann/json.hpp>
+
+#include "daemon/daemon.h"
+#include "daemon/protocol.h"
+#include "daemon/status.h"
 #include "doctor/doctor.h"
 #include "policy/policy.h"
 #include "scope/attach.h"
@@ -144,6 +149,68 @@ bool is_run_invocation(int argc, char** argv) {
   return false;
 }
 
+int status_command(bool json_out, const std::string& socket_path) {
+  using nlohmann::json;
+  json status;
+  auto answer = agentcage::daemon::call(socket_path, json{{"op", "status"}}, 5000);
+  if (answer && answer->value("ok", false) && answer->contains("status")) {
+    status = (*answer)["status"];
+  } else {
+    std::string why = answer ? answer->value("error", std::string("unexpected answer")) : answer.error().message;
+    status["daemon"] = {{"running", false}, {"detail", why}};
+    // Without the daemon, read the pinned maps directly (root only), but
+    // never load programs just to report on them.
+    const std::string pin_dir = agentcage::bpf::Enforcer::shared_pin_dir("/sys/fs/bpf/agentcage");
+    if (::geteuid() != 0) {
+      status["enforcement"] = {{"ready", false}, {"detail", "not root: cannot read the BPF maps without the daemon"}};
+    } else if (::access((pin_dir + "/ready").c_str(), F_OK) != 0) {
+      status["enforcement"] = {{"ready", false}, {"detail", "no programs are pinned in " + pin_dir + " (nothing loaded)"}};
+    } else if (auto e = agentcage::bpf::Enforcer::open_shared()) {
+      json k = agentcage::daemon::kernel_status(**e, {});
+      for (auto& [key, value] : k.items()) status[key] = value;
+    } else {
+      status["enforcement"] = {{"ready", false}, {"detail", e.error().message}};
+    }
+  }
+  if (json_out) std::cout << status.dump(2) << "\n";
+  else std::cout << agentcage::daemon::format_status_text(status);
+  return status.value("enforcement", json::object()).value("ready", false) ? 0 : 1;
+}
+
+int events_command(bool follow, const std::string& socket_path) {
+  auto fd = agentcage::daemon::connect_control(socket_path, 5000);
+  if (!fd) {
+    std::cerr << "agentcage events: the daemon is not reachable (" << fd.error().message
+              << "); events come only through it (the ring buffer has one consumer): start `agentcage daemon`\n";
+    return 1;
+  }
+  nlohmann::json req{{"op", "events"}, {"follow", follow}};
+  if (auto st = agentcage::daemon::write_all(fd->get(), req.dump() + "\n", 5000); !st) {
+    std::cerr << "agentcage events: " << st.error().message << "\n";
+    return 1;
+  }
+  std::string buffer;
+  auto first = agentcage::daemon::read_line(fd->get(), buffer, 5000);
+  if (!first || first->empty()) {
+    std::cerr << "agentcage events: no answer from the daemon\n";
+    return 1;
+  }
+  auto head = nlohmann::json::parse(*first, nullptr, false);
+  if (!head.is_object() || !head.value("ok", false)) {
+    std::cerr << "agentcage events: " << (head.is_object() ? head.value("error", *first) : *first) << "\n";
+    return 1;
+  }
+  for (;;) {
+    auto line = agentcage::daemon::read_line(fd->get(), buffer, -1);
+    if (!line) {
+      std::cerr << "agentcage events: " << line.error().message << "\n";
+      return 1;
+    }
+    if (line->empty()) return 0;  // the daemon closed the stream
+    std::cout << *line << "\n" << std::flush;
+  }
+}
+
 }  // namespace
 
 extern char** environ;
@@ -230,6 +297,40 @@ int main(int argc, char** argv) {
   run->add_option("--user", user, "Run as NAME, UID or UID:GID instead of a per-run uid");
   run->add_option("--policy-dir", policy_dir, "Where --policy NAME is looked up (default: $AGENTCAGE_POLICY_DIR or /etc/agentcage/policies)");
 
+  auto* daemon_cmd = app.add_subcommand("daemon", "Run the host agent: policy directory, metrics, audit log, control socket");
+  daemon_cmd->description(
+      "Run agentcage as a long-running host agent (normally under systemd: packaging/systemd/agentcage.service).\n"
+      "It adopts (or loads and pins) the BPF LSM programs, installs every *.yaml of the policy directory as a named\n"
+      "policy and hot-reloads it on change (an invalid file is rejected with FILE:LINE:COL and the previous version\n"
+      "keeps enforcing), writes every denial as a JSON line to the audit log, serves Prometheus metrics\n"
+      "(default http://127.0.0.1:9477/metrics) and the control socket (default /run/agentcage/control.sock) used by\n"
+      "`agentcage status`, `agentcage events` and `agentcage run`, and reaps runs whose agentcage died.\n"
+      "Enforcement does not depend on it: the programs stay pinned while it is down or restarting.\n\n"
+      "FILE is YAML (see docs/daemon.md); without --config the defaults apply.\n"
+      "Signals: SIGTERM/SIGINT stop it (enforcement continues), SIGHUP reopens the audit log and rescans policies.\n\n"
+      "Exit status: 0 stopped by a signal, 1 could not start.");
+  std::string daemon_config;
+  daemon_cmd->add_option("--config", daemon_config, "Configuration file (YAML)");
+
+  std::string control_socket = agentcage::daemon::default_control_socket();
+  auto* status_cmd = app.add_subcommand("status", "Show what is enforcing: daemon, programs, policies, scopes, counters");
+  status_cmd->description(
+      "Asks the daemon (control socket) for its status; without a daemon, reads the pinned BPF maps directly\n"
+      "(root) without loading anything.\n\nExit status: 0 when enforcement is ready, 1 otherwise.");
+  bool status_json = false;
+  status_cmd->add_flag("--json", status_json, "Print JSON");
+  status_cmd->add_option("--socket", control_socket, "The daemon's control socket (default $AGENTCAGE_CONTROL_SOCKET or /run/agentcage/control.sock)");
+
+  auto* events_cmd = app.add_subcommand("events", "Print the daemon's recent audit events; --follow streams new ones");
+  events_cmd->description(
+      "Prints the daemon's most recent decision events (JSON lines, the audit log's format; see docs/daemon.md)\n"
+      "and with --follow keeps streaming new ones. Needs the daemon: it is the ring buffer's only consumer.\n"
+      "A line {\"dropped\":N} means N events were not queued for this client because it read too slowly.\n\n"
+      "Exit status: 0 at the end of the stream, 1 when the daemon is not reachable.");
+  bool events_follow = false;
+  events_cmd->add_flag("-f,--follow", events_follow, "Keep streaming new events");
+  events_cmd->add_option("--socket", control_socket, "The daemon's control socket");
+
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
@@ -267,6 +368,16 @@ int main(int argc, char** argv) {
     if (ropts.command.empty()) ropts.command = rest;
     return agentcage::run::run_main(ropts, std::cerr);
   }
+
+  if (daemon_cmd->parsed()) {
+    if (verbosity == 0) agentcage::log::set_level(agentcage::log::Level::info);
+    return agentcage::daemon::daemon_command(daemon_config);
+  }
+  if (status_cmd->parsed()) {
+    if (verbosity == 0) agentcage::log::set_level(agentcage::log::Level::error);
+    return status_command(status_json, control_socket);
+  }
+  if (events_cmd->parsed()) return events_command(events_follow, control_socket);
 
   if (check->parsed()) return agentcage::policy::check_command(policy_files, std::cout, std::cerr);
 

@@ -41,6 +41,10 @@ struct RunResult {
   uint64_t oom_kills = 0;
   int interrupted_by = 0;          // signal that made agentcage end the run
   std::string error;               // why agentcage failed (exit 125/126/127)
+  // For the daemon's agentcage_fail_closed_total{reason} (not in the JSON):
+  // why a 125 refused to run ("policy_invalid", "bpf_unavailable", ...;
+  // "" for usage errors).
+  std::string fail_closed_reason;
   int error_errno = 0;
 
   // Measurements from the run's cgroup.

@@ -27,6 +27,7 @@
 #include <thread>
 
 #include "bpf/compile.h"
+#include "daemon/notify.h"
 #include "bpf/enforcer.h"
 #include "bpf/lsm.h"
 #include "cgroup/cgroup.h"
@@ -318,6 +319,8 @@ std::vector<std::string> teardown(Resources& r, RunResult& res, bool collect,
   return problems;
 }
 
+}  // namespace
+
 void reap_stale_runs(bpf::Enforcer& enforcer, const Paths& paths, std::ostream& err) {
   auto stale = find_stale_runs(paths.state_dir);
   if (!stale) {
@@ -367,6 +370,8 @@ void reap_stale_runs(bpf::Enforcer& enforcer, const Paths& paths, std::ostream& 
     s.forget();
   }
 }
+
+namespace {
 
 Result<Identity> resolve_identity(const RunOptions& opts, Resources& r, uint64_t seed) {
   if (!opts.user) {
@@ -426,6 +431,16 @@ Status prepare_workspace(const RunOptions& opts, const Identity& id, Resources& 
   return {};
 }
 
+// The slot of a named (AC_POLICY_OWNER_NAMED) policy `name` whose rules have
+// this digest.
+std::optional<uint32_t> find_named_slot(const bpf::Enforcer& enforcer, const std::string& name, uint64_t digest) {
+  auto pols = enforcer.policies();
+  if (!pols) return std::nullopt;
+  for (const auto& p : *pols)
+    if (p.owner == AC_POLICY_OWNER_NAMED && p.name == name && p.digest == digest) return p.slot;
+  return std::nullopt;
+}
+
 std::string describe_exec_failure(const std::string& command, int err, bool denied_by_policy,
                                   const std::string& policy_name) {
   std::string what = command + ": " + std::strerror(err);
@@ -439,7 +454,11 @@ std::string describe_exec_failure(const std::string& command, int err, bool deni
 
 int run_command(const RunOptions& opts, RunResult& res, std::ostream& err) {
   Resources r;
+  // What a 125 at this point means for agentcage_fail_closed_total{reason}
+  // ("" : a usage error, not a refusal to run unconfined).
+  std::string closed;
   auto fail = [&](const Failure& f) {
+    if (f.code == kExitSetup) res.fail_closed_reason = closed;
     res.exit_code = f.code;
     res.error = f.reason;
     res.error_errno = f.err;
@@ -455,6 +474,7 @@ int run_command(const RunOptions& opts, RunResult& res, std::ostream& err) {
     return fail({kExitSetup, "no COMMAND given", "agentcage run --policy NAME|FILE -- COMMAND [ARGS...]"});
 
   // ---- what to run, checked before anything is created ------------------
+  closed = "policy_invalid";
   auto policy_path = policy::resolve_policy(opts.policy, opts.paths.policy_dir);
   if (!policy_path) return fail({kExitSetup, policy_path.error().message, "see agentcage run --help"});
   res.policy_file = *policy_path;
@@ -471,6 +491,7 @@ int run_command(const RunOptions& opts, RunResult& res, std::ostream& err) {
   }
   const policy::Policy& pol = *parsed.policy;
   res.policy_name = pol.name;
+  closed.clear();
   auto limits = effective_limits(pol.limits, opts);
   if (!limits) return fail({kExitSetup, limits.error().message, "see agentcage run --help"});
   res.memory_max_bytes = limits->memory_bytes;
@@ -479,9 +500,11 @@ int run_command(const RunOptions& opts, RunResult& res, std::ostream& err) {
   if (limits->timeout) res.timeout_ms = static_cast<uint64_t>(limits->timeout->count());
   for (const auto& e : opts.env)
     if (auto kv = parse_env_assignment(e); !kv) return fail({kExitSetup, kv.error().message, "see agentcage run --help"});
+  closed = "policy_invalid";
   auto compiled = bpf::compile(pol);
   if (!compiled) return fail({kExitSetup, "policy " + *policy_path + ": " + compiled.error().message, ""});
 
+  closed.clear();
   if (::geteuid() != 0)
     return fail({kExitSetup, "agentcage run needs root (BPF LSM programs, cgroups, the sandbox identity)",
                  "run it as root (sudo agentcage run ...)", EPERM});
@@ -490,8 +513,13 @@ int run_command(const RunOptions& opts, RunResult& res, std::ostream& err) {
   if (signals.fd() < 0) return fail({kExitSetup, "signalfd: " + std::string(std::strerror(errno)), ""});
 
   // ---- enforcement ----------------------------------------------------------
+  closed = "internal";
   auto enforcer = bpf::Enforcer::open_shared();
-  if (!enforcer) return fail(enforcer_failure(enforcer.error()));
+  if (!enforcer) {
+    bpf::LsmState lsm = bpf::read_lsm_state();
+    closed = lsm.readable && !lsm.bpf_active ? "lsm_inactive" : "bpf_unavailable";
+    return fail(enforcer_failure(enforcer.error()));
+  }
   r.enforcer = std::move(*enforcer);
   reap_stale_runs(*r.enforcer, opts.paths, err);
 
@@ -517,6 +545,7 @@ int run_command(const RunOptions& opts, RunResult& res, std::ostream& err) {
                  st.error().code});
   res.workspace = r.record.workspace;
 
+  closed = "cgroup";
   auto root = cgroup::find_cgroup2_root();
   if (!root) return fail({kExitSetup, root.error().message, "mount cgroup v2: mount -t cgroup2 none /sys/fs/cgroup"});
   std::vector<std::string> required;
@@ -541,13 +570,23 @@ int run_command(const RunOptions& opts, RunResult& res, std::ostream& err) {
   if (Status st = write_limits(*r.cg, *limits); !st)
     return fail({kExitSetup, st.error().message, "check the cgroup controllers (agentcage doctor)", st.error().code});
 
+  closed = "scope";
   Status scoped = r.enforcer->with_lock([&]() -> Status {
-    auto slot = r.enforcer->acquire_policy(pol.name, *compiled);
-    if (!slot) return slot.error();
-    r.slot = *slot;
-    r.record.policy_slot = *slot;
-    if (Status st = r.lease->write(r.record); !st) return st;
-    if (Status st = r.enforcer->add_scope(r.cg->id(), r.cg->level(), r.cg->id(), *slot, r.record.workspace); !st)
+    // The same policy installed by name (the daemon's policy directory) with
+    // exactly these rules: run on that slot, so the daemon's hot reloads
+    // apply to this run too. Otherwise a transient slot of the run's own.
+    uint32_t slot = 0;
+    if (auto named = find_named_slot(*r.enforcer, pol.name, bpf::policy_digest(pol.name, *compiled))) {
+      slot = *named;
+    } else {
+      auto acquired = r.enforcer->acquire_policy(pol.name, *compiled);
+      if (!acquired) return acquired.error();
+      slot = *acquired;
+      r.slot = slot;
+      r.record.policy_slot = slot;
+      if (Status st = r.lease->write(r.record); !st) return st;
+    }
+    if (Status st = r.enforcer->add_scope(r.cg->id(), r.cg->level(), r.cg->id(), slot, r.record.workspace); !st)
       return st;
     r.scope_added = true;
     return {};
@@ -555,6 +594,9 @@ int run_command(const RunOptions& opts, RunResult& res, std::ostream& err) {
   if (!scoped)
     return fail({kExitSetup, "registering the scope: " + scoped.error().message, "run `agentcage doctor`",
                  scoped.error().code});
+
+  closed = "internal";
+  daemon::notify_run_start(res.run_id, res.policy_name, res.scope_id);
 
   // ---- the process ------------------------------------------------------------
   auto env = sandbox_environment(r.record.workspace, opts.env);
@@ -715,6 +757,7 @@ int run_main(const RunOptions& opts, std::ostream& err) {
   RunResult res;
   int code = run_command(opts, res, err);
   res.exit_code = code;
+  daemon::notify_run_end(res);
   if (res.have_report) {
     uint64_t total = 0;
     for (auto d : res.denied) total += d;

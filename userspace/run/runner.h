@@ -12,6 +12,8 @@
 
 #include <iosfwd>
 
+#include "bpf/enforcer.h"
+
 #include "run/options.h"
 #include "run/result.h"
 
@@ -21,6 +23,11 @@ namespace agentcage::run {
 // to `err`; the command's stdin/stdout/stderr are agentcage's own. `result`
 // is filled as far as the run got, also when it fails.
 int run_command(const RunOptions& opts, RunResult& result, std::ostream& err);
+
+// Kill and remove what runs whose agentcage died left behind (their record's
+// lock is free): cgroup, scope, policy slot, workspace, record. Messages
+// (one line each) go to `err`. Used at every run's start and by the daemon.
+void reap_stale_runs(bpf::Enforcer& enforcer, const Paths& paths, std::ostream& err);
 
 // run_command + writes --result FILE (atomically: a temporary file renamed).
 int run_main(const RunOptions& opts, std::ostream& err);

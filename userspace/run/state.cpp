@@ -8,6 +8,7 @@
 
 #include <cerrno>
 #include <filesystem>
+#include <ctime>
 #include <fstream>
 
 namespace agentcage::run {
@@ -190,6 +191,12 @@ Result<std::vector<StaleRun>> find_stale_runs(const std::string& state_dir) {
     s.lock_fd = std::move(*fd);
     std::error_code rec_ec;
     if (!fs::exists(s.record_path, rec_ec)) {
+      // A run creates its lock file, then locks it, then writes its record:
+      // a young lock without a record may be a run between the first two
+      // steps (its flock would fail if we held or removed the file). Leave
+      // it for a later reaper.
+      struct stat st {};
+      if (::stat(s.lock_path.c_str(), &st) == 0 && ::time(nullptr) - st.st_mtime < 10) continue;
       s.problem = "no record (agentcage died before creating anything)";
     } else {
       try {

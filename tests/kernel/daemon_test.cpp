@@ -1,0 +1,669 @@
+// `agentcage daemon` end to end, through the real binary: a real Prometheus
+// server scraping it, hot reload of the policy directory proven with real
+// allowed/denied operations, the control socket (validation, permissions,
+// unreachable from a sandbox), SIGKILL and restart with runs in flight, and
+// a forced ring-buffer overflow with exact accounting. Needs root and a
+// kernel that enforces (the VM: tests/vm/run --kernel 6.1|6.12).
+#include <arpa/inet.h>
+#include <fcntl.h>
+#include <grp.h>
+#include <netinet/in.h>
+#include <signal.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <functional>
+#include <set>
+#include <sstream>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "bpf/enforcer.h"
+#include "cgroup/cgroup.h"
+#include "daemon/protocol.h"
+#include "kernel_env.h"
+
+#ifndef AGENTCAGE_SOURCE_DIR
+#error "AGENTCAGE_SOURCE_DIR must point at the repository (set by tests/kernel/CMakeLists.txt)"
+#endif
+
+namespace agentcage::kt {
+namespace {
+
+namespace fs = std::filesystem;
+using nlohmann::json;
+using Clock = std::chrono::steady_clock;
+using namespace std::chrono_literals;
+
+const std::string kSocket = "/run/agentcage/control.sock";  // the default: `agentcage run` finds it
+constexpr int kMetricsPort = 19477;
+constexpr int kPrometheusPort = 19090;
+
+std::string agentcage_bin() {
+  return (fs::read_symlink("/proc/self/exe").parent_path() / ".." / "agentcage").lexically_normal().string();
+}
+
+std::string slurp(const fs::path& p) {
+  std::ifstream in(p, std::ios::binary);
+  std::stringstream ss;
+  ss << in.rdbuf();
+  return ss.str();
+}
+
+void write_file(const fs::path& p, const std::string& text) {
+  // Atomically, as editors and config management do: the daemon never sees
+  // half a file.
+  fs::path tmp = p.parent_path() / ("." + p.filename().string() + ".tmp");
+  {
+    std::ofstream out(tmp, std::ios::trunc);
+    out << text;
+  }
+  fs::rename(tmp, p);
+}
+
+// A policy for the tests: cat/sleep/sh may run and read the C library;
+// /etc/hostname is readable, /etc/passwd only when `allow_passwd`.
+std::string dtest_policy(bool allow_passwd) {
+  return std::string(
+             "apiVersion: agentcage/v1\n"
+             "kind: Policy\n"
+             "metadata: {name: dtest}\n"
+             "spec:\n"
+             "  exec: {allow: [/usr/bin/cat, /usr/bin/sleep, /usr/bin/sh]}\n"
+             "  files:\n"
+             "    read: [/usr/lib, /usr/lib64, /etc/ld.so.cache, /etc/hostname") +
+         (allow_passwd ? ", /etc/passwd" : "") + ", \"${workspace}\"]\n";
+}
+
+bool wait_until(const std::function<bool()>& cond, std::chrono::seconds limit) {
+  auto deadline = Clock::now() + limit;
+  while (Clock::now() < deadline) {
+    if (cond()) return true;
+    std::this_thread::sleep_for(200ms);
+  }
+  return cond();
+}
+
+struct Proc {
+  pid_t pid = -1;
+  fs::path out;
+};
+
+// fork + exec with stdout/stderr to `out`.
+Proc spawn(const std::vector<std::string>& argv, const fs::path& out, const std::vector<std::string>& env = {}) {
+  Proc p;
+  p.out = out;
+  p.pid = ::fork();
+  if (p.pid == 0) {
+    int fd = ::open(out.c_str(), O_WRONLY | O_CREAT | O_APPEND, 0644);
+    ::dup2(fd, 1);
+    ::dup2(fd, 2);
+    ::close(fd);
+    for (const auto& e : env) ::putenv(const_cast<char*>(e.c_str()));
+    std::vector<char*> cargv;
+    for (const auto& a : argv) cargv.push_back(const_cast<char*>(a.c_str()));
+    cargv.push_back(nullptr);
+    ::execv(cargv[0], cargv.data());
+    ::_exit(99);
+  }
+  return p;
+}
+
+int wait_exit(pid_t pid) {
+  int status = 0;
+  while (::waitpid(pid, &status, 0) < 0 && errno == EINTR) {
+  }
+  return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+}
+
+// A plain HTTP/1.0 GET on 127.0.0.1; returns the body ("" on failure).
+std::string http_get(int port, const std::string& target) {
+  int fd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  a.sin_port = htons(static_cast<uint16_t>(port));
+  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  timeval tv{10, 0};
+  ::setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
+  if (::connect(fd, reinterpret_cast<sockaddr*>(&a), sizeof a) != 0) {
+    ::close(fd);
+    return "";
+  }
+  std::string req = "GET " + target + " HTTP/1.0\r\nHost: 127.0.0.1\r\nConnection: close\r\n\r\n";
+  (void)!::write(fd, req.data(), req.size());
+  std::string resp;
+  char buf[8192];
+  ssize_t n;
+  while ((n = ::read(fd, buf, sizeof buf)) > 0) resp.append(buf, static_cast<size_t>(n));
+  ::close(fd);
+  auto body = resp.find("\r\n\r\n");
+  return body == std::string::npos ? "" : resp.substr(body + 4);
+}
+
+std::string url_encode(const std::string& s) {
+  std::string out;
+  char hex[4];
+  for (unsigned char c : s) {
+    if (std::isalnum(c) || c == '_' || c == '-' || c == '.') {
+      out += static_cast<char>(c);
+    } else {
+      std::snprintf(hex, sizeof hex, "%%%02X", c);
+      out += hex;
+    }
+  }
+  return out;
+}
+
+// The value of a one-element PromQL vector result, or -1.
+double promql(const std::string& query) {
+  json j = json::parse(http_get(kPrometheusPort, "/api/v1/query?query=" + url_encode(query)), nullptr, false);
+  if (!j.is_object() || j.value("status", "") != "success") return -1;
+  const auto& result = j["data"]["result"];
+  if (!result.is_array() || result.size() != 1) return -1;
+  return std::stod(result[0]["value"][1].get<std::string>());
+}
+
+// One sample of the daemon's /metrics text: the value of the line that
+// starts with `series` (exact series text, labels in exposition order), or -1.
+double scrape(const std::string& series) {
+  std::istringstream in(http_get(kMetricsPort, "/metrics"));
+  for (std::string line; std::getline(in, line);)
+    if (line.rfind(series + " ", 0) == 0) return std::stod(line.substr(series.size() + 1));
+  return -1;
+}
+
+Result<json> control(const json& req) { return daemon::call(kSocket, req, 10000); }
+
+json status() {
+  auto r = control({{"op", "status"}});
+  if (!r || !r->value("ok", false)) return json::object();
+  return (*r)["status"];
+}
+
+std::optional<uint32_t> named_slot(const json& st, const std::string& name) {
+  for (const auto& p : st.value("policies", json::array()))
+    if (p["name"] == name && p["owner"] == "named") return p["slot"].get<uint32_t>();
+  return std::nullopt;
+}
+
+// An operation in a process started inside `cg`: open(path) for reading.
+// Returns 0 or the errno.
+int open_in(const cgroup::Cgroup& cg, const std::string& path) {
+  auto pid = cgroup::spawn_in_cgroup(cg.fd(), [&]() -> int {
+    int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+    if (fd < 0) return errno;
+    ::close(fd);
+    return 0;
+  });
+  if (!pid) return -1;
+  auto st = cgroup::wait_for(*pid);
+  return st && WIFEXITED(*st) ? WEXITSTATUS(*st) : -1;
+}
+
+class Daemon : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    AC_REQUIRE_ENFORCER();
+    ASSERT_TRUE(fs::exists(agentcage_bin())) << agentcage_bin();
+    char tmpl[] = "/tmp/ac-daemon-test-XXXXXX";
+    dir_ = ::mkdtemp(tmpl);
+    fs::create_directories(dir_ / "policies");
+    write_file(dir_ / "policies" / "dtest.yaml", dtest_policy(false));
+    std::ofstream(dir_ / "daemon.yaml") << "policy_dir: " << (dir_ / "policies").string() << "\n"
+                                        << "metrics_address: 127.0.0.1:" << kMetricsPort << "\n"
+                                        << "audit_log: " << (dir_ / "audit.jsonl").string() << "\n";
+    auto root = cgroup::find_cgroup2_root();
+    ASSERT_TRUE(root) << root.error().message;
+    root_ = *root;
+  }
+
+  void TearDown() override {
+    stop_daemon(SIGTERM);
+    if (prometheus_ > 0) {
+      ::kill(prometheus_, SIGKILL);
+      wait_exit(prometheus_);
+    }
+    // The daemon's named slot stays pinned by design; tests leave none.
+    if (auto e = bpf::Enforcer::open_shared())
+      if (auto pols = (*e)->policies())
+        for (const auto& p : *pols)
+          if (p.owner == AC_POLICY_OWNER_NAMED && p.name == "dtest") (void)(*e)->remove_policy(p.slot);
+    std::error_code ec;
+    fs::remove(dir_ / "daemon.log", ec);
+    fs::remove_all(dir_, ec);
+  }
+
+  void start_daemon() {
+    daemon_ = spawn({agentcage_bin(), "daemon", "--config", (dir_ / "daemon.yaml").string()}, dir_ / "daemon.log");
+    ASSERT_TRUE(wait_until([&] { return named_slot(status(), "dtest").has_value(); }, 120s))
+        << "daemon did not come up with policy dtest:\n"
+        << slurp(dir_ / "daemon.log");
+  }
+
+  void stop_daemon(int sig) {
+    if (daemon_.pid <= 0) return;
+    ::kill(daemon_.pid, sig);
+    wait_exit(daemon_.pid);
+    daemon_.pid = -1;
+  }
+
+  std::string log() { return slurp(dir_ / "daemon.log"); }
+
+  // `agentcage run --policy dtest` with the test policy directory.
+  Proc start_run(const std::vector<std::string>& cmd, const std::string& tag, const std::vector<std::string>& extra = {}) {
+    std::vector<std::string> argv = {agentcage_bin(), "run", "--policy", "dtest", "--policy-dir",
+                                     (dir_ / "policies").string(), "--result", (dir_ / (tag + ".json")).string()};
+    argv.insert(argv.end(), extra.begin(), extra.end());
+    argv.push_back("--");
+    argv.insert(argv.end(), cmd.begin(), cmd.end());
+    return spawn(argv, dir_ / (tag + ".out"));
+  }
+
+  fs::path dir_, root_;
+  Proc daemon_;
+  pid_t prometheus_ = -1;
+};
+
+// ---- metrics through a real Prometheus server -----------------------------
+
+TEST_F(Daemon, PrometheusScrapesDecisionsAfterADeniedRun) {
+  start_daemon();
+  fs::create_directories(dir_ / "tsdb");
+  std::ofstream(dir_ / "prometheus.yml") << "global: {scrape_interval: 1s, evaluation_interval: 1s}\n"
+                                            "scrape_configs:\n"
+                                            "  - job_name: agentcage\n"
+                                            "    static_configs: [{targets: ['127.0.0.1:"
+                                         << kMetricsPort << "']}]\n";
+  Proc prom = spawn({"/usr/bin/prometheus", "--config.file=" + (dir_ / "prometheus.yml").string(),
+                     "--storage.tsdb.path=" + (dir_ / "tsdb").string(),
+                     "--web.listen-address=127.0.0.1:" + std::to_string(kPrometheusPort)},
+                    dir_ / "prometheus.log");
+  prometheus_ = prom.pid;
+  ASSERT_TRUE(wait_until([] { return promql("up{job=\"agentcage\"}") == 1; }, 180s))
+      << "Prometheus never scraped the daemon:\n"
+      << slurp(dir_ / "prometheus.log");
+  EXPECT_EQ(promql("agentcage_enforcement_ready"), 1);
+  EXPECT_EQ(promql("agentcage_policies_loaded"), 1);
+  const std::string denials = "sum(agentcage_decisions_total{decision=\"deny\",policy=\"dtest\"})";
+  double before = std::max(0.0, promql(denials));
+
+  Proc run = start_run({"cat", "/etc/passwd"}, "denied");
+  int code = wait_exit(run.pid);
+  ASSERT_EQ(code, 1) << slurp(run.out);  // cat: /etc/passwd: Permission denied
+  json result = json::parse(slurp(dir_ / "denied.json"), nullptr, false);
+  ASSERT_TRUE(result.is_object());
+
+  EXPECT_TRUE(wait_until([&] { return promql(denials) > before; }, 60s))
+      << "the deny counter never rose in Prometheus (before " << before << ", now " << promql(denials) << ")";
+  EXPECT_TRUE(wait_until([] { return promql("agentcage_runs_total{policy=\"dtest\",outcome=\"error\"}") >= 1; }, 30s));
+  EXPECT_TRUE(wait_until([] {
+    return promql("sum(agentcage_events_total{decision=\"deny\",policy=\"dtest\",hook=\"file_open\"})") >= 1;
+  }, 30s));
+  EXPECT_GE(promql("agentcage_run_duration_seconds_count{policy=\"dtest\"}"), 1);
+
+  // The audit log has the denial, with the run id and the target.
+  bool found = false;
+  std::istringstream audit(slurp(dir_ / "audit.jsonl"));
+  for (std::string line; std::getline(audit, line);) {
+    json ev = json::parse(line, nullptr, false);
+    ASSERT_TRUE(ev.is_object()) << line;
+    if (ev["target"] == "/etc/passwd" && ev["run_id"] == result["run_id"]) {
+      found = true;
+      EXPECT_EQ(ev["policy"], "dtest");
+      EXPECT_EQ(ev["hook"], "file_open");
+      EXPECT_EQ(ev["decision"], "deny");
+      EXPECT_EQ(ev["errno"], 13);
+      EXPECT_EQ(ev["comm"], "cat");
+      EXPECT_EQ(ev["scope_id"], result["scope_id"]);
+      EXPECT_EQ(ev["time"].get<std::string>().size(), std::string("2025-01-02T03:04:05.123456789Z").size());
+    }
+  }
+  EXPECT_TRUE(found) << slurp(dir_ / "audit.jsonl");
+  // Bounded labels only.
+  std::string text = http_get(kMetricsPort, "/metrics");
+  EXPECT_EQ(text.find(result["run_id"].get<std::string>()), std::string::npos);
+  EXPECT_EQ(text.find("/etc/passwd"), std::string::npos);
+}
+
+// ---- hot reload ----------------------------------------------------------------
+
+TEST_F(Daemon, HotReloadAppliesValidChangesRejectsInvalidOnesAndFailsClosedOnDelete) {
+  start_daemon();
+  auto cg = cgroup::Cgroup::create(root_, root_, "ac-daemon-reload-" + std::to_string(::getpid()));
+  ASSERT_TRUE(cg) << cg.error().message;
+  auto att = control({{"op", "attach"}, {"cgroup", cg->path().string()}, {"policy", "dtest"}, {"workspace", "/tmp"}});
+  ASSERT_TRUE(att && att->value("ok", false)) << (att ? att->dump() : att.error().message);
+  EXPECT_EQ(open_in(*cg, "/etc/hostname"), 0);
+  EXPECT_EQ(open_in(*cg, "/etc/passwd"), EACCES);
+  const uint32_t slot = *named_slot(status(), "dtest");
+  double failures = scrape("agentcage_policy_reloads_total{result=\"failure\"}");
+
+  // Invalid: rejected with FILE:LINE:COL, counted, the previous policy enforces.
+  write_file(dir_ / "policies" / "dtest.yaml",
+             "apiVersion: agentcage/v1\nkind: Policy\nmetadata: {name: dtest}\nspec:\n  files:\n    raed: [/etc]\n");
+  ASSERT_TRUE(wait_until([&] { return scrape("agentcage_policy_reloads_total{result=\"failure\"}") > failures; }, 30s))
+      << log();
+  const std::string where = (dir_ / "policies" / "dtest.yaml").string() + ":6:5: unknown key 'raed'";
+  EXPECT_NE(log().find(where), std::string::npos) << log();
+  EXPECT_EQ(open_in(*cg, "/etc/hostname"), 0);
+  EXPECT_EQ(open_in(*cg, "/etc/passwd"), EACCES);
+  EXPECT_EQ(named_slot(status(), "dtest"), slot);
+  bool rejected = false;
+  const json files = status()["policy_files"];
+  for (const auto& f : files) rejected |= f["state"] == "rejected_previous_enforcing";
+  EXPECT_TRUE(rejected);
+
+  // A name that does not match the file: rejected too, located.
+  write_file(dir_ / "policies" / "dtest.yaml", "apiVersion: agentcage/v1\nkind: Policy\nmetadata:\n  name: other\nspec: {}\n");
+  ASSERT_TRUE(wait_until([&] { return log().find("dtest.yaml:4:9: metadata.name 'other'") != std::string::npos; }, 30s))
+      << log();
+  EXPECT_EQ(open_in(*cg, "/etc/hostname"), 0);
+
+  // Valid: swapped atomically into the same slot; the attached scope follows.
+  write_file(dir_ / "policies" / "dtest.yaml", dtest_policy(true));
+  ASSERT_TRUE(wait_until([&] { return open_in(*cg, "/etc/passwd") == 0; }, 30s)) << log();
+  EXPECT_EQ(open_in(*cg, "/etc/hostname"), 0);
+  EXPECT_EQ(named_slot(status(), "dtest"), slot);
+
+  // Deleted: the policy is removed and its scope fails closed.
+  fs::remove(dir_ / "policies" / "dtest.yaml");
+  ASSERT_TRUE(wait_until([&] { return !named_slot(status(), "dtest").has_value(); }, 30s)) << log();
+  EXPECT_EQ(open_in(*cg, "/etc/hostname"), EACCES);
+  EXPECT_EQ(open_in(*cg, "/etc/passwd"), EACCES);
+  EXPECT_EQ(scrape("agentcage_policies_loaded"), 0);
+
+  auto det = control({{"op", "detach"}, {"cgroup", cg->path().string()}});
+  EXPECT_TRUE(det && det->value("ok", false)) << (det ? det->dump() : det.error().message);
+  EXPECT_EQ(open_in(*cg, "/etc/passwd"), 0);
+  EXPECT_TRUE(cg->remove());
+}
+
+// ---- control socket ------------------------------------------------------------
+
+TEST_F(Daemon, MalformedControlRequestsAreRejectedAndChangeNothing) {
+  start_daemon();
+  auto cg = cgroup::Cgroup::create(root_, root_, "ac-daemon-malformed-" + std::to_string(::getpid()));
+  ASSERT_TRUE(cg);
+  auto att = control({{"op", "attach"}, {"cgroup", cg->path().string()}, {"policy", "dtest"}, {"workspace", "/tmp"}});
+  ASSERT_TRUE(att && att->value("ok", false));
+  json before = status();
+
+  auto raw = [&](const std::string& line) -> json {
+    auto fd = daemon::connect_control(kSocket, 10000);
+    if (!fd) return json{{"connect", fd.error().message}};
+    (void)daemon::write_all(fd->get(), line, 10000);
+    std::string buf;
+    auto l = daemon::read_line(fd->get(), buf, 10000);
+    return l ? json::parse(*l, nullptr, false) : json{{"read", l.error().message}};
+  };
+  const std::vector<std::pair<std::string, std::string>> cases = {
+      {"not json\n", "not valid JSON"},
+      {"[1,2]\n", "expected a JSON object"},
+      {"{}\n", "missing \"op\""},
+      {"{\"op\":\"format-disk\"}\n", "unknown op"},
+      {"{\"op\":\"status\",\"extra\":1}\n", "unknown field \"extra\""},
+      {"{\"op\":\"events\",\"follow\":\"yes\"}\n", "\"follow\" must be true or false"},
+      {"{\"op\":\"detach\",\"cgroup\":5}\n", "\"cgroup\" must be a string"},
+      {"{\"op\":\"detach\"}\n", "missing \"cgroup\""},
+      {"{\"op\":\"attach\",\"cgroup\":\"/sys/fs/cgroup\",\"policy\":\"../etc\"}\n", "\"policy\" must be a policy name"},
+      {"{\"op\":\"attach\",\"cgroup\":\"/\",\"policy\":\"dtest\"}\n", "not inside the cgroup v2 hierarchy"},
+      {"{\"op\":\"attach\",\"cgroup\":\"" + cg->path().string() + "\",\"policy\":\"nope\"}\n", "no policy named 'nope'"},
+      {"{\"op\":\"detach\",\"cgroup\":\"/sys/fs/cgroup\"}\n", "refusing to confine the root cgroup"},
+      {"{\"op\":\"run_end\",\"run_id\":\"0123456789abcdef\",\"policy\":\"dtest\",\"outcome\":\"great\",\"exit_code\":0,"
+       "\"duration_seconds\":1}\n",
+       "\"outcome\" must be one of"},
+      {"{\"op\":\"run_end\",\"run_id\":\"xyz\",\"policy\":\"dtest\",\"outcome\":\"ok\",\"exit_code\":0,\"duration_seconds\":1}\n",
+       "\"run_id\" must be 16 lowercase hex digits"},
+      {"{\"op\":\"run_start\",\"run_id\":\"0123456789abcdef\",\"policy\":\"dtest\",\"scope_id\":-1}\n",
+       "\"scope_id\" must be a non-negative integer"},
+      {std::string(daemon::kMaxRequestBytes + 10, 'x'), "longer than"},
+  };
+  for (const auto& [line, expect] : cases) {
+    json r = raw(line);
+    EXPECT_EQ(r.value("ok", true), false) << line.substr(0, 200) << " -> " << r.dump();
+    EXPECT_NE(r.value("error", std::string()).find(expect), std::string::npos)
+        << line.substr(0, 200) << " -> " << r.dump();
+  }
+  // Nothing changed: same policies, same scopes, the policy still enforces.
+  json after = status();
+  EXPECT_EQ(after["policies"], before["policies"]);
+  EXPECT_EQ(after["scopes"].size(), before["scopes"].size());
+  EXPECT_EQ(open_in(*cg, "/etc/passwd"), EACCES);
+  EXPECT_EQ(open_in(*cg, "/etc/hostname"), 0);
+  EXPECT_TRUE(control({{"op", "detach"}, {"cgroup", cg->path().string()}}));
+  EXPECT_TRUE(cg->remove());
+
+  // Not root, not in the group: the socket file's mode refuses the connect.
+  struct stat st {};
+  ASSERT_EQ(::stat(kSocket.c_str(), &st), 0);
+  EXPECT_EQ(st.st_mode & 0777, 0600u);  // no control_group configured
+  pid_t child = ::fork();
+  if (child == 0) {
+    if (::setgid(65534) != 0 || ::setuid(65534) != 0) ::_exit(2);
+    auto fd = daemon::connect_control(kSocket, 5000);
+    ::_exit(!fd && fd.error().code == EACCES ? 0 : 1);
+  }
+  EXPECT_EQ(wait_exit(child), 0);
+}
+
+TEST_F(Daemon, ControlGroupMembersMayReadButNotChangeEnforcement) {
+  std::ofstream(dir_ / "daemon.yaml", std::ios::app) << "control_group: \"4242\"\n";
+  start_daemon();
+  struct stat st {};
+  ASSERT_EQ(::stat(kSocket.c_str(), &st), 0);
+  EXPECT_EQ(st.st_mode & 0777, 0660u);
+  EXPECT_EQ(st.st_gid, 4242u);
+  pid_t child = ::fork();
+  if (child == 0) {
+    gid_t groups[] = {4242};
+    if (::setgroups(1, groups) != 0 || ::setgid(65534) != 0 || ::setuid(65534) != 0) ::_exit(2);
+    auto s = control({{"op", "status"}});
+    if (!s || !s->value("ok", false)) ::_exit(3);
+    auto d = control({{"op", "detach"}, {"cgroup", "/sys/fs/cgroup/x"}});
+    if (!d || d->value("ok", true) || d->value("error", std::string()).find("needs root") == std::string::npos) ::_exit(4);
+    ::_exit(0);
+  }
+  EXPECT_EQ(wait_exit(child), 0);
+}
+
+TEST_F(Daemon, SandboxedProcessCannotReachTheControlSocket) {
+  start_daemon();
+  // As uid 0 inside the sandbox (no capabilities): the socket file's mode
+  // would let the owner connect, so only the policy stops it.
+  const std::string policy = std::string(AGENTCAGE_SOURCE_DIR) + "/policies/python-sandbox.yaml";
+  Proc p = spawn({agentcage_bin(), "run", "--policy", policy, "--user", "0:0", "--result", (dir_ / "sock.json").string(),
+                  "--", "python3", "-c",
+                  "import socket\n"
+                  "s = socket.socket(socket.AF_UNIX)\n"
+                  "try:\n"
+                  "    s.connect('" + kSocket + "')\n"
+                  "    print('CONNECTED')\n"
+                  "except OSError as e:\n"
+                  "    print('refused', e.errno)\n"},
+                 dir_ / "sock.out");
+  EXPECT_EQ(wait_exit(p.pid), 0) << slurp(p.out);
+  EXPECT_NE(slurp(p.out).find("refused 13"), std::string::npos) << slurp(p.out);
+  EXPECT_EQ(slurp(p.out).find("CONNECTED"), std::string::npos);
+  json r = json::parse(slurp(dir_ / "sock.json"), nullptr, false);
+  ASSERT_TRUE(r.is_object());
+  EXPECT_GE(r["denials"]["by_hook"].value("unix_connect", 0), 1) << r.dump(2);
+}
+
+// ---- the CLI: status and events ------------------------------------------------
+
+TEST_F(Daemon, StatusAndEventsCommands) {
+  start_daemon();
+  auto cg = cgroup::Cgroup::create(root_, root_, "ac-daemon-cli-" + std::to_string(::getpid()));
+  ASSERT_TRUE(cg);
+  ASSERT_TRUE(control({{"op", "attach"}, {"cgroup", cg->path().string()}, {"policy", "dtest"}, {"workspace", "/tmp"}}));
+  Proc follow = spawn({agentcage_bin(), "events", "--follow"}, dir_ / "follow.out");
+  ASSERT_TRUE(wait_until([&] { return status().value("daemon", json::object()).value("clients", 0) >= 1; }, 30s));
+  EXPECT_EQ(open_in(*cg, "/etc/shadow"), EACCES);
+  EXPECT_TRUE(wait_until([&] { return slurp(follow.out).find("\"target\":\"/etc/shadow\"") != std::string::npos; }, 30s))
+      << slurp(follow.out);
+  ::kill(follow.pid, SIGTERM);
+  wait_exit(follow.pid);
+
+  Proc recent = spawn({agentcage_bin(), "events"}, dir_ / "recent.out");
+  EXPECT_EQ(wait_exit(recent.pid), 0);
+  json last;
+  std::istringstream lines(slurp(recent.out));
+  for (std::string l; std::getline(lines, l);) last = json::parse(l, nullptr, false);
+  EXPECT_EQ(last.value("target", ""), "/etc/shadow") << slurp(recent.out);
+  EXPECT_EQ(last.value("policy", ""), "dtest");
+
+  Proc st = spawn({agentcage_bin(), "status", "--json"}, dir_ / "status.out");
+  EXPECT_EQ(wait_exit(st.pid), 0) << slurp(st.out);
+  json s = json::parse(slurp(st.out), nullptr, false);
+  ASSERT_TRUE(s.is_object()) << slurp(st.out);
+  EXPECT_TRUE(s["daemon"]["running"].get<bool>());
+  EXPECT_TRUE(s["enforcement"]["ready"].get<bool>());
+  EXPECT_TRUE(named_slot(s, "dtest").has_value());
+  EXPECT_TRUE(control({{"op", "detach"}, {"cgroup", cg->path().string()}}));
+  EXPECT_TRUE(cg->remove());
+
+  // Without the daemon: status reads the pinned maps; events says why not.
+  stop_daemon(SIGTERM);
+  Proc st2 = spawn({agentcage_bin(), "status"}, dir_ / "status2.out");
+  EXPECT_EQ(wait_exit(st2.pid), 0) << slurp(st2.out);
+  EXPECT_NE(slurp(st2.out).find("daemon:      not running"), std::string::npos) << slurp(st2.out);
+  EXPECT_NE(slurp(st2.out).find("enforcement: ready"), std::string::npos) << slurp(st2.out);
+  Proc ev2 = spawn({agentcage_bin(), "events"}, dir_ / "events2.out");
+  EXPECT_EQ(wait_exit(ev2.pid), 1);
+  EXPECT_NE(slurp(ev2.out).find("the daemon is not reachable"), std::string::npos) << slurp(ev2.out);
+}
+
+// ---- SIGKILL and restart -----------------------------------------------------
+
+TEST_F(Daemon, SigkilledDaemonKeepsEnforcingAndARestartReadoptsAndReaps) {
+  start_daemon();
+  const uint32_t slot = *named_slot(status(), "dtest");
+  const size_t scopes_before = status()["scopes"].size();
+  fs::create_directories(dir_ / "ws");
+  fs::create_directories(dir_ / "ws2");
+  // Run A loops on a denied read until told to stop; run B loops forever and
+  // loses its agentcage to SIGKILL while the daemon is down.
+  const std::string loop = "while [ ! -e stop ]; do cat /etc/passwd 2>/dev/null; sleep 0.2; done; cat /etc/hostname";
+  Proc a = start_run({"sh", "-c", loop}, "a", {"--workspace", (dir_ / "ws").string()});
+  Proc b = start_run({"sh", "-c", loop}, "b", {"--workspace", (dir_ / "ws2").string()});
+  auto e = bpf::Enforcer::open_shared();
+  ASSERT_TRUE(e) << e.error().message;
+  auto denies = [&] {
+    auto c = (*e)->counters(slot);
+    uint64_t n = 0;
+    if (c)
+      for (const auto& h : c->hooks) n += h.decisions[AC_DECISION_DENY];
+    return n;
+  };
+  ASSERT_TRUE(wait_until([&] { return status().value("daemon", json::object()).value("runs_active", 0) == 2; }, 60s));
+  uint64_t d0 = denies();
+  ASSERT_TRUE(wait_until([&] { return denies() > d0; }, 60s));
+
+  stop_daemon(SIGKILL);
+  uint64_t d1 = denies();
+  EXPECT_TRUE(wait_until([&] { return denies() >= d1 + 3; }, 60s)) << "no denials while the daemon was dead";
+  ::kill(b.pid, SIGKILL);  // its sandbox dies with it (PDEATHSIG); record, cgroup and scope stay
+  wait_exit(b.pid);
+  json rec_b;
+  for (const auto& entry : fs::directory_iterator("/run/agentcage/runs"))
+    if (entry.path().extension() == ".json") {
+      json rec = json::parse(slurp(entry.path()), nullptr, false);
+      if (rec.is_object() && rec.value("workspace", "") == (dir_ / "ws2").string()) rec_b = rec;
+    }
+  ASSERT_TRUE(rec_b.is_object());
+
+  start_daemon();  // re-adopts the pinned set, reaps run B
+  EXPECT_EQ(named_slot(status(), "dtest"), slot) << "the restart did not swap in place";
+  size_t dtest_slots = 0;
+  const json policies = status()["policies"];
+  for (const auto& p : policies) dtest_slots += p["name"] == "dtest";
+  EXPECT_EQ(dtest_slots, 1u);
+  EXPECT_NE(log().find("reaped stale run " + rec_b["run_id"].get<std::string>()), std::string::npos) << log();
+  EXPECT_FALSE(fs::exists(rec_b["cgroup"].get<std::string>()));
+
+  std::ofstream(dir_ / "ws" / "stop") << "";
+  EXPECT_EQ(wait_exit(a.pid), 0) << slurp(a.out);
+  json ra = json::parse(slurp(dir_ / "a.json"), nullptr, false);
+  ASSERT_TRUE(ra.is_object());
+  EXPECT_GE(ra["denials"]["by_hook"].value("file_open", 0), 3);
+
+  // Nothing leaked: scopes as before, no run records, no run cgroups.
+  EXPECT_TRUE(wait_until([&] { return status()["scopes"].size() == scopes_before; }, 30s)) << status().dump(2);
+  std::error_code ec;
+  size_t records = 0;
+  for (const auto& entry : fs::directory_iterator("/run/agentcage/runs", ec)) records += entry.path().extension() == ".json";
+  EXPECT_EQ(records, 0u);
+  EXPECT_TRUE(wait_until([&] { return status().value("daemon", json::object()).value("runs_active", 1) == 0; }, 30s));
+}
+
+// ---- ring buffer overflow ---------------------------------------------------
+
+TEST_F(Daemon, RingBufferOverflowIsCountedExactlyAndEnforcementIsUnaffected) {
+  start_daemon();
+  auto cg = cgroup::Cgroup::create(root_, root_, "ac-daemon-overflow-" + std::to_string(::getpid()));
+  ASSERT_TRUE(cg);
+  auto att = control({{"op", "attach"}, {"cgroup", cg->path().string()}, {"policy", "dtest"}, {"workspace", "/tmp"}});
+  ASSERT_TRUE(att && att->value("ok", false));
+  const uint32_t slot = *named_slot(status(), "dtest");
+  auto e = bpf::Enforcer::open_shared();
+  ASSERT_TRUE(e);
+  auto denies = [&] {
+    uint64_t n = 0;
+    if (auto c = (*e)->counters(slot))
+      for (const auto& h : c->hooks) n += h.decisions[AC_DECISION_DENY];
+    return n;
+  };
+  auto delivered = [&] { return status().value("daemon", json::object()).value("events_delivered", uint64_t{0}); };
+  auto lost_metric = [&] { return scrape("agentcage_events_lost_total"); };
+  // Let the daemon settle (its tick exports the lost counter).
+  std::this_thread::sleep_for(1500ms);
+  const uint64_t deny0 = denies(), sent0 = *(*e)->stat(AC_STAT_EVENTS_SENT), lost0 = *(*e)->stat(AC_STAT_EVENTS_LOST);
+  const uint64_t del0 = delivered();
+  const double lost_metric0 = lost_metric();
+
+  // The consumer stops; one process denies far more often than the 1 MiB
+  // ring buffer has room for.
+  constexpr int kAttempts = 6000;
+  ASSERT_EQ(::kill(daemon_.pid, SIGSTOP), 0);
+  auto pid = cgroup::spawn_in_cgroup(cg->fd(), [&]() -> int {
+    int denied = 0;
+    for (int i = 0; i < kAttempts; ++i) {
+      int fd = ::open("/etc/passwd", O_RDONLY | O_CLOEXEC);
+      if (fd >= 0) ::close(fd);
+      else if (errno == EACCES) ++denied;
+    }
+    return denied == kAttempts ? 0 : 1;
+  });
+  ASSERT_TRUE(pid);
+  auto st = cgroup::wait_for(*pid);
+  ::kill(daemon_.pid, SIGCONT);
+  ASSERT_TRUE(st && WIFEXITED(*st));
+  EXPECT_EQ(WEXITSTATUS(*st), 0) << "an open was not denied while the ring buffer was full";
+
+  const uint64_t deny1 = denies(), sent1 = *(*e)->stat(AC_STAT_EVENTS_SENT), lost1 = *(*e)->stat(AC_STAT_EVENTS_LOST);
+  EXPECT_EQ(deny1 - deny0, static_cast<uint64_t>(kAttempts));
+  EXPECT_GT(lost1 - lost0, 0u) << "the ring buffer did not overflow";
+  ASSERT_TRUE(wait_until([&] { return delivered() - del0 == sent1 - sent0; }, 60s))
+      << "delivered " << delivered() - del0 << " of " << sent1 - sent0 << " sent";
+  // produced = delivered + counted lost, exactly.
+  EXPECT_EQ(deny1 - deny0, (delivered() - del0) + (lost1 - lost0));
+  EXPECT_TRUE(wait_until([&] { return lost_metric() - lost_metric0 == static_cast<double>(lost1 - lost0); }, 30s))
+      << lost_metric() - lost_metric0 << " vs " << lost1 - lost0;
+  // And enforcement went on after the overflow.
+  EXPECT_EQ(open_in(*cg, "/etc/passwd"), EACCES);
+  EXPECT_EQ(open_in(*cg, "/etc/hostname"), 0);
+  EXPECT_TRUE(control({{"op", "detach"}, {"cgroup", cg->path().string()}}));
+  EXPECT_TRUE(cg->remove());
+}
+
+}  // namespace
+}  // namespace agentcage::kt

@@ -1,0 +1,288 @@
+// Host unit tests for the daemon's pure parts: configuration parsing,
+// control-request validation, run outcomes, audit JSON lines, counter
+// bookkeeping, and the metric names the dashboards rely on.
+#include <gtest/gtest.h>
+
+#include <cstring>
+#include <string>
+
+#include <nlohmann/json.hpp>
+
+#include "daemon/config.h"
+#include "daemon/protocol.h"
+#include "telemetry/audit.h"
+#include "telemetry/metrics.h"
+
+namespace agentcage {
+namespace {
+
+using nlohmann::json;
+
+// ---- config -------------------------------------------------------------------
+
+TEST(DaemonConfig, EmptyFileGivesDefaults) {
+  EXPECT_TRUE(daemon::parse_config("# nothing set\n\n", "d.yaml").ok());
+  auto r = daemon::parse_config("", "d.yaml");
+  ASSERT_TRUE(r.ok());
+  EXPECT_EQ(r.config->metrics_address, "127.0.0.1:9477");
+  EXPECT_EQ(r.config->policy_dir, "/etc/agentcage/policies");
+  EXPECT_EQ(r.config->control_socket, "/run/agentcage/control.sock");
+  EXPECT_EQ(r.config->audit_log, "-");
+  EXPECT_EQ(r.config->cgroup_parent, "agentcage/runs");
+  EXPECT_EQ(r.config->pin_root, "/sys/fs/bpf/agentcage");
+  EXPECT_FALSE(r.config->control_group);
+}
+
+TEST(DaemonConfig, EverySetting) {
+  auto r = daemon::parse_config(
+      "policy_dir: /srv/policies\nmetrics_address: \"[::1]:9000\"\ncontrol_socket: /run/x.sock\n"
+      "control_group: agentcage\naudit_log: /var/log/agentcage/audit.jsonl\ncgroup_parent: system.slice/runs\n"
+      "pin_root: /sys/fs/bpf/ac\nstate_dir: /run/ac\nrecent_events: 10\nclient_buffer_bytes: 65536\nmax_clients: 8\n",
+      "d.yaml");
+  ASSERT_TRUE(r.ok()) << r.errors.front().format();
+  EXPECT_EQ(r.config->policy_dir, "/srv/policies");
+  EXPECT_EQ(r.config->metrics_address, "[::1]:9000");
+  EXPECT_EQ(*r.config->control_group, "agentcage");
+  EXPECT_EQ(r.config->audit_log, "/var/log/agentcage/audit.jsonl");
+  EXPECT_EQ(r.config->cgroup_parent, "system.slice/runs");
+  EXPECT_EQ(r.config->recent_events, 10u);
+  EXPECT_EQ(r.config->client_buffer_bytes, 65536u);
+  EXPECT_EQ(r.config->max_clients, 8u);
+}
+
+TEST(DaemonConfig, ShippedExampleIsValid) {
+  auto r = daemon::load_config(std::string(AGENTCAGE_SOURCE_DIR) + "/packaging/systemd/daemon.yaml");
+  ASSERT_TRUE(r.ok()) << r.errors.front().format();
+  EXPECT_EQ(r.config->audit_log, "/var/log/agentcage/audit.jsonl");
+}
+
+TEST(DaemonConfig, MetricsOff) {
+  auto r = daemon::parse_config("metrics_address: \"off\"\n", "d.yaml");
+  ASSERT_TRUE(r.ok());
+  EXPECT_EQ(r.config->metrics_address, "");
+}
+
+std::string first_error(const std::string& text) {
+  auto r = daemon::parse_config(text, "d.yaml");
+  EXPECT_FALSE(r.ok()) << text;
+  return r.errors.empty() ? "" : r.errors.front().format();
+}
+
+TEST(DaemonConfig, ErrorsAreLocated) {
+  EXPECT_EQ(first_error("policy_dir: /x\nmetrics_adress: 1.2.3.4:5\n"),
+            "d.yaml:2:1: unknown setting 'metrics_adress' (did you mean 'metrics_address'?)");
+  EXPECT_EQ(first_error("policy_dir: relative/dir\n"), "d.yaml:1:13: policy_dir: expected an absolute path, got 'relative/dir'");
+  EXPECT_EQ(first_error("metrics_address: 127.0.0.1:99999\n"),
+            "d.yaml:1:18: metrics_address: expected HOST:PORT (e.g. 127.0.0.1:9477) or \"off\", got '127.0.0.1:99999'");
+  EXPECT_EQ(first_error("audit_log: log.txt\n"),
+            "d.yaml:1:12: audit_log: expected an absolute file path or \"-\" (stdout), got 'log.txt'");
+  EXPECT_EQ(first_error("cgroup_parent: ../escape\n"),
+            "d.yaml:1:16: cgroup_parent: expected a path relative to the cgroup2 mount (e.g. agentcage/runs), got '../escape'");
+  EXPECT_EQ(first_error("max_clients: 0\n"), "d.yaml:1:14: max_clients: expected a whole number from 1 to 1024, got '0'");
+  EXPECT_EQ(first_error("policy_dir: [/a]\n"), "d.yaml:1:13: policy_dir: expected a single value");
+  EXPECT_EQ(first_error("control_group: \"a b\"\n"), "d.yaml:1:16: control_group: expected a group name or number, got 'a b'");
+  EXPECT_EQ(first_error("- a\n"), "d.yaml:1:1: the daemon configuration must be a mapping of settings (see docs/daemon.md)");
+  EXPECT_NE(first_error("a: &x 1\nb: *x\n").find("d.yaml:1:"), std::string::npos);  // anchors refused
+  EXPECT_EQ(first_error("policy_dir: /a\npolicy_dir: /b\n"), "d.yaml:2:1: duplicate setting 'policy_dir' (first set at line 1)");
+}
+
+TEST(DaemonConfig, ListenAddresses) {
+  for (const char* ok : {"127.0.0.1:9477", "[::1]:1", ":9477", "localhost:0", "0.0.0.0:65535"})
+    EXPECT_TRUE(daemon::valid_listen_address(ok)) << ok;
+  for (const char* bad : {"", "9477", "1.2.3.4:", "1.2.3.4:65536", "a b:1", "[]:1", "h:-1"})
+    EXPECT_FALSE(daemon::valid_listen_address(bad)) << bad;
+}
+
+// ---- requests -----------------------------------------------------------------
+
+std::string rejection(const std::string& line) {
+  auto r = daemon::parse_request(line);
+  EXPECT_FALSE(r.ok()) << line;
+  return r.ok() ? "" : r.error().message;
+}
+
+TEST(ControlRequest, ValidRequests) {
+  auto s = daemon::parse_request(R"({"op":"status"})");
+  ASSERT_TRUE(s.ok());
+  EXPECT_EQ(s->op, daemon::Op::status);
+  auto e = daemon::parse_request(R"({"op":"events","follow":true})");
+  ASSERT_TRUE(e.ok());
+  EXPECT_TRUE(e->follow);
+  auto a = daemon::parse_request(R"({"op":"attach","cgroup":"system.slice/x.service","policy":"python-sandbox","workspace":"/srv/w"})");
+  ASSERT_TRUE(a.ok()) << a.error().message;
+  EXPECT_EQ(a->cgroup, "system.slice/x.service");
+  EXPECT_EQ(a->workspace, "/srv/w");
+  auto end = daemon::parse_request(
+      R"({"op":"run_end","run_id":"0123456789abcdef","policy":"p","outcome":"setup_failed","exit_code":125,"duration_seconds":0.5,"fail_closed":"lsm_inactive"})");
+  ASSERT_TRUE(end.ok()) << end.error().message;
+  EXPECT_EQ(*end->fail_closed, "lsm_inactive");
+  // to_json round-trips.
+  auto again = daemon::parse_request(daemon::to_json(*end).dump());
+  ASSERT_TRUE(again.ok());
+  EXPECT_EQ(daemon::to_json(*again), daemon::to_json(*end));
+  auto start = daemon::parse_request(R"({"op":"run_start","run_id":"0123456789abcdef","policy":"p","scope_id":18446744073709551615})");
+  ASSERT_TRUE(start.ok());
+  EXPECT_EQ(start->scope_id, UINT64_MAX);
+}
+
+TEST(ControlRequest, InvalidRequests) {
+  EXPECT_EQ(rejection(""), "request: not valid JSON (one JSON object per line)");
+  EXPECT_EQ(rejection("{\"op\":\"status\"} trailing"), "request: not valid JSON (one JSON object per line)");
+  EXPECT_EQ(rejection("\"status\""), "request: expected a JSON object");
+  EXPECT_EQ(rejection("{\"op\":1}"), "request: missing \"op\" (a string)");
+  EXPECT_NE(rejection("{\"op\":\"rm\"}").find("unknown op \"rm\""), std::string::npos);
+  EXPECT_EQ(rejection("{\"op\":\"status\",\"x\":1}"), "request: unknown field \"x\" for op status");
+  EXPECT_EQ(rejection("{\"op\":\"attach\",\"cgroup\":\"a\",\"policy\":\"Bad_Name\"}"),
+            "request: \"policy\" must be a policy name (1-63 of a-z, 0-9, -)");
+  EXPECT_EQ(rejection("{\"op\":\"attach\",\"cgroup\":\"a\",\"policy\":\"p\",\"workspace\":\"rel\"}"),
+            "request: \"workspace\" must be an absolute path");
+  EXPECT_EQ(rejection("{\"op\":\"attach\",\"policy\":\"p\"}"), "request: missing \"cgroup\"");
+  EXPECT_EQ(rejection(std::string("{\"op\":\"detach\",\"cgroup\":\"a\\u0000b\"}")),
+            "request: \"cgroup\" must be a cgroup path (under 4096 bytes)");
+  EXPECT_EQ(rejection("{\"op\":\"detach\",\"cgroup\":\"" + std::string(5000, 'a') + "\"}"),
+            "request: \"cgroup\" must be a cgroup path (under 4096 bytes)");
+  const std::string end = R"({"op":"run_end","run_id":"0123456789abcdef","policy":"p","outcome":"ok",)";
+  EXPECT_EQ(rejection(end + R"("exit_code":256,"duration_seconds":1})"), "request: \"exit_code\" must be 0..255");
+  EXPECT_EQ(rejection(end + R"("exit_code":1.5,"duration_seconds":1})"), "request: \"exit_code\" must be an integer");
+  EXPECT_EQ(rejection(end + R"("exit_code":0,"duration_seconds":-1})"), "request: \"duration_seconds\" must be between 0 and 1e8");
+  EXPECT_EQ(rejection(end + R"("exit_code":0,"duration_seconds":1,"fail_closed":"nope"})").rfind("request: \"fail_closed\" must be one of", 0),
+            0u);
+  EXPECT_EQ(rejection(R"({"op":"run_start","run_id":"0123456789ABCDEF","policy":"p","scope_id":1})"),
+            "request: \"run_id\" must be 16 lowercase hex digits");
+  EXPECT_EQ(rejection(std::string(daemon::kMaxRequestBytes + 1, ' ')), "request: longer than 16384 bytes");
+  // Deep nesting is a parse, not a crash.
+  EXPECT_FALSE(daemon::parse_request(std::string(5000, '[') + std::string(5000, ']')).ok());
+}
+
+TEST(ControlRequest, GroupMayOnlyRead) {
+  EXPECT_TRUE(daemon::op_allowed_for_group(daemon::Op::status));
+  EXPECT_TRUE(daemon::op_allowed_for_group(daemon::Op::events));
+  for (auto op : {daemon::Op::attach, daemon::Op::detach, daemon::Op::run_start, daemon::Op::run_end, daemon::Op::reload})
+    EXPECT_FALSE(daemon::op_allowed_for_group(op)) << daemon::op_name(op);
+}
+
+TEST(RunOutcome, FromExitStatus) {
+  EXPECT_EQ(daemon::run_outcome(0, false, false, std::nullopt), "ok");
+  EXPECT_EQ(daemon::run_outcome(1, false, false, std::nullopt), "error");
+  EXPECT_EQ(daemon::run_outcome(124, true, false, 9), "timeout");
+  EXPECT_EQ(daemon::run_outcome(137, false, true, 9), "oom");
+  EXPECT_EQ(daemon::run_outcome(137, false, false, 9), "signal");
+  EXPECT_EQ(daemon::run_outcome(143, false, false, std::nullopt), "signal");  // agentcage got SIGTERM
+  EXPECT_EQ(daemon::run_outcome(126, false, false, std::nullopt), "denied");
+  EXPECT_EQ(daemon::run_outcome(127, false, false, std::nullopt), "denied");
+  EXPECT_EQ(daemon::run_outcome(125, false, false, std::nullopt), "setup_failed");
+}
+
+// ---- audit lines ----------------------------------------------------------------
+
+ac_event_decision sample_event() {
+  ac_event_decision ev{};
+  ev.hdr.type = AC_EVENT_DECISION;
+  ev.hdr.size = sizeof ev;
+  ev.hdr.cgroup_id = 4321;
+  ev.scope_id = 1234;
+  ev.policy_slot = 3;
+  ev.pid = 42;
+  ev.tid = 43;
+  ev.uid = 1879048192;
+  ev.hook = AC_HOOK_FILE_OPEN;
+  ev.decision = AC_DECISION_DENY;
+  ev.reason = AC_REASON_DEFAULT_DENY;
+  ev.target_kind = AC_TARGET_PATH;
+  ev.error = -13;
+  std::strcpy(ev.comm, "python3");
+  std::strcpy(ev.target, "/etc/passwd");
+  ev.target_len = 11;
+  return ev;
+}
+
+TEST(AuditLine, StableFieldNames) {
+  telemetry::EventContext ctx{1735787045123456789LL, "python-sandbox", "0123456789abcdef"};
+  std::string line = telemetry::event_line(sample_event(), ctx);
+  ASSERT_EQ(line.back(), '\n');
+  EXPECT_EQ(line.find('\n'), line.size() - 1);
+  EXPECT_EQ(line,
+            R"({"cgroup_id":4321,"comm":"python3","decision":"deny","errno":13,"errno_name":"EACCES","hook":"file_open",)"
+            R"("pid":42,"policy":"python-sandbox","policy_slot":3,"reason":"default_deny","run_id":"0123456789abcdef",)"
+            R"("scope_id":1234,"target":"/etc/passwd","target_kind":"path","tid":43,"time":"2025-01-02T03:04:05.123456789Z",)"
+            R"("uid":1879048192})"
+            "\n");
+}
+
+TEST(AuditLine, InetTargetUnknownRunAndHostileBytes) {
+  ac_event_decision ev = sample_event();
+  ev.hook = AC_HOOK_SOCKET_CONNECT;
+  ev.target_kind = AC_TARGET_INET;
+  ev.family = 2;  // AF_INET
+  ev.port = 443;
+  ev.addr[0] = 10, ev.addr[1] = 0, ev.addr[2] = 0, ev.addr[3] = 1;
+  std::memcpy(ev.comm, "\xff\xfe\"\n\\xyzxyzxyzxyzx", 16);  // not NUL-terminated, invalid UTF-8
+  json j = json::parse(telemetry::event_line(ev, {0, "", ""}));
+  EXPECT_EQ(j["target"], "10.0.0.1:443");
+  EXPECT_EQ(j["target_kind"], "inet");
+  EXPECT_EQ(j["hook"], "socket_connect");
+  EXPECT_TRUE(j["run_id"].is_null());
+  EXPECT_TRUE(j["policy"].is_null());
+  EXPECT_EQ(j["time"], "1970-01-01T00:00:00.000000000Z");
+  EXPECT_LE(j["comm"].get<std::string>().size(), 3u * 16);
+}
+
+TEST(AuditLine, Rfc3339) {
+  EXPECT_EQ(telemetry::rfc3339_ns(0), "1970-01-01T00:00:00.000000000Z");
+  EXPECT_EQ(telemetry::rfc3339_ns(1000000001), "1970-01-01T00:00:01.000000001Z");
+  EXPECT_EQ(telemetry::rfc3339_ns(951782400LL * 1000000000), "2000-02-29T00:00:00.000000000Z");
+}
+
+// ---- counters and metric names ---------------------------------------------------
+
+TEST(CounterTracker, MonotonicAcrossResetAndReuse) {
+  telemetry::CounterTracker t;
+  bpf::SlotCounters c{};
+  c.hooks[AC_HOOK_EXEC].decisions[AC_DECISION_DENY] = 5;
+  auto d = t.observe(7, "a", c);
+  ASSERT_EQ(d.size(), 1u);
+  EXPECT_EQ(d[0].amount, 5u);
+  c.hooks[AC_HOOK_EXEC].decisions[AC_DECISION_DENY] = 8;
+  d = t.observe(7, "a", c);
+  ASSERT_EQ(d.size(), 1u);
+  EXPECT_EQ(d[0].amount, 3u);
+  EXPECT_TRUE(t.observe(7, "a", c).empty());
+  // The slot was reset (lower value): everything now is new.
+  c.hooks[AC_HOOK_EXEC].decisions[AC_DECISION_DENY] = 2;
+  d = t.observe(7, "a", c);
+  ASSERT_EQ(d.size(), 1u);
+  EXPECT_EQ(d[0].amount, 2u);
+  // Another policy took the slot.
+  c.hooks[AC_HOOK_EXEC].decisions[AC_DECISION_DENY] = 4;
+  d = t.observe(7, "b", c);
+  ASSERT_EQ(d.size(), 1u);
+  EXPECT_EQ(d[0].amount, 4u);
+}
+
+TEST(Metrics, ExportsTheContractNames) {
+  telemetry::Metrics m;
+  m.decisions("p", AC_HOOK_FILE_OPEN, AC_DECISION_DENY, 3);
+  m.event("p", AC_HOOK_FILE_OPEN, AC_DECISION_DENY);
+  m.events_lost(2);
+  m.run_finished("p", "ok", 1.5);
+  m.runs_active(1);
+  m.policy_reload(true);
+  m.policies_loaded(1);
+  m.scopes_active(2);
+  m.enforcement_ready(true);
+  m.fail_closed("policy_invalid");
+  const std::string text = m.text();
+  for (const char* series :
+       {"agentcage_decisions_total{decision=\"deny\",hook=\"file_open\",policy=\"p\"} 3",
+        "agentcage_events_total{decision=\"deny\",hook=\"file_open\",policy=\"p\"} 1",
+        "agentcage_events_lost_total 2", "agentcage_runs_total{outcome=\"ok\",policy=\"p\"} 1",
+        "agentcage_run_duration_seconds_count{policy=\"p\"} 1", "agentcage_runs_active 1",
+        "agentcage_policy_reloads_total{result=\"success\"} 1", "agentcage_policy_reloads_total{result=\"failure\"} 0",
+        "agentcage_policies_loaded 1", "agentcage_scopes_active 2", "agentcage_enforcement_ready 1",
+        "agentcage_fail_closed_total{reason=\"policy_invalid\"} 1", "agentcage_fail_closed_total{reason=\"lsm_inactive\"} 0",
+        "agentcage_build_info{version=\""})
+    EXPECT_NE(text.find(series), std::string::npos) << series << "\n" << text;
+}
+
+}  // namespace
+}  // namespace agentcage

@@ -1,0 +1,227 @@
+#include "daemon/config.h"
+
+#include <yaml-cpp/yaml.h>
+
+#include <algorithm>
+#include <charconv>
+#include <cstring>
+#include <fstream>
+#include <functional>
+#include <map>
+#include <sstream>
+
+#include "policy/input_guard.h"
+#include "policy/values.h"
+
+namespace agentcage::daemon {
+namespace {
+
+using policy::Position;
+using policy::detail::pos_of;
+using policy::detail::Reporter;
+
+constexpr size_t kMaxConfigBytes = 64 * 1024;
+
+bool parse_port(std::string_view text) {
+  if (text.empty() || text.size() > 5) return false;
+  unsigned v = 0;
+  auto [p, ec] = std::from_chars(text.data(), text.data() + text.size(), v);
+  return ec == std::errc() && p == text.data() + text.size() && v <= 65535;
+}
+
+// Absolute, no NUL, bounded.
+bool absolute_path(const std::string& s) { return !s.empty() && s.front() == '/' && s.size() < 4096; }
+
+// Levenshtein distance, for "did you mean" (setting names are short).
+size_t distance(std::string_view a, std::string_view b) {
+  std::vector<size_t> prev(b.size() + 1), cur(b.size() + 1);
+  for (size_t j = 0; j <= b.size(); ++j) prev[j] = j;
+  for (size_t i = 1; i <= a.size(); ++i) {
+    cur[0] = i;
+    for (size_t j = 1; j <= b.size(); ++j)
+      cur[j] = std::min({prev[j] + 1, cur[j - 1] + 1, prev[j - 1] + (a[i - 1] == b[j - 1] ? 0 : 1)});
+    std::swap(prev, cur);
+  }
+  return prev[b.size()];
+}
+
+}  // namespace
+
+bool valid_listen_address(std::string_view a) {
+  if (a.empty() || a.size() > 255) return false;
+  size_t colon = a.rfind(':');
+  if (colon == std::string_view::npos) return false;
+  std::string_view host = a.substr(0, colon), port = a.substr(colon + 1);
+  if (!parse_port(port)) return false;
+  if (host.empty()) return true;
+  if (host.front() == '[') return host.size() > 2 && host.back() == ']';
+  for (char c : host)
+    if (!((c >= '0' && c <= '9') || (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || c == '.' || c == '-'))
+      return false;
+  return true;
+}
+
+ConfigResult parse_config(std::string_view text, const std::string& filename) {
+  Reporter rep(filename);
+  ConfigResult out;
+  // Nothing but blank lines and comments: all defaults.
+  bool blank = true;
+  std::istringstream lines{std::string(text)};
+  for (std::string l; blank && std::getline(lines, l);) {
+    size_t i = l.find_first_not_of(" \t\r");
+    blank = i == std::string::npos || l[i] == '#';
+  }
+  if (blank && text.size() <= kMaxConfigBytes) {
+    out.config = Config{};
+    return out;
+  }
+  if (!policy::detail::check_text(text, kMaxConfigBytes, rep) || !policy::detail::check_events(text, rep)) {
+    out.errors = rep.take();
+    return out;
+  }
+  YAML::Node root;
+  try {
+    root = YAML::Load(std::string(text));
+  } catch (const YAML::Exception& e) {
+    rep.error(pos_of(e.mark), e.msg);
+    out.errors = rep.take();
+    return out;
+  }
+  Config cfg;
+  if (root.IsNull()) {
+    out.config = cfg;  // an empty file: all defaults
+    return out;
+  }
+  if (!root.IsMap()) {
+    rep.error(pos_of(root.Mark()), "the daemon configuration must be a mapping of settings (see docs/daemon.md)");
+    out.errors = rep.take();
+    return out;
+  }
+
+  auto scalar = [&](const YAML::Node& v, const std::string& key) -> std::optional<std::string> {
+    if (!v.IsScalar()) {
+      rep.error(pos_of(v.Mark()), key + ": expected a single value");
+      return std::nullopt;
+    }
+    return v.Scalar();
+  };
+  auto path_setting = [&](std::string& field) {
+    return [&](const YAML::Node& v, const std::string& key) {
+      if (auto s = scalar(v, key)) {
+        if (!absolute_path(*s)) rep.error(pos_of(v.Mark()), key + ": expected an absolute path, got " + policy::quote(*s));
+        else field = *s;
+      }
+    };
+  };
+  auto count_setting = [&](size_t& field, size_t lo, size_t hi) {
+    return [&, lo, hi](const YAML::Node& v, const std::string& key) {
+      auto s = scalar(v, key);
+      if (!s) return;
+      size_t n = 0;
+      auto [p, ec] = std::from_chars(s->data(), s->data() + s->size(), n);
+      if (ec != std::errc() || p != s->data() + s->size() || n < lo || n > hi)
+        rep.error(pos_of(v.Mark()), key + ": expected a whole number from " + std::to_string(lo) + " to " +
+                                        std::to_string(hi) + ", got " + policy::quote(*s));
+      else
+        field = n;
+    };
+  };
+
+  using Handler = std::function<void(const YAML::Node&, const std::string&)>;
+  const std::map<std::string, Handler> handlers = {
+      {"policy_dir", path_setting(cfg.policy_dir)},
+      {"control_socket", path_setting(cfg.control_socket)},
+      {"pin_root", path_setting(cfg.pin_root)},
+      {"state_dir", path_setting(cfg.state_dir)},
+      {"metrics_address",
+       [&](const YAML::Node& v, const std::string& key) {
+         auto s = scalar(v, key);
+         if (!s) return;
+         if (s->empty() || *s == "off") cfg.metrics_address.clear();
+         else if (!valid_listen_address(*s))
+           rep.error(pos_of(v.Mark()), key + ": expected HOST:PORT (e.g. 127.0.0.1:9477) or \"off\", got " + policy::quote(*s));
+         else cfg.metrics_address = *s;
+       }},
+      {"control_group",
+       [&](const YAML::Node& v, const std::string& key) {
+         auto s = scalar(v, key);
+         if (!s) return;
+         bool ok = !s->empty() && s->size() <= 32;
+         for (char c : *s) ok = ok && ((c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '_' || c == '-' || c == '.');
+         if (!ok) rep.error(pos_of(v.Mark()), key + ": expected a group name or number, got " + policy::quote(*s));
+         else cfg.control_group = *s;
+       }},
+      {"audit_log",
+       [&](const YAML::Node& v, const std::string& key) {
+         auto s = scalar(v, key);
+         if (!s) return;
+         if (*s != "-" && !absolute_path(*s))
+           rep.error(pos_of(v.Mark()), key + ": expected an absolute file path or \"-\" (stdout), got " + policy::quote(*s));
+         else cfg.audit_log = *s;
+       }},
+      {"cgroup_parent",
+       [&](const YAML::Node& v, const std::string& key) {
+         auto s = scalar(v, key);
+         if (!s) return;
+         bool ok = !s->empty() && s->front() != '/' && s->find("..") == std::string::npos && s->size() < 1024;
+         if (!ok) rep.error(pos_of(v.Mark()), key + ": expected a path relative to the cgroup2 mount (e.g. agentcage/runs), got " + policy::quote(*s));
+         else cfg.cgroup_parent = *s;
+       }},
+      {"recent_events", count_setting(cfg.recent_events, 0, 65536)},
+      {"client_buffer_bytes", count_setting(cfg.client_buffer_bytes, 4096, 64u << 20)},
+      {"max_clients", count_setting(cfg.max_clients, 1, 1024)},
+  };
+  std::vector<std::string> known;
+  for (const auto& [k, h] : handlers) known.push_back(k);
+  std::map<std::string, Position> seen;
+  for (const auto& kv : root) {
+    const YAML::Node& k = kv.first;
+    if (!k.IsScalar()) {
+      rep.error(pos_of(k.Mark()), "setting names must be plain words");
+      continue;
+    }
+    if (auto [it, fresh] = seen.emplace(k.Scalar(), pos_of(k.Mark())); !fresh) {
+      rep.error(pos_of(k.Mark()), "duplicate setting " + policy::quote(k.Scalar()) + " (first set at line " +
+                                      std::to_string(it->second.line) + ")");
+      continue;
+    }
+    auto it = handlers.find(k.Scalar());
+    if (it == handlers.end()) {
+      std::string msg = "unknown setting " + policy::quote(k.Scalar());
+      std::string best;
+      size_t best_d = 3;
+      if (k.Scalar().size() <= 64)
+        for (const auto& name : known)
+          if (size_t d = distance(k.Scalar(), name); d < best_d) {
+            best_d = d;
+            best = name;
+          }
+      if (!best.empty()) msg += " (did you mean '" + best + "'?)";
+      rep.error(pos_of(k.Mark()), msg);
+      continue;
+    }
+    it->second(kv.second, k.Scalar());
+  }
+  if (rep.has_errors()) {
+    out.errors = rep.take();
+    return out;
+  }
+  out.config = cfg;
+  return out;
+}
+
+ConfigResult load_config(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) {
+    ConfigResult r;
+    r.errors.push_back({path, {}, "cannot read the configuration: " + std::string(std::strerror(errno))});
+    return r;
+  }
+  std::string text;
+  text.resize(kMaxConfigBytes + 1);
+  in.read(text.data(), static_cast<std::streamsize>(text.size()));
+  text.resize(static_cast<size_t>(in.gcount()));
+  return parse_config(text, path);
+}
+
+}  // namespace agentcage::daemon

@@ -1,0 +1,57 @@
+// `agentcage daemon --config FILE`: the daemon's settings. Every key is
+// optional; the defaults work without a file. Errors are located
+// ("FILE:LINE:COL: message") and reject the whole file. docs/daemon.md
+// documents each key.
+#pragma once
+
+#include <sys/types.h>
+
+#include <cstddef>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "policy/policy.h"
+
+namespace agentcage::daemon {
+
+inline constexpr const char* kDefaultControlSocket = "/run/agentcage/control.sock";
+
+struct Config {
+  std::string policy_dir = "/etc/agentcage/policies";
+  // host:port for the Prometheus exposer; "" disables it. Port 0 picks one.
+  std::string metrics_address = "127.0.0.1:9477";
+  std::string control_socket = kDefaultControlSocket;
+  // Group (name or number) allowed to use the control socket besides root;
+  // unset: root only.
+  std::optional<std::string> control_group;
+  // JSON lines audit log: a file path (appended to) or "-" for stdout.
+  std::string audit_log = "-";
+  // Where run cgroups live (relative to the cgroup2 mount); also the
+  // subtree stale runs are reaped from.
+  std::string cgroup_parent = "agentcage/runs";
+  std::string pin_root = "/sys/fs/bpf/agentcage";
+  std::string state_dir = "/run/agentcage";
+  // Events kept for `agentcage events` (without --follow) and bytes queued
+  // per streaming client before events are dropped (and counted).
+  size_t recent_events = 256;
+  size_t client_buffer_bytes = 1u << 20;
+  size_t max_clients = 64;
+};
+
+struct ConfigResult {
+  std::optional<Config> config;
+  std::vector<policy::Diagnostic> errors;
+  bool ok() const { return config.has_value() && errors.empty(); }
+};
+
+// Parses a config document; `filename` is used in diagnostics only.
+ConfigResult parse_config(std::string_view text, const std::string& filename);
+// Reads and parses FILE (at most 64 KiB).
+ConfigResult load_config(const std::string& path);
+
+// "127.0.0.1:9477", "[::1]:9477", ":9477"; the port must be 0..65535.
+bool valid_listen_address(std::string_view address);
+
+}  // namespace agentcage::daemon

@@ -1,0 +1,54 @@
+#include "daemon/notify.h"
+
+#include <sys/stat.h>
+
+#include "daemon/protocol.h"
+#include "util/log.h"
+
+namespace agentcage::daemon {
+namespace {
+
+constexpr int kNotifyTimeoutMs = 1000;
+
+bool valid_name(const std::string& s) {
+  if (s.empty() || s.size() > 63) return false;
+  for (char c : s)
+    if (!((c >= 'a' && c <= 'z') || (c >= '0' && c <= '9') || c == '-')) return false;
+  return true;
+}
+
+void send(const Request& r) {
+  const std::string path = default_control_socket();
+  struct stat st {};
+  if (::stat(path.c_str(), &st) != 0 || !S_ISSOCK(st.st_mode)) return;  // no daemon
+  auto answer = call(path, to_json(r), kNotifyTimeoutMs);
+  if (!answer) log::debug("daemon notification: " + answer.error().message);
+  else if (!answer->value("ok", false)) log::warn("the daemon refused a run notification: " + answer->dump());
+}
+
+}  // namespace
+
+void notify_run_start(const std::string& run_id, const std::string& policy, uint64_t scope_id) {
+  Request r;
+  r.op = Op::run_start;
+  r.run_id = run_id;
+  r.policy = valid_name(policy) ? policy : "unknown";
+  r.scope_id = scope_id;
+  if (r.run_id.size() == 16) send(r);
+}
+
+void notify_run_end(const run::RunResult& res) {
+  Request r;
+  r.op = Op::run_end;
+  // A run that failed before it had an id (e.g. an invalid policy) still
+  // counts as a run that did not happen; give it a placeholder id.
+  r.run_id = res.run_id.size() == 16 ? res.run_id : std::string(16, '0');
+  r.policy = valid_name(res.policy_name) ? res.policy_name : "unknown";
+  r.outcome = run_outcome(res.exit_code, res.timed_out, res.oom_killed, res.signal);
+  r.exit_code = res.exit_code >= 0 && res.exit_code <= 255 ? res.exit_code : 255;
+  r.duration_seconds = static_cast<double>(res.wall_time_us) / 1e6;
+  if (res.exit_code == 125 && !res.fail_closed_reason.empty()) r.fail_closed = res.fail_closed_reason;
+  send(r);
+}
+
+}  // namespace agentcage::daemon

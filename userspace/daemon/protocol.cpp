@@ -1,0 +1,285 @@
+#include "daemon/protocol.h"
+
+#include <fcntl.h>
+#include <poll.h>
+#include <sys/socket.h>
+#include <sys/un.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <cstdlib>
+#include <cstring>
+#include <set>
+
+#include "daemon/config.h"
+
+namespace agentcage::daemon {
+namespace {
+
+using nlohmann::json;
+
+Error bad(const std::string& msg) { return Error{"request: " + msg, EINVAL}; }
+
+bool valid_policy_name(const std::string& s) {
+  if (s.empty() || s.size() > 63) return false;
+  for (char c : s)
+    if (!((c >= 'a' && c <= 'z') || (c >= '0' && c <= '9') || c == '-')) return false;
+  return true;
+}
+
+bool valid_run_id(const std::string& s) {
+  if (s.size() != 16) return false;
+  for (char c : s)
+    if (!((c >= '0' && c <= '9') || (c >= 'a' && c <= 'f'))) return false;
+  return true;
+}
+
+bool valid_path_text(const std::string& s, bool absolute) {
+  if (s.empty() || s.size() >= 4096 || s.find('\0') != std::string::npos) return false;
+  return !absolute || s.front() == '/';
+}
+
+template <class T, size_t N>
+bool one_of(const std::string& s, const T (&set)[N]) {
+  return std::any_of(std::begin(set), std::end(set), [&](const char* v) { return s == v; });
+}
+
+}  // namespace
+
+std::string_view op_name(Op op) {
+  switch (op) {
+    case Op::status: return "status";
+    case Op::events: return "events";
+    case Op::attach: return "attach";
+    case Op::detach: return "detach";
+    case Op::run_start: return "run_start";
+    case Op::run_end: return "run_end";
+    case Op::reload: return "reload";
+  }
+  return "unknown";
+}
+
+bool op_allowed_for_group(Op op) { return op == Op::status || op == Op::events; }
+
+Result<Request> parse_request(std::string_view line) {
+  if (line.size() > kMaxRequestBytes)
+    return bad("longer than " + std::to_string(kMaxRequestBytes) + " bytes");
+  json j = json::parse(line, nullptr, false);
+  if (j.is_discarded()) return bad("not valid JSON (one JSON object per line)");
+  if (!j.is_object()) return bad("expected a JSON object");
+  if (!j.contains("op") || !j["op"].is_string()) return bad("missing \"op\" (a string)");
+  const std::string op = j["op"].get<std::string>();
+  Request r;
+  std::set<std::string> allowed = {"op"};
+  if (op == "status") r.op = Op::status;
+  else if (op == "events") r.op = Op::events, allowed = {"op", "follow"};
+  else if (op == "attach") r.op = Op::attach, allowed = {"op", "cgroup", "policy", "workspace"};
+  else if (op == "detach") r.op = Op::detach, allowed = {"op", "cgroup"};
+  else if (op == "run_start") r.op = Op::run_start, allowed = {"op", "run_id", "policy", "scope_id"};
+  else if (op == "run_end")
+    r.op = Op::run_end, allowed = {"op", "run_id", "policy", "outcome", "exit_code", "duration_seconds", "fail_closed"};
+  else if (op == "reload") r.op = Op::reload;
+  else return bad("unknown op \"" + op.substr(0, 32) + "\" (status, events, attach, detach, run_start, run_end, reload)");
+
+  for (const auto& [key, value] : j.items())
+    if (!allowed.count(key)) return bad("unknown field \"" + key.substr(0, 64) + "\" for op " + op);
+
+  auto need_string = [&](const char* key, std::string& out, bool required) -> Status {
+    if (!j.contains(key)) return required ? Status(bad(std::string("missing \"") + key + "\"")) : Status{};
+    if (!j[key].is_string()) return bad(std::string("\"") + key + "\" must be a string");
+    out = j[key].get<std::string>();
+    return {};
+  };
+  switch (r.op) {
+    case Op::status:
+    case Op::reload:
+      break;
+    case Op::events:
+      if (j.contains("follow")) {
+        if (!j["follow"].is_boolean()) return bad("\"follow\" must be true or false");
+        r.follow = j["follow"].get<bool>();
+      }
+      break;
+    case Op::attach:
+      if (Status s = need_string("workspace", r.workspace, false); !s) return s.error();
+      if (!r.workspace.empty() && !valid_path_text(r.workspace, true))
+        return bad("\"workspace\" must be an absolute path");
+      if (Status s = need_string("policy", r.policy, true); !s) return s.error();
+      if (!valid_policy_name(r.policy)) return bad("\"policy\" must be a policy name (1-63 of a-z, 0-9, -)");
+      [[fallthrough]];
+    case Op::detach:
+      if (Status s = need_string("cgroup", r.cgroup, true); !s) return s.error();
+      if (!valid_path_text(r.cgroup, false)) return bad("\"cgroup\" must be a cgroup path (under 4096 bytes)");
+      break;
+    case Op::run_start:
+    case Op::run_end:
+      if (Status s = need_string("run_id", r.run_id, true); !s) return s.error();
+      if (!valid_run_id(r.run_id)) return bad("\"run_id\" must be 16 lowercase hex digits");
+      if (Status s = need_string("policy", r.policy, true); !s) return s.error();
+      if (!valid_policy_name(r.policy)) return bad("\"policy\" must be a policy name (1-63 of a-z, 0-9, -)");
+      if (r.op == Op::run_start) {
+        if (!j.contains("scope_id") || !j["scope_id"].is_number_unsigned())
+          return bad("\"scope_id\" must be a non-negative integer");
+        r.scope_id = j["scope_id"].get<uint64_t>();
+        break;
+      }
+      if (Status s = need_string("outcome", r.outcome, true); !s) return s.error();
+      if (!one_of(r.outcome, kOutcomes))
+        return bad("\"outcome\" must be one of ok, error, timeout, oom, signal, denied, setup_failed");
+      if (!j.contains("exit_code") || !j["exit_code"].is_number_integer()) return bad("\"exit_code\" must be an integer");
+      {
+        auto code = j["exit_code"].get<int64_t>();
+        if (code < 0 || code > 255) return bad("\"exit_code\" must be 0..255");
+        r.exit_code = static_cast<int>(code);
+      }
+      if (!j.contains("duration_seconds") || !j["duration_seconds"].is_number())
+        return bad("\"duration_seconds\" must be a number");
+      r.duration_seconds = j["duration_seconds"].get<double>();
+      if (!std::isfinite(r.duration_seconds) || r.duration_seconds < 0 || r.duration_seconds > 1e8)
+        return bad("\"duration_seconds\" must be between 0 and 1e8");
+      if (j.contains("fail_closed")) {
+        std::string reason;
+        if (Status s = need_string("fail_closed", reason, true); !s) return s.error();
+        if (!one_of(reason, kFailClosedReasons))
+          return bad("\"fail_closed\" must be one of bpf_unavailable, lsm_inactive, cgroup, scope, policy_invalid, internal");
+        r.fail_closed = reason;
+      }
+      break;
+  }
+  return r;
+}
+
+json to_json(const Request& r) {
+  json j;
+  j["op"] = std::string(op_name(r.op));
+  switch (r.op) {
+    case Op::status:
+    case Op::reload: break;
+    case Op::events: j["follow"] = r.follow; break;
+    case Op::attach:
+      j["cgroup"] = r.cgroup;
+      j["policy"] = r.policy;
+      if (!r.workspace.empty()) j["workspace"] = r.workspace;
+      break;
+    case Op::detach: j["cgroup"] = r.cgroup; break;
+    case Op::run_start:
+      j["run_id"] = r.run_id;
+      j["policy"] = r.policy;
+      j["scope_id"] = r.scope_id;
+      break;
+    case Op::run_end:
+      j["run_id"] = r.run_id;
+      j["policy"] = r.policy;
+      j["outcome"] = r.outcome;
+      j["exit_code"] = r.exit_code;
+      j["duration_seconds"] = r.duration_seconds;
+      if (r.fail_closed) j["fail_closed"] = *r.fail_closed;
+      break;
+  }
+  return j;
+}
+
+std::string run_outcome(int exit_code, bool timed_out, bool oom_killed, std::optional<int> signal) {
+  if (exit_code == 125) return "setup_failed";
+  if (timed_out) return "timeout";
+  if (oom_killed && signal) return "oom";
+  if (signal) return "signal";
+  if (exit_code == 126 || exit_code == 127) return "denied";
+  if (exit_code == 0) return "ok";
+  if (exit_code > 128) return "signal";  // agentcage itself was interrupted (SIGINT/SIGTERM/SIGHUP)
+  return "error";
+}
+
+// ---- client side ------------------------------------------------------------
+
+std::string default_control_socket() {
+  const char* env = std::getenv("AGENTCAGE_CONTROL_SOCKET");
+  return env && *env ? std::string(env) : std::string(kDefaultControlSocket);
+}
+
+namespace {
+
+int remaining_ms(std::chrono::steady_clock::time_point deadline) {
+  auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - std::chrono::steady_clock::now()).count();
+  return left < 0 ? 0 : static_cast<int>(left);
+}
+
+}  // namespace
+
+Result<UniqueFd> connect_control(const std::string& socket_path, int timeout_ms) {
+  sockaddr_un addr{};
+  addr.sun_family = AF_UNIX;
+  if (socket_path.empty() || socket_path.size() >= sizeof addr.sun_path)
+    return Error{"control socket path too long: " + socket_path, ENAMETOOLONG};
+  std::memcpy(addr.sun_path, socket_path.data(), socket_path.size());
+  UniqueFd fd(::socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0));
+  if (!fd) return Error::from_errno("control socket: socket");
+  if (::connect(fd.get(), reinterpret_cast<sockaddr*>(&addr), sizeof addr) != 0) {
+    if (errno != EINPROGRESS && errno != EAGAIN)
+      return Error::from_errno("control socket: connecting to " + socket_path);
+    pollfd p{fd.get(), POLLOUT, 0};
+    if (::poll(&p, 1, timeout_ms) <= 0) return Error{"control socket: " + socket_path + ": the daemon did not accept in time", ETIMEDOUT};
+    int err = 0;
+    socklen_t len = sizeof err;
+    ::getsockopt(fd.get(), SOL_SOCKET, SO_ERROR, &err, &len);
+    if (err) return Error::from_errno("control socket: connecting to " + socket_path, err);
+  }
+  return fd;
+}
+
+Status write_all(int fd, std::string_view data, int timeout_ms) {
+  auto deadline = std::chrono::steady_clock::now() + std::chrono::milliseconds(timeout_ms < 0 ? 1 << 30 : timeout_ms);
+  while (!data.empty()) {
+    ssize_t n = ::send(fd, data.data(), data.size(), MSG_NOSIGNAL);
+    if (n > 0) {
+      data.remove_prefix(static_cast<size_t>(n));
+      continue;
+    }
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0 && errno != EAGAIN) return Error::from_errno("control socket: send");
+    pollfd p{fd, POLLOUT, 0};
+    if (::poll(&p, 1, remaining_ms(deadline)) <= 0) return Error{"control socket: send timed out", ETIMEDOUT};
+  }
+  return {};
+}
+
+Result<std::string> read_line(int fd, std::string& buffer, int timeout_ms, size_t max) {
+  auto deadline = std::chrono::steady_clock::now() + std::chrono::milliseconds(timeout_ms < 0 ? 0 : timeout_ms);
+  for (;;) {
+    if (size_t nl = buffer.find('\n'); nl != std::string::npos) {
+      std::string line = buffer.substr(0, nl);
+      buffer.erase(0, nl + 1);
+      return line;
+    }
+    if (buffer.size() > max) return Error{"control socket: line longer than " + std::to_string(max) + " bytes", EMSGSIZE};
+    pollfd p{fd, POLLIN, 0};
+    int pr = ::poll(&p, 1, timeout_ms < 0 ? -1 : remaining_ms(deadline));
+    if (pr < 0 && errno == EINTR) continue;
+    if (pr <= 0) return Error{"control socket: no answer from the daemon in time", ETIMEDOUT};
+    char chunk[8192];
+    ssize_t n = ::recv(fd, chunk, sizeof chunk, 0);
+    if (n < 0 && (errno == EINTR || errno == EAGAIN)) continue;
+    if (n < 0) return Error::from_errno("control socket: recv");
+    if (n == 0) {
+      if (buffer.empty()) return std::string();
+      return Error{"control socket: the daemon closed the connection mid-line", EPIPE};
+    }
+    buffer.append(chunk, static_cast<size_t>(n));
+  }
+}
+
+Result<json> call(const std::string& socket_path, const json& request, int timeout_ms) {
+  auto fd = connect_control(socket_path, timeout_ms);
+  if (!fd) return fd.error();
+  if (Status st = write_all(fd->get(), request.dump() + "\n", timeout_ms); !st) return st.error();
+  std::string buffer;
+  auto line = read_line(fd->get(), buffer, timeout_ms);
+  if (!line) return line.error();
+  if (line->empty()) return Error{"control socket: the daemon closed the connection without answering", EPIPE};
+  json j = json::parse(*line, nullptr, false);
+  if (!j.is_object()) return Error{"control socket: the daemon's answer is not a JSON object", EPROTO};
+  return j;
+}
+
+}  // namespace agentcage::daemon

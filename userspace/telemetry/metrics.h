@@ -1,0 +1,97 @@
+// The daemon's Prometheus metrics (prometheus-cpp, pulled from /metrics).
+// Names and labels are a contract shared with dashboards/ and alert rules:
+// never rename one. Labels are bounded: policy, hook, decision, outcome,
+// result, reason -- never pids, paths, run ids or cgroup ids.
+#pragma once
+
+#include <agentcage/abi.h>
+
+#include <array>
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "bpf/enforcer.h"
+#include "util/result.h"
+
+namespace prometheus {
+class Registry;
+class Exposer;
+class Counter;
+class Gauge;
+class Histogram;
+template <class T>
+class Family;
+}  // namespace prometheus
+
+namespace agentcage::telemetry {
+
+// Turns absolute per-slot kernel counters into monotonic Prometheus counters.
+// A slot's counters restart from zero when its slot is handed to another
+// policy (acquire_policy resets them) and may be observed for the first time
+// at any value. Pure bookkeeping, unit-tested.
+class CounterTracker {
+ public:
+  struct Delta {
+    uint32_t hook, decision;
+    uint64_t amount;
+  };
+  // The increase since the last observation of `slot` under `identity`
+  // (policy name). A new identity or a value lower than before means the slot
+  // was reset: the whole current value is new.
+  std::vector<Delta> observe(uint32_t slot, const std::string& identity, const bpf::SlotCounters& now);
+  void forget(uint32_t slot) { seen_.erase(slot); }
+
+ private:
+  struct Seen {
+    std::string identity;
+    std::array<std::array<uint64_t, AC_DECISION_COUNT>, AC_HOOK_COUNT> values{};
+  };
+  std::map<uint32_t, Seen> seen_;
+};
+
+class Metrics {
+ public:
+  Metrics();
+  ~Metrics();
+  Metrics(const Metrics&) = delete;
+  Metrics& operator=(const Metrics&) = delete;
+
+  // Serve /metrics on address ("127.0.0.1:9477"; port 0 picks one).
+  Status listen(const std::string& address);
+  // The port actually bound (0 when not listening).
+  int port() const;
+
+  void decisions(const std::string& policy, uint32_t hook, uint32_t decision, uint64_t n);
+  void event(const std::string& policy, uint32_t hook, uint32_t decision);
+  void events_lost(uint64_t n);
+  void run_finished(const std::string& policy, const std::string& outcome, double seconds);
+  void runs_active(double n);
+  void policy_reload(bool success);
+  void policies_loaded(double n);
+  void scopes_active(double n);
+  void enforcement_ready(bool ready);
+  void fail_closed(const std::string& reason);
+
+  // The registry's current text exposition (what /metrics serves).
+  std::string text() const;
+
+ private:
+  std::shared_ptr<prometheus::Registry> registry_;
+  std::unique_ptr<prometheus::Exposer> exposer_;
+  prometheus::Family<prometheus::Counter>* decisions_;
+  prometheus::Family<prometheus::Counter>* events_;
+  prometheus::Counter* events_lost_;
+  prometheus::Family<prometheus::Counter>* runs_;
+  prometheus::Family<prometheus::Histogram>* run_duration_;
+  prometheus::Gauge* runs_active_;
+  prometheus::Family<prometheus::Counter>* reloads_;
+  prometheus::Gauge* policies_loaded_;
+  prometheus::Gauge* scopes_active_;
+  prometheus::Gauge* enforcement_ready_;
+  prometheus::Family<prometheus::Counter>* fail_closed_;
+};
+
+}  // namespace agentcage::telemetry
