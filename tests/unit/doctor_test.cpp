@@ -60,11 +60,14 @@ TEST(CheckPrivileges, NamesEachMissingCapability) {
   EXPECT_EQ(c.detail.find("CAP_SYS_ADMIN"), std::string::npos);
 }
 
-TEST(CheckBpffs, FindsMountOrWarns) {
+TEST(CheckBpffs, NeedsBpffsAtSysFsBpf) {
   Check ok = check_bpffs("50 22 0:40 / /sys/fs/bpf rw,nosuid shared:20 - bpf bpf rw,mode=700\n");
   EXPECT_EQ(ok.status, Outcome::ok);
   EXPECT_NE(ok.detail.find("/sys/fs/bpf"), std::string::npos);
-  EXPECT_EQ(check_bpffs("22 1 0:21 / / rw - ext4 /dev/vda rw\n").status, Outcome::warn);
+  EXPECT_EQ(check_bpffs("22 1 0:21 / / rw - ext4 /dev/vda rw\n").status, Outcome::fail);
+  Check other = check_bpffs("50 22 0:40 / /mnt/bpf rw - bpf bpf rw\n");
+  EXPECT_EQ(other.status, Outcome::fail);
+  EXPECT_NE(other.detail.find("/mnt/bpf"), std::string::npos);
 }
 
 TEST(Report, ReadyOnlyWithoutFailures) {

@@ -135,16 +135,20 @@ Check check_privileges(unsigned euid, uint64_t cap_eff) {
 
 Check check_bpffs(std::string_view mountinfo) {
   std::istringstream in{std::string(mountinfo)};
-  std::string line;
+  std::string line, elsewhere;
   while (std::getline(in, line)) {
     if (line.find(" - bpf ") == std::string::npos) continue;
     std::istringstream f(line);
     std::string tok, mountpoint;
     for (int i = 0; i < 5 && f >> tok; ++i) mountpoint = tok;
-    return make("bpffs", Outcome::ok, "bpffs mounted at " + mountpoint);
+    if (mountpoint == "/sys/fs/bpf") return make("bpffs", Outcome::ok, "bpffs mounted at /sys/fs/bpf");
+    elsewhere = mountpoint;
   }
-  // Standalone runs do not pin anything; the daemon pins its programs there.
-  return make("bpffs", Outcome::warn, "no bpf filesystem mounted (needed to pin programs for the daemon)",
+  // Every agentcage process shares one program set pinned under
+  // /sys/fs/bpf/agentcage: runs and attach refuse to start without it.
+  return make("bpffs", Outcome::fail,
+              elsewhere.empty() ? "no bpf filesystem mounted at /sys/fs/bpf (agentcage pins its programs there)"
+                                : "bpffs is mounted at " + elsewhere + ", not at /sys/fs/bpf (agentcage pins its programs there)",
               "mount -t bpf bpf /sys/fs/bpf");
 }
 
