@@ -104,11 +104,14 @@ enum ac_reason {
 
 /* ---- maps ------------------------------------------------------------- */
 
-/* ac_scopes: HASH, key __u64 cgroup id (the cgroup v2 inode number, as
- * bpf_get_current_ancestor_cgroup_id returns and name_to_handle_at gives).
- * A task is in scope S when the cgroup registered for S is its own cgroup or
- * any ancestor of it. Hash updates replace the element under RCU, so a
- * reader sees the old value or the new one, never a mix. */
+/* ac_scopes: HASH (no prealloc), key __u64 cgroup id (the cgroup v2 inode
+ * number, as bpf_get_current_ancestor_cgroup_id returns and
+ * name_to_handle_at gives). A task is in scope S when the cgroup registered
+ * for S is its own cgroup or any ancestor of it. An update links a new
+ * element and frees the old one after an RCU grace period, so a reader sees
+ * the old value or the new one, never a mix. (A preallocated hash recycles
+ * a replaced or deleted element at once: a hook still reading it could see
+ * fields of two different entries.) */
 struct ac_scope {
 	__u64 scope_id;    /* userspace's id for the run/attachment; in events */
 	__u32 policy_slot; /* key into the policies map */
@@ -128,10 +131,11 @@ struct ac_workspace {
 	__u32 pad;
 };
 
-/* ac_policies: HASH, key __u32 slot. Indirection so that swapping a live policy
- * is ONE element update: new rules are written under a fresh rules_id, then
- * the slot is pointed at it, then the old rules are deleted. A hook reads the
- * slot once and uses that rules_id for every lookup of the decision. */
+/* ac_policies: HASH (no prealloc, see ac_scopes), key __u32 slot.
+ * Indirection so that swapping a live policy is ONE element update: new
+ * rules are written under a fresh rules_id, then the slot is pointed at it,
+ * then the old rules are deleted. A hook reads the slot once and uses that
+ * rules_id for every lookup of the decision. */
 #define AC_POLICY_F_AUDIT (1u << 0) /* report would-be denials, deny nothing */
 /* Who keeps a slot alive (userspace bookkeeping; the hooks ignore it). */
 #define AC_POLICY_OWNER_NAMED 0u     /* installed by name (daemon, tests): kept until removed */
