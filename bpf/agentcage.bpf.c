@@ -100,7 +100,7 @@ static __always_inline int ac_decide_dentry(struct ac_ctx *c, int scoped, struct
 		if (current != 1) {
 			reason = ac_policy_reason(current);
 		} else if (access & AC_ACCESS_UNRESOLVED) {
-			reason = AC_REASON_PATH_TOO_DEEP; /* too long to match exactly */
+			reason = AC_REASON_PATH_TOO_LONG; /* too long to match exactly */
 		} else if (access & AC_ACCESS_DENY) {
 			reason = AC_REASON_RULE_DENY;
 		} else if ((need.any_ok && (access & need.any_ok)) ||

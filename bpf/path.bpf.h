@@ -206,7 +206,7 @@ static __always_inline int ac_resolve_path(const struct path *path, struct ac_sc
 }
 
 /* Result bit of ac_path_access, never in a rule: the path could not be
- * matched exactly and must be denied (reason AC_REASON_PATH_TOO_DEEP). */
+ * matched exactly and must be denied (reason AC_REASON_PATH_TOO_LONG). */
 #define AC_ACCESS_UNRESOLVED (1u << 31)
 
 /*

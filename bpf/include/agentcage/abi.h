@@ -19,7 +19,7 @@
 #include <linux/types.h>
 #endif
 
-#define AC_ABI_VERSION 2
+#define AC_ABI_VERSION 3
 
 /* ---- capacities ------------------------------------------------------- */
 
@@ -82,7 +82,13 @@ enum ac_reason {
 	AC_REASON_PATH_UNREADABLE = 5, /* a dentry name could not be read */
 	AC_REASON_INTERNAL = 6,      /* scratch map lookup failed etc. */
 	AC_REASON_PROTECTED = 7,     /* never allowed in a scope (cgroupfs, ptrace, userns) */
-	AC_REASON_COUNT = 8,
+	AC_REASON_PATH_TOO_LONG = 8, /* too long to match exactly (inside the workspace) */
+	/* The walk from the file did not end at the root of the task's mount
+	 * namespace: a detached mount (open_tree clone, fsmount, lazily
+	 * unmounted), another namespace's mount, or a disconnected dentry.
+	 * Its path text would be relative to some other root. */
+	AC_REASON_PATH_DETACHED = 9,
+	AC_REASON_COUNT = 10,
 };
 
 /* Access bits in a path rule and in a request. */
