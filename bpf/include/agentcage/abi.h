@@ -38,8 +38,9 @@
 #define AC_MAX_SCOPE_LEVEL 63
 
 /* Path resolution in the kernel: components walked from a file up to the
- * root of its mount namespace. A path deeper than this is DENIED (reason
- * AC_REASON_PATH_TOO_DEEP), never matched on a partial walk. */
+ * root of the task's mount namespace. A path deeper than this is DENIED
+ * (reason AC_REASON_PATH_TOO_DEEP), never matched on a partial walk; one
+ * that does not reach that root is denied too (AC_REASON_PATH_DETACHED). */
 #define AC_PATH_MAX_DEPTH 64
 /* Bytes of a path that take part in rule matching (the LPM key's data). The
  * kernel caps LPM trie data at 256 bytes; 8 go to the key header below. */
@@ -59,7 +60,7 @@ enum ac_hook {
 	AC_HOOK_SOCKET_SEND = 5,    /* socket_sendmsg to an explicit address */
 	AC_HOOK_SOCKET_CREATE = 6,  /* socket_create (raw, packet, other families) */
 	AC_HOOK_UNIX_CONNECT = 7,   /* unix_stream_connect, unix_may_send */
-	AC_HOOK_SCOPE_ESCAPE = 8,   /* ptrace attach, user namespaces, cgroupfs */
+	AC_HOOK_SCOPE_ESCAPE = 8,   /* ptrace attach, user namespaces, cgroupfs, mounts, chroot */
 	AC_HOOK_COUNT = 9,
 };
 
@@ -81,7 +82,7 @@ enum ac_reason {
 	AC_REASON_PATH_TOO_DEEP = 4, /* > AC_PATH_MAX_DEPTH components */
 	AC_REASON_PATH_UNREADABLE = 5, /* a dentry name could not be read */
 	AC_REASON_INTERNAL = 6,      /* scratch map lookup failed etc. */
-	AC_REASON_PROTECTED = 7,     /* never allowed in a scope (cgroupfs, ptrace, userns) */
+	AC_REASON_PROTECTED = 7,     /* never allowed in a scope (cgroupfs, ptrace, userns, mounts) */
 	AC_REASON_PATH_TOO_LONG = 8, /* too long to match exactly (inside the workspace) */
 	/* The walk from the file did not end at the root of the task's mount
 	 * namespace: a detached mount (open_tree clone, fsmount, lazily
