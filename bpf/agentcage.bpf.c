@@ -22,8 +22,9 @@
  *   scope     task_alloc (clone3 into another cgroup), ptrace attach,
  *             userns_create, and cgroupfs (cgroup.procs writes).
  *   mounts    sb_mount, sb_umount, move_mount, sb_pivotroot, sb_kern_mount,
- *             path_chroot: a privileged process in a scope cannot change
- *             what a path leads to.
+ *             path_chroot, capable(CAP_SYS_CHROOT): a privileged process
+ *             in a scope cannot change what a path leads to, nor enter
+ *             another mount namespace.
  */
 #include "vmlinux.h"
 #include <bpf/bpf_helpers.h>
@@ -45,6 +46,7 @@ char LICENSE[] SEC("license") = "GPL";
 #define PTRACE_MODE_ATTACH 0x02
 #define CGROUP_SUPER_MAGIC 0x27e0eb
 #define CGROUP2_SUPER_MAGIC 0x63677270
+#define CAP_SYS_CHROOT 18
 
 /* Copy the resolved path text into an event. */
 static __always_inline void ac_event_path(struct ac_event_decision *e, struct ac_scratch *s,
@@ -480,6 +482,8 @@ int BPF_PROG(ac_userns_create, const struct cred *cred, int ret)
  *                 the new mount API, and mount(2) after sb_mount)
  *   sb_pivotroot  pivot_root(2)
  *   path_chroot   chroot(2)
+ *   capable       CAP_SYS_CHROOT, which setns(CLONE_NEWNS) needs besides
+ *                 CAP_SYS_ADMIN (and chroot before path_chroot)
  * open_tree(OPEN_TREE_CLONE) has no hook of its own: it makes a detached
  * copy, which move_mount cannot attach, and files reached through it are
  * denied by the path walk (AC_REASON_PATH_DETACHED, see path.bpf.h).
@@ -529,4 +533,21 @@ SEC("lsm/path_chroot")
 int BPF_PROG(ac_path_chroot, const struct path *path, int ret)
 {
 	return ret ? ret : ac_mount_change();
+}
+
+/*
+ * Joining another mount namespace (setns with a pidfd or a /proc/PID/ns/mnt
+ * fd) would make the walk resolve paths in that namespace, where another
+ * tree may sit under an allowed path; there is no LSM hook for setns, but
+ * mntns_install asks for CAP_SYS_CHROOT, and so does chroot: neither is
+ * needed in a scope. Every other capability is decided without a map
+ * lookup, so the hook costs the rest of the host one comparison.
+ */
+SEC("lsm/capable")
+int BPF_PROG(ac_capable, const struct cred *cred, struct user_namespace *ns, int cap,
+	     unsigned int opts, int ret)
+{
+	if (ret || cap != CAP_SYS_CHROOT)
+		return ret;
+	return ac_mount_change();
 }

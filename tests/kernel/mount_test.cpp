@@ -18,6 +18,7 @@
 #include <sys/mount.h>
 #include <sys/stat.h>
 #include <sys/syscall.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include <atomic>
@@ -236,7 +237,8 @@ TEST_F(MountTest, UmountIsDeniedInAScope) {
 
 // The new mount API: attaching a clone of another tree with move_mount,
 // creating a filesystem with fsopen/fsconfig; and the root switches,
-// pivot_root and chroot.
+// pivot_root and chroot (for root, capable(CAP_SYS_CHROOT) denies chroot
+// before path_chroot is asked).
 TEST_F(MountTest, MoveMountNewFilesystemsAndRootChangesAreDeniedInAScope) {
   ASSERT_NO_FATAL_FAILURE(apply("  files:\n    read: [" + base("allowed") + "]\n"));
   const std::string mnt = base("allowed/mnt"), secretdir = base("secretdir");
@@ -265,7 +267,11 @@ TEST_F(MountTest, MoveMountNewFilesystemsAndRootChangesAreDeniedInAScope) {
     if (::unshare(CLONE_NEWNS) != 0) return kSetupFailed;
     return pivot_root(newroot, newroot + "/old");
   };
-  auto chroot_allowed = [&] { return result(::chroot(base("allowed").c_str())); };
+  // A failed capability check (ours: capable(CAP_SYS_CHROOT)) is EPERM; the counters below show it was ours.
+  auto chroot_allowed = [&] {
+    if (::chroot(base("allowed").c_str()) == 0) return kOk;
+    return errno == EPERM ? kDenied : classify(errno);
+  };
 
   fs::create_directories(newroot);
   auto before = hook(AC_HOOK_SCOPE_ESCAPE);  // the controls run unscoped: never counted
@@ -302,6 +308,50 @@ TEST_F(MountTest, MoveMountNewFilesystemsAndRootChangesAreDeniedInAScope) {
   auto after = hook(AC_HOOK_SCOPE_ESCAPE);
   EXPECT_EQ(after.decisions[AC_DECISION_DENY], before.decisions[AC_DECISION_DENY] + 4);
   EXPECT_EQ(after.reasons[AC_REASON_PROTECTED], before.reasons[AC_REASON_PROTECTED] + 4);
+}
+
+// Another process's mount namespace, where a denied tree sits under an
+// allowed path: joining it (setns with a pidfd; no LSM hook, but it needs
+// CAP_SYS_CHROOT) would make the walk resolve in that namespace, where the
+// denied file's path is the allowed one. The pidfd comes from outside the
+// scope: on 6.9+ a pidfd is a pidfs file, and opening one in the scope is a
+// file_open of a pseudo file ("/"), which this policy does not allow.
+TEST_F(MountTest, JoiningAnotherMountNamespaceIsDenied) {
+  ASSERT_NO_FATAL_FAILURE(apply("  files:\n    read: [" + base("allowed") + "]\n"));
+  const std::string mnt = base("allowed/mnt"), secretdir = base("secretdir");
+  int ready[2], release[2];
+  ASSERT_EQ(::pipe2(ready, O_CLOEXEC), 0);
+  ASSERT_EQ(::pipe2(release, O_CLOEXEC), 0);
+  pid_t holder = ::fork();
+  ASSERT_GE(holder, 0);
+  if (holder == 0) {  // keeps a namespace with secretdir bound over allowed/mnt alive
+    char c = 0;
+    if (::unshare(CLONE_NEWNS) != 0 || ::mount(nullptr, "/", nullptr, MS_REC | MS_PRIVATE, nullptr) != 0 ||
+        ::mount(secretdir.c_str(), mnt.c_str(), nullptr, MS_BIND, nullptr) != 0)
+      c = 1;
+    if (::write(ready[1], &c, 1) != 1) ::_exit(1);
+    (void)::read(release[0], &c, 1);
+    ::_exit(0);
+  }
+  char state = 1;
+  ASSERT_EQ(::read(ready[0], &state, 1), 1);
+  ASSERT_EQ(state, 0) << "the holder could not set up its namespace";
+  int pidfd = static_cast<int>(::syscall(SYS_pidfd_open, holder, 0));
+  ASSERT_GE(pidfd, 0);
+  auto join_and_read = [&] {
+    if (::setns(pidfd, CLONE_NEWNS) != 0) return errno == EPERM ? kDenied : kOtherError;
+    return first_line(mnt + "/s.txt") == "secret" ? kOk : kOtherError;
+  };
+  EXPECT_EQ(in_child(false, join_and_read), kOk) << "outside the scope: joins and reads the secret";
+  auto before = hook(AC_HOOK_SCOPE_ESCAPE);
+  EXPECT_EQ(scoped(join_and_read), kDenied) << "setns (EPERM: a capability check fails)";
+  auto after = hook(AC_HOOK_SCOPE_ESCAPE);
+  EXPECT_EQ(after.decisions[AC_DECISION_DENY], before.decisions[AC_DECISION_DENY] + 1);
+  EXPECT_EQ(after.reasons[AC_REASON_PROTECTED], before.reasons[AC_REASON_PROTECTED] + 1);
+  (void)::write(release[1], "x", 1);
+  int st = 0;
+  ::waitpid(holder, &st, 0);
+  for (int fd : {pidfd, ready[0], ready[1], release[0], release[1]}) ::close(fd);
 }
 
 // A mount tree that is not attached to the task's mount namespace has its
