@@ -21,6 +21,10 @@
  *             (unix sockets by identity), socket_create (raw, packet, ...).
  *   scope     task_alloc (clone3 into another cgroup), ptrace attach,
  *             userns_create, and cgroupfs (cgroup.procs writes).
+ *   mounts    sb_mount, sb_umount, move_mount, sb_pivotroot, sb_kern_mount,
+ *             path_chroot, capable(CAP_SYS_CHROOT): a privileged process
+ *             in a scope cannot change what a path leads to, nor enter
+ *             another mount namespace.
  */
 #include "vmlinux.h"
 #include <bpf/bpf_helpers.h>
@@ -42,6 +46,7 @@ char LICENSE[] SEC("license") = "GPL";
 #define PTRACE_MODE_ATTACH 0x02
 #define CGROUP_SUPER_MAGIC 0x27e0eb
 #define CGROUP2_SUPER_MAGIC 0x63677270
+#define CAP_SYS_CHROOT 18
 
 /* Copy the resolved path text into an event. */
 static __always_inline void ac_event_path(struct ac_event_decision *e, struct ac_scratch *s,
@@ -86,7 +91,7 @@ static __always_inline int ac_decide_dentry(struct ac_ctx *c, int scoped, struct
 		reason = AC_REASON_NO_POLICY;
 	} else if (!s) {
 		reason = AC_REASON_INTERNAL;
-	} else if ((status = ac_resolve(dentry, mnt, s, &text_len)) != AC_WALK_DONE) {
+	} else if ((status = ac_resolve(dentry, mnt, s, &text_len, 1)) != AC_WALK_DONE) {
 		reason = ac_walk_reason(status);
 	} else if (ac_protected_fs(dentry)) {
 		reason = AC_REASON_PROTECTED;
@@ -100,7 +105,7 @@ static __always_inline int ac_decide_dentry(struct ac_ctx *c, int scoped, struct
 		if (current != 1) {
 			reason = ac_policy_reason(current);
 		} else if (access & AC_ACCESS_UNRESOLVED) {
-			reason = AC_REASON_PATH_TOO_DEEP; /* too long to match exactly */
+			reason = AC_REASON_PATH_TOO_LONG; /* too long to match exactly */
 		} else if (access & AC_ACCESS_DENY) {
 			reason = AC_REASON_RULE_DENY;
 		} else if ((need.any_ok && (access & need.any_ok)) ||
@@ -456,4 +461,93 @@ int BPF_PROG(ac_userns_create, const struct cred *cred, int ret)
 	if (!scoped)
 		return 0;
 	return ac_deny_protected(&c, scoped);
+}
+
+/* ---- the mount table ------------------------------------------------------------ */
+
+/*
+ * Path rules hold only while the mount table is what the policy was written
+ * for. A privileged process in a scope (a root service confined with
+ * `agentcage attach`) could otherwise re-root paths: bind /home/x/lib over
+ * an allowed directory, move or unmount a mount to uncover what lies
+ * beneath, pivot_root or chroot into a tree of its own. All of it is denied
+ * in a scope, in a new mount namespace too (unshare itself has no hook and
+ * changes nothing):
+ *   sb_mount      every mount(2): new filesystems, bind, move, remount,
+ *                 propagation changes
+ *   sb_umount     umount2(2), lazy (MNT_DETACH) included
+ *   move_mount    move_mount(2): attaching a detached tree (open_tree clone,
+ *                 fsmount) or moving a mount
+ *   sb_kern_mount creating a superblock (fsconfig(FSCONFIG_CMD_CREATE) of
+ *                 the new mount API, and mount(2) after sb_mount)
+ *   sb_pivotroot  pivot_root(2)
+ *   path_chroot   chroot(2)
+ *   capable       CAP_SYS_CHROOT, which setns(CLONE_NEWNS) needs besides
+ *                 CAP_SYS_ADMIN (and chroot before path_chroot)
+ * open_tree(OPEN_TREE_CLONE) has no hook of its own: it makes a detached
+ * copy, which move_mount cannot attach, and files reached through it are
+ * denied by the path walk (AC_REASON_PATH_DETACHED, see path.bpf.h).
+ * Same signatures on 6.1 and 6.12.
+ */
+static __always_inline int ac_mount_change(void)
+{
+	struct ac_ctx c = {};
+	int scoped = ac_current_scope(&c, AC_HOOK_SCOPE_ESCAPE);
+	if (!scoped)
+		return 0;
+	return ac_deny_protected(&c, scoped);
+}
+
+SEC("lsm/sb_mount")
+int BPF_PROG(ac_sb_mount, const char *dev_name, const struct path *path, const char *type,
+	     unsigned long flags, void *data, int ret)
+{
+	return ret ? ret : ac_mount_change();
+}
+
+SEC("lsm/sb_umount")
+int BPF_PROG(ac_sb_umount, struct vfsmount *mnt, int flags, int ret)
+{
+	return ret ? ret : ac_mount_change();
+}
+
+SEC("lsm/move_mount")
+int BPF_PROG(ac_move_mount, const struct path *from_path, const struct path *to_path, int ret)
+{
+	return ret ? ret : ac_mount_change();
+}
+
+SEC("lsm/sb_kern_mount")
+int BPF_PROG(ac_sb_kern_mount, const struct super_block *sb, int ret)
+{
+	return ret ? ret : ac_mount_change();
+}
+
+SEC("lsm/sb_pivotroot")
+int BPF_PROG(ac_sb_pivotroot, const struct path *old_path, const struct path *new_path, int ret)
+{
+	return ret ? ret : ac_mount_change();
+}
+
+SEC("lsm/path_chroot")
+int BPF_PROG(ac_path_chroot, const struct path *path, int ret)
+{
+	return ret ? ret : ac_mount_change();
+}
+
+/*
+ * Joining another mount namespace (setns with a pidfd or a /proc/PID/ns/mnt
+ * fd) would make the walk resolve paths in that namespace, where another
+ * tree may sit under an allowed path; there is no LSM hook for setns, but
+ * mntns_install asks for CAP_SYS_CHROOT, and so does chroot: neither is
+ * needed in a scope. Every other capability is decided without a map
+ * lookup, so the hook costs the rest of the host one comparison.
+ */
+SEC("lsm/capable")
+int BPF_PROG(ac_capable, const struct cred *cred, struct user_namespace *ns, int cap,
+	     unsigned int opts, int ret)
+{
+	if (ret || cap != CAP_SYS_CHROOT)
+		return ret;
+	return ac_mount_change();
 }

@@ -12,9 +12,15 @@
 #include <bpf/bpf_helpers.h>
 #include "agentcage/abi.h"
 
+/* ac_scopes and ac_policies are not preallocated: a replaced or deleted
+ * element is freed only after an RCU grace period, so a hook that found it
+ * reads one consistent entry until it returns. Preallocated elements go back
+ * to the free list at once and can be refilled by the next update while a
+ * hook still reads them. Lookups (the unscoped fast path) cost the same. */
 struct {
 	__uint(type, BPF_MAP_TYPE_HASH);
 	__uint(max_entries, AC_MAX_SCOPES);
+	__uint(map_flags, BPF_F_NO_PREALLOC);
 	__type(key, __u64); /* cgroup id */
 	__type(value, struct ac_scope);
 } ac_scopes SEC(".maps");
@@ -22,6 +28,7 @@ struct {
 struct {
 	__uint(type, BPF_MAP_TYPE_HASH);
 	__uint(max_entries, AC_MAX_POLICIES);
+	__uint(map_flags, BPF_F_NO_PREALLOC);
 	__type(key, __u32); /* policy slot */
 	__type(value, struct ac_policy);
 } ac_policies SEC(".maps");

@@ -176,7 +176,8 @@ static __always_inline int ac_decide_unix(struct ac_ctx *c, int scoped, struct s
 	} else if (!s) {
 		reason = AC_REASON_INTERNAL;
 	} else if (dentry) {
-		status = ac_resolve(dentry, BPF_CORE_READ(u, path.mnt), s, &text_len);
+		/* not strict: the path is in the binder's mount namespace */
+		status = ac_resolve(dentry, BPF_CORE_READ(u, path.mnt), s, &text_len, 0);
 		if (status != AC_WALK_DONE) {
 			reason = ac_walk_reason(status);
 		} else {

@@ -8,6 +8,22 @@
  * /proc/self/root, /proc/self/fd re-opens and chroot therefore cannot change
  * the result: they all end at the same dentry.
  *
+ * The text is only meaningful if the walk ends at the root mount of the
+ * task's own mount namespace. A walk that ends anywhere else is denied
+ * (AC_WALK_DETACHED): a detached mount tree (open_tree(OPEN_TREE_CLONE) of
+ * /home/x makes /home/x/usr/lib/f walk as "/usr/lib/f"; fsmount; a lazily
+ * unmounted tree), a mount of another namespace (an fd passed in), or a
+ * disconnected dentry (open_by_handle_at). Kernel-internal mounts are the
+ * exception: pipes, sockets, memfds and other pseudo files have no path at
+ * all and keep resolving to "/", and on 6.12 (not on 6.1, which shows the
+ * overlay path) overlayfs opens the real file of every overlay file through
+ * its private layer mount (a backing file), after file_open has decided the
+ * overlay path itself: every exec on an overlayfs root depends on it. A scope cannot make
+ * an internal mount whose tree it chooses: that takes a new superblock (an
+ * overlayfs over a directory of its choice), and sb_kern_mount and sb_mount
+ * deny those in a scope, like every other mount-table change (see
+ * agentcage.bpf.c).
+ *
  * The walk is done with bpf_loop so the verifier checks one iteration, not
  * AC_PATH_MAX_DEPTH unrolled copies (6.1's verifier is the stricter one).
  */
@@ -29,7 +45,13 @@ enum ac_walk_status {
 	AC_WALK_TOO_DEEP = 2,
 	AC_WALK_UNREADABLE = 3,
 	AC_WALK_INTERNAL = 4,
+	AC_WALK_DETACHED = 5,
 };
+
+/* fs/mount.h: the mnt_ns of kernel-internal mounts (kern_mount, overlayfs
+ * layers), ERR_PTR(-EINVAL) on 6.1 and 6.12. Detached trees made by
+ * open_tree/fsmount have an anonymous namespace; unmounted ones NULL. */
+#define AC_MNT_NS_INTERNAL ((__u64)-22)
 
 /*
  * State of the walk and the copy below, kept in a map value rather than on
@@ -51,7 +73,8 @@ struct ac_walk_state {
 	__u32 depth;  /* components recorded in scratch.dentries */
 	__u32 status; /* enum ac_walk_status */
 	__u32 len;    /* copy: bytes of path text written to scratch.key.path */
-	__u32 pad;
+	__u32 strict; /* the walk must end at ns_root (or an internal mount) */
+	__u64 ns_root; /* struct mount *: root of the task's mount namespace */
 };
 
 struct {
@@ -60,6 +83,19 @@ struct {
 	__type(key, __u32);
 	__type(value, struct ac_walk_state);
 } ac_walk_buf SEC(".maps");
+
+/* How a walk that cannot go further up ends: at the root dentry of mount
+ * m (at_mnt_root) or at a dentry that is its own parent elsewhere on m. */
+static __always_inline __u32 ac_walk_end(struct ac_walk_state *w, struct mount *m, int at_mnt_root)
+{
+	if (!w->strict)
+		return AC_WALK_DONE;
+	if (at_mnt_root && (__u64)m == w->ns_root)
+		return AC_WALK_DONE;
+	if ((__u64)BPF_CORE_READ(m, mnt_ns) == AC_MNT_NS_INTERNAL)
+		return AC_WALK_DONE;
+	return AC_WALK_DETACHED;
+}
 
 /* One step up: either leave a mount for the mount point it sits on, or
  * record a component and go to its parent. */
@@ -79,8 +115,8 @@ static long ac_walk_step(__u32 i, void *data)
 
 	if (d == BPF_CORE_READ(m, mnt.mnt_root)) {
 		struct mount *parent = BPF_CORE_READ(m, mnt_parent);
-		if (parent == m) { /* root of the namespace (or a detached tree) */
-			w->status = AC_WALK_DONE;
+		if (parent == m) { /* root of the namespace, or of a detached tree */
+			w->status = ac_walk_end(w, m, 1);
 			return 1;
 		}
 		w->dentry = (__u64)BPF_CORE_READ(m, mnt_mountpoint);
@@ -88,8 +124,8 @@ static long ac_walk_step(__u32 i, void *data)
 		return 0;
 	}
 	struct dentry *parent = BPF_CORE_READ(d, d_parent);
-	if (parent == d) { /* root of a filesystem that is not mounted here */
-		w->status = AC_WALK_DONE;
+	if (parent == d) { /* pseudo file, or a dentry disconnected from m's root */
+		w->status = ac_walk_end(w, m, 0);
 		return 1;
 	}
 	__u32 depth = w->depth;
@@ -104,7 +140,7 @@ static long ac_walk_step(__u32 i, void *data)
 }
 
 /* Append "/<name>" for component depth-1-i (root first). Stops once
- * AC_PATH_KEY_MAX bytes are written: see ac_resolve_path for why the rest
+ * AC_PATH_KEY_MAX bytes are written: see ac_resolve for why the rest
  * cannot change a match. */
 static long ac_copy_step(__u32 i, void *data)
 {
@@ -154,9 +190,15 @@ static long ac_copy_step(__u32 i, void *data)
  * match included. (Workspace-relative rules are another matter, see
  * ac_path_access.) What cannot be resolved at all (too deep, unreadable
  * names) is reported so the caller denies it.
+ *
+ * strict: the walk must end at the root of the current task's mount
+ * namespace (see the top of this file), else AC_WALK_DETACHED. Files the
+ * task reaches are resolved strictly. A unix socket's bound path is not: it
+ * lies in the namespace of whoever bound it (e.g. a service with its own
+ * mount namespace), not in the connecting task's.
  */
 static __always_inline int ac_resolve(struct dentry *dentry, struct vfsmount *vfsmnt,
-				      struct ac_scratch *s, __u32 *text_len)
+				      struct ac_scratch *s, __u32 *text_len, int strict)
 {
 	__u32 zero = 0;
 	struct ac_walk_state *w = bpf_map_lookup_elem(&ac_walk_buf, &zero);
@@ -167,6 +209,12 @@ static __always_inline int ac_resolve(struct dentry *dentry, struct vfsmount *vf
 	w->depth = 0;
 	w->status = AC_WALK_RUNNING;
 	w->len = 0;
+	w->strict = strict;
+	w->ns_root = 0; /* no namespace (exiting task): nothing matches it */
+	if (strict) {
+		struct task_struct *task = (struct task_struct *)bpf_get_current_task();
+		w->ns_root = (__u64)BPF_CORE_READ(task, nsproxy, mnt_ns, root);
+	}
 	/* Each iteration either records a component or crosses a mount. */
 	bpf_loop(AC_PATH_MAX_DEPTH + 32, ac_walk_step, NULL, 0);
 	__u32 status = w->status;
@@ -199,14 +247,8 @@ static __always_inline int ac_resolve(struct dentry *dentry, struct vfsmount *vf
 	return AC_WALK_DONE;
 }
 
-static __always_inline int ac_resolve_path(const struct path *path, struct ac_scratch *s,
-					   __u32 *text_len)
-{
-	return ac_resolve(BPF_CORE_READ(path, dentry), BPF_CORE_READ(path, mnt), s, text_len);
-}
-
 /* Result bit of ac_path_access, never in a rule: the path could not be
- * matched exactly and must be denied (reason AC_REASON_PATH_TOO_DEEP). */
+ * matched exactly and must be denied (reason AC_REASON_PATH_TOO_LONG). */
 #define AC_ACCESS_UNRESOLVED (1u << 31)
 
 /*
@@ -304,6 +346,8 @@ static __always_inline __u8 ac_walk_reason(int status)
 		return AC_REASON_PATH_TOO_DEEP;
 	case AC_WALK_UNREADABLE:
 		return AC_REASON_PATH_UNREADABLE;
+	case AC_WALK_DETACHED:
+		return AC_REASON_PATH_DETACHED;
 	default:
 		return AC_REASON_INTERNAL;
 	}

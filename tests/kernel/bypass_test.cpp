@@ -583,7 +583,7 @@ TEST_F(BypassTest, PathsDeeperThanTheWalkAreDenied) {
 // allowed, under a deny prefix or outside every rule denied. Inside the
 // workspace the path is matched again without the workspace prefix, and a
 // workspace rule may be longer than what is left of the key: such paths are
-// denied (PATH_TOO_DEEP), never matched on a truncated key, so a long
+// denied (PATH_TOO_LONG), never matched on a truncated key, so a long
 // workspace deny rule cannot be skipped.
 TEST_F(BypassTest, LongPathsNeverMatchByTruncation) {
   const std::string a(120, 'a'), b(120, 'b');
@@ -628,7 +628,8 @@ TEST_F(BypassTest, LongPathsNeverMatchByTruncation) {
   EXPECT_FALSE(fs::exists(denied_file));
   EXPECT_EQ(scoped([&] { return create(sibling); }), kDenied);
   after = hook(AC_HOOK_FILE_CHANGE);
-  EXPECT_EQ(after.reasons[AC_REASON_PATH_TOO_DEEP], before.reasons[AC_REASON_PATH_TOO_DEEP] + 2);
+  EXPECT_EQ(after.reasons[AC_REASON_PATH_TOO_LONG], before.reasons[AC_REASON_PATH_TOO_LONG] + 2);
+  EXPECT_EQ(after.reasons[AC_REASON_PATH_TOO_DEEP], before.reasons[AC_REASON_PATH_TOO_DEEP]);
 }
 
 // Paths whose text runs past the key or whose components run past the

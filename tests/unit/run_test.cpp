@@ -143,6 +143,10 @@ TEST(RunOptions, Names) {
   EXPECT_EQ(bpf::hook_name(AC_HOOK_SCOPE_ESCAPE), "scope_escape");
   EXPECT_EQ(bpf::decision_name(AC_DECISION_AUDIT), "audit");
   EXPECT_EQ(bpf::reason_name(AC_REASON_PATH_TOO_DEEP), "path_too_deep");
+  EXPECT_EQ(bpf::reason_name(AC_REASON_PROTECTED), "protected");
+  EXPECT_EQ(bpf::reason_name(AC_REASON_PATH_TOO_LONG), "path_too_long");
+  EXPECT_EQ(bpf::reason_name(AC_REASON_PATH_DETACHED), "path_detached");
+  EXPECT_EQ(bpf::reason_name(AC_REASON_COUNT), "unknown");
   EXPECT_EQ(bpf::hook_name(AC_HOOK_COUNT), "unknown");
 }
 

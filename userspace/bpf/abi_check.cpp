@@ -24,6 +24,10 @@ static_assert(sizeof(ac_path_key) <= 8 + 256, "LPM trie data is capped at 256 by
 static_assert(offsetof(ac_path_key, path) == 8);
 static_assert(sizeof(ac_path_rule) == 8);
 static_assert(sizeof(ac_counters) == 8 * (int{AC_DECISION_COUNT} + int{AC_REASON_COUNT}));
+// Reasons are metric labels and event fields: existing values never move.
+static_assert(AC_REASON_PROTECTED == 7 && AC_REASON_PATH_TOO_LONG == 8 && AC_REASON_PATH_DETACHED == 9);
+static_assert(AC_REASON_COUNT == 10 && sizeof(ac_counters) == 8 * 13);
+static_assert(AC_ABI_VERSION == 3, "the layout above is ABI version 3");
 static_assert(sizeof(ac_event_header) == 24);
 static_assert(offsetof(ac_event_decision, scope_id) == 24);
 static_assert(offsetof(ac_event_decision, hook) == 48);

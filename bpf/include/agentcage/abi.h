@@ -19,7 +19,7 @@
 #include <linux/types.h>
 #endif
 
-#define AC_ABI_VERSION 2
+#define AC_ABI_VERSION 3
 
 /* ---- capacities ------------------------------------------------------- */
 
@@ -38,8 +38,9 @@
 #define AC_MAX_SCOPE_LEVEL 63
 
 /* Path resolution in the kernel: components walked from a file up to the
- * root of its mount namespace. A path deeper than this is DENIED (reason
- * AC_REASON_PATH_TOO_DEEP), never matched on a partial walk. */
+ * root of the task's mount namespace. A path deeper than this is DENIED
+ * (reason AC_REASON_PATH_TOO_DEEP), never matched on a partial walk; one
+ * that does not reach that root is denied too (AC_REASON_PATH_DETACHED). */
 #define AC_PATH_MAX_DEPTH 64
 /* Bytes of a path that take part in rule matching (the LPM key's data). The
  * kernel caps LPM trie data at 256 bytes; 8 go to the key header below. */
@@ -59,7 +60,7 @@ enum ac_hook {
 	AC_HOOK_SOCKET_SEND = 5,    /* socket_sendmsg to an explicit address */
 	AC_HOOK_SOCKET_CREATE = 6,  /* socket_create (raw, packet, other families) */
 	AC_HOOK_UNIX_CONNECT = 7,   /* unix_stream_connect, unix_may_send */
-	AC_HOOK_SCOPE_ESCAPE = 8,   /* ptrace attach, user namespaces, cgroupfs */
+	AC_HOOK_SCOPE_ESCAPE = 8,   /* ptrace attach, user namespaces, cgroupfs, mounts, chroot */
 	AC_HOOK_COUNT = 9,
 };
 
@@ -81,8 +82,14 @@ enum ac_reason {
 	AC_REASON_PATH_TOO_DEEP = 4, /* > AC_PATH_MAX_DEPTH components */
 	AC_REASON_PATH_UNREADABLE = 5, /* a dentry name could not be read */
 	AC_REASON_INTERNAL = 6,      /* scratch map lookup failed etc. */
-	AC_REASON_PROTECTED = 7,     /* never allowed in a scope (cgroupfs, ptrace, userns) */
-	AC_REASON_COUNT = 8,
+	AC_REASON_PROTECTED = 7,     /* never allowed in a scope (cgroupfs, ptrace, userns, mounts) */
+	AC_REASON_PATH_TOO_LONG = 8, /* too long to match exactly (inside the workspace) */
+	/* The walk from the file did not end at the root of the task's mount
+	 * namespace: a detached mount (open_tree clone, fsmount, lazily
+	 * unmounted), another namespace's mount, or a disconnected dentry.
+	 * Its path text would be relative to some other root. */
+	AC_REASON_PATH_DETACHED = 9,
+	AC_REASON_COUNT = 10,
 };
 
 /* Access bits in a path rule and in a request. */
@@ -104,11 +111,14 @@ enum ac_reason {
 
 /* ---- maps ------------------------------------------------------------- */
 
-/* ac_scopes: HASH, key __u64 cgroup id (the cgroup v2 inode number, as
- * bpf_get_current_ancestor_cgroup_id returns and name_to_handle_at gives).
- * A task is in scope S when the cgroup registered for S is its own cgroup or
- * any ancestor of it. Hash updates replace the element under RCU, so a
- * reader sees the old value or the new one, never a mix. */
+/* ac_scopes: HASH (no prealloc), key __u64 cgroup id (the cgroup v2 inode
+ * number, as bpf_get_current_ancestor_cgroup_id returns and
+ * name_to_handle_at gives). A task is in scope S when the cgroup registered
+ * for S is its own cgroup or any ancestor of it. An update links a new
+ * element and frees the old one after an RCU grace period, so a reader sees
+ * the old value or the new one, never a mix. (A preallocated hash recycles
+ * a replaced or deleted element at once: a hook still reading it could see
+ * fields of two different entries.) */
 struct ac_scope {
 	__u64 scope_id;    /* userspace's id for the run/attachment; in events */
 	__u32 policy_slot; /* key into the policies map */
@@ -128,10 +138,11 @@ struct ac_workspace {
 	__u32 pad;
 };
 
-/* ac_policies: HASH, key __u32 slot. Indirection so that swapping a live policy
- * is ONE element update: new rules are written under a fresh rules_id, then
- * the slot is pointed at it, then the old rules are deleted. A hook reads the
- * slot once and uses that rules_id for every lookup of the decision. */
+/* ac_policies: HASH (no prealloc, see ac_scopes), key __u32 slot.
+ * Indirection so that swapping a live policy is ONE element update: new
+ * rules are written under a fresh rules_id, then the slot is pointed at it,
+ * then the old rules are deleted. A hook reads the slot once and uses that
+ * rules_id for every lookup of the decision. */
 #define AC_POLICY_F_AUDIT (1u << 0) /* report would-be denials, deny nothing */
 /* Who keeps a slot alive (userspace bookkeeping; the hooks ignore it). */
 #define AC_POLICY_OWNER_NAMED 0u     /* installed by name (daemon, tests): kept until removed */
