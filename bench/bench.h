@@ -10,6 +10,9 @@
 //             /usr/bin/true vs `bwrap --unshare-all ... /usr/bin/true`,
 //             interleaved run by run (a standalone section in main.cpp,
 //             timed with time_command()).
+//   events    denial records per second `agentcage daemon` delivers with
+//             zero loss, and produced = delivered + lost at overload
+//             (a standalone section, events.cpp).
 #pragma once
 
 #include <sys/types.h>
@@ -40,7 +43,9 @@ struct Options {
   unsigned scopes = 100;       // live scopes during phase B
   unsigned run_rounds = 60;    // run section: rounds of bare / bwrap / agentcage run
   std::string run_policy = "bench/run-true.yaml";  // run section: policy allowing /usr/bin/true
-  std::string agentcage;       // run section: agentcage binary ("" = next to this binary's dir)
+  std::string agentcage;       // run and events sections: agentcage binary ("" = next to this binary's dir)
+  double events_seconds = 5;   // events section: generator time per step
+  double events_start_rate = 500;  // events section: first step's opens/s (doubled per step)
   std::set<std::string> sections;
 };
 
@@ -128,6 +133,12 @@ Result<unsigned> run_mixed_workload(int cgroup_fd, const fs::path& workspace, un
 // Median wall time (ns) of fork + exec `argv` + wait, `runs` times; fails if
 // any run exits non-zero. For the run benchmark (issue 4).
 Result<double> time_command(const std::vector<std::string>& argv, unsigned runs);
+
+// The events section (events.cpp): starts `agentcage daemon` with a
+// temporary config, steps a denied-open generator's rate up until the ring
+// buffer loses records, prints the table. 0 measured and every step's
+// accounting exact, 1 otherwise.
+int events_section(const Options& opts);
 
 // ---- BPF program statistics ----------------------------------------------------
 

@@ -413,7 +413,8 @@ struct StandaloneSection {
   std::function<int(const Options&)> run;
 };
 std::vector<StandaloneSection> standalone_sections() {
-  return {{"run", "wall time: agentcage run -- true vs true vs bwrap --unshare-all ... true", run_cost_section}};
+  return {{"run", "wall time: agentcage run -- true vs true vs bwrap --unshare-all ... true", run_cost_section},
+          {"events", "audit events/s agentcage daemon delivers with zero loss; overflow accounting", events_section}};
 }
 
 }  // namespace
@@ -432,11 +433,15 @@ int main(int argc, char** argv) {
   app.add_option("--rounds", opts.rounds, "A/B rounds (BAAB order)")->check(CLI::Range(1u, 100u));
   app.add_option("--batches", opts.batches, "timed batches per op per phase")->check(CLI::Range(1u, 1000u));
   app.add_option("--scopes", opts.scopes, "live scopes in phase B")->check(CLI::Range(0u, 10000u));
-  app.add_option("--sections", sections, "comma-separated: hooks,unscoped,run");
+  app.add_option("--sections", sections, "comma-separated: hooks,unscoped,run,events (default: hooks,unscoped,run)");
   app.add_option("--run-rounds", opts.run_rounds, "run section: rounds (one run of each command per round)")
       ->check(CLI::Range(1u, 100000u));
   app.add_option("--run-policy", opts.run_policy, "run section: the policy for agentcage run (must allow /usr/bin/true)");
-  app.add_option("--agentcage", opts.agentcage, "run section: the agentcage binary (default: ../agentcage next to this binary)");
+  app.add_option("--agentcage", opts.agentcage, "run/events sections: the agentcage binary (default: ../agentcage next to this binary)");
+  app.add_option("--events-seconds", opts.events_seconds, "events section: generator seconds per rate step")
+      ->check(CLI::Range(1.0, 600.0));
+  app.add_option("--events-start-rate", opts.events_start_rate, "events section: first step's denied opens/s (doubled each step)")
+      ->check(CLI::Range(1.0, 1e6));
   app.add_option("--environment", environment, "printed in the header (bench/run says e.g. 'qemu TCG')");
   CLI11_PARSE(app, argc, argv);
 
