@@ -231,14 +231,14 @@ int main(int argc, char** argv) {
   app.add_flag("-v,--verbose", verbosity, "More log output (repeat for libbpf debug output)");
 
   auto* doctor = app.add_subcommand("doctor", "Check whether this host can enforce policies");
-  doctor->description(kDoctorHelp);
+  doctor->footer(kDoctorHelp);
   bool json = false;
   doctor->add_flag("--json", json, "Print the report as JSON");
 
   auto* policy_cmd = app.add_subcommand("policy", "Work with policy files");
   policy_cmd->require_subcommand(1);
   auto* check = policy_cmd->add_subcommand("check", "Validate policy files without applying them");
-  check->description(
+  check->footer(
       "Validate each policy FILE (YAML, apiVersion agentcage/v1) without applying it: syntax,\n"
       "unknown keys, types, paths, CIDRs, ports, sizes, durations, and that exec.allow programs\n"
       "exist. Errors are printed as FILE:LINE:COL: message.\n\n"
@@ -247,7 +247,7 @@ int main(int argc, char** argv) {
   check->add_option("FILE", policy_files, "Policy files to check")->required();
 
   auto* attach = app.add_subcommand("attach", "Confine an existing cgroup under a policy");
-  attach->description(
+  attach->footer(
       "Put an existing cgroup v2 -- a systemd service's, an agent runner's -- and everything in and\n"
       "below it under POLICY, enforced in the kernel by the shared BPF LSM programs (loaded and\n"
       "pinned in /sys/fs/bpf/agentcage on first use; enforcement continues after this command\n"
@@ -270,14 +270,14 @@ int main(int argc, char** argv) {
                      "Directory the policy's ${workspace} rules refer to (required if it has any)");
 
   auto* detach = app.add_subcommand("detach", "Lift the confinement of an attached cgroup");
-  detach->description(
+  detach->footer(
       "Remove the scope `agentcage attach` registered for the cgroup and print what was denied\n"
       "while it was attached. The processes keep running, unconfined.\n\n"
       "Exit status: 0 detached, 1 failed (e.g. the cgroup was not attached), 2 usage error.");
   std::string detach_cgroup;
   detach->add_option("--cgroup", detach_cgroup, "The cgroup, as given to attach")->required();
   auto* run = app.add_subcommand("run", "Run a command confined by a policy in a cgroup of its own");
-  run->description(kRunHelp);
+  run->footer(kRunHelp);
   // Without "--", COMMAND starts at the first argument that is not an option.
   run->prefix_command();
   agentcage::run::RunOptions ropts;
@@ -298,7 +298,7 @@ int main(int argc, char** argv) {
   run->add_option("--policy-dir", policy_dir, "Where --policy NAME is looked up (default: $AGENTCAGE_POLICY_DIR or /etc/agentcage/policies)");
 
   auto* daemon_cmd = app.add_subcommand("daemon", "Run the host agent: policy directory, metrics, audit log, control socket");
-  daemon_cmd->description(
+  daemon_cmd->footer(
       "Run agentcage as a long-running host agent (normally under systemd: packaging/systemd/agentcage.service).\n"
       "It adopts (or loads and pins) the BPF LSM programs, installs every *.yaml of the policy directory as a named\n"
       "policy and hot-reloads it on change (an invalid file is rejected with FILE:LINE:COL and the previous version\n"
@@ -314,7 +314,7 @@ int main(int argc, char** argv) {
 
   std::string control_socket = agentcage::daemon::default_control_socket();
   auto* status_cmd = app.add_subcommand("status", "Show what is enforcing: daemon, programs, policies, scopes, counters");
-  status_cmd->description(
+  status_cmd->footer(
       "Asks the daemon (control socket) for its status; without a daemon, reads the pinned BPF maps directly\n"
       "(root) without loading anything.\n\nExit status: 0 when enforcement is ready, 1 otherwise.");
   bool status_json = false;
@@ -322,7 +322,7 @@ int main(int argc, char** argv) {
   status_cmd->add_option("--socket", control_socket, "The daemon's control socket (default $AGENTCAGE_CONTROL_SOCKET or /run/agentcage/control.sock)");
 
   auto* events_cmd = app.add_subcommand("events", "Print the daemon's recent audit events; --follow streams new ones");
-  events_cmd->description(
+  events_cmd->footer(
       "Prints the daemon's most recent decision events (JSON lines, the audit log's format; see docs/daemon.md)\n"
       "and with --follow keeps streaming new ones. Needs the daemon: it is the ring buffer's only consumer.\n"
       "A line {\"dropped\":N} means N events were not queued for this client because it read too slowly.\n\n"
