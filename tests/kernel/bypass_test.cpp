@@ -30,6 +30,7 @@
 #include "cgroup/cgroup.h"
 #include "kernel_env.h"
 #include "policy/policy.h"
+#include "policy_fixture.h"
 #include "probes.h"
 
 namespace agentcage {
@@ -224,72 +225,21 @@ int accept_now(int listener) {
 
 // ---- the fixture ---------------------------------------------------------------
 
-class BypassTest : public ::testing::Test {
+class BypassTest : public kt::PolicyScopeTest {
  protected:
   static constexpr uint32_t kSlot = 3;
+  BypassTest() : PolicyScopeTest(kSlot, "bp") {}
 
   void SetUp() override {
-    AC_REQUIRE_ENFORCER();
-    static std::atomic<int> n{0};
-    auto root = cgroup::find_cgroup2_root();
-    ASSERT_TRUE(root.ok()) << root.error().message;
-    root_ = *root;
-    fs::create_directories(root_ / "agentcage-kt");
-    auto cg = cgroup::Cgroup::create(root_, root_ / "agentcage-kt",
-                                     "bypass-" + std::to_string(::getpid()) + "-" + std::to_string(n++));
-    ASSERT_TRUE(cg.ok()) << cg.error().message;
-    cg_ = std::move(cg).value();
-    char tmpl[] = "/tmp/agentcage-bp-XXXXXX";
-    ASSERT_NE(::mkdtemp(tmpl), nullptr);
-    base_ = tmpl;
-    ws_ = base_ / "workspace";
-    fs::create_directories(ws_);
+    PolicyScopeTest::SetUp();
+    if (IsSkipped() || HasFatalFailure()) return;
     fs::create_directories(base_ / "allowed");
     std::ofstream(base_ / "allowed" / "ok.txt") << "ok\n";
     std::ofstream(base_ / "secret.txt") << "secret\n";
   }
 
-  void TearDown() override {
-    if (scoped_) {
-      EXPECT_TRUE(kt::enforcer()->remove_scope(cg_.id()).ok());
-    }
-    if (kt::enforcer()) (void)kt::enforcer()->remove_policy(kSlot);
-    EXPECT_TRUE(cg_.remove().ok());
-    if (!base_.empty()) fs::remove_all(base_);
-  }
-
-  // Parse, compile and install a policy `spec`, then scope the cgroup.
-  void apply(const std::string& spec) {
-    auto parsed = policy::parse_policy(policy_yaml(spec), "bypass.yaml");
-    ASSERT_TRUE(parsed.ok()) << (parsed.errors.empty() ? "" : parsed.errors[0].format());
-    auto compiled = bpf::compile(*parsed.policy);
-    ASSERT_TRUE(compiled.ok()) << compiled.error().message;
-    auto st = kt::enforcer()->put_policy(kSlot, *compiled);
-    ASSERT_TRUE(st.ok()) << st.error().message;
-    if (!scoped_) {
-      st = kt::enforcer()->add_scope(cg_.id(), cg_.level(), 3000 + static_cast<uint64_t>(::getpid()), kSlot,
-                                     ws_.string());
-      ASSERT_TRUE(st.ok()) << st.error().message;
-      scoped_ = true;
-    }
-  }
-
-  int scoped(const std::function<int()>& fn) { return run_in_cgroup(cg_.fd(), fn); }
-
-  ac_counters hook(ac_hook h) {
-    auto c = kt::enforcer()->counters(kSlot);
-    EXPECT_TRUE(c.ok());
-    return c ? c->hooks[h] : ac_counters{};
-  }
-  uint64_t denied(ac_hook h) { return hook(h).decisions[AC_DECISION_DENY]; }
-  uint64_t reason(ac_hook h, ac_reason r) { return hook(h).reasons[r]; }
-
-  std::string base(const std::string& rel) const { return (base_ / rel).string(); }
-  std::string ws(const std::string& rel) const { return (ws_ / rel).string(); }
-
-  fs::path root_, base_, ws_;
-  cgroup::Cgroup cg_;
-  bool scoped_ = false;
+  // Install a policy `spec`, then scope the cgroup.
+  void apply(const std::string& spec) { apply_yaml(policy_yaml(spec), ws_.string()); }
 };
 
 // ---- 1. io_uring -------------------------------------------------------------------

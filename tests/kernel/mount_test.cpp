@@ -32,6 +32,7 @@
 #include "cgroup/cgroup.h"
 #include "kernel_env.h"
 #include "policy/policy.h"
+#include "policy_fixture.h"
 #include "probes.h"
 
 namespace agentcage {
@@ -97,24 +98,15 @@ int pivot_root(const std::string& new_root, const std::string& put_old) {
   return result(static_cast<int>(::syscall(SYS_pivot_root, new_root.c_str(), put_old.c_str())));
 }
 
-class MountTest : public ::testing::Test {
+class MountTest : public kt::PolicyScopeTest {
  protected:
   static constexpr uint32_t kSlot = 5;
+  MountTest() : PolicyScopeTest(kSlot, "mnt") {}
 
   void SetUp() override {
-    AC_REQUIRE_ENFORCER();
+    PolicyScopeTest::SetUp();
+    if (IsSkipped() || HasFatalFailure()) return;
     ASSERT_TRUE(codes_.ok());
-    static std::atomic<int> n{0};
-    auto root = cgroup::find_cgroup2_root();
-    ASSERT_TRUE(root.ok()) << root.error().message;
-    fs::create_directories(*root / "agentcage-kt");
-    auto cg = cgroup::Cgroup::create(*root, *root / "agentcage-kt",
-                                     "mount-" + std::to_string(::getpid()) + "-" + std::to_string(n++));
-    ASSERT_TRUE(cg.ok()) << cg.error().message;
-    cg_ = std::move(cg).value();
-    char tmpl[] = "/tmp/agentcage-mnt-XXXXXX";
-    ASSERT_NE(::mkdtemp(tmpl), nullptr);
-    base_ = tmpl;
     fs::create_directories(base_ / "allowed" / "mnt");
     std::ofstream(base_ / "allowed" / "ok.txt") << "ok\n";
     std::ofstream(base_ / "secret.txt") << "secret\n";
@@ -125,42 +117,11 @@ class MountTest : public ::testing::Test {
     std::ofstream(base_ / "home" / "usr" / "lib" / "f.txt") << "fake\n";
   }
 
-  void TearDown() override {
-    if (scoped_) {
-      EXPECT_TRUE(kt::enforcer()->remove_scope(cg_.id()).ok());
-    }
-    if (kt::enforcer()) (void)kt::enforcer()->remove_policy(kSlot);
-    EXPECT_TRUE(cg_.remove().ok());
-    if (!base_.empty()) fs::remove_all(base_);
-  }
-
+  // Install a policy `spec` (no workspace), then scope the cgroup.
   void apply(const std::string& spec) {
-    auto parsed = policy::parse_policy(
-        "apiVersion: agentcage/v1\nkind: Policy\nmetadata:\n  name: kt-mount\nspec:\n" + spec, "mount.yaml");
-    ASSERT_TRUE(parsed.ok()) << (parsed.errors.empty() ? "" : parsed.errors[0].format());
-    auto compiled = bpf::compile(*parsed.policy);
-    ASSERT_TRUE(compiled.ok()) << compiled.error().message;
-    auto st = kt::enforcer()->put_policy(kSlot, *compiled);
-    ASSERT_TRUE(st.ok()) << st.error().message;
-    st = kt::enforcer()->add_scope(cg_.id(), cg_.level(), 5000 + static_cast<uint64_t>(::getpid()), kSlot, "");
-    ASSERT_TRUE(st.ok()) << st.error().message;
-    scoped_ = true;
+    apply_yaml("apiVersion: agentcage/v1\nkind: Policy\nmetadata:\n  name: kt-mount\nspec:\n" + spec, "");
   }
 
-  // fn in a new process inside the scope (from whatever namespace the caller is in).
-  int scoped(const std::function<int()>& fn) { return run_in_cgroup(cg_.fd(), fn); }
-
-  ac_counters hook(ac_hook h) {
-    auto c = kt::enforcer()->counters(kSlot);
-    EXPECT_TRUE(c.ok());
-    return c ? c->hooks[h] : ac_counters{};
-  }
-
-  std::string base(const std::string& rel) const { return (base_ / rel).string(); }
-
-  fs::path base_;
-  cgroup::Cgroup cg_;
-  bool scoped_ = false;
   Codes codes_;
 };
 

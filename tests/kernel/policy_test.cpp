@@ -25,6 +25,7 @@
 #include "bpf/compile.h"
 #include "cgroup/cgroup.h"
 #include "kernel_env.h"
+#include "policy_fixture.h"
 #include "probes.h"
 #include "policy/policy.h"
 
@@ -35,62 +36,21 @@ namespace fs = std::filesystem;
 
 using namespace kt;
 
-class PolicyTest : public ::testing::Test {
+class PolicyTest : public kt::PolicyScopeTest {
  protected:
   static constexpr uint32_t kSlot = 2;
+  PolicyTest() : PolicyScopeTest(kSlot, "pt") {}
 
   void SetUp() override {
-    AC_REQUIRE_ENFORCER();
-    static std::atomic<int> n{0};
-    auto root = cgroup::find_cgroup2_root();
-    ASSERT_TRUE(root.ok());
-    root_ = *root;
-    fs::create_directories(root_ / "agentcage-kt");
-    auto cg = cgroup::Cgroup::create(root_, root_ / "agentcage-kt", "policy-" + std::to_string(::getpid()) + "-" +
-                                                                       std::to_string(n++));
-    ASSERT_TRUE(cg.ok()) << cg.error().message;
-    cg_ = std::move(cg).value();
-    char tmpl[] = "/tmp/agentcage-pt-XXXXXX";
-    ASSERT_NE(::mkdtemp(tmpl), nullptr);
-    base_ = tmpl;
-    ws_ = base_ / "workspace";
+    PolicyScopeTest::SetUp();
+    if (IsSkipped() || HasFatalFailure()) return;
     fs::create_directories(ws_ / ".git" / "hooks");
     fs::create_directories(base_ / "outside");
     std::ofstream(base_ / "outside" / "data.txt") << "data\n";
   }
 
-  void TearDown() override {
-    if (scoped_) {
-      EXPECT_TRUE(kt::enforcer()->remove_scope(cg_.id()).ok());
-    }
-    if (kt::enforcer()) (void)kt::enforcer()->remove_policy(kSlot);
-    EXPECT_TRUE(cg_.remove().ok());
-    if (!base_.empty()) fs::remove_all(base_);
-  }
-
-  // Parse, compile and install `yaml`, then scope the cgroup with it.
-  void apply(const std::string& yaml) {
-    auto parsed = policy::parse_policy(yaml, "test.yaml");
-    ASSERT_TRUE(parsed.ok()) << (parsed.errors.empty() ? "" : parsed.errors[0].format());
-    auto compiled = bpf::compile(*parsed.policy);
-    ASSERT_TRUE(compiled.ok()) << compiled.error().message;
-    auto st = kt::enforcer()->put_policy(kSlot, *compiled);
-    ASSERT_TRUE(st.ok()) << st.error().message;
-    if (!scoped_) {
-      st = kt::enforcer()->add_scope(cg_.id(), cg_.level(), 77, kSlot, ws_.string());
-      ASSERT_TRUE(st.ok()) << st.error().message;
-      scoped_ = true;
-    }
-  }
-
-  int scoped(const std::function<int()>& fn) { return run_in_cgroup(cg_.fd(), fn); }
-
-  std::string base(const char* rel) const { return (base_ / rel).string(); }
-  std::string ws(const char* rel) const { return (ws_ / rel).string(); }
-
-  fs::path root_, base_, ws_;
-  cgroup::Cgroup cg_;
-  bool scoped_ = false;
+  // Install `yaml` (a whole policy document), then scope the cgroup with it.
+  void apply(const std::string& yaml) { apply_yaml(yaml, ws_.string()); }
 };
 
 constexpr const char* kRuntime =

@@ -21,6 +21,7 @@
 #include "cgroup/cgroup.h"
 #include "kernel_env.h"
 #include "policy/policy.h"
+#include "policy_fixture.h"
 #include "probes.h"
 
 namespace agentcage {
@@ -40,21 +41,14 @@ struct Hammer {
   std::atomic<uint64_t> other_errors;   // any other errno
 };
 
-class SwapTest : public ::testing::Test {
+class SwapTest : public kt::PolicyScopeTest {
  protected:
   static constexpr uint32_t kSlot = 4;
+  SwapTest() : PolicyScopeTest(kSlot, "sw") {}
 
   void SetUp() override {
-    AC_REQUIRE_ENFORCER();
-    auto root = cgroup::find_cgroup2_root();
-    ASSERT_TRUE(root.ok()) << root.error().message;
-    fs::create_directories(*root / "agentcage-kt");
-    auto cg = cgroup::Cgroup::create(*root, *root / "agentcage-kt", "swap-" + std::to_string(::getpid()));
-    ASSERT_TRUE(cg.ok()) << cg.error().message;
-    cg_ = std::move(cg).value();
-    char tmpl[] = "/tmp/agentcage-sw-XXXXXX";
-    ASSERT_NE(::mkdtemp(tmpl), nullptr);
-    base_ = tmpl;
+    PolicyScopeTest::SetUp();
+    if (IsSkipped() || HasFatalFailure()) return;
     fs::create_directories(base_ / "workspace" / ".git" / "hooks");
     fs::create_directories(base_ / "shared" / "secret");
     std::ofstream(base_ / "workspace" / "w.txt") << "w\n";
@@ -64,30 +58,10 @@ class SwapTest : public ::testing::Test {
     std::ofstream(base_ / "other.txt") << "other\n";
   }
 
-  void TearDown() override {
-    if (scoped_) {
-      EXPECT_TRUE(kt::enforcer()->remove_scope(cg_.id()).ok());
-    }
-    if (kt::enforcer()) (void)kt::enforcer()->remove_policy(kSlot);
-    EXPECT_TRUE(cg_.remove().ok());
-    if (!base_.empty()) fs::remove_all(base_);
-  }
-
   bpf::CompiledPolicy compile(const std::string& spec) {
-    std::string yaml = "apiVersion: agentcage/v1\nkind: Policy\nmetadata:\n  name: kt-swap\nspec:\n" + spec;
-    auto parsed = policy::parse_policy(yaml, "swap.yaml");
-    EXPECT_TRUE(parsed.ok()) << (parsed.errors.empty() ? "" : parsed.errors[0].format());
-    if (!parsed.ok()) return {};
-    auto compiled = bpf::compile(*parsed.policy);
-    EXPECT_TRUE(compiled.ok()) << (compiled ? "" : compiled.error().message);
+    auto compiled = compile_yaml("apiVersion: agentcage/v1\nkind: Policy\nmetadata:\n  name: kt-swap\nspec:\n" + spec);
     return compiled ? *compiled : bpf::CompiledPolicy{};
   }
-
-  std::string base(const char* rel) const { return (base_ / rel).string(); }
-
-  fs::path base_;
-  cgroup::Cgroup cg_;
-  bool scoped_ = false;
 };
 
 TEST_F(SwapTest, HammeredDecisionsNeverSeeAGapOrAMix) {
