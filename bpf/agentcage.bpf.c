@@ -416,35 +416,34 @@ int BPF_PROG(ac_unix_may_send, struct socket *sock, struct socket *other, int re
 
 /* ---- the scope itself ---------------------------------------------------------- */
 
+/* Operations no scoped task may perform at all: deny for a scoped task
+ * (hook scope_escape, reason protected), allow for everyone else. */
+static __always_inline int ac_scope_escape(void)
+{
+	struct ac_ctx c = {};
+	int scoped = ac_current_scope(&c, AC_HOOK_SCOPE_ESCAPE);
+	if (!scoped)
+		return 0;
+	return ac_deny_protected(&c, scoped);
+}
+
 /* clone3(CLONE_INTO_CGROUP) places the child in any cgroup the caller has a
  * directory fd for, O_PATH included (which file_open never sees). */
 SEC("lsm/task_alloc")
 int BPF_PROG(ac_task_alloc, struct task_struct *task, unsigned long clone_flags, int ret)
 {
-	struct ac_ctx c = {};
-	int scoped;
-
 	if (ret || !(clone_flags & CLONE_INTO_CGROUP))
 		return ret;
-	scoped = ac_current_scope(&c, AC_HOOK_SCOPE_ESCAPE);
-	if (!scoped)
-		return 0;
-	return ac_deny_protected(&c, scoped);
+	return ac_scope_escape();
 }
 
 /* Attaching to another process would let scoped code run inside it. */
 SEC("lsm/ptrace_access_check")
 int BPF_PROG(ac_ptrace_access_check, struct task_struct *child, unsigned int mode, int ret)
 {
-	struct ac_ctx c = {};
-	int scoped;
-
 	if (ret || !(mode & PTRACE_MODE_ATTACH))
 		return ret;
-	scoped = ac_current_scope(&c, AC_HOOK_SCOPE_ESCAPE);
-	if (!scoped)
-		return 0;
-	return ac_deny_protected(&c, scoped);
+	return ac_scope_escape();
 }
 
 /* A new user namespace hands out capabilities (mount, chroot, ...) that the
@@ -452,15 +451,7 @@ int BPF_PROG(ac_ptrace_access_check, struct task_struct *child, unsigned int mod
 SEC("lsm/userns_create")
 int BPF_PROG(ac_userns_create, const struct cred *cred, int ret)
 {
-	struct ac_ctx c = {};
-	int scoped;
-
-	if (ret)
-		return ret;
-	scoped = ac_current_scope(&c, AC_HOOK_SCOPE_ESCAPE);
-	if (!scoped)
-		return 0;
-	return ac_deny_protected(&c, scoped);
+	return ret ? ret : ac_scope_escape();
 }
 
 /* ---- the mount table ------------------------------------------------------------ */
@@ -489,50 +480,41 @@ int BPF_PROG(ac_userns_create, const struct cred *cred, int ret)
  * denied by the path walk (AC_REASON_PATH_DETACHED, see path.bpf.h).
  * Same signatures on 6.1 and 6.12.
  */
-static __always_inline int ac_mount_change(void)
-{
-	struct ac_ctx c = {};
-	int scoped = ac_current_scope(&c, AC_HOOK_SCOPE_ESCAPE);
-	if (!scoped)
-		return 0;
-	return ac_deny_protected(&c, scoped);
-}
-
 SEC("lsm/sb_mount")
 int BPF_PROG(ac_sb_mount, const char *dev_name, const struct path *path, const char *type,
 	     unsigned long flags, void *data, int ret)
 {
-	return ret ? ret : ac_mount_change();
+	return ret ? ret : ac_scope_escape();
 }
 
 SEC("lsm/sb_umount")
 int BPF_PROG(ac_sb_umount, struct vfsmount *mnt, int flags, int ret)
 {
-	return ret ? ret : ac_mount_change();
+	return ret ? ret : ac_scope_escape();
 }
 
 SEC("lsm/move_mount")
 int BPF_PROG(ac_move_mount, const struct path *from_path, const struct path *to_path, int ret)
 {
-	return ret ? ret : ac_mount_change();
+	return ret ? ret : ac_scope_escape();
 }
 
 SEC("lsm/sb_kern_mount")
 int BPF_PROG(ac_sb_kern_mount, const struct super_block *sb, int ret)
 {
-	return ret ? ret : ac_mount_change();
+	return ret ? ret : ac_scope_escape();
 }
 
 SEC("lsm/sb_pivotroot")
 int BPF_PROG(ac_sb_pivotroot, const struct path *old_path, const struct path *new_path, int ret)
 {
-	return ret ? ret : ac_mount_change();
+	return ret ? ret : ac_scope_escape();
 }
 
 SEC("lsm/path_chroot")
 int BPF_PROG(ac_path_chroot, const struct path *path, int ret)
 {
-	return ret ? ret : ac_mount_change();
+	return ret ? ret : ac_scope_escape();
 }
 
 /*
@@ -549,5 +531,5 @@ int BPF_PROG(ac_capable, const struct cred *cred, struct user_namespace *ns, int
 {
 	if (ret || cap != CAP_SYS_CHROOT)
 		return ret;
-	return ac_mount_change();
+	return ac_scope_escape();
 }
