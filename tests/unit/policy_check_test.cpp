@@ -18,7 +18,7 @@ namespace fs = std::filesystem;
 
 // The repository's policies/ directory, found from this source file so the
 // test does not depend on the working directory.
-const fs::path kPolicies = fs::path(__FILE__).parent_path().parent_path().parent_path() / "policies";
+const fs::path kPolicies = fs::path(AGENTCAGE_SOURCE_DIR) / "policies";
 
 class PolicyFiles : public ::testing::Test {
  protected:

@@ -12,6 +12,7 @@
 
 #include "policy/input_guard.h"
 #include "policy/values.h"
+#include "util/suggest.h"
 
 namespace agentcage::daemon {
 namespace {
@@ -31,19 +32,6 @@ bool parse_port(std::string_view text) {
 
 // Absolute, no NUL, bounded.
 bool absolute_path(const std::string& s) { return !s.empty() && s.front() == '/' && s.size() < 4096; }
-
-// Levenshtein distance, for "did you mean" (setting names are short).
-size_t distance(std::string_view a, std::string_view b) {
-  std::vector<size_t> prev(b.size() + 1), cur(b.size() + 1);
-  for (size_t j = 0; j <= b.size(); ++j) prev[j] = j;
-  for (size_t i = 1; i <= a.size(); ++i) {
-    cur[0] = i;
-    for (size_t j = 1; j <= b.size(); ++j)
-      cur[j] = std::min({prev[j] + 1, cur[j - 1] + 1, prev[j - 1] + (a[i - 1] == b[j - 1] ? 0 : 1)});
-    std::swap(prev, cur);
-  }
-  return prev[b.size()];
-}
 
 }  // namespace
 
@@ -171,7 +159,7 @@ ConfigResult parse_config(std::string_view text, const std::string& filename) {
       {"client_buffer_bytes", count_setting(cfg.client_buffer_bytes, 4096, 64u << 20)},
       {"max_clients", count_setting(cfg.max_clients, 1, 1024)},
   };
-  std::vector<std::string> known;
+  std::vector<std::string_view> known;
   for (const auto& [k, h] : handlers) known.push_back(k);
   std::map<std::string, Position> seen;
   for (const auto& kv : root) {
@@ -187,16 +175,7 @@ ConfigResult parse_config(std::string_view text, const std::string& filename) {
     }
     auto it = handlers.find(k.Scalar());
     if (it == handlers.end()) {
-      std::string msg = "unknown setting " + policy::quote(k.Scalar());
-      std::string best;
-      size_t best_d = 3;
-      if (k.Scalar().size() <= 64)
-        for (const auto& name : known)
-          if (size_t d = distance(k.Scalar(), name); d < best_d) {
-            best_d = d;
-            best = name;
-          }
-      if (!best.empty()) msg += " (did you mean '" + best + "'?)";
+      std::string msg = "unknown setting " + policy::quote(k.Scalar()) + did_you_mean(k.Scalar(), known);
       rep.error(pos_of(k.Mark()), msg);
       continue;
     }

@@ -15,6 +15,7 @@
 #include "policy/input_guard.h"
 #include "policy/policy.h"
 #include "policy/utf8.h"
+#include "util/suggest.h"
 
 namespace agentcage::policy {
 
@@ -53,47 +54,6 @@ std::string describe(const YAML::Node& node) {
       break;
   }
   return "nothing";
-}
-
-// Optimal string alignment distance (Levenshtein plus adjacent
-// transpositions, so "raed" is one edit from "read"). Both strings are at
-// most kMaxSuggestLength long: three rolling rows on the stack, no
-// allocation (a file of 40000 unknown keys must stay cheap).
-constexpr size_t kMaxSuggestLength = 32;
-
-size_t edit_distance(std::string_view a, std::string_view b) {
-  if (a.size() > kMaxSuggestLength || b.size() > kMaxSuggestLength) return SIZE_MAX;
-  std::array<size_t, kMaxSuggestLength + 1> before{}, previous{}, current{};
-  for (size_t j = 0; j <= b.size(); ++j) previous[j] = j;
-  for (size_t i = 1; i <= a.size(); ++i) {
-    current[0] = i;
-    for (size_t j = 1; j <= b.size(); ++j) {
-      const size_t cost = a[i - 1] == b[j - 1] ? 0 : 1;
-      current[j] = std::min({previous[j] + 1, current[j - 1] + 1, previous[j - 1] + cost});
-      if (i > 1 && j > 1 && a[i - 1] == b[j - 2] && a[i - 2] == b[j - 1]) {
-        current[j] = std::min(current[j], before[j - 2] + 1);
-      }
-    }
-    before = previous;
-    previous = current;
-  }
-  return previous[b.size()];
-}
-
-// " (did you mean 'allow'?)" for the closest allowed key within 2 edits.
-std::string suggestion(std::string_view key, std::span<const std::string_view> allowed) {
-  if (key.size() > kMaxSuggestLength) return {};  // not a typo of any key
-  std::string_view best;
-  size_t best_distance = 3;
-  for (std::string_view candidate : allowed) {
-    const size_t distance = edit_distance(key, candidate);
-    if (distance < best_distance) {
-      best = candidate;
-      best_distance = distance;
-    }
-  }
-  if (best.empty()) return {};
-  return " (did you mean '" + std::string(best) + "'?)";
 }
 
 bool valid_name(std::string_view name) {
@@ -197,7 +157,7 @@ class Validator {
       seen.emplace(name, pos);
       if (std::find(allowed.begin(), allowed.end(), name) == allowed.end()) {
         // (No suggestion once the error list is full: it would be dropped.)
-        const std::string hint = reporter_.full() ? std::string() : suggestion(name, allowed);
+        const std::string hint = reporter_.full() ? std::string() : did_you_mean(name, allowed);
         error(pos, "unknown key " + quote(name) + " " + std::string(where) + hint);
         continue;
       }
