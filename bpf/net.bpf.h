@@ -162,8 +162,8 @@ static __always_inline int ac_decide_socket_create(struct ac_ctx *c, int scoped,
 static __always_inline int ac_decide_unix(struct ac_ctx *c, int scoped, struct sock *other)
 {
 	__u32 zero = 0, text_len = 0;
-	__u8 decision, reason = AC_REASON_DEFAULT_DENY;
-	int allowed = 0, status = AC_WALK_INTERNAL, abstract = 0;
+	__u8 decision, reason = AC_REASON_DEFAULT_DENY, kind = AC_TARGET_UNIX;
+	int allowed = 0, status = AC_WALK_INTERNAL;
 	struct unix_sock *u = (struct unix_sock *)other;
 	struct dentry *dentry = BPF_CORE_READ(u, path.dentry);
 	struct unix_address *ua = BPF_CORE_READ(u, addr);
@@ -196,7 +196,7 @@ static __always_inline int ac_decide_unix(struct ac_ctx *c, int scoped, struct s
 		}
 	} else {
 		/* Abstract: sun_path[0] == 0, the name is the rest of len bytes. */
-		abstract = 1;
+		kind = AC_TARGET_UNIX_ABSTRACT;
 		int len = BPF_CORE_READ(ua, len);
 		int name_len = len - 3; /* sizeof(sa_family_t) + the leading NUL */
 		if (name_len <= 0 || name_len > 107) {
@@ -232,11 +232,10 @@ static __always_inline int ac_decide_unix(struct ac_ctx *c, int scoped, struct s
 		if (e) {
 			e->family = AF_UNIX;
 			if (s && status == AC_WALK_DONE) {
-				e->target_kind = AC_TARGET_UNIX;
+				e->target_kind = kind;
 				e->target_len = text_len > AC_PATH_KEY_MAX ? AC_PATH_KEY_MAX : text_len;
 				bpf_probe_read_kernel(e->target, AC_PATH_KEY_MAX, s->key.path);
 				e->target[e->target_len & (AC_EVENT_TARGET_MAX - 1)] = 0;
-				e->port = abstract; /* 1: abstract name (no leading '@' in target) */
 			}
 			ac_event_submit(e);
 		}
