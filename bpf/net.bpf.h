@@ -55,10 +55,11 @@ static __always_inline int ac_decide_inet(struct ac_ctx *c, enum ac_scope_state 
 	if (family == AF_UNIX || family == AF_NETLINK || (is_connect && family == AF_UNSPEC))
 		return 0;
 
+	/* The destination goes into scratch.net.addr whatever the scope's
+	 * state: the record reports it, and must never show an address an
+	 * earlier decision on this CPU left there. */
 	struct ac_scratch *s = bpf_map_lookup_elem(&ac_scratch_buf, &zero);
-	if (scoped != AC_SCOPE_POLICY) {
-		reason = AC_REASON_NO_POLICY;
-	} else if (!s) {
+	if (!s) {
 		reason = AC_REASON_INTERNAL;
 	} else if (family == AF_INET && addrlen >= (int)sizeof(struct sockaddr_in)) {
 		struct sockaddr_in *in = (struct sockaddr_in *)address;
@@ -76,7 +77,9 @@ static __always_inline int ac_decide_inet(struct ac_ctx *c, enum ac_scope_state 
 		s = NULL;
 	}
 
-	if (s && scoped == AC_SCOPE_POLICY) {
+	if (scoped != AC_SCOPE_POLICY) {
+		reason = AC_REASON_NO_POLICY;
+	} else if (s) {
 		s->net.prefixlen = 32 + 128;
 		__u8 proto_bit = protocol == IPPROTO_TCP ? AC_PROTO_TCP :
 				 protocol == IPPROTO_UDP ? AC_PROTO_UDP : AC_PROTO_OTHER;
