@@ -34,6 +34,7 @@
 #include "maps.bpf.h"
 #include "scope.bpf.h"
 #include "path.bpf.h"
+#include "rules.bpf.h"
 #include "net.bpf.h"
 
 char LICENSE[] SEC("license") = "GPL";
@@ -47,18 +48,6 @@ char LICENSE[] SEC("license") = "GPL";
 #define CGROUP_SUPER_MAGIC 0x27e0eb
 #define CGROUP2_SUPER_MAGIC 0x63677270
 #define CAP_SYS_CHROOT 18
-
-/* Copy the resolved path text into an event. */
-static __always_inline void ac_event_path(struct ac_event_decision *e, struct ac_scratch *s,
-					  __u32 text_len)
-{
-	if (!s)
-		return;
-	e->target_kind = AC_TARGET_PATH;
-	e->target_len = text_len > AC_PATH_KEY_MAX ? AC_PATH_KEY_MAX : text_len;
-	bpf_probe_read_kernel(e->target, AC_PATH_KEY_MAX, s->key.path);
-	e->target[e->target_len & (AC_EVENT_TARGET_MAX - 1)] = 0;
-}
 
 /* cgroupfs is never reachable from a scope: writing cgroup.procs or opening
  * a cgroup directory for clone3(CLONE_INTO_CGROUP) would leave the scope. */
@@ -79,15 +68,16 @@ struct ac_need {
  * Decide a path-based request for (dentry, mnt): resolve, look up, count,
  * report. Returns 0 or -EACCES.
  */
-static __always_inline int ac_decide_dentry(struct ac_ctx *c, int scoped, struct dentry *dentry,
-					    struct vfsmount *mnt, struct ac_need need)
+static __always_inline int ac_decide_dentry(struct ac_ctx *c, enum ac_scope_state scoped,
+					    struct dentry *dentry, struct vfsmount *mnt,
+					    struct ac_need need)
 {
 	__u32 zero = 0, text_len = 0;
-	__u8 decision, reason;
+	__u8 reason;
 	int allowed = 0, status = AC_WALK_INTERNAL;
 	struct ac_scratch *s = bpf_map_lookup_elem(&ac_scratch_buf, &zero);
 
-	if (scoped != 1) {
+	if (scoped != AC_SCOPE_POLICY) {
 		reason = AC_REASON_NO_POLICY;
 	} else if (!s) {
 		reason = AC_REASON_INTERNAL;
@@ -96,14 +86,13 @@ static __always_inline int ac_decide_dentry(struct ac_ctx *c, int scoped, struct
 	} else if (ac_protected_fs(dentry)) {
 		reason = AC_REASON_PROTECTED;
 	} else {
-		__u32 access = 0;
-		int current = 0;
-		for (int k = 0; k < AC_POLICY_TRIES && current == 0; k++) {
-			access = ac_path_access(s, c->rules_id, c->workspace_tag, text_len);
-			current = ac_policy_current(c);
-		}
-		if (current != 1) {
-			reason = ac_policy_reason(current);
+		__u32 access;
+		struct ac_lookup q = { .kind = AC_RULES_PATH,
+				       .workspace_tag = c->workspace_tag,
+				       .text_len = text_len };
+		enum ac_policy_state state = ac_rules_lookup(c, s, q, &access);
+		if (state != AC_POLICY_HELD) {
+			reason = ac_policy_reason(state);
 		} else if (access & AC_ACCESS_UNRESOLVED) {
 			reason = AC_REASON_PATH_TOO_LONG; /* too long to match exactly */
 		} else if (access & AC_ACCESS_DENY) {
@@ -117,32 +106,29 @@ static __always_inline int ac_decide_dentry(struct ac_ctx *c, int scoped, struct
 		}
 	}
 
-	int ret = ac_verdict(c, allowed, reason, &decision);
-	if (decision != AC_DECISION_ALLOW) {
-		struct ac_event_decision *e = ac_event_begin(c, decision, reason, ret);
-		if (e) {
-			if (status == AC_WALK_DONE)
-				ac_event_path(e, s, text_len);
-			ac_event_submit(e);
-		}
+	int ret;
+	struct ac_event_decision *e = ac_finish(c, allowed, reason, &ret);
+	if (e) {
+		if (status == AC_WALK_DONE)
+			ac_event_text(e, AC_TARGET_PATH, s, text_len);
+		ac_event_submit(e);
 	}
 	return ret;
 }
 
-static __always_inline int ac_decide_path(struct ac_ctx *c, int scoped, const struct path *path,
-					  struct ac_need need)
+static __always_inline int ac_decide_path(struct ac_ctx *c, enum ac_scope_state scoped,
+					  const struct path *path, struct ac_need need)
 {
 	return ac_decide_dentry(c, scoped, BPF_CORE_READ(path, dentry), BPF_CORE_READ(path, mnt),
 				need);
 }
 
 /* Decide without a target (scope-escape hooks): always a denial. */
-static __always_inline int ac_deny_protected(struct ac_ctx *c, int scoped)
+static __always_inline int ac_deny_protected(struct ac_ctx *c, enum ac_scope_state scoped)
 {
-	__u8 decision;
-	__u8 reason = scoped == 1 ? AC_REASON_PROTECTED : AC_REASON_NO_POLICY;
-	int ret = ac_verdict(c, 0, reason, &decision);
-	struct ac_event_decision *e = ac_event_begin(c, decision, reason, ret);
+	__u8 reason = scoped == AC_SCOPE_POLICY ? AC_REASON_PROTECTED : AC_REASON_NO_POLICY;
+	int ret;
+	struct ac_event_decision *e = ac_finish(c, 0, reason, &ret);
 	if (e)
 		ac_event_submit(e);
 	return ret;
@@ -163,12 +149,12 @@ SEC("lsm/bprm_check_security")
 int BPF_PROG(ac_bprm_check, struct linux_binprm *bprm, int ret)
 {
 	struct ac_ctx c = {};
-	int scoped;
+	enum ac_scope_state scoped;
 
 	if (ret)
 		return ret;
 	scoped = ac_current_scope(&c, AC_HOOK_EXEC);
-	if (!scoped)
+	if (scoped == AC_SCOPE_NONE)
 		return 0;
 	struct file *f = BPF_CORE_READ(bprm, file);
 	return ac_decide_path(&c, scoped, &f->f_path, NEED(AC_ACCESS_EXEC));
@@ -184,12 +170,12 @@ int BPF_PROG(ac_bprm_check, struct linux_binprm *bprm, int ret)
 static __always_inline int ac_mmap_exec(struct file *file, unsigned long prot)
 {
 	struct ac_ctx c = {};
-	int scoped;
+	enum ac_scope_state scoped;
 
 	if (!file || !(prot & PROT_EXEC))
 		return 0;
 	scoped = ac_current_scope(&c, AC_HOOK_MMAP_EXEC);
-	if (!scoped)
+	if (scoped == AC_SCOPE_NONE)
 		return 0;
 	struct ac_need need = { .all = AC_ACCESS_READ,
 				.forbid = AC_ACCESS_WRITE,
@@ -221,12 +207,12 @@ SEC("lsm/file_open")
 int BPF_PROG(ac_file_open, struct file *file, int ret)
 {
 	struct ac_ctx c = {};
-	int scoped;
+	enum ac_scope_state scoped;
 
 	if (ret)
 		return ret;
 	scoped = ac_current_scope(&c, AC_HOOK_FILE_OPEN);
-	if (!scoped)
+	if (scoped == AC_SCOPE_NONE)
 		return 0;
 
 	__u32 fmode = BPF_CORE_READ(file, f_mode);
@@ -244,8 +230,8 @@ int BPF_PROG(ac_file_open, struct file *file, int ret)
 static __always_inline int ac_change(const struct path *dir, struct dentry *dentry)
 {
 	struct ac_ctx c = {};
-	int scoped = ac_current_scope(&c, AC_HOOK_FILE_CHANGE);
-	if (!scoped)
+	enum ac_scope_state scoped = ac_current_scope(&c, AC_HOOK_FILE_CHANGE);
+	if (scoped == AC_SCOPE_NONE)
 		return 0;
 	return ac_decide_dentry(&c, scoped, dentry, BPF_CORE_READ(dir, mnt), NEED(AC_ACCESS_WRITE));
 }
@@ -253,8 +239,8 @@ static __always_inline int ac_change(const struct path *dir, struct dentry *dent
 static __always_inline int ac_change_path(const struct path *path)
 {
 	struct ac_ctx c = {};
-	int scoped = ac_current_scope(&c, AC_HOOK_FILE_CHANGE);
-	if (!scoped)
+	enum ac_scope_state scoped = ac_current_scope(&c, AC_HOOK_FILE_CHANGE);
+	if (scoped == AC_SCOPE_NONE)
 		return 0;
 	return ac_decide_path(&c, scoped, path, NEED(AC_ACCESS_WRITE));
 }
@@ -339,12 +325,12 @@ int BPF_PROG(ac_socket_connect, struct socket *sock, struct sockaddr *address, i
 	     int ret)
 {
 	struct ac_ctx c = {};
-	int scoped;
+	enum ac_scope_state scoped;
 
 	if (ret)
 		return ret;
 	scoped = ac_current_scope(&c, AC_HOOK_SOCKET_CONNECT);
-	if (!scoped)
+	if (scoped == AC_SCOPE_NONE)
 		return 0;
 	return ac_decide_inet(&c, scoped, sock, address, addrlen, 1);
 }
@@ -356,7 +342,7 @@ SEC("lsm/socket_sendmsg")
 int BPF_PROG(ac_socket_sendmsg, struct socket *sock, struct msghdr *msg, int size, int ret)
 {
 	struct ac_ctx c = {};
-	int scoped;
+	enum ac_scope_state scoped;
 
 	if (ret)
 		return ret;
@@ -364,7 +350,7 @@ int BPF_PROG(ac_socket_sendmsg, struct socket *sock, struct msghdr *msg, int siz
 	if (!addr)
 		return 0;
 	scoped = ac_current_scope(&c, AC_HOOK_SOCKET_SEND);
-	if (!scoped)
+	if (scoped == AC_SCOPE_NONE)
 		return 0;
 	return ac_decide_inet(&c, scoped, sock, addr, BPF_CORE_READ(msg, msg_namelen), 0);
 }
@@ -373,12 +359,12 @@ SEC("lsm/socket_create")
 int BPF_PROG(ac_socket_create, int family, int type, int protocol, int kern, int ret)
 {
 	struct ac_ctx c = {};
-	int scoped;
+	enum ac_scope_state scoped;
 
 	if (ret || kern)
 		return ret;
 	scoped = ac_current_scope(&c, AC_HOOK_SOCKET_CREATE);
-	if (!scoped)
+	if (scoped == AC_SCOPE_NONE)
 		return 0;
 	return ac_decide_socket_create(&c, scoped, family, type, protocol);
 }
@@ -390,12 +376,12 @@ int BPF_PROG(ac_unix_stream_connect, struct sock *sock, struct sock *other, stru
 	     int ret)
 {
 	struct ac_ctx c = {};
-	int scoped;
+	enum ac_scope_state scoped;
 
 	if (ret)
 		return ret;
 	scoped = ac_current_scope(&c, AC_HOOK_UNIX_CONNECT);
-	if (!scoped)
+	if (scoped == AC_SCOPE_NONE)
 		return 0;
 	return ac_decide_unix(&c, scoped, other);
 }
@@ -404,12 +390,12 @@ SEC("lsm/unix_may_send")
 int BPF_PROG(ac_unix_may_send, struct socket *sock, struct socket *other, int ret)
 {
 	struct ac_ctx c = {};
-	int scoped;
+	enum ac_scope_state scoped;
 
 	if (ret)
 		return ret;
 	scoped = ac_current_scope(&c, AC_HOOK_UNIX_CONNECT);
-	if (!scoped)
+	if (scoped == AC_SCOPE_NONE)
 		return 0;
 	return ac_decide_unix(&c, scoped, BPF_CORE_READ(other, sk));
 }
@@ -421,8 +407,8 @@ int BPF_PROG(ac_unix_may_send, struct socket *sock, struct socket *other, int re
 static __always_inline int ac_scope_escape(void)
 {
 	struct ac_ctx c = {};
-	int scoped = ac_current_scope(&c, AC_HOOK_SCOPE_ESCAPE);
-	if (!scoped)
+	enum ac_scope_state scoped = ac_current_scope(&c, AC_HOOK_SCOPE_ESCAPE);
+	if (scoped == AC_SCOPE_NONE)
 		return 0;
 	return ac_deny_protected(&c, scoped);
 }

@@ -9,6 +9,7 @@
 #include "maps.bpf.h"
 #include "scope.bpf.h"
 #include "path.bpf.h"
+#include "rules.bpf.h"
 #include <bpf/bpf_core_read.h>
 #include <bpf/bpf_endian.h>
 
@@ -21,21 +22,6 @@
 #define SOCK_TYPE_MASK 0xf
 #define IPPROTO_TCP 6
 #define IPPROTO_UDP 17
-
-/* Does the merged rule allow this port and protocol? A constant-bound loop:
- * the verifier then sees a constant index for every range. */
-static __always_inline int ac_port_allowed(const struct ac_net_rule *r, __u16 port, __u8 proto_bit)
-{
-	__u32 count = r->count;
-#pragma unroll
-	for (__u32 k = 0; k < AC_NET_MAX_RANGES; k++) {
-		const struct ac_port_range *pr = &r->ranges[k];
-		if (k < count && port >= pr->first && port <= pr->last &&
-		    (pr->protocols & proto_bit))
-			return 1;
-	}
-	return 0;
-}
 
 /* Report an inet target in an event. */
 static __always_inline void ac_event_inet(struct ac_event_decision *e, __u16 family, __u16 port,
@@ -55,11 +41,12 @@ static __always_inline void ac_event_inet(struct ac_event_decision *e, __u16 fam
  * connect/sendmsg to `address`. is_connect: AF_UNSPEC (disconnect) is fine;
  * AF_UNIX is decided by the unix hooks, which see the socket reached.
  */
-static __always_inline int ac_decide_inet(struct ac_ctx *c, int scoped, struct socket *sock,
-					  struct sockaddr *address, int addrlen, int is_connect)
+static __always_inline int ac_decide_inet(struct ac_ctx *c, enum ac_scope_state scoped,
+					  struct socket *sock, struct sockaddr *address, int addrlen,
+					  int is_connect)
 {
 	__u32 zero = 0;
-	__u8 decision, reason = AC_REASON_DEFAULT_DENY;
+	__u8 reason = AC_REASON_DEFAULT_DENY;
 	int allowed = 0;
 	__u16 family = BPF_CORE_READ(address, sa_family);
 	__u16 protocol = BPF_CORE_READ(sock, sk, sk_protocol);
@@ -68,10 +55,11 @@ static __always_inline int ac_decide_inet(struct ac_ctx *c, int scoped, struct s
 	if (family == AF_UNIX || family == AF_NETLINK || (is_connect && family == AF_UNSPEC))
 		return 0;
 
+	/* The destination goes into scratch.net.addr whatever the scope's
+	 * state: the record reports it, and must never show an address an
+	 * earlier decision on this CPU left there. */
 	struct ac_scratch *s = bpf_map_lookup_elem(&ac_scratch_buf, &zero);
-	if (scoped != 1) {
-		reason = AC_REASON_NO_POLICY;
-	} else if (!s) {
+	if (!s) {
 		reason = AC_REASON_INTERNAL;
 	} else if (family == AF_INET && addrlen >= (int)sizeof(struct sockaddr_in)) {
 		struct sockaddr_in *in = (struct sockaddr_in *)address;
@@ -89,47 +77,43 @@ static __always_inline int ac_decide_inet(struct ac_ctx *c, int scoped, struct s
 		s = NULL;
 	}
 
-	if (s && scoped == 1) {
+	if (scoped != AC_SCOPE_POLICY) {
+		reason = AC_REASON_NO_POLICY;
+	} else if (s) {
 		s->net.prefixlen = 32 + 128;
 		__u8 proto_bit = protocol == IPPROTO_TCP ? AC_PROTO_TCP :
 				 protocol == IPPROTO_UDP ? AC_PROTO_UDP : AC_PROTO_OTHER;
-		int current = 0;
-		for (int k = 0; k < AC_POLICY_TRIES && current == 0; k++) {
-			s->net.rules_id_be = bpf_htonl(c->rules_id & AC_RULES_ID_MASK);
-			struct ac_net_rule *rule = bpf_map_lookup_elem(&ac_net_rules, &s->net);
-			allowed = rule && ac_port_allowed(rule, port, proto_bit);
-			current = ac_policy_current(c);
-		}
-		if (current != 1) {
-			allowed = 0;
-			reason = ac_policy_reason(current);
-		} else if (allowed) {
+		__u32 access;
+		struct ac_lookup q = { .kind = AC_RULES_NET, .proto_bit = proto_bit, .port = port };
+		enum ac_policy_state state = ac_rules_lookup(c, s, q, &access);
+		if (state != AC_POLICY_HELD) {
+			reason = ac_policy_reason(state);
+		} else if (access & AC_ACCESS_CONNECT) {
+			allowed = 1;
 			reason = AC_REASON_RULE_ALLOW;
 		}
 	}
 
-	int ret = ac_verdict(c, allowed, reason, &decision);
-	if (decision != AC_DECISION_ALLOW) {
-		struct ac_event_decision *e = ac_event_begin(c, decision, reason, ret);
-		if (e) {
-			e->family = family;
-			e->protocol = protocol;
-			if (s)
-				ac_event_inet(e, family, port, protocol, s->net.addr);
-			ac_event_submit(e);
-		}
+	int ret;
+	struct ac_event_decision *e = ac_finish(c, allowed, reason, &ret);
+	if (e) {
+		e->family = family;
+		e->protocol = protocol;
+		if (s)
+			ac_event_inet(e, family, port, protocol, s->net.addr);
+		ac_event_submit(e);
 	}
 	return ret;
 }
 
 /* Raw and packet sockets bypass connect/sendmsg addressing: only unix, inet
  * (not SOCK_RAW) and netlink (glibc's getaddrinfo uses it) may be created. */
-static __always_inline int ac_decide_socket_create(struct ac_ctx *c, int scoped, int family,
-						   int type, int protocol)
+static __always_inline int ac_decide_socket_create(struct ac_ctx *c, enum ac_scope_state scoped,
+						   int family, int type, int protocol)
 {
-	__u8 decision, reason = AC_REASON_RULE_ALLOW;
+	__u8 reason = AC_REASON_RULE_ALLOW;
 	int allowed = 1;
-	if (scoped != 1) {
+	if (scoped != AC_SCOPE_POLICY) {
 		allowed = 0;
 		reason = AC_REASON_NO_POLICY;
 	} else if (family == AF_INET || family == AF_INET6) {
@@ -141,14 +125,12 @@ static __always_inline int ac_decide_socket_create(struct ac_ctx *c, int scoped,
 		allowed = 0;
 		reason = AC_REASON_PROTECTED;
 	}
-	int ret = ac_verdict(c, allowed, reason, &decision);
-	if (decision != AC_DECISION_ALLOW) {
-		struct ac_event_decision *e = ac_event_begin(c, decision, reason, ret);
-		if (e) {
-			e->family = family;
-			e->protocol = protocol;
-			ac_event_submit(e);
-		}
+	int ret;
+	struct ac_event_decision *e = ac_finish(c, allowed, reason, &ret);
+	if (e) {
+		e->family = family;
+		e->protocol = protocol;
+		ac_event_submit(e);
 	}
 	return ret;
 }
@@ -159,11 +141,13 @@ static __always_inline int ac_decide_socket_create(struct ac_ctx *c, int scoped,
  * its abstract name. Unbound peers (socketpair) are not addressable and are
  * allowed.
  */
-static __always_inline int ac_decide_unix(struct ac_ctx *c, int scoped, struct sock *other)
+static __always_inline int ac_decide_unix(struct ac_ctx *c, enum ac_scope_state scoped,
+					  struct sock *other)
 {
-	__u32 zero = 0, text_len = 0;
-	__u8 decision, reason = AC_REASON_DEFAULT_DENY;
-	int allowed = 0, status = AC_WALK_INTERNAL, abstract = 0;
+	__u32 zero = 0, text_len = 0, access;
+	__u8 reason = AC_REASON_DEFAULT_DENY, kind = AC_TARGET_UNIX;
+	int allowed = 0, status = AC_WALK_INTERNAL;
+	enum ac_policy_state state;
 	struct unix_sock *u = (struct unix_sock *)other;
 	struct dentry *dentry = BPF_CORE_READ(u, path.dentry);
 	struct unix_address *ua = BPF_CORE_READ(u, addr);
@@ -171,7 +155,7 @@ static __always_inline int ac_decide_unix(struct ac_ctx *c, int scoped, struct s
 	if (!dentry && !ua)
 		return 0;
 	struct ac_scratch *s = bpf_map_lookup_elem(&ac_scratch_buf, &zero);
-	if (scoped != 1) {
+	if (scoped != AC_SCOPE_POLICY) {
 		reason = AC_REASON_NO_POLICY;
 	} else if (!s) {
 		reason = AC_REASON_INTERNAL;
@@ -181,14 +165,10 @@ static __always_inline int ac_decide_unix(struct ac_ctx *c, int scoped, struct s
 		if (status != AC_WALK_DONE) {
 			reason = ac_walk_reason(status);
 		} else {
-			__u32 access = 0;
-			int current = 0;
-			for (int k = 0; k < AC_POLICY_TRIES && current == 0; k++) {
-				access = ac_path_access(s, c->rules_id, 0, text_len);
-				current = ac_policy_current(c);
-			}
-			if (current != 1)
-				reason = ac_policy_reason(current);
+			struct ac_lookup q = { .kind = AC_RULES_PATH, .text_len = text_len };
+			state = ac_rules_lookup(c, s, q, &access);
+			if (state != AC_POLICY_HELD)
+				reason = ac_policy_reason(state);
 			else if (access & AC_ACCESS_DENY)
 				reason = AC_REASON_RULE_DENY;
 			else if (access & AC_ACCESS_CONNECT)
@@ -196,7 +176,7 @@ static __always_inline int ac_decide_unix(struct ac_ctx *c, int scoped, struct s
 		}
 	} else {
 		/* Abstract: sun_path[0] == 0, the name is the rest of len bytes. */
-		abstract = 1;
+		kind = AC_TARGET_UNIX_ABSTRACT;
 		int len = BPF_CORE_READ(ua, len);
 		int name_len = len - 3; /* sizeof(sa_family_t) + the leading NUL */
 		if (name_len <= 0 || name_len > 107) {
@@ -205,41 +185,25 @@ static __always_inline int ac_decide_unix(struct ac_ctx *c, int scoped, struct s
 			bpf_probe_read_kernel(s->key.path, 108, &ua->name[0].sun_path[1]);
 			text_len = name_len;
 			s->key.prefixlen = 32 + 8 * name_len;
-			int current = 0;
-			for (int k = 0; k < AC_POLICY_TRIES && current == 0; k++) {
-				s->key.rules_id_be = bpf_htonl((c->rules_id & AC_RULES_ID_MASK) |
-							       AC_RULES_NS_ABSTRACT);
-				struct ac_path_rule *r =
-					bpf_map_lookup_elem(&ac_path_rules, &s->key);
-				/* exact name only: the rule records its length */
-				allowed = r && (r->access & AC_ACCESS_CONNECT) &&
-					  r->aux == (__u32)name_len;
-				current = ac_policy_current(c);
-			}
-			if (current != 1) {
-				allowed = 0;
-				reason = ac_policy_reason(current);
-			}
+			struct ac_lookup q = { .kind = AC_RULES_ABSTRACT, .text_len = text_len };
+			state = ac_rules_lookup(c, s, q, &access);
+			if (state != AC_POLICY_HELD)
+				reason = ac_policy_reason(state);
+			else if (access & AC_ACCESS_CONNECT)
+				allowed = 1;
 			status = AC_WALK_DONE;
 		}
 	}
 	if (allowed)
 		reason = AC_REASON_RULE_ALLOW;
 
-	int ret = ac_verdict(c, allowed, reason, &decision);
-	if (decision != AC_DECISION_ALLOW) {
-		struct ac_event_decision *e = ac_event_begin(c, decision, reason, ret);
-		if (e) {
-			e->family = AF_UNIX;
-			if (s && status == AC_WALK_DONE) {
-				e->target_kind = AC_TARGET_UNIX;
-				e->target_len = text_len > AC_PATH_KEY_MAX ? AC_PATH_KEY_MAX : text_len;
-				bpf_probe_read_kernel(e->target, AC_PATH_KEY_MAX, s->key.path);
-				e->target[e->target_len & (AC_EVENT_TARGET_MAX - 1)] = 0;
-				e->port = abstract; /* 1: abstract name (no leading '@' in target) */
-			}
-			ac_event_submit(e);
-		}
+	int ret;
+	struct ac_event_decision *e = ac_finish(c, allowed, reason, &ret);
+	if (e) {
+		e->family = AF_UNIX;
+		if (status == AC_WALK_DONE)
+			ac_event_text(e, kind, s, text_len);
+		ac_event_submit(e);
 	}
 	return ret;
 }

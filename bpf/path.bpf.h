@@ -299,46 +299,7 @@ static __always_inline __u32 ac_path_access(struct ac_scratch *s, __u32 rules_id
 	return access;
 }
 
-/* Rule lookups of one decision, at most, before it fails closed (reason
- * AC_REASON_INTERNAL) because the slot keeps changing under it. */
-#define AC_POLICY_TRIES 4
-
-/*
- * After a decision's rule lookups: does the slot still point at the rules id
- * they used? Returns 1 if so; 0 after loading the slot's new rules id and
- * flags into *c (look up again); -1 when the slot has no policy any more.
- *
- * The id was read when the hook started, and a swap (Enforcer::put_policy)
- * writes the new rules, switches the slot, then deletes the old rules, with
- * no grace period for hooks that read the old id just before the switch.
- * Such a hook may look up rules that are being deleted under it and get
- * part of the old policy: an allowed file denied, or a denied file allowed
- * when its deny entry goes before the enclosing allow. If the slot still
- * holds the id after the lookups, the switch, and so every deletion of those
- * rules, came after them (ids are never reused): the answer is the whole old
- * policy. Otherwise the new rules were complete before the switch, and the
- * caller looks them up. Relies on loads not being reordered with loads
- * (x86-64); BPF ISA v2 has no barrier to state it.
- */
-static __always_inline int ac_policy_current(struct ac_ctx *c)
-{
-	struct ac_policy *p = bpf_map_lookup_elem(&ac_policies, &c->policy_slot);
-	if (!p)
-		return -1;
-	__u32 id = p->rules_id;
-	if (id == c->rules_id)
-		return 1;
-	c->rules_id = id;
-	c->policy_flags = p->flags;
-	return 0;
-}
-
-/* Reason for a decision whose policy could not be read consistently. */
-static __always_inline __u8 ac_policy_reason(int current)
-{
-	return current < 0 ? AC_REASON_NO_POLICY : AC_REASON_INTERNAL;
-}
-
+/* Reason for a walk that did not end in AC_WALK_DONE. */
 static __always_inline __u8 ac_walk_reason(int status)
 {
 	switch (status) {

@@ -21,10 +21,17 @@ struct ac_ctx {
 	__u8 pad[3];
 };
 
+/* Whether the current task is in a scope, and under which policy. */
+enum ac_scope_state {
+	AC_SCOPE_NONE = 0,      /* in no scope: the fast path, allow */
+	AC_SCOPE_POLICY = 1,    /* in a scope whose slot holds a policy */
+	AC_SCOPE_NO_POLICY = 2, /* in a scope whose slot is empty: fail closed */
+};
+
 /*
  * Find the scope covering the current task: its own cgroup or the nearest
  * registered ancestor at one of the levels userspace marked in config.
- * Returns 0 (not scoped) or 1 and fills *c. The loop visits only the levels
+ * Fills *c unless it returns AC_SCOPE_NONE. The loop visits only the levels
  * between config.min_level and config.max_level, which is one level in the
  * common case, so an unscoped task pays one array lookup plus one hash
  * lookup per occupied level.
@@ -32,25 +39,25 @@ struct ac_ctx {
  * Outermost scope wins: a nested registration can never loosen what an
  * enclosing scope imposes.
  */
-static __always_inline int ac_current_scope(struct ac_ctx *c, __u8 hook)
+static __always_inline enum ac_scope_state ac_current_scope(struct ac_ctx *c, __u8 hook)
 {
 	__u32 zero = 0;
 	struct ac_config *cfg = bpf_map_lookup_elem(&ac_settings, &zero);
 	if (!cfg || !cfg->scope_levels)
-		return 0;
+		return AC_SCOPE_NONE;
 
 	__u32 lo = cfg->min_level, hi = cfg->max_level;
 	for (__u32 i = 0; i <= AC_MAX_SCOPE_LEVEL; i++) {
 		__u32 level = lo + i;
 		if (level > hi || level > AC_MAX_SCOPE_LEVEL)
-			return 0;
+			return AC_SCOPE_NONE;
 		if (!(cfg->scope_levels & (1ULL << level)))
 			continue;
 		/* 0: the task's cgroup is shallower than level, so no
 		 * deeper level can hold one of its ancestors either. */
 		__u64 id = bpf_get_current_ancestor_cgroup_id(level);
 		if (!id)
-			return 0;
+			return AC_SCOPE_NONE;
 		struct ac_scope *s = bpf_map_lookup_elem(&ac_scopes, &id);
 		if (!s)
 			continue;
@@ -69,11 +76,11 @@ static __always_inline int ac_current_scope(struct ac_ctx *c, __u8 hook)
 		} else {
 			c->rules_id = 0;
 			c->policy_flags = 0;
-			return 2; /* scoped, but no policy: fail closed */
+			return AC_SCOPE_NO_POLICY;
 		}
-		return 1;
+		return AC_SCOPE_POLICY;
 	}
-	return 0;
+	return AC_SCOPE_NONE;
 }
 
 static __always_inline void ac_stat_inc(__u32 stat)
@@ -131,6 +138,19 @@ ac_event_begin(const struct ac_ctx *c, __u8 decision, __u8 reason, __s32 error)
 	return e;
 }
 
+/* Copy text resolved into scratch.key (a path, or an abstract unix name)
+ * into a record as its target of `kind`. */
+static __always_inline void ac_event_text(struct ac_event_decision *e, __u8 kind,
+					  const struct ac_scratch *s, __u32 text_len)
+{
+	if (!s)
+		return;
+	e->target_kind = kind;
+	e->target_len = text_len > AC_PATH_KEY_MAX ? AC_PATH_KEY_MAX : text_len;
+	bpf_probe_read_kernel(e->target, AC_PATH_KEY_MAX, s->key.path);
+	e->target[e->target_len & (AC_EVENT_TARGET_MAX - 1)] = 0;
+}
+
 static __always_inline void ac_event_submit(struct ac_event_decision *e)
 {
 	/* Keep the scope's first few records for its report (the run's result)
@@ -178,6 +198,24 @@ static __always_inline int ac_verdict(const struct ac_ctx *c, int allowed, __u8 
 	if (r)
 		__sync_fetch_and_add(&r->denied[hook], 1);
 	return -EACCES;
+}
+
+/*
+ * The tail every decision shares: count it and apply audit mode
+ * (ac_verdict); when it is reported (a denial, or audit mode's would-be
+ * denial), reserve its record and fill what every record carries. Returns
+ * that record, for the caller to add its target to and hand to
+ * ac_event_submit, or NULL (allowed, or the ring buffer is full: counted,
+ * never waited on). *ret gets the hook's return value either way.
+ */
+static __always_inline struct ac_event_decision *ac_finish(const struct ac_ctx *c, int allowed,
+							   __u8 reason, int *ret)
+{
+	__u8 decision;
+	*ret = ac_verdict(c, allowed, reason, &decision);
+	if (decision == AC_DECISION_ALLOW)
+		return NULL;
+	return ac_event_begin(c, decision, reason, *ret);
 }
 
 #endif /* AGENTCAGE_SCOPE_BPF_H */

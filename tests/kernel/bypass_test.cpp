@@ -22,11 +22,13 @@
 #include <filesystem>
 #include <fstream>
 #include <functional>
+#include <map>
 #include <memory>
 #include <string>
 #include <vector>
 
 #include "bpf/compile.h"
+#include "bpf/record.h"
 #include "cgroup/cgroup.h"
 #include "kernel_env.h"
 #include "policy/policy.h"
@@ -493,6 +495,45 @@ TEST_F(BypassTest, AbstractUnixSocketsByExactName) {
   EXPECT_EQ(scoped([&] { return unix_sendto_abstract(tag + "dgram-other"); }), kDenied);
   EXPECT_EQ(denied(AC_HOOK_UNIX_CONNECT), before + 4);
   EXPECT_EQ(reason(AC_HOOK_UNIX_CONNECT, AC_REASON_DEFAULT_DENY), default_before + 4);
+
+  // The records tell an abstract name from a socket bound at a path, even one
+  // that reads the same: by target_kind, and by the '@' of the decoded target.
+  const std::string fs_path = base("fs.sock");
+  auto l_fs = Listener::unix_at(fs_path);
+  auto l_fs_named = Listener::unix_abstract(fs_path, SOCK_STREAM);
+  ASSERT_TRUE(l_fs && l_fs_named);
+  EXPECT_EQ(scoped([&] { return unix_connect(fs_path); }), kDenied);
+  EXPECT_EQ(scoped([&] { return unix_connect_abstract(fs_path); }), kDenied);
+  EXPECT_EQ(denied(AC_HOOK_UNIX_CONNECT), before + 6);
+
+  auto report = enforcer()->scope_report(cg_.id());
+  ASSERT_TRUE(report.ok()) << report.error().message;
+  ASSERT_LE(report->records_taken, static_cast<uint32_t>(AC_REPORT_RECORDS)) << "a record was not kept";
+  std::map<std::string, const ac_event_decision*> by_target;
+  for (const auto& r : report->records) {
+    if (r.hook != AC_HOOK_UNIX_CONNECT) continue;
+    EXPECT_EQ(r.family, AF_UNIX);
+    EXPECT_EQ(r.port, 0) << "port is the inet port only";
+    by_target[bpf::record_target(r)] = &r;
+  }
+  const std::pair<std::string, uint8_t> expected[] = {{"@" + tag + "other", AC_TARGET_UNIX_ABSTRACT},
+                                                      {"@" + ok + "x", AC_TARGET_UNIX_ABSTRACT},
+                                                      {"@" + tag + "o", AC_TARGET_UNIX_ABSTRACT},
+                                                      {"@" + tag + "dgram-other", AC_TARGET_UNIX_ABSTRACT},
+                                                      {fs_path, AC_TARGET_UNIX},
+                                                      {"@" + fs_path, AC_TARGET_UNIX_ABSTRACT}};
+  for (const auto& [target, kind] : expected) {
+    auto it = by_target.find(target);
+    ASSERT_NE(it, by_target.end()) << "no unix_connect record with target " << target;
+    const ac_event_decision& r = *it->second;
+    EXPECT_EQ(r.target_kind, kind) << target;
+    EXPECT_EQ(r.decision, AC_DECISION_DENY);
+    EXPECT_EQ(r.reason, AC_REASON_DEFAULT_DENY);
+    const auto j = bpf::record_json(r);
+    EXPECT_EQ(j["target"], target);
+    EXPECT_EQ(j["target_kind"], kind == AC_TARGET_UNIX ? "unix" : "unix_abstract") << target;
+    EXPECT_EQ(j["errno"], EACCES);
+  }
 }
 
 // ---- 6. long and deep paths ------------------------------------------------------------

@@ -5,6 +5,7 @@
 #include <arpa/inet.h>
 #include <fcntl.h>
 #include <netinet/in.h>
+#include <sched.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/un.h>
@@ -21,6 +22,7 @@
 #include <string>
 #include <vector>
 
+#include "bpf/record.h"
 #include "cgroup/cgroup.h"
 #include "kernel_env.h"
 #include "probes.h"
@@ -255,6 +257,41 @@ TEST_F(ScopedCgroupTest, ScopeWithoutPolicyFailsClosed) {
   auto c = kt::enforcer()->counters(kSlot);
   ASSERT_TRUE(c.ok());
   EXPECT_GE(c->hooks[AC_HOOK_FILE_OPEN].reasons[AC_REASON_NO_POLICY], 1u);
+}
+
+// A record names its own decision's destination, also when the scope has no
+// policy: never an address left in the per-CPU scratch by an earlier
+// decision. Both probes run on CPU 0, so they share that scratch; the socket
+// is made outside the scope (without a policy, socket() is denied too).
+TEST_F(ScopedCgroupTest, ScopeWithoutPolicyReportsItsOwnDestination) {
+  const int fd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  ASSERT_GE(fd, 0);
+  auto connect_on_cpu0 = [fd](const char* addr, uint16_t port) {
+    return [=] {
+      cpu_set_t cpus;
+      CPU_ZERO(&cpus);
+      CPU_SET(0, &cpus);
+      if (::sched_setaffinity(0, sizeof cpus, &cpus) != 0) return kOtherError;
+      sockaddr_in a{};
+      a.sin_family = AF_INET;
+      a.sin_port = htons(port);
+      ::inet_pton(AF_INET, addr, &a.sin_addr);
+      return result(::connect(fd, reinterpret_cast<sockaddr*>(&a), sizeof a));
+    };
+  };
+  drain_events();
+  EXPECT_EQ(run_scoped(connect_on_cpu0("127.0.0.1", 7)), kDenied);
+  ASSERT_TRUE(kt::enforcer()->remove_policy(kSlot).ok());
+  EXPECT_EQ(run_scoped(connect_on_cpu0("127.0.0.2", 9)), kDenied);
+  ::close(fd);
+  std::vector<std::string> targets;
+  for (const auto& e : drain_events()) {
+    if (e.hook != AC_HOOK_SOCKET_CONNECT) continue;
+    targets.push_back(bpf::record_target(e));
+    EXPECT_EQ(e.target_kind, AC_TARGET_INET);
+    EXPECT_EQ(bpf::record_target(e), e.reason == AC_REASON_NO_POLICY ? "127.0.0.2:9" : "127.0.0.1:7");
+  }
+  EXPECT_EQ(targets.size(), 2u);
 }
 
 TEST_F(ScopedCgroupTest, DecisionsAreCountedAndReported) {

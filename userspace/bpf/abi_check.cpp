@@ -1,6 +1,7 @@
 // Compile-time checks that the shared ABI header has the layout both sides
 // assume. A failure here means bpf/include/agentcage/abi.h changed shape:
-// update the offsets deliberately and bump AC_ABI_VERSION.
+// update the offsets deliberately and bump AC_ABI_VERSION (a field or value
+// that changes meaning bumps it too).
 #include <agentcage/abi.h>
 
 #include <cstddef>
@@ -27,7 +28,9 @@ static_assert(sizeof(ac_counters) == 8 * (int{AC_DECISION_COUNT} + int{AC_REASON
 // Reasons are metric labels and event fields: existing values never move.
 static_assert(AC_REASON_PROTECTED == 7 && AC_REASON_PATH_TOO_LONG == 8 && AC_REASON_PATH_DETACHED == 9);
 static_assert(AC_REASON_COUNT == 10 && sizeof(ac_counters) == 8 * 13);
-static_assert(AC_ABI_VERSION == 3, "the layout above is ABI version 3");
+static_assert(AC_ABI_VERSION == 4, "the layout above is ABI version 4");
+// Target kinds are JSON values and event fields: existing values never move.
+static_assert(AC_TARGET_UNIX == 3 && AC_TARGET_UNIX_ABSTRACT == 4);
 static_assert(sizeof(ac_event_header) == 24);
 static_assert(offsetof(ac_event_decision, scope_id) == 24);
 static_assert(offsetof(ac_event_decision, hook) == 48);

@@ -1,7 +1,5 @@
 #include "run/options.h"
 
-#include <signal.h>
-#include <string.h>
 #include <sys/wait.h>
 
 #include <cerrno>
@@ -171,16 +169,6 @@ int exit_code(const Outcome& o) {
   if (auto code = exited_code(o.wait_status)) return *code;
   if (auto sig = killed_by(o.wait_status)) return 128 + *sig;
   return kExitSetup;  // stopped/continued statuses are never waited for
-}
-
-std::string signal_name(int sig) {
-  const char* abbrev = ::sigabbrev_np(sig);
-  return abbrev ? std::string("SIG") + abbrev : "SIG" + std::to_string(sig);
-}
-
-std::string errno_name(int err) {
-  const char* name = ::strerrorname_np(err);
-  return name ? std::string(name) : "E" + std::to_string(err);
 }
 
 std::optional<uint64_t> keyed_value(std::string_view text, std::string_view key) {

@@ -99,11 +99,6 @@ int exit_code(const Outcome& outcome);
 std::optional<int> exited_code(int wait_status);
 std::optional<int> killed_by(int wait_status);
 
-// "SIGKILL" for 9; "SIG<n>" when unknown.
-std::string signal_name(int sig);
-// "EACCES" for 13; "E<n>" when unknown.
-std::string errno_name(int err);
-
 // Value of a cgroup "key value" line file (cpu.stat, memory.events).
 std::optional<uint64_t> keyed_value(std::string_view text, std::string_view key);
 

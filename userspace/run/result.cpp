@@ -1,12 +1,8 @@
 #include "run/result.h"
 
-#include <arpa/inet.h>
-#include <sys/socket.h>
-
-#include <cstring>
-
 #include "bpf/names.h"
-#include "run/options.h"
+#include "bpf/record.h"
+#include "util/sys_names.h"
 
 namespace agentcage::run {
 namespace {
@@ -16,34 +12,7 @@ nlohmann::json opt(const std::optional<T>& v) {
   return v ? nlohmann::json(*v) : nlohmann::json(nullptr);
 }
 
-// The NUL-terminated-or-full fixed array as a string.
-std::string bounded(const char* s, size_t max) { return std::string(s, ::strnlen(s, max)); }
-
 }  // namespace
-
-std::string record_target(const ac_event_decision& r) {
-  switch (r.target_kind) {
-    case AC_TARGET_PATH:
-    case AC_TARGET_UNIX: {
-      size_t n = r.target_len < sizeof r.target ? r.target_len : sizeof r.target;
-      return bounded(r.target, n);
-    }
-    case AC_TARGET_INET: {
-      char buf[INET6_ADDRSTRLEN] = {};
-      if (r.family == AF_INET) {
-        if (!::inet_ntop(AF_INET, r.addr, buf, sizeof buf)) return "";
-        return std::string(buf) + ":" + std::to_string(r.port);
-      }
-      if (r.family == AF_INET6) {
-        if (!::inet_ntop(AF_INET6, r.addr, buf, sizeof buf)) return "";
-        return "[" + std::string(buf) + "]:" + std::to_string(r.port);
-      }
-      return "";
-    }
-    default:
-      return "";
-  }
-}
 
 nlohmann::json to_json(const RunResult& r) {
   using nlohmann::json;
@@ -79,7 +48,8 @@ nlohmann::json to_json(const RunResult& r) {
   auto ms = [](const std::optional<uint64_t>& us) {
     return us ? json(static_cast<double>(*us) / 1000.0) : json(nullptr);
   };
-  j["cpu_time_ms"] = {{"user", ms(r.cpu_user_us)}, {"system", ms(r.cpu_system_us)}, {"total", ms(r.cpu_total_us)}};
+  j["cpu_time_ms"] = {
+      {"user", ms(r.cpu_user_us)}, {"system", ms(r.cpu_system_us)}, {"total", ms(r.cpu_total_us)}};
   j["peak_memory_bytes"] = opt(r.peak_memory_bytes);
   j["peak_memory_source"] = r.peak_memory_source.empty() ? json(nullptr) : json(r.peak_memory_source);
 
@@ -99,17 +69,7 @@ nlohmann::json to_json(const RunResult& r) {
   denials["audited_by_hook"] = audited_by_hook;
   denials["records_total"] = r.records_taken;
   json records = json::array();
-  for (const auto& rec : r.records) {
-    int err = rec.error < 0 ? -rec.error : rec.error;
-    json jr = {{"hook", bpf::hook_name(rec.hook)},
-               {"decision", bpf::decision_name(rec.decision)},
-               {"reason", bpf::reason_name(rec.reason)},
-               {"target", record_target(rec)},
-               {"errno", err ? json(errno_name(err)) : json(nullptr)},
-               {"pid", rec.pid},
-               {"comm", bounded(rec.comm, sizeof rec.comm)}};
-    records.push_back(std::move(jr));
-  }
+  for (const auto& rec : r.records) records.push_back(bpf::record_json(rec));
   denials["records"] = std::move(records);
   j["denials"] = std::move(denials);
   return j;

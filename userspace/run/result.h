@@ -63,8 +63,4 @@ struct RunResult {
 
 nlohmann::json to_json(const RunResult& result);
 
-// The target of a decision record for humans and the report: a path, or
-// "address:port" ("[v6]:port" for IPv6), or "" when the record has none.
-std::string record_target(const ac_event_decision& record);
-
 }  // namespace agentcage::run

@@ -1,6 +1,7 @@
 #include "run/runner.h"
 
 #include "bpf/names.h"
+#include "bpf/record.h"
 #include "policy/locate.h"
 
 #include <fcntl.h>
@@ -35,6 +36,7 @@
 #include "run/sandbox.h"
 #include "run/state.h"
 #include "util/log.h"
+#include "util/sys_names.h"
 #include "util/unique_fd.h"
 
 namespace agentcage::run {
@@ -765,7 +767,7 @@ int run_main(const RunOptions& opts, std::ostream& err) {
       err << "agentcage: policy " << res.policy_name << " denied " << total << " operation(s)";
       const char* sep = ": ";
       for (const auto& rec : res.records) {
-        err << sep << bpf::hook_name(rec.hook) << " " << record_target(rec);
+        err << sep << bpf::hook_name(rec.hook) << " " << bpf::record_target(rec);
         sep = ", ";
       }
       if (res.records_taken > res.records.size()) err << ", ...";

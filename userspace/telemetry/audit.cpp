@@ -3,11 +3,8 @@
 #include <time.h>
 
 #include <cstdio>
-#include <cstring>
 
-#include "bpf/names.h"
-#include "run/options.h"
-#include "run/result.h"
+#include "bpf/record.h"
 
 namespace agentcage::telemetry {
 
@@ -18,8 +15,8 @@ std::string rfc3339_ns(int64_t realtime_ns) {
   struct tm tm {};
   ::gmtime_r(&secs, &tm);
   char buf[64];
-  std::snprintf(buf, sizeof buf, "%04d-%02d-%02dT%02d:%02d:%02d.%09ldZ", tm.tm_year + 1900, tm.tm_mon + 1, tm.tm_mday,
-                tm.tm_hour, tm.tm_min, tm.tm_sec, nanos);
+  std::snprintf(buf, sizeof buf, "%04d-%02d-%02dT%02d:%02d:%02d.%09ldZ", tm.tm_year + 1900, tm.tm_mon + 1,
+                tm.tm_mday, tm.tm_hour, tm.tm_min, tm.tm_sec, nanos);
   return buf;
 }
 
@@ -34,39 +31,11 @@ int64_t boot_to_realtime_offset_ns() {
   return r1 + (r2 - r1) / 2 - b;
 }
 
-namespace {
-
-const char* target_kind_name(uint8_t kind) {
-  switch (kind) {
-    case AC_TARGET_PATH: return "path";
-    case AC_TARGET_INET: return "inet";
-    case AC_TARGET_UNIX: return "unix";
-    default: return "none";
-  }
-}
-
-}  // namespace
-
 nlohmann::json event_json(const ac_event_decision& ev, const EventContext& ctx) {
-  nlohmann::json j;
+  nlohmann::json j = bpf::record_json(ev);
   j["time"] = rfc3339_ns(ctx.realtime_ns);
-  j["scope_id"] = ev.scope_id;
   j["run_id"] = ctx.run_id.empty() ? nlohmann::json(nullptr) : nlohmann::json(ctx.run_id);
   j["policy"] = ctx.policy.empty() ? nlohmann::json(nullptr) : nlohmann::json(ctx.policy);
-  j["policy_slot"] = ev.policy_slot;
-  j["hook"] = std::string(bpf::hook_name(ev.hook));
-  j["decision"] = std::string(bpf::decision_name(ev.decision));
-  j["reason"] = std::string(bpf::reason_name(ev.reason));
-  j["pid"] = ev.pid;
-  j["tid"] = ev.tid;
-  j["uid"] = ev.uid;
-  j["comm"] = std::string(ev.comm, strnlen(ev.comm, sizeof ev.comm));
-  j["target"] = run::record_target(ev);
-  j["target_kind"] = target_kind_name(ev.target_kind);
-  int err = ev.error < 0 ? -ev.error : ev.error;
-  j["errno"] = err;
-  j["errno_name"] = err ? nlohmann::json(run::errno_name(err)) : nlohmann::json(nullptr);
-  j["cgroup_id"] = ev.hdr.cgroup_id;
   return j;
 }
 

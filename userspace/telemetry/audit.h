@@ -1,6 +1,7 @@
 // Audit events: one JSON object per line for every decision record the
-// kernel delivered (denials and audit-mode would-be denials). Field names are
-// a contract (docs/daemon.md): fields are added, never renamed.
+// kernel delivered (denials and audit-mode would-be denials): the record's
+// JSON (bpf/record.h) plus what the consumer knows (time, run_id, policy).
+// Field names are a contract (docs/daemon.md): fields are added, never renamed.
 //
 //   {"time":"2025-01-02T03:04:05.123456789Z","scope_id":1234,"run_id":"0123456789abcdef",
 //    "policy":"python-sandbox","policy_slot":3,"hook":"file_open","decision":"deny",
@@ -30,9 +31,9 @@ std::string rfc3339_ns(int64_t realtime_ns);
 // Offset that turns the records' CLOCK_BOOTTIME stamps into CLOCK_REALTIME.
 int64_t boot_to_realtime_offset_ns();
 
+// bpf::record_json(ev) with the context's fields added.
 nlohmann::json event_json(const ac_event_decision& ev, const EventContext& ctx);
-// event_json(...).dump() + "\n"; invalid UTF-8 in comm/target is replaced,
-// never an exception.
+// event_json(...).dump() + "\n"; invalid UTF-8 is replaced, never an exception.
 std::string event_line(const ac_event_decision& ev, const EventContext& ctx);
 
 }  // namespace agentcage::telemetry

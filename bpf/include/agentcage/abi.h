@@ -7,8 +7,8 @@
  *   - only fixed-width types, no pointers, no bool, no enums as field types;
  *   - explicit padding, every struct a multiple of 8 bytes;
  *   - the C++ side static_asserts sizes and offsets (userspace/bpf/abi_check.cpp).
- * Changing a layout is an ABI break between pinned maps and a newer agent: bump
- * AC_ABI_VERSION.
+ * Changing a layout, or what a field or value means, is an ABI break between
+ * the programs and an agent built from another header: bump AC_ABI_VERSION.
  */
 #ifndef AGENTCAGE_ABI_H
 #define AGENTCAGE_ABI_H
@@ -19,7 +19,7 @@
 #include <linux/types.h>
 #endif
 
-#define AC_ABI_VERSION 3
+#define AC_ABI_VERSION 4
 
 /* ---- capacities ------------------------------------------------------- */
 
@@ -254,11 +254,15 @@ struct ac_event_header {
 	__u64 cgroup_id; /* the task's own cgroup */
 };
 
+/* What target[] / addr of a decision record describe. */
 enum ac_target_kind {
 	AC_TARGET_NONE = 0,
-	AC_TARGET_PATH = 1,
-	AC_TARGET_INET = 2,
-	AC_TARGET_UNIX = 3,
+	AC_TARGET_PATH = 1,          /* target: a file's path */
+	AC_TARGET_INET = 2,          /* family, port, addr (see below) */
+	AC_TARGET_UNIX = 3,          /* target: the path a unix socket is bound at */
+	/* target: an abstract unix socket's name, without the leading NUL of
+	 * sun_path; any bytes, NULs included (target_len counts them). */
+	AC_TARGET_UNIX_ABSTRACT = 4,
 };
 
 struct ac_event_decision {
@@ -275,11 +279,13 @@ struct ac_event_decision {
 	__s32 error;   /* the errno returned to the task (negative), or 0 */
 	char comm[16];
 	/* AC_TARGET_INET: family (AF_INET/AF_INET6), port (host order),
-	 * addr (4 or 16 bytes, network order); protocol is the socket's. */
+	 * addr (4 or 16 bytes, network order); protocol is the socket's.
+	 * socket_create records carry the requested family and protocol, unix
+	 * records family AF_UNIX. port and addr are 0 for every other kind. */
 	__u16 family;
 	__u16 port;
 	__u16 protocol;
-	__u16 target_len; /* bytes used in target[] (path, NUL excluded) */
+	__u16 target_len; /* bytes used in target[] (text, terminating NUL excluded) */
 	__u8 addr[16];
 	char target[AC_EVENT_TARGET_MAX];
 };

@@ -1,0 +1,198 @@
+// SPDX-License-Identifier: Apache-2.0
+// The decision-record decoder (bpf/record.h): names of the ABI values, the
+// target as text, and the one JSON shape the audit log and the run result
+// share.
+#include <gtest/gtest.h>
+#include <signal.h>
+#include <sys/socket.h>
+
+#include <cerrno>
+#include <climits>
+#include <cstring>
+#include <string>
+
+#include <nlohmann/json.hpp>
+
+#include "bpf/names.h"
+#include "bpf/record.h"
+#include "run/result.h"
+#include "telemetry/audit.h"
+#include "util/sys_names.h"
+
+namespace agentcage {
+namespace {
+
+using nlohmann::json;
+
+ac_event_decision record(uint8_t kind, const std::string& target) {
+  ac_event_decision r{};
+  r.hdr.type = AC_EVENT_DECISION;
+  r.hdr.size = sizeof r;
+  r.hdr.cgroup_id = 4321;
+  r.scope_id = 1234;
+  r.policy_slot = 3;
+  r.pid = 42;
+  r.tid = 43;
+  r.uid = 1000;
+  r.hook = kind == AC_TARGET_PATH ? AC_HOOK_FILE_OPEN : AC_HOOK_UNIX_CONNECT;
+  r.decision = AC_DECISION_DENY;
+  r.reason = AC_REASON_DEFAULT_DENY;
+  r.error = -EACCES;
+  std::strcpy(r.comm, "python3");
+  r.target_kind = kind;
+  r.target_len = static_cast<uint16_t>(target.size());
+  std::memcpy(r.target, target.data(), target.size());
+  return r;
+}
+
+TEST(Names, AbiValuesErrnosAndSignals) {
+  EXPECT_EQ(bpf::hook_name(AC_HOOK_EXEC), "exec");
+  EXPECT_EQ(bpf::hook_name(AC_HOOK_SOCKET_CONNECT), "socket_connect");
+  EXPECT_EQ(bpf::hook_name(AC_HOOK_SCOPE_ESCAPE), "scope_escape");
+  EXPECT_EQ(bpf::hook_name(AC_HOOK_COUNT), "unknown");
+  EXPECT_EQ(bpf::decision_name(AC_DECISION_AUDIT), "audit");
+  EXPECT_EQ(bpf::decision_name(AC_DECISION_COUNT), "unknown");
+  EXPECT_EQ(bpf::reason_name(AC_REASON_PATH_TOO_DEEP), "path_too_deep");
+  EXPECT_EQ(bpf::reason_name(AC_REASON_PROTECTED), "protected");
+  EXPECT_EQ(bpf::reason_name(AC_REASON_PATH_TOO_LONG), "path_too_long");
+  EXPECT_EQ(bpf::reason_name(AC_REASON_PATH_DETACHED), "path_detached");
+  EXPECT_EQ(bpf::reason_name(AC_REASON_COUNT), "unknown");
+  EXPECT_EQ(bpf::target_kind_name(AC_TARGET_NONE), "none");
+  EXPECT_EQ(bpf::target_kind_name(AC_TARGET_PATH), "path");
+  EXPECT_EQ(bpf::target_kind_name(AC_TARGET_INET), "inet");
+  EXPECT_EQ(bpf::target_kind_name(AC_TARGET_UNIX), "unix");
+  EXPECT_EQ(bpf::target_kind_name(AC_TARGET_UNIX_ABSTRACT), "unix_abstract");
+  EXPECT_EQ(bpf::target_kind_name(5), "unknown");
+  EXPECT_EQ(errno_name(EACCES), "EACCES");
+  EXPECT_EQ(errno_name(100000), "E100000");
+  EXPECT_EQ(signal_name(SIGKILL), "SIGKILL");
+  EXPECT_EQ(signal_name(SIGTERM), "SIGTERM");
+  EXPECT_EQ(signal_name(1000), "SIG1000");
+}
+
+TEST(DecisionRecord, Targets) {
+  EXPECT_EQ(bpf::record_target(record(AC_TARGET_PATH, "/etc/passwd")), "/etc/passwd");
+  ac_event_decision v4{};
+  v4.target_kind = AC_TARGET_INET;
+  v4.family = AF_INET;
+  v4.port = 443;
+  uint8_t a4[] = {10, 0, 0, 1};
+  std::memcpy(v4.addr, a4, 4);
+  EXPECT_EQ(bpf::record_target(v4), "10.0.0.1:443");
+  ac_event_decision v6{};
+  v6.target_kind = AC_TARGET_INET;
+  v6.family = AF_INET6;
+  v6.port = 80;
+  v6.addr[15] = 1;
+  EXPECT_EQ(bpf::record_target(v6), "[::1]:80");
+  ac_event_decision none{};
+  EXPECT_EQ(bpf::record_target(none), "");
+  EXPECT_EQ(bpf::record_json(none)["target_kind"], "none");
+}
+
+// A socket bound at a path and an abstract name that reads the same are two
+// different targets: the kind and the '@' tell them apart.
+TEST(DecisionRecord, UnixPathAndAbstractNameDiffer) {
+  json path = bpf::record_json(record(AC_TARGET_UNIX, "/run/llm.sock"));
+  EXPECT_EQ(path["target"], "/run/llm.sock");
+  EXPECT_EQ(path["target_kind"], "unix");
+  json abstract = bpf::record_json(record(AC_TARGET_UNIX_ABSTRACT, "/run/llm.sock"));
+  EXPECT_EQ(abstract["target"], "@/run/llm.sock");
+  EXPECT_EQ(abstract["target_kind"], "unix_abstract");
+  EXPECT_EQ(abstract["hook"], "unix_connect");
+
+  // An abstract name is target_len bytes, NULs included: nothing cuts it at
+  // the first NUL, so "a\0b" is not reported as "a".
+  ac_event_decision nul = record(AC_TARGET_UNIX_ABSTRACT, std::string("a\0b", 3));
+  EXPECT_EQ(bpf::record_target(nul), std::string("@a\0b", 4));
+  EXPECT_EQ(bpf::record_json(nul).dump(),
+            bpf::record_json(nul).dump(-1, ' ', false, json::error_handler_t::strict));
+  EXPECT_NE(bpf::record_json(nul).dump().find(R"("target":"@a\u0000b")"), std::string::npos);
+  // An empty abstract name is still abstract.
+  EXPECT_EQ(bpf::record_target(record(AC_TARGET_UNIX_ABSTRACT, "")), "@");
+}
+
+// The audit line and the result file carry a record in the same shape: the
+// audit line only adds its context (time, run_id, policy).
+TEST(DecisionRecord, OneShapeInTheAuditLogAndTheResult) {
+  for (const auto& rec : {record(AC_TARGET_PATH, "/etc/passwd"), record(AC_TARGET_UNIX_ABSTRACT, "llm/proxy"),
+                          record(AC_TARGET_UNIX, "/run/x.sock")}) {
+    const json expected = bpf::record_json(rec);
+    EXPECT_EQ(expected.size(), 14u) << expected.dump();
+    for (const char* key : {"scope_id", "policy_slot", "hook", "decision", "reason", "pid", "tid", "uid",
+                            "comm", "target", "target_kind", "errno", "errno_name", "cgroup_id"})
+      EXPECT_TRUE(expected.contains(key)) << key;
+    EXPECT_EQ(expected["errno"], 13);
+    EXPECT_EQ(expected["errno_name"], "EACCES");
+
+    json audit = telemetry::event_json(rec, {1735787045123456789LL, "python-sandbox", "0123456789abcdef"});
+    EXPECT_EQ(audit["time"], "2025-01-02T03:04:05.123456789Z");
+    EXPECT_EQ(audit["policy"], "python-sandbox");
+    EXPECT_EQ(audit["run_id"], "0123456789abcdef");
+    for (const char* context : {"time", "policy", "run_id"}) audit.erase(context);
+    EXPECT_EQ(audit, expected);
+
+    run::RunResult result;
+    result.records = {rec};
+    EXPECT_EQ(run::to_json(result)["denials"]["records"], json::array({expected}));
+  }
+  // Audit mode: the task got no error.
+  ac_event_decision audited = record(AC_TARGET_PATH, "/etc/passwd");
+  audited.decision = AC_DECISION_AUDIT;
+  audited.error = 0;
+  json j = bpf::record_json(audited);
+  EXPECT_EQ(j["decision"], "audit");
+  EXPECT_EQ(j["errno"], 0);
+  EXPECT_TRUE(j["errno_name"].is_null());
+}
+
+// The record's bytes come from the kernel but its strings from the confined
+// code (comm, file and socket names): nothing in them may make the decoder
+// read beyond the record, or make the JSON fail to dump.
+TEST(DecisionRecord, HostileBytes) {
+  ac_event_decision r = record(AC_TARGET_PATH, "");
+  std::memset(r.target, 'x', sizeof r.target);  // no NUL anywhere
+  r.target_len = 0xffff;
+  EXPECT_EQ(bpf::record_target(r), std::string(sizeof r.target, 'x'));
+  r.target_kind = AC_TARGET_UNIX_ABSTRACT;
+  EXPECT_EQ(bpf::record_target(r), "@" + std::string(sizeof r.target, 'x'));
+
+  // Invalid UTF-8 in comm (no NUL either) and target: replaced, so even a
+  // strict dump (the result file's) cannot throw.
+  ac_event_decision bad = record(AC_TARGET_PATH, "/tmp/\xff\xfe\xc0\xaf\xed\xa0\x80/\xe2\x82");
+  std::memcpy(bad.comm,
+              "\xff\"\n\\\x01"
+              "abcdefghijk",
+              16);
+  json j = bpf::record_json(bad);
+  std::string strict;
+  ASSERT_NO_THROW(strict = j.dump());
+  EXPECT_EQ(strict, j.dump(-1, ' ', false, json::error_handler_t::replace));
+  EXPECT_EQ(j["target"], "/tmp/\uFFFD\uFFFD\uFFFD\uFFFD\uFFFD\uFFFD\uFFFD/\uFFFD\uFFFD");
+  EXPECT_EQ(j["comm"],
+            "\uFFFD\"\n\\\x01"
+            "abcdefghijk");
+  run::RunResult result;
+  result.records = {bad};
+  EXPECT_NO_THROW(static_cast<void>(run::to_json(result).dump(2)));
+
+  // Values the kernel never writes still decode to something defined.
+  ac_event_decision odd = record(AC_TARGET_INET, "");
+  odd.hook = 200;
+  odd.decision = 200;
+  odd.reason = 200;
+  odd.family = 0xffff;
+  odd.error = INT_MIN;
+  json o = bpf::record_json(odd);
+  EXPECT_EQ(o["hook"], "unknown");
+  EXPECT_EQ(o["decision"], "unknown");
+  EXPECT_EQ(o["reason"], "unknown");
+  EXPECT_EQ(o["target"], "");
+  EXPECT_EQ(o["errno"], 2147483648LL);
+  EXPECT_EQ(o["errno_name"], "E2147483648");
+  odd.target_kind = 77;
+  EXPECT_EQ(bpf::record_json(odd)["target_kind"], "unknown");
+}
+
+}  // namespace
+}  // namespace agentcage

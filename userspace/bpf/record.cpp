@@ -1,0 +1,92 @@
+// SPDX-License-Identifier: Apache-2.0
+#include "bpf/record.h"
+
+#include <arpa/inet.h>
+#include <sys/socket.h>
+
+#include <climits>
+#include <cstdint>
+#include <cstring>
+#include <string_view>
+
+#include "bpf/names.h"
+#include "policy/utf8.h"
+#include "util/sys_names.h"
+
+namespace agentcage::bpf {
+namespace {
+
+// A fixed char array as a string: up to its first NUL, at most `max` bytes.
+std::string bounded(const char* s, size_t max) { return std::string(s, ::strnlen(s, max)); }
+
+// `bytes` with every ill-formed UTF-8 sequence replaced by U+FFFD.
+std::string valid_utf8(std::string_view bytes) {
+  std::string out;
+  out.reserve(bytes.size());
+  for (size_t i = 0; i < bytes.size();) {
+    size_t n = policy::detail::utf8_sequence_length(bytes, i);
+    if (n == 0) {
+      out += "\xEF\xBF\xBD";
+      ++i;
+    } else {
+      out.append(bytes.substr(i, n));
+      i += n;
+    }
+  }
+  return out;
+}
+
+}  // namespace
+
+std::string record_target(const ac_event_decision& r) {
+  const size_t len = r.target_len < sizeof r.target ? r.target_len : sizeof r.target;
+  switch (r.target_kind) {
+    case AC_TARGET_PATH:
+    case AC_TARGET_UNIX:
+      return bounded(r.target, len);
+    case AC_TARGET_UNIX_ABSTRACT:
+      // The name is target_len bytes, NULs included: no NUL ends it.
+      return "@" + std::string(r.target, len);
+    case AC_TARGET_INET: {
+      char buf[INET6_ADDRSTRLEN] = {};
+      if (r.family == AF_INET) {
+        if (!::inet_ntop(AF_INET, r.addr, buf, sizeof buf)) return "";
+        return std::string(buf) + ":" + std::to_string(r.port);
+      }
+      if (r.family == AF_INET6) {
+        if (!::inet_ntop(AF_INET6, r.addr, buf, sizeof buf)) return "";
+        return "[" + std::string(buf) + "]:" + std::to_string(r.port);
+      }
+      return "";
+    }
+    default:
+      return "";
+  }
+}
+
+nlohmann::json record_json(const ac_event_decision& r) {
+  using nlohmann::json;
+  // The kernel stores the negative errno; 64 bits so that no value overflows.
+  const int64_t err = r.error < 0 ? -static_cast<int64_t>(r.error) : r.error;
+  json j;
+  j["scope_id"] = r.scope_id;
+  j["policy_slot"] = r.policy_slot;
+  j["hook"] = hook_name(r.hook);
+  j["decision"] = decision_name(r.decision);
+  j["reason"] = reason_name(r.reason);
+  j["pid"] = r.pid;
+  j["tid"] = r.tid;
+  j["uid"] = r.uid;
+  j["comm"] = valid_utf8(bounded(r.comm, sizeof r.comm));
+  j["target"] = valid_utf8(record_target(r));
+  j["target_kind"] = target_kind_name(r.target_kind);
+  j["errno"] = err;
+  if (err == 0)
+    j["errno_name"] = nullptr;
+  else
+    j["errno_name"] = err <= INT_MAX ? errno_name(static_cast<int>(err)) : "E" + std::to_string(err);
+  j["cgroup_id"] = r.hdr.cgroup_id;
+  return j;
+}
+
+}  // namespace agentcage::bpf
