@@ -1,0 +1,247 @@
+// SPDX-License-Identifier: Apache-2.0
+// The command line as an operator meets it: the built binary (build/agentcage)
+// run as a real process, its output and exit status checked. Nothing here
+// needs root or a kernel that enforces: usage errors, help and `policy check`
+// are answered before agentcage touches the host.
+#include <fcntl.h>
+#include <gtest/gtest.h>
+#include <poll.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <csignal>
+#include <filesystem>
+#include <string>
+#include <vector>
+
+namespace agentcage {
+namespace {
+
+namespace fs = std::filesystem;
+
+struct Output {
+  int status = -1;  // exit status, or -1 when the process did not exit normally
+  std::string out;
+  std::string err;
+};
+
+// Runs build/agentcage ARGS with stdin from /dev/null and both output
+// streams captured (read together, so neither pipe can fill up and stall it).
+Output agentcage(const std::vector<std::string>& args) {
+  int out_pipe[2], err_pipe[2];
+  if (::pipe2(out_pipe, O_CLOEXEC) != 0 || ::pipe2(err_pipe, O_CLOEXEC) != 0) return {};
+  std::vector<std::string> argv_storage = {AGENTCAGE_BINARY};
+  argv_storage.insert(argv_storage.end(), args.begin(), args.end());
+  std::vector<char*> argv;
+  for (auto& a : argv_storage) argv.push_back(a.data());
+  argv.push_back(nullptr);
+
+  const pid_t pid = ::fork();
+  if (pid < 0) {
+    for (int fd : {out_pipe[0], out_pipe[1], err_pipe[0], err_pipe[1]}) ::close(fd);
+    return {};
+  }
+  if (pid == 0) {
+    ::dup2(out_pipe[1], STDOUT_FILENO);
+    ::dup2(err_pipe[1], STDERR_FILENO);
+    ::execv(argv[0], argv.data());
+    ::_exit(127);
+  }
+  ::close(out_pipe[1]);
+  ::close(err_pipe[1]);
+  Output result;
+  pollfd fds[2] = {{out_pipe[0], POLLIN, 0}, {err_pipe[0], POLLIN, 0}};
+  std::string* sinks[2] = {&result.out, &result.err};
+  int open_streams = 2;
+  while (open_streams > 0) {
+    if (::poll(fds, 2, 30000) <= 0) break;  // 30 s: agentcage hangs
+    for (int i = 0; i < 2; ++i) {
+      if (fds[i].fd < 0 || fds[i].revents == 0) continue;
+      char buf[4096];
+      const ssize_t n = ::read(fds[i].fd, buf, sizeof buf);
+      if (n > 0) {
+        sinks[i]->append(buf, static_cast<size_t>(n));
+      } else if (n == 0 || errno != EINTR) {
+        ::close(fds[i].fd);
+        fds[i].fd = -1;
+        --open_streams;
+      }
+    }
+  }
+  for (const pollfd& p : fds)
+    if (p.fd >= 0) ::close(p.fd);
+  int wstatus = 0;
+  if (open_streams > 0) ::kill(pid, SIGKILL);
+  ::waitpid(pid, &wstatus, 0);
+  result.status = WIFEXITED(wstatus) ? WEXITSTATUS(wstatus) : -1;
+  return result;
+}
+
+bool contains(const std::string& text, const std::string& part) {
+  return text.find(part) != std::string::npos;
+}
+
+const std::vector<std::string> kCommands = {"doctor", "policy", "attach", "detach", "run",
+                                            "daemon", "status", "events", "help",   "version"};
+
+TEST(Cli, HelpListsEveryCommand) {
+  Output help = agentcage({"help"});
+  EXPECT_EQ(help.status, 0) << help.err;
+  EXPECT_TRUE(help.err.empty()) << help.err;
+  EXPECT_TRUE(contains(help.out, "Usage: agentcage [OPTIONS] COMMAND\n")) << help.out;
+  EXPECT_TRUE(contains(help.out, "\nCommands:\n")) << help.out;
+  for (const std::string& command : kCommands)
+    EXPECT_TRUE(contains(help.out, "\n  " + command + " ")) << command << " missing from\n" << help.out;
+  EXPECT_FALSE(contains(help.out, "SUBCOMMAND")) << help.out;
+
+  Output dash_help = agentcage({"--help"});
+  EXPECT_EQ(dash_help.status, 0);
+  EXPECT_EQ(dash_help.out, help.out);
+}
+
+TEST(Cli, HelpCommandPrintsWhatDashDashHelpPrints) {
+  for (const std::vector<std::string>& command : std::vector<std::vector<std::string>>{
+           {"run"}, {"policy"}, {"policy", "check"}, {"attach"}, {"status"}, {"help"}}) {
+    std::vector<std::string> help_args = {"help"};
+    help_args.insert(help_args.end(), command.begin(), command.end());
+    std::vector<std::string> dash_args = command;
+    dash_args.push_back("--help");
+    Output help = agentcage(help_args);
+    Output dash = agentcage(dash_args);
+    EXPECT_EQ(help.status, 0) << help.err;
+    EXPECT_EQ(dash.status, 0) << dash.err;
+    EXPECT_EQ(help.out, dash.out) << command.back();
+    EXPECT_TRUE(contains(help.out, "Usage: agentcage " + command.front())) << help.out;
+  }
+  Output run = agentcage({"help", "run"});
+  EXPECT_TRUE(contains(run.out, "Usage: agentcage run [OPTIONS] [--] COMMAND [ARGS...]\n")) << run.out;
+  EXPECT_TRUE(contains(run.out, "EXIT STATUS")) << run.out;  // the manual follows the options
+}
+
+// Every option names what it takes; CLI11's TEXT/INT appear nowhere.
+TEST(Cli, EveryOptionHasAMetavariable) {
+  const std::vector<std::pair<std::vector<std::string>, std::vector<std::string>>> expected = {
+      {{"run"},
+       {"--policy NAME|FILE REQUIRED", "--workspace DIR ", "--timeout DURATION ", "--memory SIZE ",
+        "--pids N ", "--cpu CPUS ", "--env KEY=VALUE ", "--result FILE ", "--user NAME|UID[:GID] ",
+        "--policy-dir DIR ", "\n  COMMAND [ARGS...] "}},
+      {{"policy", "check"}, {"Usage: agentcage policy check [OPTIONS] FILE...\n", "\n  FILE... "}},
+      {{"attach"},
+       {"--cgroup CGROUP REQUIRED", "--policy NAME|FILE REQUIRED", "--policy-dir DIR ", "--workspace DIR "}},
+      {{"detach"}, {"--cgroup CGROUP REQUIRED"}},
+      {{"daemon"}, {"--config FILE "}},
+      {{"status"}, {"--socket PATH ", "--json "}},
+      {{"events"}, {"--socket PATH ", "-f,--follow "}},
+      {{"doctor"}, {"--json "}},
+      {{"help"}, {"Usage: agentcage help [OPTIONS] [COMMAND...]\n"}},
+  };
+  for (const auto& [command, metavariables] : expected) {
+    std::vector<std::string> args = command;
+    args.push_back("--help");
+    Output help = agentcage(args);
+    EXPECT_EQ(help.status, 0) << help.err;
+    for (const std::string& m : metavariables)
+      EXPECT_TRUE(contains(help.out, m)) << "'" << m << "' missing from\n" << help.out;
+    for (const char* cli11_type : {" TEXT", " INT", " UINT", " FLOAT", "SUBCOMMAND"})
+      EXPECT_FALSE(contains(help.out, cli11_type)) << cli11_type << " in\n" << help.out;
+  }
+}
+
+TEST(Cli, VersionCommandAndFlagAgree) {
+  Output version = agentcage({"version"});
+  EXPECT_EQ(version.status, 0) << version.err;
+  EXPECT_EQ(version.out, std::string("agentcage ") + AGENTCAGE_VERSION + "\n");
+  Output flag = agentcage({"--version"});
+  EXPECT_EQ(flag.status, 0) << flag.err;
+  EXPECT_EQ(flag.out, version.out);
+}
+
+TEST(Cli, UnknownCommandSuggestsTheClosestAndExits2) {
+  Output typo = agentcage({"rnu", "--policy", "x", "--", "true"});
+  EXPECT_EQ(typo.status, 2);
+  EXPECT_TRUE(typo.out.empty()) << typo.out;
+  EXPECT_EQ(typo.err,
+            "agentcage: unknown command 'rnu' (did you mean 'run'?)\n"
+            "Usage: agentcage [OPTIONS] COMMAND ...; `agentcage help` lists the commands\n");
+
+  Output far = agentcage({"frobnicate"});
+  EXPECT_EQ(far.status, 2);
+  EXPECT_TRUE(contains(far.err, "agentcage: unknown command 'frobnicate'\n")) << far.err;
+
+  Output sub = agentcage({"policy", "chek", "x.yaml"});
+  EXPECT_EQ(sub.status, 2);
+  EXPECT_TRUE(contains(sub.err, "agentcage policy: unknown command 'chek' (did you mean 'check'?)\n"))
+      << sub.err;
+  EXPECT_TRUE(contains(sub.err, "`agentcage help policy`")) << sub.err;
+
+  Output help = agentcage({"help", "stauts"});
+  EXPECT_EQ(help.status, 2);
+  EXPECT_TRUE(contains(help.err, "agentcage: unknown command 'stauts' (did you mean 'status'?)\n"))
+      << help.err;
+
+  Output option = agentcage({"--verbos", "status"});
+  EXPECT_EQ(option.status, 2);
+  EXPECT_TRUE(contains(option.err, "agentcage: unknown option '--verbos' (did you mean '--verbose'?)\n"))
+      << option.err;
+}
+
+TEST(Cli, NoCommandPrintsTheCommandListAndExits2) {
+  const std::string list = agentcage({"help"}).out;
+  for (const std::vector<std::string>& args : std::vector<std::vector<std::string>>{{}, {"-v"}, {"-vv"}}) {
+    Output none = agentcage(args);
+    EXPECT_EQ(none.status, 2);
+    EXPECT_TRUE(none.out.empty()) << none.out;
+    EXPECT_EQ(none.err, list);
+  }
+  Output policy = agentcage({"policy"});
+  EXPECT_EQ(policy.status, 2);
+  EXPECT_EQ(policy.err, agentcage({"help", "policy"}).out);
+  EXPECT_FALSE(contains(policy.err, "A subcommand is required")) << policy.err;
+}
+
+// run's own failures must never look like COMMAND's exit status: 125.
+TEST(Cli, RunUsageErrorsExit125) {
+  Output no_policy = agentcage({"run", "--", "true"});
+  EXPECT_EQ(no_policy.status, 125) << no_policy.err;
+  EXPECT_TRUE(contains(no_policy.err, "--policy is required")) << no_policy.err;
+
+  Output no_value = agentcage({"-v", "run", "--policy", "x", "--memory"});
+  EXPECT_EQ(no_value.status, 125) << no_value.err;
+  EXPECT_TRUE(contains(no_value.err, "--memory")) << no_value.err;
+
+  Output no_command = agentcage({"run", "--policy", "x"});
+  EXPECT_EQ(no_command.status, 125) << no_command.err;
+  EXPECT_TRUE(contains(no_command.err, "no COMMAND given")) << no_command.err;
+}
+
+TEST(Cli, OtherUsageErrorsExit2) {
+  for (const std::vector<std::string>& args :
+       std::vector<std::vector<std::string>>{{"policy", "check"},
+                                             {"attach", "--policy", "x"},
+                                             {"detach"},
+                                             {"status", "--socket"},
+                                             {"doctor", "--bogus"}}) {
+    Output usage = agentcage(args);
+    EXPECT_EQ(usage.status, 2) << args.front() << ": " << usage.err;
+    EXPECT_FALSE(usage.err.empty());
+  }
+}
+
+TEST(Cli, PolicyCheckAcceptsTheShippedPolicies) {
+  size_t checked = 0;
+  for (const auto& entry : fs::directory_iterator(fs::path(AGENTCAGE_SOURCE_DIR) / "policies")) {
+    if (entry.path().extension() != ".yaml") continue;
+    Output check = agentcage({"policy", "check", entry.path().string()});
+    EXPECT_EQ(check.status, 0) << entry.path() << ": " << check.err;
+    EXPECT_TRUE(contains(check.out, entry.path().string() + ": ok")) << check.out;
+    ++checked;
+  }
+  EXPECT_GE(checked, 3u);
+
+  Output missing = agentcage({"policy", "check", "/nonexistent/agentcage-policy.yaml"});
+  EXPECT_EQ(missing.status, 1) << missing.err;
+}
+
+}  // namespace
+}  // namespace agentcage

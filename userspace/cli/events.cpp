@@ -1,0 +1,73 @@
+// SPDX-License-Identifier: Apache-2.0
+// `agentcage events`: the daemon's recent audit events, and with --follow
+// the stream of new ones.
+#include <iostream>
+#include <memory>
+#include <string>
+
+#include <nlohmann/json.hpp>
+
+#include "cli/command.h"
+#include "daemon/protocol.h"
+
+namespace agentcage::cli {
+namespace {
+
+struct EventsArgs {
+  bool follow = false;
+  std::string socket = daemon::default_control_socket();
+};
+
+int events_command(bool follow, const std::string& socket_path) {
+  auto fd = daemon::connect_control(socket_path, 5000);
+  if (!fd) {
+    std::cerr
+        << "agentcage events: the daemon is not reachable (" << fd.error().message
+        << "); events come only through it (the ring buffer has one consumer): start `agentcage daemon`\n";
+    return 1;
+  }
+  nlohmann::json req{{"op", "events"}, {"follow", follow}};
+  if (auto st = daemon::write_all(fd->get(), req.dump() + "\n", 5000); !st) {
+    std::cerr << "agentcage events: " << st.error().message << "\n";
+    return 1;
+  }
+  std::string buffer;
+  auto first = daemon::read_line(fd->get(), buffer, 5000);
+  if (!first || first->empty()) {
+    std::cerr << "agentcage events: no answer from the daemon\n";
+    return 1;
+  }
+  auto head = nlohmann::json::parse(*first, nullptr, false);
+  if (!head.is_object() || !head.value("ok", false)) {
+    std::cerr << "agentcage events: " << (head.is_object() ? head.value("error", *first) : *first) << "\n";
+    return 1;
+  }
+  for (;;) {
+    auto line = daemon::read_line(fd->get(), buffer, -1);
+    if (!line) {
+      std::cerr << "agentcage events: " << line.error().message << "\n";
+      return 1;
+    }
+    if (line->empty()) return 0;  // the daemon closed the stream
+    std::cout << *line << "\n" << std::flush;
+  }
+}
+
+}  // namespace
+
+void add_events(CLI::App& app, const Globals& /*globals*/, Commands& commands) {
+  auto* events =
+      app.add_subcommand("events", "Print the daemon's recent audit events; --follow streams new ones");
+  events->footer(
+      "Prints the daemon's most recent decision events (JSON lines, the audit log's format; see "
+      "docs/daemon.md)\n"
+      "and with --follow keeps streaming new ones. Needs the daemon: it is the ring buffer's only consumer.\n"
+      "A line {\"dropped\":N} means N events were not queued for this client because it read too slowly.\n\n"
+      "Exit status: 0 at the end of the stream, 1 when the daemon is not reachable.");
+  auto args = std::make_shared<EventsArgs>();
+  events->add_flag("-f,--follow", args->follow, "Keep streaming new events");
+  events->add_option("--socket", args->socket, "The daemon's control socket")->type_name("PATH");
+  commands.add(events, [args] { return events_command(args->follow, args->socket); });
+}
+
+}  // namespace agentcage::cli

@@ -1,0 +1,208 @@
+// SPDX-License-Identifier: Apache-2.0
+// `agentcage run`: its options, its manual, and how COMMAND [ARGS...] is
+// kept away from CLI11.
+#include <cstring>
+#include <iostream>
+#include <memory>
+#include <optional>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "cli/command.h"
+#include "cli/help.h"
+#include "run/options.h"
+#include "run/runner.h"
+#include "util/log.h"
+
+extern char** environ;
+
+namespace agentcage::cli {
+namespace {
+
+constexpr const char* kRunHelp =
+    R"(Run COMMAND confined by a policy, in a cgroup v2 of its own, and exit with its status.
+
+  agentcage run --policy NAME|FILE [OPTIONS] -- COMMAND [ARGS...]
+
+WHAT HAPPENS
+  Before COMMAND exists, agentcage creates the run's cgroup, writes its limits
+  and registers it with the BPF LSM programs as a scope under the policy (with
+  this run's workspace). COMMAND is then started directly inside the cgroup
+  (clone3 CLONE_INTO_CGROUP), so not one instruction runs unconfined; the
+  policy applies to it and to every descendant. When COMMAND exits, anything
+  it left running (daemons, setsid'd children, processes ignoring SIGTERM) is
+  killed; then the scope, the cgroup and (unless kept) the workspace are removed.
+  stdin, stdout and stderr are COMMAND's own: agentcage passes them through
+  untouched and buffers nothing.
+
+THE SANDBOX
+  COMMAND runs as an unprivileged identity: by default a uid of its own for
+  this run (1879048192 + n, gid = uid, no supplementary groups, no passwd
+  entry), so concurrent runs cannot signal or read each other; --user picks a
+  fixed one. It has no capabilities (bounding and ambient sets emptied, uid 0
+  gains none on exec), no_new_privs, its own session without a controlling
+  terminal, umask 077, no core dumps, and no inherited file descriptors but 0,
+  1 and 2. Its environment is only PATH=/usr/local/bin:/usr/bin:/bin,
+  HOME=<workspace>, TMPDIR=<workspace>, LANG=C.UTF-8 and each --env: none of
+  the caller's variables (API keys, tokens) reach it. Its working directory is
+  the workspace.
+
+WORKSPACE
+  The one place the policy's ${workspace} rules apply to. Without --workspace
+  a fresh directory /var/lib/agentcage/workspaces/<run id> (mode 0700, owned
+  by the sandbox identity) is created and removed after the run unless --keep
+  is given. A --workspace DIR must exist; agentcage hands the directory itself
+  (not its contents) to the sandbox identity for the run (owner + mode 0700)
+  and restores its owner and mode afterwards; it is never removed.
+
+LIMITS
+  --memory, --pids, --cpu and --timeout override the policy's limits. Memory
+  is memory.max with swap off (memory.swap.max 0) and memory.oom.group, so an
+  out-of-memory kill ends the whole run (status 137, "oom_killed" in the
+  result). The timeout is wall-clock time from the start of COMMAND; on
+  expiry the whole cgroup is killed (status 124). Without a limit from either
+  place there is none.
+
+EXIT STATUS
+  COMMAND's own exit status, or:
+  124      timed out (--timeout / limits.timeout)
+  125      agentcage could not set up or enforce the run; COMMAND never ran
+           (a one-line reason and its fix are printed). This includes invalid
+           options, an invalid policy, and a kernel without the BPF LSM.
+  126      COMMAND was denied by the policy or is not executable
+  127      COMMAND was not found (searched in the sandbox PATH)
+  128+N    COMMAND was killed by signal N; 137 includes OOM kills. Also when
+           agentcage itself receives SIGINT, SIGTERM or SIGHUP (130, 143, 129):
+           it kills the run first.
+
+RESULT
+  --result FILE writes a JSON report when the run ends (also when it fails):
+  run_id, policy, command, exit_code, exit_status, signal, timed_out,
+  oom_killed, wall_time_ms, cpu_time_ms, peak_memory_bytes, workspace and the
+  denials (counts by hook and the first records with their target and
+  errno). See docs/run.md for every field.
+
+ENVIRONMENT
+  AGENTCAGE_POLICY_DIR      where --policy NAME is looked up (NAME.yaml);
+                            default /etc/agentcage/policies (--policy-dir wins)
+  AGENTCAGE_WORKSPACE_ROOT  parent of generated workspaces;
+                            default /var/lib/agentcage/workspaces
+  AGENTCAGE_CGROUP_PARENT   run cgroups' parent, relative to the cgroup2 mount;
+                            default agentcage/runs (/sys/fs/cgroup/agentcage/runs)
+  AGENTCAGE_STATE_DIR       run records and uid leases; default /run/agentcage
+
+FILES
+  /run/agentcage/runs/<id>.{lock,json}  a live run's record. A run whose
+      agentcage was killed (SIGKILL, crash) is reaped by the next
+      `agentcage run`: its processes are killed and its cgroup, scope and
+      workspace removed.
+  /sys/fs/bpf/agentcage/                the shared, pinned BPF programs and maps
+
+EXAMPLES
+  agentcage run --policy python-sandbox --timeout 60s --memory 512Mi \
+      --result out.json -- python3 plot.py
+  agentcage run --policy ./policies/python-sandbox.yaml --keep -- python3 -c 'print(1)'
+)";
+
+// The options as typed; run_main gets them as RunOptions.
+struct RunArgs {
+  run::RunOptions options;
+  std::string workspace, timeout, memory, pids, cpus, result, user, policy_dir;
+  std::vector<std::string> command;  // after "--"
+};
+
+int run_action(RunArgs& args, const CLI::App& run, const Globals& globals) {
+  // run prints its own one-line reason for a refused load.
+  if (globals.verbosity == 0) log::set_level(log::Level::error);
+  run::RunOptions& ropts = args.options;
+  auto opt = [](const std::string& v) { return v.empty() ? std::optional<std::string>{} : std::optional(v); };
+  ropts.workspace = opt(args.workspace);
+  ropts.timeout = opt(args.timeout);
+  ropts.memory = opt(args.memory);
+  ropts.pids = opt(args.pids);
+  ropts.cpu = opt(args.cpus);
+  ropts.result_file = opt(args.result);
+  ropts.user = opt(args.user);
+  if (!args.policy_dir.empty()) ropts.paths.policy_dir = args.policy_dir;
+  ropts.command = args.command;
+  std::vector<std::string> rest = run.remaining();
+  if (!rest.empty() && !ropts.command.empty()) {
+    std::cerr << "agentcage: unexpected argument '" << rest.front() << "' before --\n";
+    return run::kExitSetup;
+  }
+  if (ropts.command.empty()) ropts.command = rest;
+  return run::run_main(ropts, std::cerr);
+}
+
+}  // namespace
+
+bool is_run_invocation(int argc, char** argv) {
+  for (int i = 1; i < argc; ++i)
+    if (argv[i][0] != '-') return std::strcmp(argv[i], "run") == 0;
+  return false;
+}
+
+std::vector<std::string> take_run_command(int& argc, char** argv) {
+  std::vector<std::string> command;
+  if (!is_run_invocation(argc, argv)) return command;
+  bool seen_run = false;
+  for (int i = 1; i < argc; ++i) {
+    if (!seen_run) {
+      seen_run = std::strcmp(argv[i], "run") == 0;
+      continue;
+    }
+    if (std::strcmp(argv[i], "--") == 0) {
+      for (int j = i + 1; j < argc; ++j) command.emplace_back(argv[j]);
+      argc = i;
+      break;
+    }
+  }
+  return command;
+}
+
+void add_run(CLI::App& app, const Globals& globals, Commands& commands, std::vector<std::string> command) {
+  auto* run = app.add_subcommand("run", "Run a command confined by a policy in a cgroup of its own");
+  run->footer(kRunHelp);
+  auto formatter = std::make_shared<Formatter>();
+  formatter->operands("[--] COMMAND [ARGS...]", "COMMAND [ARGS...]",
+                      "The program to run (searched in the sandbox PATH) and its arguments");
+  run->formatter(formatter);
+  // Without "--", COMMAND starts at the first argument that is not an option.
+  run->prefix_command();
+
+  auto args = std::make_shared<RunArgs>();
+  args->options.paths = run::paths_from_env(environ);
+  args->command = std::move(command);
+  run->add_option("--policy", args->options.policy,
+                  "Policy NAME (looked up as NAME.yaml in the policy directory) or FILE")
+      ->type_name("NAME|FILE")
+      ->required();
+  run->add_option("--workspace", args->workspace,
+                  "Use this existing directory as the workspace (never removed)")
+      ->type_name("DIR");
+  run->add_flag("--keep", args->options.keep, "Keep the generated workspace after the run");
+  run->add_option("--timeout", args->timeout,
+                  "Wall-clock limit, e.g. 30s, 5m, 1h30m (overrides limits.timeout)")
+      ->type_name("DURATION");
+  run->add_option("--memory", args->memory, "Memory limit, e.g. 512Mi, 2G (overrides limits.memory)")
+      ->type_name("SIZE");
+  run->add_option("--pids", args->pids, "Maximum number of tasks (overrides limits.pids)")->type_name("N");
+  run->add_option("--cpu", args->cpus, "CPU bandwidth in CPUs, e.g. 0.5, 2 (overrides limits.cpu)")
+      ->type_name("CPUS");
+  // One KEY=VALUE per --env (no " ..." in the help: the flag repeats, not its value).
+  run->add_option("--env", args->options.env, "Set KEY=VALUE in COMMAND's environment (repeatable)")
+      ->allow_extra_args(false)
+      ->type_name("KEY=VALUE")
+      ->option_text("KEY=VALUE");
+  run->add_option("--result", args->result, "Write the result as JSON to FILE")->type_name("FILE");
+  run->add_option("--user", args->user, "Run as NAME, UID or UID:GID instead of a per-run uid")
+      ->type_name("NAME|UID[:GID]");
+  run->add_option(
+         "--policy-dir", args->policy_dir,
+         "Where --policy NAME is looked up (default: $AGENTCAGE_POLICY_DIR or /etc/agentcage/policies)")
+      ->type_name("DIR");
+  commands.add(run, [args, run, &globals] { return run_action(*args, *run, globals); });
+}
+
+}  // namespace agentcage::cli
