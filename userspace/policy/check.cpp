@@ -12,16 +12,11 @@
 
 namespace agentcage::policy {
 
-std::string Diagnostic::format() const {
-  if (pos.line <= 0) return file + ": " + message;
-  return file + ":" + std::to_string(pos.line) + ":" + std::to_string(pos.column) + ": " + message;
-}
-
 namespace {
 
 ParseResult read_failure(const std::string& path, std::string message) {
   ParseResult result;
-  result.errors.push_back(Diagnostic{path, {}, std::move(message)});
+  result.errors.push_back(yaml::Diagnostic{path, {}, std::move(message)});
   return result;
 }
 
@@ -65,7 +60,7 @@ int check_command(const std::vector<std::string>& files, std::ostream& out, std:
   for (const std::string& file : files) {
     const ParseResult result = load_policy_file(file);
     if (!result.ok()) {
-      for (const Diagnostic& d : result.errors) err << d.format() << '\n';
+      for (const yaml::Diagnostic& d : result.errors) err << d.format() << '\n';
       status = 1;
       continue;
     }
