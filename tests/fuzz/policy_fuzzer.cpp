@@ -10,6 +10,7 @@
 #include <string>
 #include <string_view>
 
+#include "policy/name.h"
 #include "policy/policy.h"
 #include "util/text.h"
 
@@ -46,7 +47,7 @@ void check_printable(const std::string& text) {
 }
 
 void check_policy(const Policy& p) {
-  check(!p.name.empty() && p.name.size() <= 63);
+  check(valid_policy_name(p.name));
   for (const auto& e : p.exec_allow) {
     check_path(e.path, false, 4095);
     check(e.resolved == e.path);  // no file system access without the check

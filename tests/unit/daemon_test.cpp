@@ -168,8 +168,11 @@ TEST(ControlRequest, InvalidRequests) {
   EXPECT_EQ(rejection("{\"op\":1}"), "request: missing \"op\" (a string)");
   EXPECT_NE(rejection("{\"op\":\"rm\"}").find("unknown op \"rm\""), std::string::npos);
   EXPECT_EQ(rejection("{\"op\":\"status\",\"x\":1}"), "request: unknown field \"x\" for op status");
+  // The one policy-name rule (policy/name.h), stated in full; this message
+  // said "1-63 of a-z, 0-9, -" and the check accepted a leading '-'.
   EXPECT_EQ(rejection("{\"op\":\"attach\",\"cgroup\":\"a\",\"policy\":\"Bad_Name\"}"),
-            "request: \"policy\" must be a policy name (1-63 of a-z, 0-9, -)");
+            "request: \"policy\" must be a policy name (1 to 63 lowercase letters, digits and '-', starting and "
+            "ending with a letter or digit)");
   EXPECT_EQ(rejection("{\"op\":\"attach\",\"cgroup\":\"a\",\"policy\":\"p\",\"workspace\":\"rel\"}"),
             "request: \"workspace\" must be an absolute path");
   EXPECT_EQ(rejection("{\"op\":\"attach\",\"policy\":\"p\"}"), "request: missing \"cgroup\"");

@@ -5,8 +5,10 @@
 
 #include <cerrno>
 #include <cstring>
+#include <filesystem>
 #include <ostream>
 
+#include "policy/name.h"
 #include "policy/policy.h"
 #include "util/unique_fd.h"
 
@@ -49,6 +51,24 @@ ParseResult load_policy_file(const std::string& path, const ParseOptions& option
   }
   text.resize(used);
   return parse_policy(text, path, options);
+}
+
+ParseResult load_policy_dir_file(const std::string& path, const ParseOptions& options) {
+  ParseResult result = load_policy_file(path, options);
+  const std::filesystem::path file(path);
+  const std::string stem = file.stem().string();
+  if (valid_policy_name(stem)) return result;
+  const auto guess = likely_policy_name(stem);
+  const std::string rename =
+      guess && *guess != stem ? " (rename it to " + quote(*guess + file.extension().string()) + ")" : "";
+  result.errors.insert(result.errors.begin(),
+                       yaml::Diagnostic{path, {},
+                                        "the file name " + quote(file.filename().string()) +
+                                            " does not name a policy: the daemon names a policy by its file "
+                                            "(NAME.yaml), and a policy name is " +
+                                            std::string(kPolicyNameRule) + rename});
+  result.policy.reset();
+  return result;
 }
 
 int check_command(const std::vector<std::string>& files, std::ostream& out, std::ostream& err) {

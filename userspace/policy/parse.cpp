@@ -10,6 +10,7 @@
 #include <string>
 #include <utility>
 
+#include "policy/name.h"
 #include "policy/policy.h"
 #include "yaml/document.h"
 
@@ -37,14 +38,6 @@ using yaml::Fields;
 using yaml::find;
 using yaml::pos_of;
 using yaml::Reporter;
-
-bool valid_name(std::string_view name) {
-  if (name.empty() || name.size() > 63) return false;
-  for (char c : name) {
-    if (!((c >= 'a' && c <= 'z') || (c >= '0' && c <= '9') || c == '-')) return false;
-  }
-  return name.front() != '-' && name.back() != '-';
-}
 
 constexpr std::string_view kTopKeys[] = {"apiVersion", "kind", "metadata", "spec"};
 constexpr std::string_view kMetadataKeys[] = {"name"};
@@ -174,10 +167,9 @@ class Validator {
     }
     auto v = scalar(*name, "metadata.name");
     if (!v) return;
-    if (!valid_name(*v)) {
-      error(value_pos(*name), "invalid metadata.name " + quote(*v) +
-                                  ": use 1 to 63 lowercase letters, digits and '-', starting and ending "
-                                  "with a letter or digit");
+    if (!valid_policy_name(*v)) {
+      error(value_pos(*name), "invalid metadata.name " + quote(*v) + ": use " + std::string(kPolicyNameRule) +
+                                  did_you_mean_policy_name(*v));
       return;
     }
     policy.name = *v;

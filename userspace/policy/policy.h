@@ -55,6 +55,12 @@ ParseResult parse_policy(std::string_view text, const std::string& filename,
 // Read failures are diagnostics at line 0.
 ParseResult load_policy_file(const std::string& path, const ParseOptions& options = {});
 
+// load_policy_file for a file of a policy directory, where the daemon names a
+// policy by its file: NAME.yaml holds the policy NAME. A file whose stem is
+// not a valid policy name (name.h) is rejected with an error about the whole
+// file that says how to rename it; its content is still checked.
+ParseResult load_policy_dir_file(const std::string& path, const ParseOptions& options = {});
+
 // `agentcage policy check FILE...`: validates each file and prints
 //   FILE: ok (policy NAME, mode M, N exec, N read, N write, N deny, N network rules)
 // to `out`, or the file's diagnostics to `err`. Returns 0 when every file is
