@@ -10,8 +10,9 @@
 #include <string>
 #include <string_view>
 
+#include "policy/name.h"
 #include "policy/policy.h"
-#include "policy/utf8.h"
+#include "util/text.h"
 
 namespace {
 
@@ -38,7 +39,7 @@ void check_path(const std::string& path, bool may_be_empty, size_t max) {
 
 void check_printable(const std::string& text) {
   for (size_t i = 0; i < text.size();) {
-    const size_t n = agentcage::policy::detail::utf8_sequence_length(text, i);
+    const size_t n = agentcage::utf8_sequence_length(text, i);
     check(n > 0);
     check(static_cast<unsigned char>(text[i]) >= 0x20 && text[i] != 0x7f);
     i += n;
@@ -46,7 +47,7 @@ void check_printable(const std::string& text) {
 }
 
 void check_policy(const Policy& p) {
-  check(!p.name.empty() && p.name.size() <= 63);
+  check(valid_policy_name(p.name));
   for (const auto& e : p.exec_allow) {
     check_path(e.path, false, 4095);
     check(e.resolved == e.path);  // no file system access without the check
@@ -95,8 +96,8 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
 
   check(result.policy.has_value() == result.errors.empty());
   check(result.errors.size() <= 101);  // the cap plus the "N more" note
-  Position previous{};
-  for (const Diagnostic& d : result.errors) {
+  agentcage::yaml::Position previous{};
+  for (const agentcage::yaml::Diagnostic& d : result.errors) {
     check(!d.message.empty() && d.file == "fuzz.yaml");
     check(d.pos.line >= 0 && d.pos.column >= 0);
     check_printable(d.message);

@@ -368,6 +368,18 @@ TEST_F(Daemon, HotReloadAppliesValidChangesRejectsInvalidOnesAndFailsClosedOnDel
       << log();
   EXPECT_EQ(open_in(*cg, "/etc/hostname"), 0);
 
+  // A file whose name is not a policy name (the one rule, policy/name.h): rejected
+  // with how to rename it, never installed, and the other policies are untouched.
+  write_file(dir_ / "policies" / "Bad_Name.yaml",
+             "apiVersion: agentcage/v1\nkind: Policy\nmetadata: {name: bad-name}\nspec: {}\n");
+  const std::string bad_name = "Bad_Name.yaml: the file name 'Bad_Name.yaml' does not name a policy";
+  ASSERT_TRUE(wait_until([&] { return log().find(bad_name) != std::string::npos; }, 30s)) << log();
+  EXPECT_NE(log().find("(rename it to 'bad-name.yaml')"), std::string::npos) << log();
+  EXPECT_FALSE(named_slot(status(), "Bad_Name").has_value());
+  EXPECT_FALSE(named_slot(status(), "bad-name").has_value());
+  EXPECT_EQ(named_slot(status(), "dtest"), slot);
+  fs::remove(dir_ / "policies" / "Bad_Name.yaml");
+
   // Valid: swapped atomically into the same slot; the attached scope follows.
   write_file(dir_ / "policies" / "dtest.yaml", dtest_policy(true));
   ASSERT_TRUE(wait_until([&] { return open_in(*cg, "/etc/passwd") == 0; }, 30s)) << log();

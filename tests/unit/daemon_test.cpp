@@ -83,7 +83,43 @@ TEST(DaemonConfig, ErrorsAreLocated) {
   EXPECT_EQ(first_error("control_group: \"a b\"\n"), "d.yaml:1:16: control_group: expected a group name or number, got 'a b'");
   EXPECT_EQ(first_error("- a\n"), "d.yaml:1:1: the daemon configuration must be a mapping of settings (see docs/daemon.md)");
   EXPECT_NE(first_error("a: &x 1\nb: *x\n").find("d.yaml:1:"), std::string::npos);  // anchors refused
-  EXPECT_EQ(first_error("policy_dir: /a\npolicy_dir: /b\n"), "d.yaml:2:1: duplicate setting 'policy_dir' (first set at line 1)");
+  // The policy parser's form wins: it also gives the column (the config's own
+  // copy said "first set at line 1").
+  EXPECT_EQ(first_error("policy_dir: /a\npolicy_dir: /b\n"), "d.yaml:2:1: duplicate setting 'policy_dir' (first at 1:1)");
+  // Likewise for a key that is not a string: say what it is (the config's
+  // copy said "setting names must be plain words").
+  EXPECT_EQ(first_error("[a]: 1\n"), "d.yaml:1:1: keys must be strings, got a list");
+}
+
+// The whole YAML input guard (yaml/input_guard.h), as for policies, with
+// messages that name the configuration.
+TEST(DaemonConfig, InputGuard) {
+  using namespace std::string_literals;
+  // A file of only comments skipped the guard before (it meant "defaults"
+  // without being looked at), so binary or non-UTF-8 bytes in it passed.
+  EXPECT_EQ(first_error("# a\0b\n"s), "d.yaml:1:4: NUL byte: configuration files are UTF-8 text (is this a binary file?)");
+  EXPECT_EQ(first_error("# caf\xe9\n"), "d.yaml:1:6: invalid UTF-8 (byte 0xe9): configuration files must be UTF-8 text");
+  EXPECT_EQ(first_error("# \x1b[31m red\n"),
+            "d.yaml:1:3: control character 0x1b: configuration files are UTF-8 text (is this a binary file?)");
+  EXPECT_EQ(first_error("\n  \n# x\x7f\n"),
+            "d.yaml:3:4: control character 0x7f: configuration files are UTF-8 text (is this a binary file?)");
+  // Messages used to say "policy"/"policies" here.
+  EXPECT_EQ(first_error("a: &x 1\nb: *x\n"),
+            "d.yaml:1:4: anchor '&x': anchors and aliases are not allowed in the daemon configuration");
+  EXPECT_EQ(first_error("policy_dir: !!str /x\n"), "d.yaml:1:13: YAML tag '!!str' is not allowed in the daemon configuration");
+  EXPECT_EQ(first_error("policy_dir: /a\n---\npolicy_dir: /b\n"),
+            "d.yaml:2:1: a second YAML document: a configuration file holds exactly one document");
+  EXPECT_EQ(first_error("# only a comment\n" + std::string(70 * 1024, '#') + "\n"),
+            "d.yaml: configuration is 71698 bytes; the limit is 65536 bytes");
+  EXPECT_EQ(first_error("policy_dir: " + std::string(40, '[') + "\n"),
+            "d.yaml:1:45: flow collections ([...] / {...}) nested deeper than 32 levels");
+  EXPECT_EQ(first_error("policy_dir: [/a\n").rfind("d.yaml:", 0), 0u);
+  EXPECT_NE(first_error("policy_dir: [/a\n").find(": YAML syntax error: "), std::string::npos);
+  // An empty document still means all defaults.
+  for (const char* empty : {"", "\n\n", "# x\n", "---\n", "--- # x\n...\n", "~\n"}) {
+    auto r = daemon::parse_config(empty, "d.yaml");
+    EXPECT_TRUE(r.ok()) << empty << (r.errors.empty() ? "" : r.errors[0].format());
+  }
 }
 
 TEST(DaemonConfig, ListenAddresses) {
@@ -132,8 +168,11 @@ TEST(ControlRequest, InvalidRequests) {
   EXPECT_EQ(rejection("{\"op\":1}"), "request: missing \"op\" (a string)");
   EXPECT_NE(rejection("{\"op\":\"rm\"}").find("unknown op \"rm\""), std::string::npos);
   EXPECT_EQ(rejection("{\"op\":\"status\",\"x\":1}"), "request: unknown field \"x\" for op status");
+  // The one policy-name rule (policy/name.h), stated in full; this message
+  // said "1-63 of a-z, 0-9, -" and the check accepted a leading '-'.
   EXPECT_EQ(rejection("{\"op\":\"attach\",\"cgroup\":\"a\",\"policy\":\"Bad_Name\"}"),
-            "request: \"policy\" must be a policy name (1-63 of a-z, 0-9, -)");
+            "request: \"policy\" must be a policy name (1 to 63 lowercase letters, digits and '-', starting and "
+            "ending with a letter or digit)");
   EXPECT_EQ(rejection("{\"op\":\"attach\",\"cgroup\":\"a\",\"policy\":\"p\",\"workspace\":\"rel\"}"),
             "request: \"workspace\" must be an absolute path");
   EXPECT_EQ(rejection("{\"op\":\"attach\",\"policy\":\"p\"}"), "request: missing \"cgroup\"");

@@ -31,7 +31,7 @@ ParseOptions no_fs() {
   return o;
 }
 
-std::string dump(const std::vector<Diagnostic>& errors) {
+std::string dump(const std::vector<yaml::Diagnostic>& errors) {
   std::string out;
   for (const auto& d : errors) out += "  " + d.format() + "\n";
   return out;
@@ -265,7 +265,7 @@ TEST_P(Malformed, IsRejectedAtTheRightPlace) {
   EXPECT_FALSE(r.ok());
   EXPECT_FALSE(r.policy.has_value());
   ASSERT_FALSE(r.errors.empty());
-  const Diagnostic& d = r.errors.front();
+  const yaml::Diagnostic& d = r.errors.front();
   EXPECT_EQ(d.pos.line, c.line) << dump(r.errors);
   EXPECT_EQ(d.pos.column, c.column) << dump(r.errors);
   EXPECT_NE(d.message.find(c.message), std::string::npos) << "want: " << c.message << "\n" << dump(r.errors);
@@ -303,8 +303,8 @@ TEST(PolicyParse, ReportsAllErrorsSortedByPosition) {
 }
 
 TEST(PolicyParse, DiagnosticFormat) {
-  EXPECT_EQ((Diagnostic{"a.yaml", {3, 7}, "boom"}.format()), "a.yaml:3:7: boom");
-  EXPECT_EQ((Diagnostic{"a.yaml", {0, 0}, "cannot open"}.format()), "a.yaml: cannot open");
+  EXPECT_EQ((yaml::Diagnostic{"a.yaml", {3, 7}, "boom"}.format()), "a.yaml:3:7: boom");
+  EXPECT_EQ((yaml::Diagnostic{"a.yaml", {0, 0}, "cannot open"}.format()), "a.yaml: cannot open");
 }
 
 TEST(PolicyParse, CapsTheNumberOfErrors) {

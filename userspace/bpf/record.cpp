@@ -10,7 +10,7 @@
 #include <string_view>
 
 #include "bpf/names.h"
-#include "policy/utf8.h"
+#include "util/text.h"
 #include "util/sys_names.h"
 
 namespace agentcage::bpf {
@@ -24,7 +24,7 @@ std::string valid_utf8(std::string_view bytes) {
   std::string out;
   out.reserve(bytes.size());
   for (size_t i = 0; i < bytes.size();) {
-    size_t n = policy::detail::utf8_sequence_length(bytes, i);
+    size_t n = utf8_sequence_length(bytes, i);
     if (n == 0) {
       out += "\xEF\xBF\xBD";
       ++i;

@@ -2,26 +2,27 @@
 
 #include <yaml-cpp/yaml.h>
 
-#include <algorithm>
 #include <charconv>
 #include <cstring>
 #include <fstream>
 #include <functional>
 #include <map>
-#include <sstream>
+#include <vector>
 
-#include "policy/input_guard.h"
-#include "policy/values.h"
-#include "util/suggest.h"
+#include "util/text.h"
+#include "yaml/document.h"
 
 namespace agentcage::daemon {
 namespace {
 
-using policy::Position;
-using policy::detail::pos_of;
-using policy::detail::Reporter;
+using yaml::pos_of;
+using yaml::Reporter;
 
 constexpr size_t kMaxConfigBytes = 64 * 1024;
+// The same input guard as policies; an empty file (or only comments) is
+// valid and means "all defaults".
+constexpr yaml::InputKind kConfigInput{
+    .noun = "configuration", .place = "the daemon configuration", .max_bytes = kMaxConfigBytes, .empty_is_valid = true};
 
 bool parse_port(std::string_view text) {
   if (text.empty() || text.size() > 5) return false;
@@ -52,36 +53,18 @@ bool valid_listen_address(std::string_view a) {
 ConfigResult parse_config(std::string_view text, const std::string& filename) {
   Reporter rep(filename);
   ConfigResult out;
-  // Nothing but blank lines and comments: all defaults.
-  bool blank = true;
-  std::istringstream lines{std::string(text)};
-  for (std::string l; blank && std::getline(lines, l);) {
-    size_t i = l.find_first_not_of(" \t\r");
-    blank = i == std::string::npos || l[i] == '#';
-  }
-  if (blank && text.size() <= kMaxConfigBytes) {
-    out.config = Config{};
-    return out;
-  }
-  if (!policy::detail::check_text(text, kMaxConfigBytes, rep) || !policy::detail::check_events(text, rep)) {
-    out.errors = rep.take();
-    return out;
-  }
-  YAML::Node root;
-  try {
-    root = YAML::Load(std::string(text));
-  } catch (const YAML::Exception& e) {
-    rep.error(pos_of(e.mark), e.msg);
+  const auto root = yaml::load_document(text, kConfigInput, rep);
+  if (!root) {
     out.errors = rep.take();
     return out;
   }
   Config cfg;
-  if (root.IsNull()) {
+  if (root->IsNull()) {
     out.config = cfg;  // an empty file: all defaults
     return out;
   }
-  if (!root.IsMap()) {
-    rep.error(pos_of(root.Mark()), "the daemon configuration must be a mapping of settings (see docs/daemon.md)");
+  if (!root->IsMap()) {
+    rep.error(pos_of(root->Mark()), "the daemon configuration must be a mapping of settings (see docs/daemon.md)");
     out.errors = rep.take();
     return out;
   }
@@ -96,7 +79,7 @@ ConfigResult parse_config(std::string_view text, const std::string& filename) {
   auto path_setting = [&](std::string& field) {
     return [&](const YAML::Node& v, const std::string& key) {
       if (auto s = scalar(v, key)) {
-        if (!absolute_path(*s)) rep.error(pos_of(v.Mark()), key + ": expected an absolute path, got " + policy::quote(*s));
+        if (!absolute_path(*s)) rep.error(pos_of(v.Mark()), key + ": expected an absolute path, got " + quote(*s));
         else field = *s;
       }
     };
@@ -109,7 +92,7 @@ ConfigResult parse_config(std::string_view text, const std::string& filename) {
       auto [p, ec] = std::from_chars(s->data(), s->data() + s->size(), n);
       if (ec != std::errc() || p != s->data() + s->size() || n < lo || n > hi)
         rep.error(pos_of(v.Mark()), key + ": expected a whole number from " + std::to_string(lo) + " to " +
-                                        std::to_string(hi) + ", got " + policy::quote(*s));
+                                        std::to_string(hi) + ", got " + quote(*s));
       else
         field = n;
     };
@@ -127,7 +110,7 @@ ConfigResult parse_config(std::string_view text, const std::string& filename) {
          if (!s) return;
          if (s->empty() || *s == "off") cfg.metrics_address.clear();
          else if (!valid_listen_address(*s))
-           rep.error(pos_of(v.Mark()), key + ": expected HOST:PORT (e.g. 127.0.0.1:9477) or \"off\", got " + policy::quote(*s));
+           rep.error(pos_of(v.Mark()), key + ": expected HOST:PORT (e.g. 127.0.0.1:9477) or \"off\", got " + quote(*s));
          else cfg.metrics_address = *s;
        }},
       {"control_group",
@@ -136,7 +119,7 @@ ConfigResult parse_config(std::string_view text, const std::string& filename) {
          if (!s) return;
          bool ok = !s->empty() && s->size() <= 32;
          for (char c : *s) ok = ok && ((c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '_' || c == '-' || c == '.');
-         if (!ok) rep.error(pos_of(v.Mark()), key + ": expected a group name or number, got " + policy::quote(*s));
+         if (!ok) rep.error(pos_of(v.Mark()), key + ": expected a group name or number, got " + quote(*s));
          else cfg.control_group = *s;
        }},
       {"audit_log",
@@ -144,7 +127,7 @@ ConfigResult parse_config(std::string_view text, const std::string& filename) {
          auto s = scalar(v, key);
          if (!s) return;
          if (*s != "-" && !absolute_path(*s))
-           rep.error(pos_of(v.Mark()), key + ": expected an absolute file path or \"-\" (stdout), got " + policy::quote(*s));
+           rep.error(pos_of(v.Mark()), key + ": expected an absolute file path or \"-\" (stdout), got " + quote(*s));
          else cfg.audit_log = *s;
        }},
       {"cgroup_parent",
@@ -152,7 +135,7 @@ ConfigResult parse_config(std::string_view text, const std::string& filename) {
          auto s = scalar(v, key);
          if (!s) return;
          bool ok = !s->empty() && s->front() != '/' && s->find("..") == std::string::npos && s->size() < 1024;
-         if (!ok) rep.error(pos_of(v.Mark()), key + ": expected a path relative to the cgroup2 mount (e.g. agentcage/runs), got " + policy::quote(*s));
+         if (!ok) rep.error(pos_of(v.Mark()), key + ": expected a path relative to the cgroup2 mount (e.g. agentcage/runs), got " + quote(*s));
          else cfg.cgroup_parent = *s;
        }},
       {"recent_events", count_setting(cfg.recent_events, 0, 65536)},
@@ -161,25 +144,8 @@ ConfigResult parse_config(std::string_view text, const std::string& filename) {
   };
   std::vector<std::string_view> known;
   for (const auto& [k, h] : handlers) known.push_back(k);
-  std::map<std::string, Position> seen;
-  for (const auto& kv : root) {
-    const YAML::Node& k = kv.first;
-    if (!k.IsScalar()) {
-      rep.error(pos_of(k.Mark()), "setting names must be plain words");
-      continue;
-    }
-    if (auto [it, fresh] = seen.emplace(k.Scalar(), pos_of(k.Mark())); !fresh) {
-      rep.error(pos_of(k.Mark()), "duplicate setting " + policy::quote(k.Scalar()) + " (first set at line " +
-                                      std::to_string(it->second.line) + ")");
-      continue;
-    }
-    auto it = handlers.find(k.Scalar());
-    if (it == handlers.end()) {
-      std::string msg = "unknown setting " + policy::quote(k.Scalar()) + did_you_mean(k.Scalar(), known);
-      rep.error(pos_of(k.Mark()), msg);
-      continue;
-    }
-    it->second(kv.second, k.Scalar());
+  for (const auto& [key, field] : yaml::mapping_fields(*root, {known, "setting"}, rep)) {
+    handlers.at(key)(field.value, key);
   }
   if (rep.has_errors()) {
     out.errors = rep.take();

@@ -1,7 +1,8 @@
 // `agentcage daemon --config FILE`: the daemon's settings. Every key is
 // optional; the defaults work without a file. Errors are located
-// ("FILE:LINE:COL: message") and reject the whole file. docs/daemon.md
-// documents each key.
+// ("FILE:LINE:COL: message") and reject the whole file. The file goes
+// through the same YAML front end as policies (yaml/document.h: input guard,
+// duplicate and unknown settings). docs/daemon.md documents each key.
 #pragma once
 
 #include <sys/types.h>
@@ -12,7 +13,7 @@
 #include <string_view>
 #include <vector>
 
-#include "policy/policy.h"
+#include "yaml/diagnostic.h"
 
 namespace agentcage::daemon {
 
@@ -42,7 +43,7 @@ struct Config {
 
 struct ConfigResult {
   std::optional<Config> config;
-  std::vector<policy::Diagnostic> errors;
+  std::vector<yaml::Diagnostic> errors;
   bool ok() const { return config.has_value() && errors.empty(); }
 };
 

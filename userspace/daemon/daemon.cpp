@@ -501,7 +501,7 @@ void Daemon::apply_file(const std::string& fname) {
   if (!pf.slot)
     if (auto it = named_slots_.find(pf.name); it != named_slots_.end()) pf.slot = it->second;
 
-  auto parsed = policy::load_policy_file(path);
+  auto parsed = policy::load_policy_dir_file(path);
   if (!parsed.ok()) {
     std::vector<std::string> msgs;
     for (const auto& d : parsed.errors) msgs.push_back(d.format());

@@ -3,19 +3,13 @@
 #include <sys/stat.h>
 
 #include "daemon/protocol.h"
+#include "policy/name.h"
 #include "util/log.h"
 
 namespace agentcage::daemon {
 namespace {
 
 constexpr int kNotifyTimeoutMs = 1000;
-
-bool valid_name(const std::string& s) {
-  if (s.empty() || s.size() > 63) return false;
-  for (char c : s)
-    if (!((c >= 'a' && c <= 'z') || (c >= '0' && c <= '9') || c == '-')) return false;
-  return true;
-}
 
 void send(const Request& r) {
   const std::string path = default_control_socket();
@@ -32,7 +26,7 @@ void notify_run_start(const std::string& run_id, const std::string& policy, uint
   Request r;
   r.op = Op::run_start;
   r.run_id = run_id;
-  r.policy = valid_name(policy) ? policy : "unknown";
+  r.policy = policy::valid_policy_name(policy) ? policy : "unknown";
   r.scope_id = scope_id;
   if (r.run_id.size() == 16) send(r);
 }
@@ -43,7 +37,7 @@ void notify_run_end(const run::RunResult& res) {
   // A run that failed before it had an id (e.g. an invalid policy) still
   // counts as a run that did not happen; give it a placeholder id.
   r.run_id = res.run_id.size() == 16 ? res.run_id : std::string(16, '0');
-  r.policy = valid_name(res.policy_name) ? res.policy_name : "unknown";
+  r.policy = policy::valid_policy_name(res.policy_name) ? res.policy_name : "unknown";
   r.outcome = run_outcome(res.exit_code, res.timed_out, res.oom_killed, res.signal);
   r.exit_code = res.exit_code >= 0 && res.exit_code <= 255 ? res.exit_code : 255;
   r.duration_seconds = static_cast<double>(res.wall_time_us) / 1e6;

@@ -13,6 +13,7 @@
 #include <set>
 
 #include "daemon/config.h"
+#include "policy/name.h"
 
 namespace agentcage::daemon {
 namespace {
@@ -21,11 +22,8 @@ using nlohmann::json;
 
 Error bad(const std::string& msg) { return Error{"request: " + msg, EINVAL}; }
 
-bool valid_policy_name(const std::string& s) {
-  if (s.empty() || s.size() > 63) return false;
-  for (char c : s)
-    if (!((c >= 'a' && c <= 'z') || (c >= '0' && c <= '9') || c == '-')) return false;
-  return true;
+Error bad_policy_name() {
+  return bad("\"policy\" must be a policy name (" + std::string(policy::kPolicyNameRule) + ")");
 }
 
 bool valid_run_id(const std::string& s) {
@@ -106,7 +104,7 @@ Result<Request> parse_request(std::string_view line) {
       if (!r.workspace.empty() && !valid_path_text(r.workspace, true))
         return bad("\"workspace\" must be an absolute path");
       if (Status s = need_string("policy", r.policy, true); !s) return s.error();
-      if (!valid_policy_name(r.policy)) return bad("\"policy\" must be a policy name (1-63 of a-z, 0-9, -)");
+      if (!policy::valid_policy_name(r.policy)) return bad_policy_name();
       [[fallthrough]];
     case Op::detach:
       if (Status s = need_string("cgroup", r.cgroup, true); !s) return s.error();
@@ -117,7 +115,7 @@ Result<Request> parse_request(std::string_view line) {
       if (Status s = need_string("run_id", r.run_id, true); !s) return s.error();
       if (!valid_run_id(r.run_id)) return bad("\"run_id\" must be 16 lowercase hex digits");
       if (Status s = need_string("policy", r.policy, true); !s) return s.error();
-      if (!valid_policy_name(r.policy)) return bad("\"policy\" must be a policy name (1-63 of a-z, 0-9, -)");
+      if (!policy::valid_policy_name(r.policy)) return bad_policy_name();
       if (r.op == Op::run_start) {
         if (!j.contains("scope_id") || !j["scope_id"].is_number_unsigned())
           return bad("\"scope_id\" must be a non-negative integer");

@@ -5,23 +5,20 @@
 
 #include <cerrno>
 #include <cstring>
+#include <filesystem>
 #include <ostream>
 
+#include "policy/name.h"
 #include "policy/policy.h"
 #include "util/unique_fd.h"
 
 namespace agentcage::policy {
 
-std::string Diagnostic::format() const {
-  if (pos.line <= 0) return file + ": " + message;
-  return file + ":" + std::to_string(pos.line) + ":" + std::to_string(pos.column) + ": " + message;
-}
-
 namespace {
 
 ParseResult read_failure(const std::string& path, std::string message) {
   ParseResult result;
-  result.errors.push_back(Diagnostic{path, {}, std::move(message)});
+  result.errors.push_back(yaml::Diagnostic{path, {}, std::move(message)});
   return result;
 }
 
@@ -56,6 +53,24 @@ ParseResult load_policy_file(const std::string& path, const ParseOptions& option
   return parse_policy(text, path, options);
 }
 
+ParseResult load_policy_dir_file(const std::string& path, const ParseOptions& options) {
+  ParseResult result = load_policy_file(path, options);
+  const std::filesystem::path file(path);
+  const std::string stem = file.stem().string();
+  if (valid_policy_name(stem)) return result;
+  const auto guess = likely_policy_name(stem);
+  const std::string rename =
+      guess && *guess != stem ? " (rename it to " + quote(*guess + file.extension().string()) + ")" : "";
+  result.errors.insert(result.errors.begin(),
+                       yaml::Diagnostic{path, {},
+                                        "the file name " + quote(file.filename().string()) +
+                                            " does not name a policy: the daemon names a policy by its file "
+                                            "(NAME.yaml), and a policy name is " +
+                                            std::string(kPolicyNameRule) + rename});
+  result.policy.reset();
+  return result;
+}
+
 int check_command(const std::vector<std::string>& files, std::ostream& out, std::ostream& err) {
   if (files.empty()) {
     err << "policy check: no policy files given\n";
@@ -65,7 +80,7 @@ int check_command(const std::vector<std::string>& files, std::ostream& out, std:
   for (const std::string& file : files) {
     const ParseResult result = load_policy_file(file);
     if (!result.ok()) {
-      for (const Diagnostic& d : result.errors) err << d.format() << '\n';
+      for (const yaml::Diagnostic& d : result.errors) err << d.format() << '\n';
       status = 1;
       continue;
     }

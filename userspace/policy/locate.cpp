@@ -5,7 +5,8 @@
 #include <cerrno>
 #include <cstdlib>
 
-#include "policy/values.h"
+#include "policy/name.h"
+#include "util/text.h"
 
 namespace agentcage::policy {
 namespace {
@@ -28,14 +29,14 @@ std::string default_policy_dir() {
 Result<std::string> resolve_policy(const std::string& ref, const std::string& policy_dir) {
   if (ref.empty()) return Error{"--policy: empty policy name", EINVAL};
   if (is_file_ref(ref)) return ref;
-  for (char c : ref) {
-    bool ok = (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '.' ||
-              c == '_' || c == '-';
-    if (!ok)
-      return Error{"--policy: " + quote(ref) + " is neither a policy name (letters, digits, '.', '_', '-') nor a file path",
-                   EINVAL};
+  // The policy directory is the daemon's, which names a policy by its file
+  // (NAME.yaml holds the policy NAME, a valid metadata.name): an invalid NAME
+  // cannot name a policy there.
+  if (!valid_policy_name(ref)) {
+    return Error{"--policy: " + quote(ref) + " is neither a policy name (" + std::string(kPolicyNameRule) +
+                     ") nor a file path (one with a '/' or ending in .yaml or .yml)" + did_you_mean_policy_name(ref),
+                 EINVAL};
   }
-  if (ref[0] == '.') return Error{"--policy: a policy name must not start with '.'", EINVAL};
   std::string dir = policy_dir.empty() ? std::string(".") : policy_dir;
   if (dir.size() > 1 && dir.back() == '/') dir.pop_back();
   return dir + "/" + ref + ".yaml";

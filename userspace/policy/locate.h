@@ -1,9 +1,9 @@
 // Where `--policy NAME|FILE` points (run, attach).
 //
 // A value with a '/' or ending in .yaml/.yml is a FILE, used as given. Any
-// other value is a policy NAME (letters, digits, '.', '_', '-'; not starting
-// with '.', so it cannot leave the directory), looked up as NAME.yaml in the
-// policy directory: $AGENTCAGE_POLICY_DIR, else /etc/agentcage/policies.
+// other value must be a valid policy NAME (name.h: so it cannot leave the
+// directory either), looked up as NAME.yaml in the policy directory:
+// $AGENTCAGE_POLICY_DIR, else /etc/agentcage/policies.
 #pragma once
 
 #include <string>

@@ -10,14 +10,13 @@
 #include <string>
 #include <vector>
 
+#include "yaml/diagnostic.h"
+
 namespace agentcage::policy {
 
-// A place in the policy file, 1-based (yaml-cpp marks are 0-based). Line 0
-// means "the whole file" (read errors, size limit).
-struct Position {
-  int line = 0;
-  int column = 0;
-};
+// Where an entry is in its policy file (1-based line and column). The type is
+// the YAML front end's; daemon/daemon.cpp still spells it policy::Position.
+using Position = yaml::Position;
 
 enum class Mode { enforce, audit };
 

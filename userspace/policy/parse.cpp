@@ -1,21 +1,18 @@
-// Policy validation: walks the yaml-cpp tree of a document that passed the
-// input guard (input_guard.h) and builds the model, reporting every problem
-// with the position of the offending key or value.
+// Policy validation: walks the yaml-cpp tree of a document that the YAML
+// front end (yaml/document.h) loaded safely and builds the model, reporting
+// every problem with the position of the offending key or value.
 #include <yaml-cpp/yaml.h>
 
-#include <algorithm>
 #include <array>
 #include <cstdint>
 #include <filesystem>
-#include <map>
 #include <span>
 #include <string>
 #include <utility>
 
-#include "policy/input_guard.h"
+#include "policy/name.h"
 #include "policy/policy.h"
-#include "policy/utf8.h"
-#include "util/suggest.h"
+#include "yaml/document.h"
 
 namespace agentcage::policy {
 
@@ -35,46 +32,12 @@ const char* to_string(Protocol protocol) {
 
 namespace {
 
-using detail::pos_of;
-using detail::Reporter;
-
-std::string format_pos(Position pos) { return std::to_string(pos.line) + ":" + std::to_string(pos.column); }
-
-std::string describe(const YAML::Node& node) {
-  switch (node.Type()) {
-    case YAML::NodeType::Null:
-      return "null";
-    case YAML::NodeType::Scalar:
-      return "a scalar (" + quote(node.Scalar(), 40) + ")";
-    case YAML::NodeType::Sequence:
-      return "a list";
-    case YAML::NodeType::Map:
-      return "a mapping";
-    case YAML::NodeType::Undefined:
-      break;
-  }
-  return "nothing";
-}
-
-bool valid_name(std::string_view name) {
-  if (name.empty() || name.size() > 63) return false;
-  for (char c : name) {
-    if (!((c >= 'a' && c <= 'z') || (c >= '0' && c <= '9') || c == '-')) return false;
-  }
-  return name.front() != '-' && name.back() != '-';
-}
-
-// A mapping entry: where its key is and its value.
-struct Field {
-  Position key_pos;
-  YAML::Node value;
-};
-using Fields = std::map<std::string, Field, std::less<>>;
-
-const Field* find(const Fields& fields, std::string_view key) {
-  const auto it = fields.find(key);
-  return it == fields.end() ? nullptr : &it->second;
-}
+using yaml::describe;
+using yaml::Field;
+using yaml::Fields;
+using yaml::find;
+using yaml::pos_of;
+using yaml::Reporter;
 
 constexpr std::string_view kTopKeys[] = {"apiVersion", "kind", "metadata", "spec"};
 constexpr std::string_view kMetadataKeys[] = {"name"};
@@ -133,37 +96,8 @@ class Validator {
 
   static Position value_pos(const Field& f) { return pos_of(f.value.Mark()); }
 
-  // The entries of a mapping, first occurrence of each allowed key. Reports
-  // non-string keys, unknown keys (with a suggestion) and duplicate keys:
-  // yaml-cpp keeps every pair of a mapping, so duplicates are visible here,
-  // but its lookups would silently use the first one.
   Fields fields(const YAML::Node& map, std::span<const std::string_view> allowed, std::string_view where) {
-    Fields known;
-    std::map<std::string, Position, std::less<>> seen;
-    for (const auto& entry : map) {
-      const YAML::Node& key = entry.first;
-      Position pos = pos_of(key.Mark());
-      if (pos.line == 0) pos = pos_of(map.Mark());
-      if (!key.IsScalar()) {
-        error(pos, "keys must be strings, got " + describe(key) + " " + std::string(where));
-        continue;
-      }
-      const std::string& name = key.Scalar();
-      if (const auto first = seen.find(name); first != seen.end()) {
-        error(pos, "duplicate key " + quote(name) + " " + std::string(where) + " (first at " +
-                       format_pos(first->second) + ")");
-        continue;
-      }
-      seen.emplace(name, pos);
-      if (std::find(allowed.begin(), allowed.end(), name) == allowed.end()) {
-        // (No suggestion once the error list is full: it would be dropped.)
-        const std::string hint = reporter_.full() ? std::string() : did_you_mean(name, allowed);
-        error(pos, "unknown key " + quote(name) + " " + std::string(where) + hint);
-        continue;
-      }
-      known.emplace(name, Field{pos, entry.second});
-    }
-    return known;
+    return yaml::mapping_fields(map, {allowed, "key", where}, reporter_);
   }
 
   // Checks that a field holds the kind of node wanted. A null value (key
@@ -233,10 +167,9 @@ class Validator {
     }
     auto v = scalar(*name, "metadata.name");
     if (!v) return;
-    if (!valid_name(*v)) {
-      error(value_pos(*name), "invalid metadata.name " + quote(*v) +
-                                  ": use 1 to 63 lowercase letters, digits and '-', starting and ending "
-                                  "with a letter or digit");
+    if (!valid_policy_name(*v)) {
+      error(value_pos(*name), "invalid metadata.name " + quote(*v) + ": use " + std::string(kPolicyNameRule) +
+                                  did_you_mean_policy_name(*v));
       return;
     }
     policy.name = *v;
@@ -479,18 +412,9 @@ class Validator {
 ParseResult parse_policy(std::string_view text, const std::string& filename, const ParseOptions& options) {
   Reporter reporter(filename);
   ParseResult result;
-  if (detail::check_text(text, options.max_bytes, reporter) && detail::check_events(text, reporter)) {
-    YAML::Node root;
-    bool loaded = true;
-    try {
-      root = YAML::Load(std::string(text));
-    } catch (const YAML::Exception& e) {
-      // The event pass parsed the same text, so this is not expected; report
-      // it the same way rather than trusting that.
-      reporter.error(pos_of(e.mark), "YAML syntax error: " + detail::escape(e.msg, 200));
-      loaded = false;
-    }
-    if (loaded) result.policy = Validator(reporter, text, options).run(root);
+  const yaml::InputKind kind{.noun = "policy", .place = "policies", .max_bytes = options.max_bytes};
+  if (const auto root = yaml::load_document(text, kind, reporter)) {
+    result.policy = Validator(reporter, text, options).run(*root);
   }
   result.errors = reporter.take();
   if (!result.errors.empty()) result.policy.reset();

@@ -6,11 +6,11 @@
 //
 // The whole file is rejected on any error, and every error that can be found
 // is reported (the first 100, then a count), sorted by position, as
-// "FILE:LINE:COL: message". Parsing is
-// bounded in time and memory for any input: size limit, UTF-8 check and a
-// flow-nesting scan before yaml-cpp sees the text, then a streaming pass that
-// rejects anchors/aliases (no alias bombs), tags, extra documents and deep
-// nesting before a tree is built.
+// "FILE:LINE:COL: message". Parsing is bounded in time and memory for any
+// input: the YAML front end (yaml/document.h, shared with the daemon
+// configuration) checks size, UTF-8 and flow nesting before yaml-cpp sees the
+// text, then runs a streaming pass that rejects anchors/aliases (no alias
+// bombs), tags, extra documents and deep nesting before a tree is built.
 //
 // Plain YAML rules apply: inside [ ] or { } a value containing ${workspace}
 // must be quoted (["${workspace}"]) because { } are flow indicators there;
@@ -27,16 +27,9 @@
 
 #include "policy/model.h"
 #include "policy/values.h"
+#include "yaml/diagnostic.h"
 
 namespace agentcage::policy {
-
-struct Diagnostic {
-  std::string file;
-  Position pos;  // line 0: about the whole file (unreadable, too large)
-  std::string message;
-  // "file:line:col: message", or "file: message" when pos.line is 0.
-  std::string format() const;
-};
 
 struct ParseOptions {
   // exec.allow entries must exist and be regular executable files; records
@@ -49,7 +42,7 @@ struct ParseOptions {
 
 struct ParseResult {
   std::optional<Policy> policy;    // set exactly when errors is empty
-  std::vector<Diagnostic> errors;  // sorted by position
+  std::vector<yaml::Diagnostic> errors;  // sorted by position; line 0 = the whole file
   bool ok() const { return policy.has_value() && errors.empty(); }
 };
 
@@ -61,6 +54,12 @@ ParseResult parse_policy(std::string_view text, const std::string& filename,
 // Reads `path` (a regular file, at most options.max_bytes) and parses it.
 // Read failures are diagnostics at line 0.
 ParseResult load_policy_file(const std::string& path, const ParseOptions& options = {});
+
+// load_policy_file for a file of a policy directory, where the daemon names a
+// policy by its file: NAME.yaml holds the policy NAME. A file whose stem is
+// not a valid policy name (name.h) is rejected with an error about the whole
+// file that says how to rename it; its content is still checked.
+ParseResult load_policy_dir_file(const std::string& path, const ParseOptions& options = {});
 
 // `agentcage policy check FILE...`: validates each file and prints
 //   FILE: ok (policy NAME, mode M, N exec, N read, N write, N deny, N network rules)

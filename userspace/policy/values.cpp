@@ -5,10 +5,9 @@
 #include <sys/socket.h>
 
 #include <charconv>
-#include <cstdio>
 #include <utility>
 
-#include "policy/utf8.h"
+#include "util/text.h"
 
 namespace agentcage::policy {
 namespace {
@@ -108,34 +107,6 @@ std::string format_address(int family, const std::array<uint8_t, 16>& addr) {
 }
 
 }  // namespace
-
-namespace detail {
-
-std::string escape(std::string_view text, size_t max) {
-  std::string out;
-  size_t i = 0;
-  while (i < text.size()) {
-    if (i >= max) {
-      out += "...";
-      break;
-    }
-    const size_t n = utf8_sequence_length(text, i);
-    if (n == 0 || is_control(text[i])) {
-      char buf[8];
-      std::snprintf(buf, sizeof buf, "\\x%02x", static_cast<unsigned>(static_cast<unsigned char>(text[i])));
-      out += buf;
-      ++i;
-      continue;
-    }
-    out.append(text.substr(i, n));
-    i += n;
-  }
-  return out;
-}
-
-}  // namespace detail
-
-std::string quote(std::string_view text, size_t max) { return "'" + detail::escape(text, max) + "'"; }
 
 Result<uint64_t> parse_size(std::string_view text) {
   static constexpr const char* kForm =

@@ -15,6 +15,7 @@
 
 #include "policy/model.h"
 #include "util/result.h"
+#include "util/text.h"
 
 namespace agentcage::policy {
 
@@ -86,8 +87,8 @@ struct UnixTarget {
 };
 Result<UnixTarget> parse_unix_target(std::string_view text);
 
-// `text` quoted for an error message: in single quotes, control and
-// non-UTF-8 bytes escaped as \xNN, cut after `max` bytes with "...".
-std::string quote(std::string_view text, size_t max = 64);
+// Message quoting lives in util/text.h; run/ and daemon/ call it
+// policy::quote, as it was declared here before it moved down.
+using ::agentcage::quote;
 
 }  // namespace agentcage::policy

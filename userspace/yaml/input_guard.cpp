@@ -1,4 +1,5 @@
-#include "policy/input_guard.h"
+// SPDX-License-Identifier: Apache-2.0
+#include "yaml/input_guard.h"
 
 #include <yaml-cpp/eventhandler.h>
 #include <yaml-cpp/exceptions.h>
@@ -8,35 +9,12 @@
 #include <algorithm>
 #include <cstdio>
 #include <sstream>
+#include <string>
 
-#include "policy/utf8.h"
+#include "util/text.h"
+#include "yaml/document.h"
 
-namespace agentcage::policy::detail {
-
-Position pos_of(const YAML::Mark& mark) {
-  if (mark.is_null()) return {};
-  return {mark.line + 1, mark.column + 1};
-}
-
-void Reporter::error(Position pos, std::string message) {
-  if (errors_.size() >= kMaxErrors) {
-    ++dropped_;
-    return;
-  }
-  errors_.push_back(Diagnostic{file_, pos, std::move(message)});
-}
-
-std::vector<Diagnostic> Reporter::take() {
-  std::stable_sort(errors_.begin(), errors_.end(), [](const Diagnostic& a, const Diagnostic& b) {
-    return a.pos.line != b.pos.line ? a.pos.line < b.pos.line : a.pos.column < b.pos.column;
-  });
-  if (dropped_ > 0) {
-    errors_.push_back(Diagnostic{file_, {}, std::to_string(dropped_) + " more errors not shown"});
-  }
-  dropped_ = 0;
-  return std::move(errors_);
-}
-
+namespace agentcage::yaml {
 namespace {
 
 // Line and column (1-based, columns in bytes like yaml-cpp's marks) while
@@ -62,25 +40,27 @@ std::string hex_byte(char c) {
 }
 
 // NUL, other control characters and malformed UTF-8 all mean "not a text
-// policy"; yaml-cpp would otherwise guess an encoding or stop at the NUL.
-bool check_encoding(std::string_view text, Reporter& reporter) {
+// file"; yaml-cpp would otherwise guess an encoding or stop at the NUL.
+bool check_encoding(std::string_view text, const InputKind& kind, Reporter& reporter) {
+  const std::string text_files = std::string(kind.noun) + " files";
   Cursor at;
   size_t i = 0;
   while (i < text.size()) {
     const char c = text[i];
     const auto byte = static_cast<unsigned char>(c);
     if (byte == 0) {
-      reporter.error(at.pos(), "NUL byte: policy files are UTF-8 text (is this a binary file?)");
+      reporter.error(at.pos(), "NUL byte: " + text_files + " are UTF-8 text (is this a binary file?)");
       return false;
     }
     if ((byte < 0x20 && c != '\t' && c != '\n' && c != '\r') || byte == 0x7f) {
-      reporter.error(at.pos(), "control character " + hex_byte(c) +
-                                   ": policy files are UTF-8 text (is this a binary file?)");
+      reporter.error(at.pos(), "control character " + hex_byte(c) + ": " + text_files +
+                                   " are UTF-8 text (is this a binary file?)");
       return false;
     }
     const size_t n = utf8_sequence_length(text, i);
     if (n == 0) {
-      reporter.error(at.pos(), "invalid UTF-8 (byte " + hex_byte(c) + "): policy files must be UTF-8 text");
+      reporter.error(at.pos(),
+                     "invalid UTF-8 (byte " + hex_byte(c) + "): " + text_files + " must be UTF-8 text");
       return false;
     }
     at.advance(c);
@@ -175,19 +155,20 @@ struct Stop {};
 
 class Guard : public YAML::EventHandler {
  public:
-  explicit Guard(Reporter& reporter) : reporter_(reporter) {}
+  Guard(const InputKind& kind, Reporter& reporter) : kind_(kind), reporter_(reporter) {}
   int documents() const { return documents_; }
 
   void OnDocumentStart(const YAML::Mark& mark) override {
     if (++documents_ > 1) {
-      reporter_.error(pos_of(mark), "a second YAML document: a policy file holds exactly one document");
+      reporter_.error(pos_of(mark), "a second YAML document: a " + std::string(kind_.noun) +
+                                        " file holds exactly one document");
       throw Stop{};
     }
   }
   void OnDocumentEnd() override {}
   void OnNull(const YAML::Mark&, YAML::anchor_t) override {}
   void OnAlias(const YAML::Mark& mark, YAML::anchor_t) override {
-    reporter_.error(pos_of(mark), "aliases (*name) are not allowed in policies");
+    reporter_.error(pos_of(mark), "aliases (*name) are not allowed in " + std::string(kind_.place));
   }
   void OnScalar(const YAML::Mark& mark, const std::string& tag, YAML::anchor_t, const std::string&) override {
     check_tag(mark, tag);
@@ -205,22 +186,23 @@ class Guard : public YAML::EventHandler {
   }
   void OnMapEnd() override { --depth_; }
   // Anchors are harmless alone, but they only exist to be aliased, and a
-  // policy is short enough to spell out.
+  // policy or a configuration is short enough to spell out.
   void OnAnchor(const YAML::Mark& mark, const std::string& name) override {
-    reporter_.error(pos_of(mark),
-                    "anchor " + quote("&" + name, 32) + ": anchors and aliases are not allowed in policies");
+    reporter_.error(pos_of(mark), "anchor " + quote("&" + name, 32) +
+                                      ": anchors and aliases are not allowed in " + std::string(kind_.place));
   }
 
  private:
   // "?" is an untagged plain node, "!" an untagged quoted one (or the
   // explicit non-specific tag, which means the same). Anything else is an
-  // explicit tag like !!binary or !custom, which a policy has no use for.
+  // explicit tag like !!binary or !custom, which none of our files has a use for.
   void check_tag(const YAML::Mark& mark, const std::string& tag) {
     if (tag.empty() || tag == "?" || tag == "!") return;
     // yaml-cpp hands out "!!str" resolved; show it the way it was written.
     constexpr std::string_view kCore = "tag:yaml.org,2002:";
     const std::string shown = tag.starts_with(kCore) ? "!!" + tag.substr(kCore.size()) : tag;
-    reporter_.error(pos_of(mark), "YAML tag " + quote(shown, 48) + " is not allowed in policies");
+    reporter_.error(pos_of(mark),
+                    "YAML tag " + quote(shown, 48) + " is not allowed in " + std::string(kind_.place));
   }
   void enter(const YAML::Mark& mark) {
     if (++depth_ > kMaxNesting) {
@@ -230,6 +212,7 @@ class Guard : public YAML::EventHandler {
     }
   }
 
+  const InputKind& kind_;
   Reporter& reporter_;
   int documents_ = 0;
   int depth_ = 0;
@@ -237,20 +220,20 @@ class Guard : public YAML::EventHandler {
 
 }  // namespace
 
-bool check_text(std::string_view text, size_t max_bytes, Reporter& reporter) {
-  if (text.size() > max_bytes) {
-    reporter.error({}, "policy is " + std::to_string(text.size()) + " bytes; the limit is " +
-                           std::to_string(max_bytes) + " bytes");
+bool check_text(std::string_view text, const InputKind& kind, Reporter& reporter) {
+  if (text.size() > kind.max_bytes) {
+    reporter.error({}, std::string(kind.noun) + " is " + std::to_string(text.size()) +
+                           " bytes; the limit is " + std::to_string(kind.max_bytes) + " bytes");
     return false;
   }
-  return check_encoding(text, reporter) && check_flow_nesting(text, reporter);
+  return check_encoding(text, kind, reporter) && check_flow_nesting(text, reporter);
 }
 
-bool check_events(std::string_view text, Reporter& reporter) {
+bool check_events(std::string_view text, const InputKind& kind, Reporter& reporter) {
   const size_t before = reporter.count();
   std::istringstream in{std::string(text)};
   YAML::Parser parser(in);
-  Guard guard(reporter);
+  Guard guard(kind, reporter);
   try {
     while (parser.HandleNextDocument(guard)) {
     }
@@ -261,10 +244,11 @@ bool check_events(std::string_view text, Reporter& reporter) {
     reporter.error(pos_of(e.mark),
                    "YAML syntax error: " + escape(e.msg, 200) + flow_variable_hint(text, e.mark));
   }
-  if (guard.documents() == 0 && reporter.count() == before) {
-    reporter.error({1, 1}, "empty policy: the file has no YAML content (only whitespace or comments)");
+  if (guard.documents() == 0 && !kind.empty_is_valid && reporter.count() == before) {
+    reporter.error({1, 1}, "empty " + std::string(kind.noun) +
+                               ": the file has no YAML content (only whitespace or comments)");
   }
   return reporter.count() == before;
 }
 
-}  // namespace agentcage::policy::detail
+}  // namespace agentcage::yaml

@@ -1,0 +1,29 @@
+// SPDX-License-Identifier: Apache-2.0
+// User text in messages: UTF-8 well-formedness (the YAML input guard rejects
+// files that are not UTF-8 before yaml-cpp sees them) and quoting that never
+// copies broken or control bytes into a message. Hand-written because
+// neither the standard library nor yaml-cpp exposes a UTF-8 validator.
+#pragma once
+
+#include <cstddef>
+#include <string>
+#include <string_view>
+
+namespace agentcage {
+
+// Length (1..4) of the well-formed UTF-8 sequence starting at s[i], or 0 when
+// the bytes there are not one (stray continuation byte, overlong encoding,
+// UTF-16 surrogate, code point above U+10FFFF, truncated sequence).
+// Follows the table in the Unicode standard, section 3.9 (Table 3-7).
+size_t utf8_sequence_length(std::string_view s, size_t i);
+
+// `text` made safe to print in a message: control characters and bytes that
+// are not well-formed UTF-8 become \xNN, and the text is cut after `max`
+// bytes with "...".
+std::string escape(std::string_view text, size_t max);
+
+// `text` quoted for an error message: in single quotes, escaped as above,
+// cut after `max` bytes with "...".
+std::string quote(std::string_view text, size_t max = 64);
+
+}  // namespace agentcage
