@@ -25,7 +25,6 @@
 #include <optional>
 #include <ostream>
 #include <sstream>
-#include <thread>
 
 #include "bpf/compile.h"
 #include "daemon/notify.h"
@@ -45,11 +44,6 @@ namespace {
 namespace fs = std::filesystem;
 using Clock = std::chrono::steady_clock;
 
-// How long the processes of a killed cgroup may take to disappear before the
-// run is reported as not cleaned up (they are SIGKILLed; this is slack for a
-// loaded machine or emulated CPU).
-constexpr auto kDrainLimit = std::chrono::seconds(30);
-
 uint64_t random64() {
   uint64_t v = 0;
   while (::getrandom(&v, sizeof v, 0) != static_cast<ssize_t>(sizeof v))
@@ -66,35 +60,6 @@ std::optional<std::string> read_text(const fs::path& p) {
   auto r = cgroup::read_file(p);
   if (!r) return std::nullopt;
   return *r;
-}
-
-bool populated(const fs::path& cg) {
-  auto text = read_text(cg / "cgroup.events");
-  if (!text) return false;
-  auto v = keyed_value(*text, "populated");
-  return v && *v != 0;
-}
-
-// SIGKILL everything in the cgroup (cgroup.kill: forks racing the kill are
-// caught too) and wait until it is empty. cgroup.events signals POLLPRI when
-// "populated" changes; the poll timeout re-checks and re-kills regardless.
-Status kill_and_drain(cgroup::Cgroup& cg) {
-  const auto deadline = Clock::now() + kDrainLimit;
-  UniqueFd events(::open((cg.path() / "cgroup.events").c_str(), O_RDONLY | O_CLOEXEC));
-  while (populated(cg.path())) {
-    (void)cg.kill_all();
-    if (Clock::now() > deadline)
-      return Error{"cgroup: processes in " + cg.path().string() + " survived SIGKILL for " +
-                       std::to_string(kDrainLimit.count()) + " s",
-                   EBUSY};
-    if (events) {
-      pollfd p{events.get(), POLLPRI, 0};
-      (void)::poll(&p, 1, 50);
-    } else {
-      std::this_thread::sleep_for(std::chrono::milliseconds(2));
-    }
-  }
-  return {};
 }
 
 // Blocks the signals that end a run (taken through a signalfd) for the
@@ -263,7 +228,7 @@ std::vector<std::string> teardown(Resources& r, RunResult& res, bool collect,
   std::vector<std::string> problems;
   bool drained = true;
   if (r.cg) {
-    if (Status st = kill_and_drain(*r.cg); !st) {
+    if (Status st = cgroup::kill_and_drain(r.cg->path()); !st) {
       problems.push_back(st.error().message);
       drained = false;
     }
