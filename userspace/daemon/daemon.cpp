@@ -34,6 +34,7 @@
 
 #include "bpf/compile.h"
 #include "bpf/enforcer.h"
+#include "bpf/event_reader.h"
 #include "bpf/lsm.h"
 #include "cgroup/cgroup.h"
 #include "daemon/protocol.h"
