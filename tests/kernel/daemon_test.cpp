@@ -401,6 +401,53 @@ TEST_F(Daemon, HotReloadAppliesValidChangesRejectsInvalidOnesAndFailsClosedOnDel
 
 // ---- control socket ------------------------------------------------------------
 
+TEST_F(Daemon, AttachRefusesACgroupThatIsAlreadyConfined) {
+  start_daemon();
+  auto cg = cgroup::Cgroup::create(root_, root_, "ac-daemon-twice-" + std::to_string(::getpid()));
+  ASSERT_TRUE(cg) << cg.error().message;
+  const json req = {{"op", "attach"}, {"cgroup", cg->path().string()}, {"policy", "dtest"}, {"workspace", "/tmp"}};
+  auto first = control(req);
+  ASSERT_TRUE(first && first->value("ok", false)) << (first ? first->dump() : first.error().message);
+  EXPECT_EQ(open_in(*cg, "/etc/passwd"), EACCES);
+
+  // Attached through the daemon already: refused, and said so precisely.
+  auto second = control(req);
+  ASSERT_TRUE(second) << second.error().message;
+  EXPECT_FALSE(second->value("ok", true)) << second->dump();
+  const std::string error = second->value("error", "");
+  EXPECT_NE(error.find(cg->path().string() + " is already confined by agentcage (policy dtest, slot "),
+            std::string::npos)
+      << error;
+  EXPECT_NE(error.find("agentcage detach --cgroup " + cg->path().string()), std::string::npos) << error;
+  EXPECT_EQ(open_in(*cg, "/etc/passwd"), EACCES) << "still confined as before";
+  auto det = control({{"op", "detach"}, {"cgroup", cg->path().string()}});
+  ASSERT_TRUE(det && det->value("ok", false)) << (det ? det->dump() : det.error().message);
+
+  // Confined by `agentcage attach` (a transient slot of its own): the same.
+  fs::path file = dir_ / "passwd-ok.yaml";
+  std::ofstream(file) << "apiVersion: agentcage/v1\nkind: Policy\nmetadata: {name: passwd-ok}\n"
+                         "spec:\n  files:\n    read: [/etc/passwd]\n";
+  const int attached = wait_exit(
+      spawn({agentcage_bin(), "attach", "--cgroup", cg->path().string(), "--policy", file.string()},
+            dir_ / "cli-attach.out")
+          .pid);
+  ASSERT_EQ(attached, 0) << slurp(dir_ / "cli-attach.out");
+  EXPECT_EQ(open_in(*cg, "/etc/passwd"), 0);
+  EXPECT_EQ(open_in(*cg, "/etc/hostname"), EACCES);
+  auto over = control(req);
+  ASSERT_TRUE(over) << over.error().message;
+  EXPECT_FALSE(over->value("ok", true)) << over->dump();
+  EXPECT_NE(over->value("error", "").find("is already confined by agentcage (policy passwd-ok, slot "),
+            std::string::npos)
+      << over->dump();
+  EXPECT_EQ(open_in(*cg, "/etc/passwd"), 0) << "the attached policy still governs";
+  EXPECT_EQ(open_in(*cg, "/etc/hostname"), EACCES);
+
+  det = control({{"op", "detach"}, {"cgroup", cg->path().string()}});
+  EXPECT_TRUE(det && det->value("ok", false)) << (det ? det->dump() : det.error().message);
+  EXPECT_TRUE(cg->remove());
+}
+
 TEST_F(Daemon, MalformedControlRequestsAreRejectedAndChangeNothing) {
   start_daemon();
   auto cg = cgroup::Cgroup::create(root_, root_, "ac-daemon-malformed-" + std::to_string(::getpid()));

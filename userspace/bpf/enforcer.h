@@ -98,15 +98,13 @@ class Enforcer {
   Status put_policy(uint32_t slot, const std::string& name, const CompiledPolicy& policy);
   Status remove_policy(uint32_t slot);
 
-  // A transient policy for a run or an attachment: the slot that already holds
-  // this name with the same compiled rules, or a free slot it is installed in.
-  Result<uint32_t> acquire_policy(const std::string& name, const CompiledPolicy& policy);
-  // Say `slot` is no longer needed by the caller. An unused transient policy
-  // stays cached for reuse; beyond kCachedTransient unused ones, the others
-  // are freed (and acquire_policy replaces one when all slots are taken).
-  Status release_policy(uint32_t slot);
-  static constexpr size_t kCachedTransient = 16;
-
+  // The scope lifecycle's map operations. Products call them only through
+  // scope/ (scope/scope.h), which chooses the slot and keeps the ordering
+  // rules; tests and the doctor's private probe use them directly.
+  //
+  // Install a transient policy (AC_POLICY_OWNER_TRANSIENT) into `slot`, with
+  // the slot's decision counters reset.
+  Status put_transient_policy(uint32_t slot, const std::string& name, const CompiledPolicy& policy);
   // Put the cgroup `cgroup_id` (at cgroup `level`) and everything below it
   // under the policy in `policy_slot`.
   // `workspace`: absolute, normalised directory the policy's ${workspace}
@@ -154,8 +152,6 @@ class Enforcer {
   // Delete rule and workspace entries no live policy or scope refers to
   // (superseded rules, leftovers of a crashed agentcage).
   void purge_unreferenced();
-  // Policy slots some scope points at.
-  std::vector<uint32_t> referenced_slots() const;
   void reset_counters(uint32_t slot);
 
   struct SkelDeleter {

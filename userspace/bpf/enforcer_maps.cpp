@@ -1,5 +1,7 @@
 // SPDX-License-Identifier: Apache-2.0
-// Enforcer: policy slots and scopes in the maps.
+// Enforcer: policy slots and scopes in the maps. The choice of a slot and the
+// order of scope operations belong to scope/ (scope/scope.h); these are the
+// map updates it composes.
 #include "bpf/enforcer.h"
 
 #include <arpa/inet.h>
@@ -62,6 +64,16 @@ Status Enforcer::put_policy(uint32_t slot, const std::string& name, const Compil
   return with_lock([&] { return install_policy(slot, name, policy, AC_POLICY_OWNER_NAMED); });
 }
 
+Status Enforcer::put_transient_policy(uint32_t slot, const std::string& name, const CompiledPolicy& policy) {
+  if (slot >= AC_MAX_POLICIES)
+    return Error{"bpf: policy slot " + std::to_string(slot) + " out of range", EINVAL};
+  return with_lock([&]() -> Status {
+    // A slot's counters belong to the policy in it: a new one counts from 0.
+    reset_counters(slot);
+    return install_policy(slot, name, policy, AC_POLICY_OWNER_TRANSIENT);
+  });
+}
+
 Status Enforcer::install_policy(uint32_t slot, const std::string& name, const CompiledPolicy& policy,
                                 uint32_t owner) {
   if (slot >= AC_MAX_POLICIES)
@@ -116,92 +128,12 @@ Status Enforcer::remove_policy(uint32_t slot) {
   });
 }
 
-std::vector<uint32_t> Enforcer::referenced_slots() const {
-  std::vector<uint32_t> out;
-  for (uint64_t cgid : all_keys<uint64_t>(maps_.scopes)) {
-    ac_scope scope{};
-    if (bpf_map_lookup_elem(maps_.scopes, &cgid, &scope) == 0) out.push_back(scope.policy_slot);
-  }
-  return out;
-}
-
 void Enforcer::reset_counters(uint32_t slot) {
   std::vector<ac_counters> zeros(static_cast<size_t>(cpu_count()));
   for (uint32_t hook = 0; hook < AC_HOOK_COUNT; ++hook) {
     uint32_t idx = slot * AC_HOOK_COUNT + hook;
     bpf_map_update_elem(maps_.decision_counts, &idx, zeros.data(), BPF_ANY);
   }
-}
-
-Result<uint32_t> Enforcer::acquire_policy(const std::string& name, const CompiledPolicy& policy) {
-  uint32_t chosen = AC_MAX_POLICIES;
-  Status st = with_lock([&]() -> Status {
-    const uint64_t digest = policy_digest(name, policy);
-    std::vector<uint32_t> used = all_keys<uint32_t>(maps_.policies);
-    for (uint32_t slot : used) {
-      ac_policy p{};
-      if (bpf_map_lookup_elem(maps_.policies, &slot, &p) != 0) continue;
-      if (p.owner == AC_POLICY_OWNER_TRANSIENT && p.digest == digest &&
-          std::string(p.name, strnlen(p.name, sizeof p.name)) == name) {
-        chosen = slot;
-        return {};
-      }
-    }
-    const std::vector<uint32_t> referenced = referenced_slots();
-    auto is_referenced = [&](uint32_t slot) {
-      return std::find(referenced.begin(), referenced.end(), slot) != referenced.end();
-    };
-    auto install = [&](uint32_t slot) -> Status {
-      reset_counters(slot);
-      if (Status s = install_policy(slot, name, policy, AC_POLICY_OWNER_TRANSIENT); !s) return s;
-      chosen = slot;
-      return {};
-    };
-    for (uint32_t slot = 0; slot < AC_MAX_POLICIES; ++slot) {
-      if (std::find(used.begin(), used.end(), slot) != used.end()) continue;
-      // A scope may still point at a slot whose policy was removed (it fails
-      // closed); never hand such a slot to another policy.
-      if (is_referenced(slot)) continue;
-      return install(slot);
-    }
-    // Every slot holds a policy: replace a cached transient one nobody uses.
-    for (uint32_t slot : used) {
-      ac_policy p{};
-      if (bpf_map_lookup_elem(maps_.policies, &slot, &p) != 0) continue;
-      if (p.owner == AC_POLICY_OWNER_TRANSIENT && !is_referenced(slot)) return install(slot);
-    }
-    return Error{"bpf: all " + std::to_string(AC_MAX_POLICIES) + " policy slots are in use", ENOSPC};
-  });
-  if (!st) return st.error();
-  return chosen;
-}
-
-Status Enforcer::release_policy(uint32_t slot) {
-  // An unused transient policy stays cached in its slot, so the next run of
-  // the same policy only registers a scope (no rules to write). At most
-  // kCachedTransient unused ones are kept; acquire_policy also replaces one
-  // when every slot is taken. Memory stays bounded by distinct policies.
-  return with_lock([&]() -> Status {
-    const std::vector<uint32_t> referenced = referenced_slots();
-    std::vector<uint32_t> unused;
-    for (uint32_t s : all_keys<uint32_t>(maps_.policies)) {
-      ac_policy p{};
-      if (bpf_map_lookup_elem(maps_.policies, &s, &p) != 0 || p.owner != AC_POLICY_OWNER_TRANSIENT) continue;
-      if (std::find(referenced.begin(), referenced.end(), s) == referenced.end()) unused.push_back(s);
-    }
-    if (unused.size() <= kCachedTransient) return {};
-    // Evict others before the one just released (it is the most recently used).
-    std::stable_partition(unused.begin(), unused.end(), [&](uint32_t s) { return s != slot; });
-    bool deleted = false;
-    for (size_t i = 0; i + kCachedTransient < unused.size(); ++i) {
-      uint32_t victim = unused[i];
-      if (int err = bpf_map_delete_elem(maps_.policies, &victim); err && err != -ENOENT)
-        return bpf_error("removing policy slot " + std::to_string(victim), err);
-      deleted = true;
-    }
-    if (deleted) purge_unreferenced();
-    return {};
-  });
 }
 
 Status Enforcer::add_scope(uint64_t cgroup_id, unsigned level, uint64_t scope_id, uint32_t policy_slot,
