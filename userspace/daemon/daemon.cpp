@@ -36,6 +36,7 @@
 #include "bpf/enforcer.h"
 #include "bpf/event_reader.h"
 #include "bpf/lsm.h"
+#include "bpf/names.h"
 #include "cgroup/cgroup.h"
 #include "daemon/protocol.h"
 #include "daemon/status.h"
@@ -885,8 +886,22 @@ json Daemon::do_detach(const Request& r) {
   auto released = scope::release(*enf_, *cg, scope::Ending::detach);
   if (!released) return {{"ok", false}, {"error", released.error().message}};
   log::info("detached " + cg->path.string());
-  uint64_t denied = released->report ? released->report->denied_total() : 0;
-  return {{"ok", true}, {"cgroup", cg->path.string()}, {"denied", denied}};
+  // What `agentcage detach` prints: the policy, and what it decided while
+  // the cgroup was attached, in total and per hook.
+  const bpf::ScopeReport report = released->report.value_or(bpf::ScopeReport{});
+  json denied_by_hook = json::object(), audited_by_hook = json::object();
+  for (uint32_t h = 0; h < AC_HOOK_COUNT; ++h) {
+    if (report.denied[h]) denied_by_hook[std::string(bpf::hook_name(h))] = report.denied[h];
+    if (report.audited[h]) audited_by_hook[std::string(bpf::hook_name(h))] = report.audited[h];
+  }
+  return {{"ok", true},
+          {"cgroup", cg->path.string()},
+          {"policy", released->policy_name.empty() ? json(nullptr) : json(released->policy_name)},
+          {"reported", released->report.has_value()},
+          {"denied", report.denied_total()},
+          {"audited", report.audited_total()},
+          {"denied_by_hook", denied_by_hook},
+          {"audited_by_hook", audited_by_hook}};
 }
 
 void Daemon::handle_line(Client& c, const std::string& line) {
