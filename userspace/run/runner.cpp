@@ -242,15 +242,8 @@ std::vector<std::string> teardown(Resources& r, RunResult& res, bool collect,
       problems.push_back(released.error().message);
     } else {
       if (collect) {
-        if (released->report) {
-          res.have_report = true;
-          res.denied = released->report->denied;
-          res.audited = released->report->audited;
-          res.records_taken = released->report->records_taken;
-          res.records = released->report->records;
-        } else {
-          problems.push_back("reading the scope report: " + released->report_error);
-        }
+        if (released->report) res.report = std::move(released->report);
+        else problems.push_back("reading the scope report: " + released->report_error);
       }
       if (!released->kept) r.confinement.reset();
       else if (drained) problems.push_back("processes remain in " + r.cg->path().string() + ": its scope stays");
@@ -578,8 +571,7 @@ int run_command(const RunOptions& opts, RunResult& res, std::ostream& err) {
       // The child did nothing but exec, so any denial in its scope is the
       // exec's: bprm_check_security (exec) or the open of the program file
       // (file_open, when the policy does not let it read the file).
-      bool denied = false;
-      for (unsigned h = 0; h < AC_HOOK_COUNT; ++h) denied = denied || (res.have_report && res.denied[h] > 0);
+      const bool denied = res.report && res.report->denied_total() > 0;
       int code = denied ? kExitCannotExec : exit_code_for_exec_errno(report.err);
       res.exit_code = code;
       res.error = describe_exec_failure(opts.command[0], report.err, denied, pol.name);
@@ -702,19 +694,15 @@ int run_main(const RunOptions& opts, std::ostream& err) {
   int code = run_command(opts, res, err);
   res.exit_code = code;
   daemon::notify_run_end(res);
-  if (res.have_report) {
-    uint64_t total = 0;
-    for (auto d : res.denied) total += d;
-    if (total > 0) {
-      err << "agentcage: policy " << res.policy_name << " denied " << total << " operation(s)";
-      const char* sep = ": ";
-      for (const auto& rec : res.records) {
-        err << sep << bpf::hook_name(rec.hook) << " " << bpf::record_target(rec);
-        sep = ", ";
-      }
-      if (res.records_taken > res.records.size()) err << ", ...";
-      err << "\n";
+  if (res.report && res.report->denied_total() > 0) {
+    err << "agentcage: policy " << res.policy_name << " denied " << res.report->denied_total() << " operation(s)";
+    const char* sep = ": ";
+    for (const auto& rec : res.report->records) {
+      err << sep << bpf::hook_name(rec.hook) << " " << bpf::record_target(rec);
+      sep = ", ";
     }
+    if (res.report->records_taken > res.report->records.size()) err << ", ...";
+    err << "\n";
   }
   if (out) {
     const std::string text = to_json(res).dump(2) + "\n";
