@@ -4,11 +4,9 @@
 
 #include <algorithm>
 #include <cerrno>
-#include <ostream>
 
 #include "bpf/compile.h"
 #include "bpf/enforcer.h"
-#include "bpf/names.h"
 #include "cgroup/cgroup.h"
 #include "policy/locate.h"
 #include "policy/policy.h"
@@ -97,43 +95,6 @@ Result<Detached> detach(const std::string& cgroup) {
   auto released = release(**enforcer, *cg, Ending::detach);
   if (!released) return released.error();
   return Detached{cg->path, std::move(*released)};
-}
-
-int attach_command(const AttachRequest& req, std::ostream& out, std::ostream& err) {
-  std::vector<std::string> diagnostics;
-  auto a = attach(req, diagnostics);
-  for (const auto& d : diagnostics) err << d << '\n';
-  if (!a) {
-    err << "agentcage attach: " << a.error().message << '\n';
-    return 1;
-  }
-  out << "attached: " << a->cgroup.string() << " (cgroup id " << a->cgroup_id << ") is confined by policy "
-      << a->policy_name << " (" << policy::to_string(a->mode) << ", from " << a->policy_file << ")";
-  if (!a->workspace.empty()) out << ", workspace " << a->workspace;
-  out << "\n";
-  return 0;
-}
-
-int detach_command(const std::string& cgroup, std::ostream& out, std::ostream& err) {
-  auto d = detach(cgroup);
-  if (!d) {
-    err << "agentcage detach: " << d.error().message << '\n';
-    return 1;
-  }
-  const Released& r = d->released;
-  const bpf::ScopeReport report = r.report.value_or(bpf::ScopeReport{});
-  out << "detached: " << d->cgroup.string() << " is no longer confined (was policy "
-      << (r.policy_name.empty() ? "?" : r.policy_name) << ")";
-  out << "; while attached: " << report.denied_total() << " denied, " << report.audited_total() << " audited";
-  std::string sep = " (";
-  for (size_t h = 0; h < AC_HOOK_COUNT; ++h) {
-    if (report.denied[h] + report.audited[h] == 0) continue;
-    out << sep << bpf::hook_name(static_cast<uint32_t>(h)) << ' ' << report.denied[h] + report.audited[h];
-    sep = ", ";
-  }
-  if (sep != " (") out << ')';
-  out << "\n";
-  return 0;
 }
 
 }  // namespace agentcage::scope

@@ -7,7 +7,6 @@
 
 #include <cstdint>
 #include <filesystem>
-#include <iosfwd>
 #include <string>
 #include <vector>
 
@@ -57,9 +56,5 @@ struct Detached {
 // Lift the confinement of `cgroup` (as given to attach). ENOENT when it is not
 // confined.
 Result<Detached> detach(const std::string& cgroup);
-
-// Exit status 0 on success, 1 on failure (message on `err`).
-int attach_command(const AttachRequest& req, std::ostream& out, std::ostream& err);
-int detach_command(const std::string& cgroup, std::ostream& out, std::ostream& err);
 
 }  // namespace agentcage::scope
