@@ -236,7 +236,8 @@ class Daemon : public ::testing::Test {
     if (auto e = bpf::Enforcer::open_shared())
       if (auto pols = (*e)->policies())
         for (const auto& p : *pols)
-          if (p.owner == AC_POLICY_OWNER_NAMED && p.name == "dtest") (void)(*e)->remove_policy(p.slot);
+          if (p.owner == AC_POLICY_OWNER_NAMED && (p.name == "dtest" || p.name == "daudit"))
+            (void)(*e)->remove_policy(p.slot);
     std::error_code ec;
     fs::remove(dir_ / "daemon.log", ec);
     fs::remove_all(dir_, ec);
@@ -400,6 +401,98 @@ TEST_F(Daemon, HotReloadAppliesValidChangesRejectsInvalidOnesAndFailsClosedOnDel
 }
 
 // ---- control socket ------------------------------------------------------------
+
+TEST_F(Daemon, AttachRefusesACgroupThatIsAlreadyConfined) {
+  start_daemon();
+  auto cg = cgroup::Cgroup::create(root_, root_, "ac-daemon-twice-" + std::to_string(::getpid()));
+  ASSERT_TRUE(cg) << cg.error().message;
+  const json req = {{"op", "attach"}, {"cgroup", cg->path().string()}, {"policy", "dtest"}, {"workspace", "/tmp"}};
+  auto first = control(req);
+  ASSERT_TRUE(first && first->value("ok", false)) << (first ? first->dump() : first.error().message);
+  EXPECT_EQ(open_in(*cg, "/etc/passwd"), EACCES);
+
+  // Attached through the daemon already: refused, and said so precisely.
+  auto second = control(req);
+  ASSERT_TRUE(second) << second.error().message;
+  EXPECT_FALSE(second->value("ok", true)) << second->dump();
+  const std::string error = second->value("error", "");
+  EXPECT_NE(error.find(cg->path().string() + " is already confined by agentcage (policy dtest, slot "),
+            std::string::npos)
+      << error;
+  EXPECT_NE(error.find("agentcage detach --cgroup " + cg->path().string()), std::string::npos) << error;
+  EXPECT_EQ(open_in(*cg, "/etc/passwd"), EACCES) << "still confined as before";
+  auto det = control({{"op", "detach"}, {"cgroup", cg->path().string()}});
+  ASSERT_TRUE(det && det->value("ok", false)) << (det ? det->dump() : det.error().message);
+
+  // Confined by `agentcage attach` (a transient slot of its own): the same.
+  fs::path file = dir_ / "passwd-ok.yaml";
+  std::ofstream(file) << "apiVersion: agentcage/v1\nkind: Policy\nmetadata: {name: passwd-ok}\n"
+                         "spec:\n  files:\n    read: [/etc/passwd]\n";
+  const int attached = wait_exit(
+      spawn({agentcage_bin(), "attach", "--cgroup", cg->path().string(), "--policy", file.string()},
+            dir_ / "cli-attach.out")
+          .pid);
+  ASSERT_EQ(attached, 0) << slurp(dir_ / "cli-attach.out");
+  EXPECT_EQ(open_in(*cg, "/etc/passwd"), 0);
+  EXPECT_EQ(open_in(*cg, "/etc/hostname"), EACCES);
+  auto over = control(req);
+  ASSERT_TRUE(over) << over.error().message;
+  EXPECT_FALSE(over->value("ok", true)) << over->dump();
+  EXPECT_NE(over->value("error", "").find("is already confined by agentcage (policy passwd-ok, slot "),
+            std::string::npos)
+      << over->dump();
+  EXPECT_EQ(open_in(*cg, "/etc/passwd"), 0) << "the attached policy still governs";
+  EXPECT_EQ(open_in(*cg, "/etc/hostname"), EACCES);
+
+  det = control({{"op", "detach"}, {"cgroup", cg->path().string()}});
+  EXPECT_TRUE(det && det->value("ok", false)) << (det ? det->dump() : det.error().message);
+  EXPECT_TRUE(cg->remove());
+}
+
+TEST_F(Daemon, DetachReportsThePolicyAndWhatWasDecidedPerHook) {
+  write_file(dir_ / "policies" / "daudit.yaml",
+             "apiVersion: agentcage/v1\nkind: Policy\nmetadata: {name: daudit}\n"
+             "spec:\n  mode: audit\n  files:\n    read: [/etc/hostname]\n");
+  start_daemon();
+  ASSERT_TRUE(wait_until([&] { return named_slot(status(), "daudit").has_value(); }, 30s)) << log();
+  auto cg = cgroup::Cgroup::create(root_, root_, "ac-daemon-report-" + std::to_string(::getpid()));
+  ASSERT_TRUE(cg) << cg.error().message;
+  const json detach = {{"op", "detach"}, {"cgroup", cg->path().string()}};
+
+  // Enforcing: two denials of file_open.
+  auto att = control({{"op", "attach"}, {"cgroup", cg->path().string()}, {"policy", "dtest"}, {"workspace", "/tmp"}});
+  ASSERT_TRUE(att && att->value("ok", false)) << (att ? att->dump() : att.error().message);
+  EXPECT_EQ(open_in(*cg, "/etc/passwd"), EACCES);
+  EXPECT_EQ(open_in(*cg, "/etc/passwd"), EACCES);
+  EXPECT_EQ(open_in(*cg, "/etc/hostname"), 0);
+  auto det = control(detach);
+  ASSERT_TRUE(det && det->value("ok", false)) << (det ? det->dump() : det.error().message);
+  EXPECT_EQ((*det)["cgroup"], cg->path().string());
+  EXPECT_EQ((*det)["policy"], "dtest") << det->dump();
+  EXPECT_EQ((*det)["reported"], true) << det->dump();
+  EXPECT_EQ((*det)["denied"], 2) << det->dump();
+  EXPECT_EQ((*det)["audited"], 0) << det->dump();
+  EXPECT_EQ((*det)["denied_by_hook"], json({{"file_open", 2}})) << det->dump();
+  EXPECT_EQ((*det)["audited_by_hook"], json::object()) << det->dump();
+
+  // Auditing: allowed, and counted as audited. The file is on /run (tmpfs):
+  // an open through overlayfs (the test VM's root) is decided twice, once
+  // for the overlay file and once for the real file it opens underneath.
+  const std::string audited_file = "/run/ac-daemon-audit-" + std::to_string(::getpid());
+  std::ofstream(audited_file) << "audited\n";
+  att = control({{"op", "attach"}, {"cgroup", cg->path().string()}, {"policy", "daudit"}});
+  ASSERT_TRUE(att && att->value("ok", false)) << (att ? att->dump() : att.error().message);
+  EXPECT_EQ(open_in(*cg, audited_file), 0);
+  fs::remove(audited_file);
+  det = control(detach);
+  ASSERT_TRUE(det && det->value("ok", false)) << (det ? det->dump() : det.error().message);
+  EXPECT_EQ((*det)["policy"], "daudit") << det->dump();
+  EXPECT_EQ((*det)["denied"], 0) << det->dump();
+  EXPECT_EQ((*det)["audited"], 1) << det->dump();
+  EXPECT_EQ((*det)["denied_by_hook"], json::object()) << det->dump();
+  EXPECT_EQ((*det)["audited_by_hook"], json({{"file_open", 1}})) << det->dump();
+  EXPECT_TRUE(cg->remove());
+}
 
 TEST_F(Daemon, MalformedControlRequestsAreRejectedAndChangeNothing) {
   start_daemon();

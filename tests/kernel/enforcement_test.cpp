@@ -22,6 +22,7 @@
 #include <string>
 #include <vector>
 
+#include "bpf/event_reader.h"
 #include "bpf/record.h"
 #include "cgroup/cgroup.h"
 #include "kernel_env.h"

@@ -16,6 +16,7 @@
 #include "cgroup/cgroup.h"
 #include "kernel_env.h"
 #include "probes.h"
+#include "scope/scope.h"
 
 namespace agentcage {
 namespace {
@@ -57,6 +58,20 @@ bpf::CompiledPolicy usr_only() {
   bpf::CompiledPolicy p;
   p.paths.push_back({"/usr", AC_ACCESS_READ, bpf::RuleSpace::absolute});
   return p;
+}
+
+// A transient policy's slot, chosen and installed the way runs and attach get
+// theirs (scope/slots.h).
+Result<uint32_t> acquire(bpf::Enforcer& enf, const std::string& name, const bpf::CompiledPolicy& policy) {
+  scope::EnforcerBackend backend(enf);
+  auto choice = scope::acquire_slot(backend, scope::TransientPolicy{name, policy, false});
+  if (!choice) return choice.error();
+  return choice->slot;
+}
+
+Status release(bpf::Enforcer& enf, uint32_t slot) {
+  scope::EnforcerBackend backend(enf);
+  return scope::release_slot(backend, slot);
 }
 
 class SharedTest : public ::testing::Test {
@@ -107,7 +122,7 @@ TEST_F(SharedTest, SecondOpenAdoptsAndEnforcementOutlivesTheLoader) {
   EXPECT_FALSE(ids_first.empty());
   EXPECT_EQ(ids_first, ids_second);
 
-  auto slot = (*second)->acquire_policy("usr-only", usr_only());
+  auto slot = acquire(**second, "usr-only", usr_only());
   ASSERT_TRUE(slot.ok()) << slot.error().message;
   const uint64_t scope_id = cg_.id();
   ASSERT_TRUE((*second)->add_scope(cg_.id(), cg_.level(), scope_id, *slot).ok());
@@ -136,7 +151,7 @@ TEST_F(SharedTest, SecondOpenAdoptsAndEnforcementOutlivesTheLoader) {
   EXPECT_EQ(std::string(report->records[0].target), outside_);
 
   ASSERT_TRUE((*third)->remove_scope(cg_.id()).ok());
-  ASSERT_TRUE((*third)->release_policy(*slot).ok());
+  ASSERT_TRUE(release(**third, *slot).ok());
   auto remaining = (*third)->scopes();
   ASSERT_TRUE(remaining.ok());
   EXPECT_TRUE(remaining->empty());
@@ -161,15 +176,15 @@ TEST_F(SharedTest, SlotsAreSharedByContentCachedAndBounded) {
   auto e = bpf::Enforcer::open_shared(options());
   ASSERT_TRUE(e.ok()) << e.error().message;
   auto& enf = **e;
-  auto a = enf.acquire_policy("p", usr_only());
-  auto b = enf.acquire_policy("p", usr_only());
+  auto a = acquire(enf, "p", usr_only());
+  auto b = acquire(enf, "p", usr_only());
   ASSERT_TRUE(a.ok() && b.ok());
   EXPECT_EQ(*a, *b) << "same name and rules share one slot";
 
-  auto other_name = enf.acquire_policy("q", usr_only());
+  auto other_name = acquire(enf, "q", usr_only());
   bpf::CompiledPolicy changed = usr_only();
   changed.paths.push_back({"/etc", AC_ACCESS_READ, bpf::RuleSpace::absolute});
-  auto other_rules = enf.acquire_policy("p", changed);
+  auto other_rules = acquire(enf, "p", changed);
   ASSERT_TRUE(other_name.ok() && other_rules.ok());
   EXPECT_NE(*other_name, *a);
   EXPECT_NE(*other_rules, *a);
@@ -177,33 +192,33 @@ TEST_F(SharedTest, SlotsAreSharedByContentCachedAndBounded) {
 
   // A slot a scope points at keeps enforcing whatever is released.
   ASSERT_TRUE(enf.add_scope(cg_.id(), cg_.level(), cg_.id(), *a).ok());
-  ASSERT_TRUE(enf.release_policy(*a).ok());
+  ASSERT_TRUE(release(enf, *a).ok());
   EXPECT_EQ(in_scope([&] { return kt::try_open(outside_, O_RDONLY); }), kt::kDenied)
       << "still enforced after the release";
   ASSERT_TRUE(enf.remove_scope(cg_.id()).ok());
-  for (uint32_t slot : {*a, *other_name, *other_rules}) ASSERT_TRUE(enf.release_policy(slot).ok());
+  for (uint32_t slot : {*a, *other_name, *other_rules}) ASSERT_TRUE(release(enf, slot).ok());
 
   // Unused transient policies stay cached: the same policy gets its slot back.
-  auto again = enf.acquire_policy("p", usr_only());
+  auto again = acquire(enf, "p", usr_only());
   ASSERT_TRUE(again.ok());
   EXPECT_EQ(*again, *a);
-  ASSERT_TRUE(enf.release_policy(*again).ok());
+  ASSERT_TRUE(release(enf, *again).ok());
 
   // ... but only a bounded number of them.
   for (int i = 0; i < 24; ++i) {
-    auto s = enf.acquire_policy("many-" + std::to_string(i), usr_only());
+    auto s = acquire(enf, "many-" + std::to_string(i), usr_only());
     ASSERT_TRUE(s.ok()) << s.error().message;
-    ASSERT_TRUE(enf.release_policy(*s).ok());
+    ASSERT_TRUE(release(enf, *s).ok());
   }
   auto pols = enf.policies();
   ASSERT_TRUE(pols.ok());
-  EXPECT_EQ(pols->size(), bpf::Enforcer::kCachedTransient);
+  EXPECT_EQ(pols->size(), scope::kCachedTransient);
   EXPECT_TRUE(std::any_of(pols->begin(), pols->end(), [](const bpf::PolicyInfo& p) { return p.name == "many-23"; }))
       << "the most recently released one is kept";
 
-  // A named (daemon/test) policy is never dropped by release_policy.
+  // A named (daemon/test) policy is never dropped by a release.
   ASSERT_TRUE(enf.put_policy(7, "named", usr_only()).ok());
-  ASSERT_TRUE(enf.release_policy(7).ok());
+  ASSERT_TRUE(release(enf, 7).ok());
   pols = enf.policies();
   ASSERT_TRUE(pols.ok());
   auto named = std::find_if(pols->begin(), pols->end(), [](const bpf::PolicyInfo& p) { return p.slot == 7; });

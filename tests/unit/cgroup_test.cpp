@@ -65,6 +65,15 @@ TEST(Controllers, SplitsOnWhitespace) {
   EXPECT_TRUE(parse_controllers("\n").empty());
 }
 
+TEST(CgroupEvents, PopulatedIsTheKeyedValue) {
+  EXPECT_TRUE(events_say_populated("populated 1\nfrozen 0\n"));
+  EXPECT_FALSE(events_say_populated("populated 0\nfrozen 0\n"));
+  EXPECT_TRUE(events_say_populated("frozen 0\npopulated 1\n"));
+  EXPECT_FALSE(events_say_populated("frozen 1\n"));
+  EXPECT_FALSE(events_say_populated(""));
+  EXPECT_FALSE(populated("/nonexistent/cgroup")) << "a cgroup that is gone has no processes";
+}
+
 TEST(CgroupCreate, RejectsNamesThatEscapeTheParent) {
   for (const char* bad : {"", ".", "..", "a/b", "../x"}) {
     auto cg = Cgroup::create("/sys/fs/cgroup", "/sys/fs/cgroup/agentcage", bad);

@@ -121,14 +121,14 @@ TEST(Compile, Ipv4BecomesV4MappedAndCoveringRangesMerge) {
   auto c = compile(p);
   ASSERT_TRUE(c.ok()) << c.error().message;
   ASSERT_EQ(c->net.size(), 2u);
-  const NetRule& wide = c->net[0];
+  const CompiledNetRule& wide = c->net[0];
   EXPECT_EQ(wide.prefix_len, 96 + 16);
   EXPECT_EQ(wide.addr[10], 0xff);
   EXPECT_EQ(wide.addr[11], 0xff);
   EXPECT_EQ(wide.addr[12], 10);
   EXPECT_EQ(wide.addr[13], 20);
   EXPECT_EQ(wide.ranges.size(), 2u);
-  const NetRule& host = c->net[1];
+  const CompiledNetRule& host = c->net[1];
   EXPECT_EQ(host.prefix_len, 128);
   // the /32 also carries the /16's ranges: longest match alone decides
   ASSERT_EQ(host.ranges.size(), 3u);

@@ -3,7 +3,7 @@
 
 #include <string>
 
-#include "bpf/enforcer.h"
+#include "bpf/keys.h"
 
 namespace agentcage::bpf {
 namespace {

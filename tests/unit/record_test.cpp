@@ -133,7 +133,8 @@ TEST(DecisionRecord, OneShapeInTheAuditLogAndTheResult) {
     EXPECT_EQ(audit, expected);
 
     run::RunResult result;
-    result.records = {rec};
+    result.report.emplace();
+    result.report->records = {rec};
     EXPECT_EQ(run::to_json(result)["denials"]["records"], json::array({expected}));
   }
   // Audit mode: the task got no error.
@@ -173,7 +174,8 @@ TEST(DecisionRecord, HostileBytes) {
             "\uFFFD\"\n\\\x01"
             "abcdefghijk");
   run::RunResult result;
-  result.records = {bad};
+  result.report.emplace();
+  result.report->records = {bad};
   EXPECT_NO_THROW(static_cast<void>(run::to_json(result).dump(2)));
 
   // Values the kernel never writes still decode to something defined.

@@ -193,11 +193,11 @@ TEST(RunResult, JsonShape) {
   r.cpu_total_us = 2500;
   r.peak_memory_bytes = 1000;
   r.peak_memory_source = "memory.peak";
-  r.have_report = true;
-  r.denied[AC_HOOK_FILE_OPEN] = 3;
-  r.denied[AC_HOOK_EXEC] = 1;
-  r.records_taken = 4;
-  r.records = {path_record(AC_HOOK_FILE_OPEN, "/etc/passwd")};
+  r.report.emplace();
+  r.report->denied[AC_HOOK_FILE_OPEN] = 3;
+  r.report->denied[AC_HOOK_EXEC] = 1;
+  r.report->records_taken = 4;
+  r.report->records = {path_record(AC_HOOK_FILE_OPEN, "/etc/passwd")};
   auto j = to_json(r);
   for (const char* key : {"run_id", "scope_id", "policy", "policy_file", "command", "workspace", "workspace_kept",
                           "cgroup", "uid", "gid", "limits", "exit_code", "started", "exit_status", "signal",

@@ -8,6 +8,8 @@
 #include <set>
 #include <tuple>
 
+#include "bpf/keys.h"
+
 namespace agentcage::bpf {
 namespace {
 
@@ -35,7 +37,7 @@ std::vector<PathRule> fold(const std::map<std::string, uint32_t>& rules, RuleSpa
 // Workspace paths from the model: "" is the workspace itself ("/" as a key).
 std::string ws_key(const std::string& p) { return p.empty() ? "/" : p; }
 
-bool covers(const NetRule& outer, const NetRule& inner) {
+bool covers(const CompiledNetRule& outer, const CompiledNetRule& inner) {
   if (outer.prefix_len > inner.prefix_len) return false;
   unsigned bits = outer.prefix_len;
   for (unsigned i = 0; i < 16 && bits > 0; ++i) {
@@ -90,11 +92,11 @@ Result<CompiledPolicy> compile(const policy::Policy& policy) {
   }
 
   // CIDRs: one entry per distinct network, IPv4 as ::ffff:0:0/96.
-  std::vector<NetRule> nets;
+  std::vector<CompiledNetRule> nets;
   std::vector<std::vector<ac_port_range>> own;
   for (const auto& r : policy.network_allow) {
     if (r.kind != policy::NetRule::Kind::cidr) continue;
-    NetRule n;
+    CompiledNetRule n;
     if (r.family == AF_INET) {
       n.addr[10] = 0xff;
       n.addr[11] = 0xff;
@@ -110,7 +112,7 @@ Result<CompiledPolicy> compile(const policy::Policy& policy) {
     std::vector<ac_port_range> ranges;
     if (r.ports.empty()) ranges.push_back(ac_port_range{1, 65535, protocols, {}});
     for (const auto& p : r.ports) ranges.push_back(ac_port_range{p.first, p.last, protocols, {}});
-    auto same = std::find_if(nets.begin(), nets.end(), [&](const NetRule& x) {
+    auto same = std::find_if(nets.begin(), nets.end(), [&](const CompiledNetRule& x) {
       return x.prefix_len == n.prefix_len && x.addr == n.addr;
     });
     if (same != nets.end()) {

@@ -8,7 +8,7 @@
 // answer all rules together would give.
 #pragma once
 
-#include "bpf/enforcer.h"
+#include "bpf/compiled.h"
 #include "policy/model.h"
 #include "util/result.h"
 

@@ -1,8 +1,14 @@
+// SPDX-License-Identifier: Apache-2.0
 // The loaded BPF LSM programs and their maps: one owner, RAII.
 //
 // Enforcer::load() opens, loads and attaches the skeleton and fails with a
 // precise Error when the kernel refuses. Everything a scope needs is then a
 // map update: register a cgroup as a scope, install a policy into a slot.
+//
+// Source files: enforcer.cpp (loading, settings, counters), enforcer_shared.cpp
+// (the pinned shared set and its cross-process lock), enforcer_maps.cpp
+// (policy and scope map operations); keys.h (map keys, policy digest) and
+// event_reader.h (the ring buffer) are separate.
 #pragma once
 
 #include <agentcage/abi.h>
@@ -15,51 +21,15 @@
 #include <string>
 #include <vector>
 
+#include "bpf/compiled.h"
+#include "bpf/keys.h"
+#include "bpf/scope_report.h"
 #include "util/result.h"
 #include "util/unique_fd.h"
 
 struct agentcage_bpf;  // generated skeleton (agentcage.skel.h)
-struct ring_buffer;
 
 namespace agentcage::bpf {
-
-// Where a path rule applies.
-enum class RuleSpace : uint32_t {
-  absolute = 0,                          // host paths
-  workspace = AC_RULES_NS_WORKSPACE,     // relative to each run's workspace
-  abstract_unix = AC_RULES_NS_ABSTRACT,  // abstract unix socket names (exact)
-};
-
-// One compiled path rule: a normalised path ("/" or no trailing slash;
-// workspace rules are "/" for the workspace itself or "/sub/dir"; abstract
-// names are the raw name) and the AC_ACCESS_* bits it grants, after the
-// compiler merged in what enclosing rules grant (see policy/compile.h).
-struct PathRule {
-  std::string path;
-  uint32_t access = 0;
-  RuleSpace space = RuleSpace::absolute;
-};
-
-// One compiled CIDR rule: IPv6 address (IPv4 as ::ffff:a.b.c.d), prefix
-// length in IPv6 bits, and the merged port ranges.
-struct NetRule {
-  std::array<uint8_t, 16> addr{};
-  uint8_t prefix_len = 0;
-  std::vector<ac_port_range> ranges;
-};
-
-// Everything a policy slot holds in the kernel.
-struct CompiledPolicy {
-  std::vector<PathRule> paths;
-  std::vector<NetRule> net;
-  uint32_t flags = 0;  // AC_POLICY_F_*
-};
-
-// The LPM key bytes for a path rule (trailing '/' appended, "/" stays "/";
-// abstract names verbatim). Fails when the key would not fit AC_PATH_KEY_MAX.
-Result<ac_path_key> make_path_key(uint32_t rules_id, const PathRule& rule);
-Result<ac_path_key> make_path_key(uint32_t rules_id, const std::string& path);
-Result<ac_net_key> make_net_key(uint32_t rules_id, const NetRule& rule);
 
 struct LoadOptions {
   uint32_t ringbuf_bytes = 1u << 20;  // power of two, >= page size
@@ -75,14 +45,6 @@ struct SharedOptions {
   // Serialises map updates between agentcage processes (flock).
   std::string lock_path = "/run/agentcage/bpf.lock";
   LoadOptions load;
-};
-
-// A scope's deny/audit report (read before the scope is removed).
-struct ScopeReport {
-  std::array<uint64_t, AC_HOOK_COUNT> denied{};
-  std::array<uint64_t, AC_HOOK_COUNT> audited{};
-  uint32_t records_taken = 0;            // may exceed records.size()
-  std::vector<ac_event_decision> records;  // the first AC_REPORT_RECORDS
 };
 
 struct ScopeInfo {
@@ -104,9 +66,6 @@ struct ProgramInfo {
   std::string name;  // the BPF program's name (e.g. "ac_file_open")
   int fd = -1;       // owned by the Enforcer
 };
-
-// Stable digest of a compiled policy (rules, flags) and its name.
-uint64_t policy_digest(const std::string& name, const CompiledPolicy& policy);
 
 // Decision counters for one policy slot, summed over CPUs.
 struct SlotCounters {
@@ -139,31 +98,29 @@ class Enforcer {
   Status put_policy(uint32_t slot, const std::string& name, const CompiledPolicy& policy);
   Status remove_policy(uint32_t slot);
 
-  // A transient policy for a run or an attachment: the slot that already holds
-  // this name with the same compiled rules, or a free slot it is installed in.
-  Result<uint32_t> acquire_policy(const std::string& name, const CompiledPolicy& policy);
-  // Say `slot` is no longer needed by the caller. An unused transient policy
-  // stays cached for reuse; beyond kCachedTransient unused ones, the others
-  // are freed (and acquire_policy replaces one when all slots are taken).
-  Status release_policy(uint32_t slot);
-  static constexpr size_t kCachedTransient = 16;
-
-  // Run `fn` holding the cross-process lock (shared mode; a no-op lock for a
-  // private set), so a sequence such as acquire_policy + add_scope is atomic
-  // with respect to other agentcage processes. Re-entrant.
-  Status with_lock(const std::function<Status()>& fn);
-
+  // The scope lifecycle's map operations. Products call them only through
+  // scope/ (scope/scope.h), which chooses the slot and keeps the ordering
+  // rules; tests and the doctor's private probe use them directly.
+  //
+  // Install a transient policy (AC_POLICY_OWNER_TRANSIENT) into `slot`, with
+  // the slot's decision counters reset.
+  Status put_transient_policy(uint32_t slot, const std::string& name, const CompiledPolicy& policy);
   // Put the cgroup `cgroup_id` (at cgroup `level`) and everything below it
   // under the policy in `policy_slot`.
   // `workspace`: absolute, normalised directory the policy's ${workspace}
   // rules apply to for this scope (empty: none).
   Status add_scope(uint64_t cgroup_id, unsigned level, uint64_t scope_id, uint32_t policy_slot,
                    const std::string& workspace = {});
-  // ENOENT counts as success: removing twice is not an error.
+  // ENOENT counts as success: removing twice is not an error. The scope's
+  // report goes with it.
   Status remove_scope(uint64_t cgroup_id);
-
   // The deny/audit report of a live scope, by scope id.
   Result<ScopeReport> scope_report(uint64_t scope_id) const;
+
+  // Run `fn` holding the cross-process lock (shared mode; a no-op lock for a
+  // private set), so a sequence of map operations is atomic with respect to
+  // other agentcage processes. Re-entrant.
+  Status with_lock(const std::function<Status()>& fn);
 
   Result<std::vector<ScopeInfo>> scopes() const;
   Result<std::vector<PolicyInfo>> policies() const;
@@ -191,13 +148,10 @@ class Enforcer {
   // Recompute the scope level mask from the scopes map.
   Status write_levels();
   Result<uint32_t> next_id(uint32_t ac_config::*field, uint32_t limit);
-  Status install_policy(uint32_t slot, const std::string& name, const CompiledPolicy& policy,
-                        uint32_t owner);
+  Status install_policy(uint32_t slot, const std::string& name, const CompiledPolicy& policy, uint32_t owner);
   // Delete rule and workspace entries no live policy or scope refers to
   // (superseded rules, leftovers of a crashed agentcage).
   void purge_unreferenced();
-  // Policy slots some scope points at.
-  std::vector<uint32_t> referenced_slots() const;
   void reset_counters(uint32_t slot);
 
   struct SkelDeleter {
@@ -205,44 +159,16 @@ class Enforcer {
   };
   std::unique_ptr<agentcage_bpf, SkelDeleter> skel_;  // null when adopted
   struct MapFds {
-    int scopes = -1, policies = -1, settings = -1, path_rules = -1, workspaces = -1,
-        net_rules = -1, decision_counts = -1, stats = -1, events = -1, scope_reports = -1;
+    int scopes = -1, policies = -1, settings = -1, path_rules = -1, workspaces = -1, net_rules = -1,
+        decision_counts = -1, stats = -1, events = -1, scope_reports = -1;
   } maps_;
-  mutable std::vector<UniqueFd> owned_fds_;  // adopted maps and programs
+  mutable std::vector<UniqueFd> owned_fds_;    // adopted maps and programs
   mutable std::vector<ProgramInfo> programs_;  // filled on demand for an adopted set
   bool shared_ = false;
   std::string pin_dir_;
   std::string lock_path_;
   UniqueFd lock_fd_;
   int lock_depth_ = 0;
-};
-
-// Reads decision records from the ring buffer. Owns the libbpf ring_buffer;
-// must not outlive the Enforcer whose events_fd() it was built from.
-class EventReader {
- public:
-  using Handler = std::function<void(const ac_event_decision&)>;
-  static Result<std::unique_ptr<EventReader>> create(int events_fd, Handler handler);
-  ~EventReader();
-  EventReader(const EventReader&) = delete;
-  EventReader& operator=(const EventReader&) = delete;
-
-  // Consume what is available, waiting up to timeout_ms. Returns the number
-  // of records handled.
-  Result<int> poll(int timeout_ms);
-  // For an event loop: an fd that is readable when records are available,
-  // and a non-blocking consume of everything available.
-  int epoll_fd() const;
-  Result<int> consume();
-  // Records that were malformed (size/type mismatch) and skipped.
-  uint64_t malformed() const { return malformed_; }
-
- private:
-  EventReader() = default;
-  static int on_record(void* ctx, void* data, size_t size);
-  ring_buffer* rb_ = nullptr;
-  Handler handler_;
-  uint64_t malformed_ = 0;
 };
 
 }  // namespace agentcage::bpf

@@ -2,6 +2,7 @@
 
 #include <fcntl.h>
 #include <linux/sched.h>
+#include <poll.h>
 #include <sched.h>
 #include <signal.h>
 #include <sys/stat.h>
@@ -177,13 +178,6 @@ Cgroup::~Cgroup() {
   if (!path_.empty()) (void)remove();
 }
 
-Status Cgroup::enable_controllers(const std::vector<std::string>& names) {
-  std::string line;
-  for (const auto& n : names) line += (line.empty() ? "+" : " +") + n;
-  return write_file(path_ / "cgroup.subtree_control", line);
-}
-
-
 Status Cgroup::remove() {
   if (path_.empty()) return {};
   Status st = remove_tree(path_);
@@ -192,12 +186,6 @@ Status Cgroup::remove() {
 }
 
 namespace {
-
-bool populated(const fs::path& dir) {
-  auto events = read_file(dir / "cgroup.events");
-  if (!events) return false;  // gone already
-  return events->find("populated 1") != std::string::npos;
-}
 
 void kill_procs(const fs::path& dir) {
   // cgroup.kill (5.14+) kills the whole subtree atomically, forks included.
@@ -221,17 +209,49 @@ Status Cgroup::kill_all() {
   return {};
 }
 
+bool events_say_populated(std::string_view text) {
+  // "populated 0|1" on a line of its own, among other "key value" lines.
+  std::istringstream in{std::string(text)};
+  std::string key;
+  uint64_t value = 0;
+  while (in >> key >> value)
+    if (key == "populated") return value != 0;
+  return false;
+}
+
+bool populated(const fs::path& dir) {
+  auto events = read_file(dir / "cgroup.events");
+  if (!events) return false;  // gone already
+  return events_say_populated(*events);
+}
+
+Status kill_and_drain(const fs::path& dir) {
+  using namespace std::chrono;
+  const auto deadline = steady_clock::now() + kDrainLimit;
+  // cgroup.events signals POLLPRI when "populated" changes; the poll timeout
+  // re-checks and re-kills regardless.
+  UniqueFd events(::open((dir / "cgroup.events").c_str(), O_RDONLY | O_CLOEXEC));
+  while (populated(dir)) {
+    kill_procs(dir);
+    if (steady_clock::now() > deadline)
+      return Error{"cgroup: processes in " + dir.string() + " survived SIGKILL for " +
+                       std::to_string(kDrainLimit.count()) + " s",
+                   EBUSY};
+    if (events) {
+      pollfd p{events.get(), POLLPRI, 0};
+      (void)::poll(&p, 1, 50);
+    } else {
+      std::this_thread::sleep_for(milliseconds(2));
+    }
+  }
+  return {};
+}
+
 Status remove_tree(const fs::path& dir) {
   std::error_code ec;
   if (!fs::exists(dir, ec)) return {};
   using namespace std::chrono;
-  const auto deadline = steady_clock::now() + seconds(10);
-  while (populated(dir)) {
-    kill_procs(dir);
-    if (steady_clock::now() > deadline)
-      return Error{"cgroup: processes in " + dir.string() + " survived SIGKILL for 10 s", EBUSY};
-    std::this_thread::sleep_for(milliseconds(2));
-  }
+  if (Status st = kill_and_drain(dir); !st) return st;
   // Children first; cgroup directories only contain interface files and
   // child cgroups, and rmdir of a cgroup ignores the interface files.
   for (const auto& entry : fs::directory_iterator(dir, ec))

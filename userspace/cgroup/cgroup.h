@@ -4,6 +4,7 @@
 
 #include <sys/types.h>
 
+#include <chrono>
 #include <cstdint>
 #include <filesystem>
 #include <functional>
@@ -55,8 +56,6 @@ class Cgroup {
   unsigned level() const { return level_; }
   int fd() const { return dir_.get(); }
 
-  // Enable controllers for children ("+memory +pids").
-  Status enable_controllers(const std::vector<std::string>& names);
   // SIGKILL every process in the subtree (cgroup.kill, 5.14+; falls back to
   // signalling the pids in cgroup.procs, repeatedly, on older kernels).
   Status kill_all();
@@ -70,7 +69,25 @@ class Cgroup {
   unsigned level_ = 0;
 };
 
-// Remove a cgroup subtree (depth first), killing anything still in it.
+// Whether any process lives in the cgroup's subtree ("populated" in its
+// cgroup.events); false when the cgroup is gone.
+bool populated(const fs::path& dir);
+// `text` of a cgroup.events file says the subtree is populated. Exposed for
+// unit tests.
+bool events_say_populated(std::string_view text);
+
+// How long the processes of a killed cgroup may take to disappear before
+// kill_and_drain gives up. They are SIGKILLed, so this is not a grace period:
+// it is slack for a loaded machine or an emulated CPU (the test VM), where
+// exit and the cgroup's accounting of it can take seconds.
+inline constexpr std::chrono::seconds kDrainLimit{30};
+
+// SIGKILL every process in the subtree (again and again: forks racing the
+// kill are caught too) until it is empty. EBUSY when processes survive
+// kDrainLimit; they are still in the cgroup then.
+Status kill_and_drain(const fs::path& dir);
+
+// Remove a cgroup subtree (depth first), killing and draining it first.
 Status remove_tree(const fs::path& dir);
 
 // Start `child` in a new process placed in the cgroup open at `cgroup_fd`

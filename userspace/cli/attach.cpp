@@ -1,14 +1,64 @@
 // SPDX-License-Identifier: Apache-2.0
 // `agentcage attach` and `agentcage detach`: confine an existing cgroup
 // under a policy, and lift it again.
+#include <agentcage/abi.h>
+
 #include <iostream>
 #include <memory>
 #include <string>
+#include <vector>
 
+#include "bpf/names.h"
 #include "cli/command.h"
+#include "policy/policy.h"
 #include "scope/attach.h"
 
 namespace agentcage::cli {
+namespace {
+
+// Exit status 0 attached, 1 failed (the policy's located errors, then why).
+int attach_command(const scope::AttachRequest& req) {
+  std::vector<std::string> diagnostics;
+  auto a = scope::attach(req, diagnostics);
+  for (const auto& d : diagnostics) std::cerr << d << '\n';
+  if (!a) {
+    std::cerr << "agentcage attach: " << a.error().message << '\n';
+    return 1;
+  }
+  std::cout << "attached: " << a->cgroup.string() << " (cgroup id " << a->cgroup_id
+            << ") is confined by policy " << a->policy_name << " (" << policy::to_string(a->mode) << ", from "
+            << a->policy_file << ")";
+  if (!a->workspace.empty()) std::cout << ", workspace " << a->workspace;
+  std::cout << "\n";
+  return 0;
+}
+
+// Exit status 0 detached, 1 failed. Prints the policy and what was denied
+// and audited while the cgroup was attached, with the hooks that decided.
+int detach_command(const std::string& cgroup) {
+  auto d = scope::detach(cgroup);
+  if (!d) {
+    std::cerr << "agentcage detach: " << d.error().message << '\n';
+    return 1;
+  }
+  const scope::Released& r = d->released;
+  const bpf::ScopeReport report = r.report.value_or(bpf::ScopeReport{});
+  std::cout << "detached: " << d->cgroup.string() << " is no longer confined (was policy "
+            << (r.policy_name.empty() ? "?" : r.policy_name) << ")";
+  std::cout << "; while attached: " << report.denied_total() << " denied, " << report.audited_total()
+            << " audited";
+  std::string sep = " (";
+  for (uint32_t h = 0; h < AC_HOOK_COUNT; ++h) {
+    if (report.denied[h] + report.audited[h] == 0) continue;
+    std::cout << sep << bpf::hook_name(h) << ' ' << report.denied[h] + report.audited[h];
+    sep = ", ";
+  }
+  if (sep != " (") std::cout << ')';
+  std::cout << "\n";
+  return 0;
+}
+
+}  // namespace
 
 void add_attach(CLI::App& app, const Globals& /*globals*/, Commands& commands) {
   auto* attach = app.add_subcommand("attach", "Confine an existing cgroup under a policy");
@@ -41,7 +91,7 @@ void add_attach(CLI::App& app, const Globals& /*globals*/, Commands& commands) {
       ->add_option("--workspace", request->workspace,
                    "Directory the policy's ${workspace} rules refer to (required if it has any)")
       ->type_name("DIR");
-  commands.add(attach, [request] { return scope::attach_command(*request, std::cout, std::cerr); });
+  commands.add(attach, [request] { return attach_command(*request); });
 
   auto* detach = app.add_subcommand("detach", "Lift the confinement of an attached cgroup");
   detach->footer(
@@ -50,7 +100,7 @@ void add_attach(CLI::App& app, const Globals& /*globals*/, Commands& commands) {
       "Exit status: 0 detached, 1 failed (e.g. the cgroup was not attached), 2 usage error.");
   auto cgroup = std::make_shared<std::string>();
   detach->add_option("--cgroup", *cgroup, "The cgroup, as given to attach")->type_name("CGROUP")->required();
-  commands.add(detach, [cgroup] { return scope::detach_command(*cgroup, std::cout, std::cerr); });
+  commands.add(detach, [cgroup] { return detach_command(*cgroup); });
 }
 
 }  // namespace agentcage::cli

@@ -34,7 +34,9 @@
 
 #include "bpf/compile.h"
 #include "bpf/enforcer.h"
+#include "bpf/event_reader.h"
 #include "bpf/lsm.h"
+#include "bpf/names.h"
 #include "cgroup/cgroup.h"
 #include "daemon/protocol.h"
 #include "daemon/status.h"
@@ -42,6 +44,7 @@
 #include "run/runner.h"
 #include "run/state.h"
 #include "scope/attach.h"
+#include "scope/scope.h"
 #include "telemetry/audit.h"
 #include "telemetry/metrics.h"
 #include "util/log.h"
@@ -135,7 +138,6 @@ class Daemon {
   void apply_file(const std::string& fname);
   void reject_file(PolicyFile& pf, const std::vector<std::string>& messages, const char* fail_reason);
   void remove_file(const std::string& fname);
-  Result<uint32_t> allocate_named_slot();
 
   // ---- telemetry
   void on_event(const ac_event_decision& ev);
@@ -445,30 +447,6 @@ void Daemon::full_scan() {
   metrics_.policies_loaded(static_cast<double>(named_slots_.size()));
 }
 
-Result<uint32_t> Daemon::allocate_named_slot() {
-  uint32_t chosen = AC_MAX_POLICIES;
-  Status st = enf_->with_lock([&]() -> Status {
-    auto pols = enf_->policies();
-    auto scopes = enf_->scopes();
-    if (!pols) return pols.error();
-    if (!scopes) return scopes.error();
-    std::set<uint32_t> used;
-    for (const auto& p : *pols) used.insert(p.slot);
-    // A scope may point at a removed policy's slot (it fails closed): never
-    // hand that slot to another policy.
-    for (const auto& s : *scopes) used.insert(s.policy_slot);
-    for (const auto& [n, s] : named_slots_) used.insert(s);
-    for (uint32_t slot = 0; slot < AC_MAX_POLICIES; ++slot)
-      if (!used.count(slot)) {
-        chosen = slot;
-        return {};
-      }
-    return Error{"all " + std::to_string(AC_MAX_POLICIES) + " policy slots are in use", ENOSPC};
-  });
-  if (!st) return st.error();
-  return chosen;
-}
-
 void Daemon::reject_file(PolicyFile& pf, const std::vector<std::string>& messages, const char* fail_reason) {
   for (const auto& m : messages) log::error(m);
   pf.error = messages.empty() ? "rejected" : messages.front();
@@ -524,16 +502,23 @@ void Daemon::apply_file(const std::string& fname) {
   uint32_t slot = 0;
   if (pf.slot) {
     slot = *pf.slot;
+    if (!(pf.loaded && pf.digest == digest)) {
+      if (Status put = enf_->put_policy(slot, pf.name, *compiled); !put)
+        return reject_file(pf, {path + ": installing the policy: " + put.error().message}, "internal");
+    }
   } else {
-    auto s = allocate_named_slot();
+    std::vector<uint32_t> reserved;
+    for (const auto& [n, s] : named_slots_) reserved.push_back(s);
+    Status put;
+    auto s = scope::allocate_named_slot(*enf_, reserved, [&](uint32_t fresh) -> Status {
+      // Counters of a fresh slot start at whatever is there; count from now.
+      if (auto c = enf_->counters(fresh)) (void)tracker_.observe(fresh, pf.name, *c);
+      put = enf_->put_policy(fresh, pf.name, *compiled);
+      return put;
+    });
+    if (!put) return reject_file(pf, {path + ": installing the policy: " + put.error().message}, "internal");
     if (!s) return reject_file(pf, {path + ": " + s.error().message}, "internal");
     slot = *s;
-    // Counters of a fresh slot start at whatever is there; count from now.
-    if (auto c = enf_->counters(slot)) (void)tracker_.observe(slot, pf.name, *c);
-  }
-  if (!(had_slot && pf.loaded && pf.digest == digest)) {
-    if (Status put = enf_->put_policy(slot, pf.name, *compiled); !put)
-      return reject_file(pf, {path + ": installing the policy: " + put.error().message}, "internal");
   }
   pf.slot = slot;
   pf.digest = digest;
@@ -875,13 +860,8 @@ json Daemon::do_attach(const Request& r) {
   auto slot = named_slots_.find(r.policy);
   if (slot == named_slots_.end())
     return {{"ok", false}, {"error", "no policy named '" + r.policy + "' is loaded by the daemon (policy dir " + cfg_.policy_dir + ")"}};
-  auto root = cgroup::find_cgroup2_root();
-  if (!root) return {{"ok", false}, {"error", root.error().message}};
-  auto dir = scope::resolve_cgroup(*root, r.cgroup);
-  if (!dir) return {{"ok", false}, {"error", dir.error().message}};
-  auto id = cgroup::cgroup_id(*dir);
-  auto level = cgroup::cgroup_level(*root, *dir);
-  if (!id || !level) return {{"ok", false}, {"error", (!id ? id.error() : level.error()).message}};
+  auto cg = scope::find_cgroup(r.cgroup);
+  if (!cg) return {{"ok", false}, {"error", cg.error().message}};
   bool uses_ws = false;
   if (auto f = files_.find(r.policy + ".yaml"); f != files_.end()) uses_ws = f->second.uses_workspace;
   std::string workspace;
@@ -894,35 +874,34 @@ json Daemon::do_attach(const Request& r) {
   } else if (uses_ws) {
     return {{"ok", false}, {"error", "policy " + r.policy + " has ${workspace} rules: pass a workspace"}};
   }
-  Status st = enf_->add_scope(*id, *level, *id, slot->second, workspace);
-  if (!st) return {{"ok", false}, {"error", st.error().message}};
-  log::info("attached " + dir->string() + " to policy " + r.policy);
-  return {{"ok", true}, {"cgroup", dir->string()}, {"cgroup_id", *id}, {"policy", r.policy}, {"slot", slot->second}};
+  auto confined = scope::confine(*enf_, *cg, scope::NamedPolicy{r.policy, slot->second}, workspace);
+  if (!confined) return {{"ok", false}, {"error", confined.error().message}};
+  log::info("attached " + cg->path.string() + " to policy " + r.policy);
+  return {{"ok", true}, {"cgroup", cg->path.string()}, {"cgroup_id", cg->id}, {"policy", r.policy}, {"slot", slot->second}};
 }
 
 json Daemon::do_detach(const Request& r) {
-  auto root = cgroup::find_cgroup2_root();
-  if (!root) return {{"ok", false}, {"error", root.error().message}};
-  auto dir = scope::resolve_cgroup(*root, r.cgroup);
-  if (!dir) return {{"ok", false}, {"error", dir.error().message}};
-  auto id = cgroup::cgroup_id(*dir);
-  if (!id) return {{"ok", false}, {"error", id.error().message}};
-  json out;
-  Status st = enf_->with_lock([&]() -> Status {
-    auto scopes = enf_->scopes();
-    if (!scopes) return scopes.error();
-    auto it = std::find_if(scopes->begin(), scopes->end(), [&](const bpf::ScopeInfo& s) { return s.cgroup_id == *id; });
-    if (it == scopes->end()) return Error{dir->string() + " is not confined by agentcage", ENOENT};
-    uint64_t denied = 0;
-    if (auto rep = enf_->scope_report(it->scope_id))
-      for (auto d : rep->denied) denied += d;
-    if (Status s = enf_->remove_scope(*id); !s) return s;
-    out = {{"ok", true}, {"cgroup", dir->string()}, {"denied", denied}};
-    return enf_->release_policy(it->policy_slot);
-  });
-  if (!st) return {{"ok", false}, {"error", st.error().message}};
-  log::info("detached " + dir->string());
-  return out;
+  auto cg = scope::find_cgroup(r.cgroup);
+  if (!cg) return {{"ok", false}, {"error", cg.error().message}};
+  auto released = scope::release(*enf_, *cg, scope::Ending::detach);
+  if (!released) return {{"ok", false}, {"error", released.error().message}};
+  log::info("detached " + cg->path.string());
+  // What `agentcage detach` prints: the policy, and what it decided while
+  // the cgroup was attached, in total and per hook.
+  const bpf::ScopeReport report = released->report.value_or(bpf::ScopeReport{});
+  json denied_by_hook = json::object(), audited_by_hook = json::object();
+  for (uint32_t h = 0; h < AC_HOOK_COUNT; ++h) {
+    if (report.denied[h]) denied_by_hook[std::string(bpf::hook_name(h))] = report.denied[h];
+    if (report.audited[h]) audited_by_hook[std::string(bpf::hook_name(h))] = report.audited[h];
+  }
+  return {{"ok", true},
+          {"cgroup", cg->path.string()},
+          {"policy", released->policy_name.empty() ? json(nullptr) : json(released->policy_name)},
+          {"reported", released->report.has_value()},
+          {"denied", report.denied_total()},
+          {"audited", report.audited_total()},
+          {"denied_by_hook", denied_by_hook},
+          {"audited_by_hook", audited_by_hook}};
 }
 
 void Daemon::handle_line(Client& c, const std::string& line) {

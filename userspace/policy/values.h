@@ -6,6 +6,8 @@
 // "--pids: ...").
 #pragma once
 
+#include <agentcage/abi.h>
+
 #include <array>
 #include <chrono>
 #include <cstddef>
@@ -20,9 +22,9 @@
 namespace agentcage::policy {
 
 // Longest normalised path a file rule may have: the kernel's LPM key holds
-// AC_PATH_KEY_MAX (248) bytes including the '/' the compiler appends; two
-// bytes of headroom keep "/x" + '/' and the NUL-terminated event copy simple.
-inline constexpr size_t kMaxRulePathBytes = 246;
+// AC_PATH_KEY_MAX bytes including the '/' the compiler appends; two bytes of
+// headroom keep "/x" + '/' and the NUL-terminated event copy simple.
+inline constexpr size_t kMaxRulePathBytes = AC_PATH_KEY_MAX - 2;
 // sun_path is 108 bytes; a filesystem socket path needs its terminating NUL,
 // an abstract name its leading NUL.
 inline constexpr size_t kMaxUnixNameBytes = 107;

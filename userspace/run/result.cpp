@@ -53,23 +53,22 @@ nlohmann::json to_json(const RunResult& r) {
   j["peak_memory_bytes"] = opt(r.peak_memory_bytes);
   j["peak_memory_source"] = r.peak_memory_source.empty() ? json(nullptr) : json(r.peak_memory_source);
 
+  // Without a report: zeros and no records ("reported": false says why).
+  const bpf::ScopeReport report = r.report.value_or(bpf::ScopeReport{});
   json denials;
-  denials["reported"] = r.have_report;
-  uint64_t total = 0, audited_total = 0;
+  denials["reported"] = r.report.has_value();
   json by_hook = json::object(), audited_by_hook = json::object();
   for (unsigned h = 0; h < AC_HOOK_COUNT; ++h) {
-    total += r.denied[h];
-    audited_total += r.audited[h];
-    if (r.denied[h]) by_hook[std::string(bpf::hook_name(h))] = r.denied[h];
-    if (r.audited[h]) audited_by_hook[std::string(bpf::hook_name(h))] = r.audited[h];
+    if (report.denied[h]) by_hook[std::string(bpf::hook_name(h))] = report.denied[h];
+    if (report.audited[h]) audited_by_hook[std::string(bpf::hook_name(h))] = report.audited[h];
   }
-  denials["total"] = total;
+  denials["total"] = report.denied_total();
   denials["by_hook"] = by_hook;
-  denials["audited_total"] = audited_total;
+  denials["audited_total"] = report.audited_total();
   denials["audited_by_hook"] = audited_by_hook;
-  denials["records_total"] = r.records_taken;
+  denials["records_total"] = report.records_taken;
   json records = json::array();
-  for (const auto& rec : r.records) records.push_back(bpf::record_json(rec));
+  for (const auto& rec : report.records) records.push_back(bpf::record_json(rec));
   denials["records"] = std::move(records);
   j["denials"] = std::move(denials);
   return j;

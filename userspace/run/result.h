@@ -4,13 +4,14 @@
 
 #include <agentcage/abi.h>
 
-#include <array>
 #include <cstdint>
 #include <optional>
 #include <string>
 #include <vector>
 
 #include <nlohmann/json.hpp>
+
+#include "bpf/scope_report.h"
 
 namespace agentcage::run {
 
@@ -53,12 +54,9 @@ struct RunResult {
   std::optional<uint64_t> peak_memory_bytes;
   std::string peak_memory_source;  // "memory.peak" | "memory.current" | "" (unavailable)
 
-  // Denials from the scope's report.
-  bool have_report = false;
-  std::array<uint64_t, AC_HOOK_COUNT> denied{};
-  std::array<uint64_t, AC_HOOK_COUNT> audited{};
-  uint32_t records_taken = 0;
-  std::vector<ac_event_decision> records;
+  // The scope's deny/audit report, read before the scope was removed (unset
+  // when the run got no scope or its report could not be read).
+  std::optional<bpf::ScopeReport> report;
 };
 
 nlohmann::json to_json(const RunResult& result);

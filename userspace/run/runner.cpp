@@ -25,7 +25,6 @@
 #include <optional>
 #include <ostream>
 #include <sstream>
-#include <thread>
 
 #include "bpf/compile.h"
 #include "daemon/notify.h"
@@ -35,6 +34,7 @@
 #include "policy/policy.h"
 #include "run/sandbox.h"
 #include "run/state.h"
+#include "scope/scope.h"
 #include "util/log.h"
 #include "util/sys_names.h"
 #include "util/unique_fd.h"
@@ -44,11 +44,6 @@ namespace {
 
 namespace fs = std::filesystem;
 using Clock = std::chrono::steady_clock;
-
-// How long the processes of a killed cgroup may take to disappear before the
-// run is reported as not cleaned up (they are SIGKILLed; this is slack for a
-// loaded machine or emulated CPU).
-constexpr auto kDrainLimit = std::chrono::seconds(30);
 
 uint64_t random64() {
   uint64_t v = 0;
@@ -66,35 +61,6 @@ std::optional<std::string> read_text(const fs::path& p) {
   auto r = cgroup::read_file(p);
   if (!r) return std::nullopt;
   return *r;
-}
-
-bool populated(const fs::path& cg) {
-  auto text = read_text(cg / "cgroup.events");
-  if (!text) return false;
-  auto v = keyed_value(*text, "populated");
-  return v && *v != 0;
-}
-
-// SIGKILL everything in the cgroup (cgroup.kill: forks racing the kill are
-// caught too) and wait until it is empty. cgroup.events signals POLLPRI when
-// "populated" changes; the poll timeout re-checks and re-kills regardless.
-Status kill_and_drain(cgroup::Cgroup& cg) {
-  const auto deadline = Clock::now() + kDrainLimit;
-  UniqueFd events(::open((cg.path() / "cgroup.events").c_str(), O_RDONLY | O_CLOEXEC));
-  while (populated(cg.path())) {
-    (void)cg.kill_all();
-    if (Clock::now() > deadline)
-      return Error{"cgroup: processes in " + cg.path().string() + " survived SIGKILL for " +
-                       std::to_string(kDrainLimit.count()) + " s",
-                   EBUSY};
-    if (events) {
-      pollfd p{events.get(), POLLPRI, 0};
-      (void)::poll(&p, 1, 50);
-    } else {
-      std::this_thread::sleep_for(std::chrono::milliseconds(2));
-    }
-  }
-  return {};
 }
 
 // Blocks the signals that end a run (taken through a signalfd) for the
@@ -162,8 +128,7 @@ struct Resources {
   std::optional<UidLease> uid_lease;
   bool workspace_created = false;  // by agentcage (else: the caller's --workspace)
   std::optional<cgroup::Cgroup> cg;
-  std::optional<uint32_t> slot;
-  bool scope_added = false;
+  std::optional<scope::Confinement> confinement;
 };
 
 // The controllers a run's cgroup gets, when the hierarchy offers them.
@@ -263,41 +228,28 @@ std::vector<std::string> teardown(Resources& r, RunResult& res, bool collect,
   std::vector<std::string> problems;
   bool drained = true;
   if (r.cg) {
-    if (Status st = kill_and_drain(*r.cg); !st) {
+    if (Status st = cgroup::kill_and_drain(r.cg->path()); !st) {
       problems.push_back(st.error().message);
       drained = false;
     }
     if (collect) collect_stats(*r.cg, res, sampled_peak);
   }
-  if (r.scope_added && collect) {
-    auto rep = r.enforcer->scope_report(r.cg->id());
-    if (rep) {
-      res.have_report = true;
-      res.denied = rep->denied;
-      res.audited = rep->audited;
-      res.records_taken = rep->records_taken;
-      res.records = rep->records;
+  if (r.confinement) {
+    // The report, then the scope (only from an empty cgroup: survivors stay
+    // confined), then its slot; scope/scope.h keeps that order.
+    auto released = scope::release(*r.enforcer, *r.confinement, scope::Ending::drained);
+    if (!released) {
+      problems.push_back(released.error().message);
     } else {
-      problems.push_back("reading the scope report: " + rep.error().message);
+      if (collect) {
+        if (released->report) res.report = std::move(released->report);
+        else problems.push_back("reading the scope report: " + released->report_error);
+      }
+      if (!released->kept) r.confinement.reset();
+      else if (drained) problems.push_back("processes remain in " + r.cg->path().string() + ": its scope stays");
     }
   }
-  // Processes that survived stay confined: the scope is only removed from
-  // an empty cgroup.
-  if (r.enforcer && drained && (r.scope_added || r.slot)) {
-    Status st = r.enforcer->with_lock([&]() -> Status {
-      if (r.scope_added) {
-        if (Status s = r.enforcer->remove_scope(r.cg->id()); !s) return s;
-        r.scope_added = false;
-      }
-      if (r.slot) {
-        if (Status s = r.enforcer->release_policy(*r.slot); !s) return s;
-        r.slot.reset();
-      }
-      return {};
-    });
-    if (!st) problems.push_back(st.error().message);
-  }
-  if (r.cg && drained && !r.scope_added) {
+  if (r.cg && drained && !r.confinement) {
     if (Status st = r.cg->remove(); !st) problems.push_back(st.error().message);
     else r.cg.reset();
   }
@@ -344,14 +296,15 @@ void reap_stale_runs(bpf::Enforcer& enforcer, const Paths& paths, std::ostream& 
     if (!rec.cgroup.empty())
       if (Status st = cgroup::remove_tree(rec.cgroup); !st) problem = st.error().message;
     if (problem.empty()) {
-      Status st = enforcer.with_lock([&]() -> Status {
-        if (rec.cgroup_id)
-          if (Status x = enforcer.remove_scope(rec.cgroup_id); !x) return x;
-        if (rec.policy_slot)
-          if (Status x = enforcer.release_policy(*rec.policy_slot); !x) return x;
-        return {};
-      });
-      if (!st) problem = st.error().message;
+      // The cgroup is gone, so the scope goes (scope::Ending::drained checks).
+      scope::Confinement c;
+      c.cgroup_id = rec.cgroup_id;
+      c.cgroup = rec.cgroup;
+      c.slot = rec.policy_slot.value_or(0);
+      c.transient = rec.policy_slot.has_value();
+      auto released = scope::release(enforcer, c, scope::Ending::drained);
+      if (!released) problem = released.error().message;
+      else if (released->kept) problem = "processes remain in " + rec.cgroup + ": its scope stays";
     }
     if (problem.empty() && !rec.workspace.empty()) {
       std::error_code ec;
@@ -431,16 +384,6 @@ Status prepare_workspace(const RunOptions& opts, const Identity& id, Resources& 
       return Error::from_errno("--workspace: handing " + dir.string() + " to " + id.name);
   }
   return {};
-}
-
-// The slot of a named (AC_POLICY_OWNER_NAMED) policy `name` whose rules have
-// this digest.
-std::optional<uint32_t> find_named_slot(const bpf::Enforcer& enforcer, const std::string& name, uint64_t digest) {
-  auto pols = enforcer.policies();
-  if (!pols) return std::nullopt;
-  for (const auto& p : *pols)
-    if (p.owner == AC_POLICY_OWNER_NAMED && p.name == name && p.digest == digest) return p.slot;
-  return std::nullopt;
 }
 
 std::string describe_exec_failure(const std::string& command, int err, bool denied_by_policy,
@@ -573,29 +516,21 @@ int run_command(const RunOptions& opts, RunResult& res, std::ostream& err) {
     return fail({kExitSetup, st.error().message, "check the cgroup controllers (agentcage doctor)", st.error().code});
 
   closed = "scope";
-  Status scoped = r.enforcer->with_lock([&]() -> Status {
-    // The same policy installed by name (the daemon's policy directory) with
-    // exactly these rules: run on that slot, so the daemon's hot reloads
-    // apply to this run too. Otherwise a transient slot of the run's own.
-    uint32_t slot = 0;
-    if (auto named = find_named_slot(*r.enforcer, pol.name, bpf::policy_digest(pol.name, *compiled))) {
-      slot = *named;
-    } else {
-      auto acquired = r.enforcer->acquire_policy(pol.name, *compiled);
-      if (!acquired) return acquired.error();
-      slot = *acquired;
-      r.slot = slot;
-      r.record.policy_slot = slot;
-      if (Status st = r.lease->write(r.record); !st) return st;
-    }
-    if (Status st = r.enforcer->add_scope(r.cg->id(), r.cg->level(), r.cg->id(), slot, r.record.workspace); !st)
-      return st;
-    r.scope_added = true;
-    return {};
-  });
-  if (!scoped)
-    return fail({kExitSetup, "registering the scope: " + scoped.error().message, "run `agentcage doctor`",
-                 scoped.error().code});
+  // share_named: the same policy installed by name (the daemon's policy
+  // directory) with exactly these rules runs on that slot, so the daemon's
+  // hot reloads apply to this run too; otherwise a transient slot.
+  auto confined = scope::confine(*r.enforcer, scope::CgroupRef{r.cg->id(), r.cg->level(), r.cg->path()},
+                                 scope::TransientPolicy{pol.name, std::move(*compiled), true}, r.record.workspace);
+  if (!confined)
+    return fail({kExitSetup, "registering the scope: " + confined.error().message, "run `agentcage doctor`",
+                 confined.error().code});
+  r.confinement = *confined;
+  if (confined->transient) {
+    // For the reaper, should this agentcage die (the scope is found by the
+    // cgroup id already in the record; the slot is released with it).
+    r.record.policy_slot = confined->slot;
+    if (Status st = r.lease->write(r.record); !st) return fail({kExitSetup, st.error().message, ""});
+  }
 
   closed = "internal";
   daemon::notify_run_start(res.run_id, res.policy_name, res.scope_id);
@@ -636,8 +571,7 @@ int run_command(const RunOptions& opts, RunResult& res, std::ostream& err) {
       // The child did nothing but exec, so any denial in its scope is the
       // exec's: bprm_check_security (exec) or the open of the program file
       // (file_open, when the policy does not let it read the file).
-      bool denied = false;
-      for (unsigned h = 0; h < AC_HOOK_COUNT; ++h) denied = denied || (res.have_report && res.denied[h] > 0);
+      const bool denied = res.report && res.report->denied_total() > 0;
       int code = denied ? kExitCannotExec : exit_code_for_exec_errno(report.err);
       res.exit_code = code;
       res.error = describe_exec_failure(opts.command[0], report.err, denied, pol.name);
@@ -760,19 +694,15 @@ int run_main(const RunOptions& opts, std::ostream& err) {
   int code = run_command(opts, res, err);
   res.exit_code = code;
   daemon::notify_run_end(res);
-  if (res.have_report) {
-    uint64_t total = 0;
-    for (auto d : res.denied) total += d;
-    if (total > 0) {
-      err << "agentcage: policy " << res.policy_name << " denied " << total << " operation(s)";
-      const char* sep = ": ";
-      for (const auto& rec : res.records) {
-        err << sep << bpf::hook_name(rec.hook) << " " << bpf::record_target(rec);
-        sep = ", ";
-      }
-      if (res.records_taken > res.records.size()) err << ", ...";
-      err << "\n";
+  if (res.report && res.report->denied_total() > 0) {
+    err << "agentcage: policy " << res.policy_name << " denied " << res.report->denied_total() << " operation(s)";
+    const char* sep = ": ";
+    for (const auto& rec : res.report->records) {
+      err << sep << bpf::hook_name(rec.hook) << " " << bpf::record_target(rec);
+      sep = ", ";
     }
+    if (res.report->records_taken > res.report->records.size()) err << ", ...";
+    err << "\n";
   }
   if (out) {
     const std::string text = to_json(res).dump(2) + "\n";

@@ -4,11 +4,9 @@
 
 #include <algorithm>
 #include <cerrno>
-#include <ostream>
 
 #include "bpf/compile.h"
 #include "bpf/enforcer.h"
-#include "bpf/names.h"
 #include "cgroup/cgroup.h"
 #include "policy/locate.h"
 #include "policy/policy.h"
@@ -16,7 +14,6 @@
 namespace agentcage::scope {
 
 namespace fs = std::filesystem;
-
 
 Result<fs::path> resolve_cgroup(const fs::path& root, const std::string& arg) {
   if (arg.empty()) return Error{"--cgroup: empty path", EINVAL};
@@ -28,32 +25,40 @@ Result<fs::path> resolve_cgroup(const fs::path& root, const std::string& arg) {
   if (ec) return Error{"cgroup root " + root.string() + ": " + ec.message(), ec.value()};
   auto rel = canon.lexically_relative(canon_root);
   if (rel.empty() || *rel.begin() == "..")
-    return Error{"--cgroup: " + canon.string() + " is not inside the cgroup v2 hierarchy at " +
-                     canon_root.string(),
-                 EINVAL};
+    return Error{
+        "--cgroup: " + canon.string() + " is not inside the cgroup v2 hierarchy at " + canon_root.string(),
+        EINVAL};
   if (rel == ".")
     return Error{"--cgroup: refusing to confine the root cgroup (that would confine the whole host)", EINVAL};
-  struct stat st{};
+  struct stat st {};
   if (::stat((canon / "cgroup.procs").c_str(), &st) != 0)
     return Error{"--cgroup: " + canon.string() + " is not a cgroup (no cgroup.procs)", ENOTDIR};
   return canon;
 }
 
-int attach_command(const AttachRequest& req, std::ostream& out, std::ostream& err) {
-  auto fail = [&](const std::string& msg) {
-    err << "agentcage attach: " << msg << '\n';
-    return 1;
-  };
-  auto file = policy::locate_policy(
-      req.policy, req.policy_dir.empty() ? policy::default_policy_dir() : req.policy_dir);
-  if (!file) return fail(file.error().message);
+Result<CgroupRef> find_cgroup(const std::string& arg) {
+  auto root = cgroup::find_cgroup2_root();
+  if (!root) return root.error();
+  auto dir = resolve_cgroup(*root, arg);
+  if (!dir) return dir.error();
+  auto id = cgroup::cgroup_id(*dir);
+  if (!id) return id.error();
+  auto level = cgroup::cgroup_level(*root, *dir);
+  if (!level) return level.error();
+  return CgroupRef{*id, *level, *dir};
+}
+
+Result<Attached> attach(const AttachRequest& req, std::vector<std::string>& diagnostics) {
+  auto file = policy::locate_policy(req.policy,
+                                    req.policy_dir.empty() ? policy::default_policy_dir() : req.policy_dir);
+  if (!file) return file.error();
   auto parsed = policy::load_policy_file(*file);
   if (!parsed.ok()) {
-    for (const auto& d : parsed.errors) err << d.format() << '\n';
-    return fail("policy " + *file + " is invalid; nothing was changed");
+    for (const auto& d : parsed.errors) diagnostics.push_back(d.format());
+    return Error{"policy " + *file + " is invalid; nothing was changed", EINVAL};
   }
   auto compiled = bpf::compile(*parsed.policy);
-  if (!compiled) return fail(compiled.error().message);
+  if (!compiled) return compiled.error();
   const bool uses_workspace =
       std::any_of(compiled->paths.begin(), compiled->paths.end(),
                   [](const bpf::PathRule& r) { return r.space == bpf::RuleSpace::workspace; });
@@ -61,97 +66,35 @@ int attach_command(const AttachRequest& req, std::ostream& out, std::ostream& er
   if (!req.workspace.empty()) {
     std::error_code ec;
     fs::path ws = fs::canonical(req.workspace, ec);
-    if (ec || !fs::is_directory(ws)) return fail("--workspace " + req.workspace + ": not an existing directory");
-    if (ws == "/") return fail("--workspace cannot be /");
+    if (ec || !fs::is_directory(ws))
+      return Error{"--workspace " + req.workspace + ": not an existing directory", ENOTDIR};
+    if (ws == "/") return Error{"--workspace cannot be /", EINVAL};
     workspace = ws.string();
   } else if (uses_workspace) {
-    return fail("policy " + parsed.policy->name +
-                " has ${workspace} rules; pass --workspace DIR to say what they mean for this cgroup");
+    return Error{"policy " + parsed.policy->name +
+                     " has ${workspace} rules; pass --workspace DIR to say what they mean for this cgroup",
+                 EINVAL};
   }
 
-  auto root = cgroup::find_cgroup2_root();
-  if (!root) return fail(root.error().message);
-  auto dir = resolve_cgroup(*root, req.cgroup);
-  if (!dir) return fail(dir.error().message);
-  auto id = cgroup::cgroup_id(*dir);
-  if (!id) return fail(id.error().message);
-  auto level = cgroup::cgroup_level(*root, *dir);
-  if (!level) return fail(level.error().message);
-
+  auto cg = find_cgroup(req.cgroup);
+  if (!cg) return cg.error();
   auto enforcer = bpf::Enforcer::open_shared();
-  if (!enforcer) return fail(enforcer.error().message);
-  uint32_t slot = 0;
-  Status st = (*enforcer)->with_lock([&]() -> Status {
-    auto scopes = (*enforcer)->scopes();
-    if (!scopes) return scopes.error();
-    for (const auto& s : *scopes)
-      if (s.cgroup_id == *id)
-        return Error{dir->string() + " is already confined (policy slot " + std::to_string(s.policy_slot) +
-                         "); run `agentcage detach --cgroup " + req.cgroup + "` first",
-                     EEXIST};
-    auto acquired = (*enforcer)->acquire_policy(parsed.policy->name, *compiled);
-    if (!acquired) return acquired.error();
-    slot = *acquired;
-    if (Status s = (*enforcer)->add_scope(*id, *level, *id, slot, workspace); !s) {
-      static_cast<void>((*enforcer)->release_policy(slot));
-      return s;
-    }
-    return {};
-  });
-  if (!st) return fail(st.error().message);
-  out << "attached: " << dir->string() << " (cgroup id " << *id << ") is confined by policy "
-      << parsed.policy->name << " (" << policy::to_string(parsed.policy->mode) << ", from " << *file << ")";
-  if (!workspace.empty()) out << ", workspace " << workspace;
-  out << "\n";
-  return 0;
+  if (!enforcer) return enforcer.error();
+  auto confined =
+      confine(**enforcer, *cg, TransientPolicy{parsed.policy->name, std::move(*compiled), false}, workspace);
+  if (!confined) return confined.error();
+  return Attached{cg->path, cg->id,    parsed.policy->name, parsed.policy->mode,
+                  *file,    workspace, confined->slot};
 }
 
-int detach_command(const std::string& cgroup, std::ostream& out, std::ostream& err) {
-  auto fail = [&](const std::string& msg) {
-    err << "agentcage detach: " << msg << '\n';
-    return 1;
-  };
-  auto root = cgroup::find_cgroup2_root();
-  if (!root) return fail(root.error().message);
-  auto dir = resolve_cgroup(*root, cgroup);
-  if (!dir) return fail(dir.error().message);
-  auto id = cgroup::cgroup_id(*dir);
-  if (!id) return fail(id.error().message);
-
+Result<Detached> detach(const std::string& cgroup) {
+  auto cg = find_cgroup(cgroup);
+  if (!cg) return cg.error();
   auto enforcer = bpf::Enforcer::open_shared();
-  if (!enforcer) return fail(enforcer.error().message);
-  bpf::ScopeReport report;
-  std::string policy_name;
-  Status st = (*enforcer)->with_lock([&]() -> Status {
-    auto scopes = (*enforcer)->scopes();
-    if (!scopes) return scopes.error();
-    auto it = std::find_if(scopes->begin(), scopes->end(), [&](const bpf::ScopeInfo& s) { return s.cgroup_id == *id; });
-    if (it == scopes->end()) return Error{dir->string() + " is not confined by agentcage", ENOENT};
-    if (auto r = (*enforcer)->scope_report(it->scope_id)) report = *r;
-    if (auto pols = (*enforcer)->policies())
-      for (const auto& p : *pols)
-        if (p.slot == it->policy_slot) policy_name = p.name;
-    if (Status s = (*enforcer)->remove_scope(*id); !s) return s;
-    return (*enforcer)->release_policy(it->policy_slot);
-  });
-  if (!st) return fail(st.error().message);
-  out << "detached: " << dir->string() << " is no longer confined (was policy "
-      << (policy_name.empty() ? "?" : policy_name) << ")";
-  uint64_t denied = 0, audited = 0;
-  for (size_t h = 0; h < AC_HOOK_COUNT; ++h) {
-    denied += report.denied[h];
-    audited += report.audited[h];
-  }
-  out << "; while attached: " << denied << " denied, " << audited << " audited";
-  std::string sep = " (";
-  for (size_t h = 0; h < AC_HOOK_COUNT; ++h) {
-    if (report.denied[h] + report.audited[h] == 0) continue;
-    out << sep << bpf::hook_name(static_cast<uint32_t>(h)) << ' ' << report.denied[h] + report.audited[h];
-    sep = ", ";
-  }
-  if (sep != " (") out << ')';
-  out << "\n";
-  return 0;
+  if (!enforcer) return enforcer.error();
+  auto released = release(**enforcer, *cg, Ending::detach);
+  if (!released) return released.error();
+  return Detached{cg->path, std::move(*released)};
 }
 
 }  // namespace agentcage::scope

@@ -2,12 +2,16 @@
 // a container's, an agent runner's) under a policy, in the shared pinned
 // program set, and take it out again. Processes already in the cgroup are
 // confined from their next operation on; what they opened before stays open.
+// These return what happened; the CLI (cli/attach.cpp) prints it.
 #pragma once
 
+#include <cstdint>
 #include <filesystem>
-#include <iosfwd>
 #include <string>
+#include <vector>
 
+#include "policy/model.h"
+#include "scope/scope.h"
 #include "util/result.h"
 
 namespace agentcage::scope {
@@ -18,15 +22,39 @@ namespace agentcage::scope {
 // root. Returns the canonical absolute path.
 Result<std::filesystem::path> resolve_cgroup(const std::filesystem::path& root, const std::string& arg);
 
+// resolve_cgroup in this mount namespace's cgroup2 hierarchy, with the
+// cgroup's id and level.
+Result<CgroupRef> find_cgroup(const std::string& arg);
+
 struct AttachRequest {
-  std::string cgroup;     // as given (see resolve_cgroup)
-  std::string policy;     // NAME or FILE (policy/locate.h)
-  std::string policy_dir; // where a NAME is looked up ("" : policy::default_policy_dir())
-  std::string workspace;  // what ${workspace} means for this cgroup ("" : none)
+  std::string cgroup;      // as given (see resolve_cgroup)
+  std::string policy;      // NAME or FILE (policy/locate.h)
+  std::string policy_dir;  // where a NAME is looked up ("" : policy::default_policy_dir())
+  std::string workspace;   // what ${workspace} means for this cgroup ("" : none)
 };
 
-// Exit status 0 on success, 1 on failure (message on `err`).
-int attach_command(const AttachRequest& req, std::ostream& out, std::ostream& err);
-int detach_command(const std::string& cgroup, std::ostream& out, std::ostream& err);
+struct Attached {
+  std::filesystem::path cgroup;
+  uint64_t cgroup_id = 0;
+  std::string policy_name;
+  policy::Mode mode = policy::Mode::enforce;
+  std::string policy_file;
+  std::string workspace;  // "" : none
+  uint32_t slot = 0;
+};
+
+// Locate, parse and compile the policy, resolve the cgroup and confine it in
+// the shared program set. When the policy file is invalid, its located errors
+// are appended to `diagnostics` (one line each) before the Error.
+Result<Attached> attach(const AttachRequest& req, std::vector<std::string>& diagnostics);
+
+struct Detached {
+  std::filesystem::path cgroup;
+  Released released;  // policy, slot and the report of the time it was attached
+};
+
+// Lift the confinement of `cgroup` (as given to attach). ENOENT when it is not
+// confined.
+Result<Detached> detach(const std::string& cgroup);
 
 }  // namespace agentcage::scope

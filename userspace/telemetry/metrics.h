@@ -30,8 +30,8 @@ namespace agentcage::telemetry {
 
 // Turns absolute per-slot kernel counters into monotonic Prometheus counters.
 // A slot's counters restart from zero when its slot is handed to another
-// policy (acquire_policy resets them) and may be observed for the first time
-// at any value. Pure bookkeeping, unit-tested.
+// transient policy (Enforcer::put_transient_policy resets them) and may be
+// observed for the first time at any value. Pure bookkeeping, unit-tested.
 class CounterTracker {
  public:
   struct Delta {

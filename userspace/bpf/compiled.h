@@ -1,0 +1,52 @@
+// SPDX-License-Identifier: Apache-2.0
+// What the policy compiler (compile.h) produces and a policy slot holds in
+// the kernel: path rules, network rules and flags, ready to become map keys
+// (keys.h).
+#pragma once
+
+#include <agentcage/abi.h>
+
+#include <array>
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace agentcage::bpf {
+
+// Where a path rule applies.
+enum class RuleSpace : uint32_t {
+  absolute = 0,                          // host paths
+  workspace = AC_RULES_NS_WORKSPACE,     // relative to each run's workspace
+  abstract_unix = AC_RULES_NS_ABSTRACT,  // abstract unix socket names (exact)
+};
+
+// One compiled path rule: a normalised path ("/" or no trailing slash;
+// workspace rules are "/" for the workspace itself or "/sub/dir"; abstract
+// names are the raw name) and the AC_ACCESS_* bits it grants, after the
+// compiler merged in what enclosing rules grant (see compile.h).
+struct PathRule {
+  std::string path;
+  uint32_t access = 0;
+  RuleSpace space = RuleSpace::absolute;
+};
+
+// One entry of the network LPM map: an IPv6 network (IPv4 as
+// ::ffff:a.b.c.d), its prefix length in IPv6 bits, and the merged port
+// ranges of every network.allow CIDR that covers it. This is not a
+// policy::NetRule (one network.allow entry as written): a unix socket entry
+// compiles to a PathRule, and several CIDR entries for one network compile
+// to one CompiledNetRule.
+struct CompiledNetRule {
+  std::array<uint8_t, 16> addr{};
+  uint8_t prefix_len = 0;
+  std::vector<ac_port_range> ranges;
+};
+
+// Everything a policy slot holds in the kernel.
+struct CompiledPolicy {
+  std::vector<PathRule> paths;
+  std::vector<CompiledNetRule> net;
+  uint32_t flags = 0;  // AC_POLICY_F_*
+};
+
+}  // namespace agentcage::bpf

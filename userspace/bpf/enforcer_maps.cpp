@@ -1,0 +1,252 @@
+// SPDX-License-Identifier: Apache-2.0
+// Enforcer: policy slots and scopes in the maps. The choice of a slot and the
+// order of scope operations belong to scope/ (scope/scope.h); these are the
+// map updates it composes.
+#include "bpf/enforcer.h"
+
+#include <arpa/inet.h>
+#include <bpf/bpf.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cstring>
+#include <memory>
+
+#include "bpf/enforcer_internal.h"
+
+namespace agentcage::bpf {
+
+using detail::all_keys;
+using detail::bpf_error;
+using detail::cpu_count;
+using detail::rules_id_of;
+
+void Enforcer::purge_unreferenced() {
+  std::vector<uint32_t> live;
+  for (uint32_t slot : all_keys<uint32_t>(maps_.policies)) {
+    ac_policy p{};
+    if (bpf_map_lookup_elem(maps_.policies, &slot, &p) == 0) live.push_back(p.rules_id);
+  }
+  auto is_live = [&](uint32_t id) { return std::find(live.begin(), live.end(), id) != live.end(); };
+  for (const auto& key : all_keys<ac_path_key>(maps_.path_rules))
+    if (!is_live(rules_id_of(key.rules_id_be))) bpf_map_delete_elem(maps_.path_rules, &key);
+  for (const auto& key : all_keys<ac_net_key>(maps_.net_rules))
+    if (!is_live(rules_id_of(key.rules_id_be))) bpf_map_delete_elem(maps_.net_rules, &key);
+
+  std::vector<uint32_t> tags;
+  std::vector<uint64_t> scope_ids;
+  for (uint64_t cgid : all_keys<uint64_t>(maps_.scopes)) {
+    ac_scope scope{};
+    if (bpf_map_lookup_elem(maps_.scopes, &cgid, &scope) != 0) continue;
+    tags.push_back(scope.workspace_tag);
+    scope_ids.push_back(scope.scope_id);
+  }
+  for (const auto& key : all_keys<ac_path_key>(maps_.workspaces))
+    if (std::find(tags.begin(), tags.end(), ntohl(key.rules_id_be)) == tags.end())
+      bpf_map_delete_elem(maps_.workspaces, &key);
+  for (uint64_t id : all_keys<uint64_t>(maps_.scope_reports))
+    if (std::find(scope_ids.begin(), scope_ids.end(), id) == scope_ids.end())
+      bpf_map_delete_elem(maps_.scope_reports, &id);
+}
+
+Status Enforcer::put_policy(uint32_t slot, std::span<const PathRule> rules, uint32_t flags) {
+  CompiledPolicy p;
+  p.paths.assign(rules.begin(), rules.end());
+  p.flags = flags;
+  return put_policy(slot, p);
+}
+
+Status Enforcer::put_policy(uint32_t slot, const CompiledPolicy& policy) {
+  return put_policy(slot, std::string(), policy);
+}
+
+Status Enforcer::put_policy(uint32_t slot, const std::string& name, const CompiledPolicy& policy) {
+  return with_lock([&] { return install_policy(slot, name, policy, AC_POLICY_OWNER_NAMED); });
+}
+
+Status Enforcer::put_transient_policy(uint32_t slot, const std::string& name, const CompiledPolicy& policy) {
+  if (slot >= AC_MAX_POLICIES)
+    return Error{"bpf: policy slot " + std::to_string(slot) + " out of range", EINVAL};
+  return with_lock([&]() -> Status {
+    // A slot's counters belong to the policy in it: a new one counts from 0.
+    reset_counters(slot);
+    return install_policy(slot, name, policy, AC_POLICY_OWNER_TRANSIENT);
+  });
+}
+
+Status Enforcer::install_policy(uint32_t slot, const std::string& name, const CompiledPolicy& policy,
+                                uint32_t owner) {
+  if (slot >= AC_MAX_POLICIES)
+    return Error{"bpf: policy slot " + std::to_string(slot) + " out of range", EINVAL};
+  if (name.size() >= AC_POLICY_NAME_MAX)
+    return Error{"bpf: policy name longer than " + std::to_string(AC_POLICY_NAME_MAX - 1) + " bytes", EINVAL};
+  auto rules_id = next_id(&ac_config::next_rules_id, AC_RULES_ID_MASK);
+  if (!rules_id) return rules_id.error();
+
+  auto fail = [&](Error e) {
+    purge_unreferenced();  // drops what was written under the new id
+    return Status(std::move(e));
+  };
+  for (const auto& rule : policy.paths) {
+    auto key = make_path_key(*rules_id, rule);
+    if (!key) return fail(key.error());
+    ac_path_rule value{rule.access,
+                       rule.space == RuleSpace::abstract_unix ? static_cast<uint32_t>(rule.path.size()) : 0};
+    if (int err = bpf_map_update_elem(maps_.path_rules, &*key, &value, BPF_ANY))
+      return fail(bpf_error("writing path rule \"" + rule.path + "\"", err));
+  }
+  for (const auto& rule : policy.net) {
+    auto key = make_net_key(*rules_id, rule);
+    if (!key) return fail(key.error());
+    ac_net_rule value{};
+    value.count = static_cast<uint32_t>(rule.ranges.size());
+    for (size_t i = 0; i < rule.ranges.size(); ++i) value.ranges[i] = rule.ranges[i];
+    if (int err = bpf_map_update_elem(maps_.net_rules, &*key, &value, BPF_ANY))
+      return fail(bpf_error("writing network rule", err));
+  }
+
+  // One element update switches every scope on this slot to the new rules;
+  // only then are the superseded rules deleted.
+  ac_policy value{};
+  value.rules_id = *rules_id;
+  value.flags = policy.flags;
+  value.owner = owner;
+  value.digest = policy_digest(name, policy);
+  std::memcpy(value.name, name.data(), name.size());
+  if (int err = bpf_map_update_elem(maps_.policies, &slot, &value, BPF_ANY))
+    return fail(bpf_error("switching policy slot " + std::to_string(slot), err));
+  purge_unreferenced();
+  return {};
+}
+
+Status Enforcer::remove_policy(uint32_t slot) {
+  return with_lock([&]() -> Status {
+    int err = bpf_map_delete_elem(maps_.policies, &slot);
+    if (err && err != -ENOENT) return bpf_error("removing policy slot " + std::to_string(slot), err);
+    purge_unreferenced();
+    return {};
+  });
+}
+
+void Enforcer::reset_counters(uint32_t slot) {
+  std::vector<ac_counters> zeros(static_cast<size_t>(cpu_count()));
+  for (uint32_t hook = 0; hook < AC_HOOK_COUNT; ++hook) {
+    uint32_t idx = slot * AC_HOOK_COUNT + hook;
+    bpf_map_update_elem(maps_.decision_counts, &idx, zeros.data(), BPF_ANY);
+  }
+}
+
+Status Enforcer::add_scope(uint64_t cgroup_id, unsigned level, uint64_t scope_id, uint32_t policy_slot,
+                           const std::string& workspace) {
+  // Level 0 is the root cgroup: scoping it would confine the whole host.
+  if (level == 0 || level > AC_MAX_SCOPE_LEVEL)
+    return Error{"bpf: a scope must be a non-root cgroup at level 1.." + std::to_string(AC_MAX_SCOPE_LEVEL) +
+                     " (got level " + std::to_string(level) + ")",
+                 EINVAL};
+  if (policy_slot >= AC_MAX_POLICIES)
+    return Error{"bpf: policy slot " + std::to_string(policy_slot) + " out of range", EINVAL};
+  return with_lock([&]() -> Status {
+    ac_scope existing{};
+    if (bpf_map_lookup_elem(maps_.scopes, &cgroup_id, &existing) == 0)
+      return Error{"bpf: cgroup " + std::to_string(cgroup_id) + " is already a scope", EEXIST};
+
+    ac_scope scope{};
+    scope.scope_id = scope_id;
+    scope.policy_slot = policy_slot;
+    scope.level = static_cast<uint16_t>(level);
+    ac_path_key ws_key{};
+    if (!workspace.empty()) {
+      if (workspace == "/") return Error{"bpf: the workspace cannot be /", EINVAL};
+      auto key = make_path_key(0, workspace);
+      if (!key) return key.error().wrap("workspace");
+      auto tag = next_id(&ac_config::next_workspace_tag, UINT32_MAX - 1);
+      if (!tag) return tag.error();
+      scope.workspace_tag = *tag;
+      key->rules_id_be = htonl(*tag);
+      ws_key = *key;
+      ac_workspace ws{static_cast<uint32_t>(workspace.size()), 0};
+      if (int err = bpf_map_update_elem(maps_.workspaces, &ws_key, &ws, BPF_ANY))
+        return bpf_error("registering workspace " + workspace, err);
+    }
+    auto undo = [&] {
+      bpf_map_delete_elem(maps_.scopes, &cgroup_id);
+      if (scope.workspace_tag) bpf_map_delete_elem(maps_.workspaces, &ws_key);
+      bpf_map_delete_elem(maps_.scope_reports, &scope_id);
+      static_cast<void>(write_levels());
+    };
+    // The report entry exists before the scope does, so no decision on the
+    // scope can miss it.
+    auto report = std::make_unique<ac_scope_report>();
+    if (int err = bpf_map_update_elem(maps_.scope_reports, &scope_id, report.get(), BPF_ANY)) {
+      undo();
+      return bpf_error("creating the report of scope " + std::to_string(scope_id), err);
+    }
+    if (int err = bpf_map_update_elem(maps_.scopes, &cgroup_id, &scope, BPF_NOEXIST)) {
+      bpf_map_delete_elem(maps_.scope_reports, &scope_id);
+      if (scope.workspace_tag) bpf_map_delete_elem(maps_.workspaces, &ws_key);
+      return bpf_error("registering scope for cgroup " + std::to_string(cgroup_id), err);
+    }
+    // Without its level bit the scope would silently not apply: undo it.
+    if (Status st = write_levels(); !st) {
+      undo();
+      return st;
+    }
+    return {};
+  });
+}
+
+Status Enforcer::remove_scope(uint64_t cgroup_id) {
+  return with_lock([&]() -> Status {
+    ac_scope scope{};
+    if (bpf_map_lookup_elem(maps_.scopes, &cgroup_id, &scope) != 0) return {};
+    int err = bpf_map_delete_elem(maps_.scopes, &cgroup_id);
+    if (err && err != -ENOENT)
+      return bpf_error("removing scope for cgroup " + std::to_string(cgroup_id), err);
+    if (Status st = write_levels(); !st) return st;
+    // Its report and workspace entry go with it (rules stay: they belong to
+    // the policy, which other scopes may use).
+    bpf_map_delete_elem(maps_.scope_reports, &scope.scope_id);
+    if (scope.workspace_tag)
+      for (const auto& key : all_keys<ac_path_key>(maps_.workspaces))
+        if (ntohl(key.rules_id_be) == scope.workspace_tag) bpf_map_delete_elem(maps_.workspaces, &key);
+    return {};
+  });
+}
+
+Result<ScopeReport> Enforcer::scope_report(uint64_t scope_id) const {
+  auto raw = std::make_unique<ac_scope_report>();
+  if (int err = bpf_map_lookup_elem(maps_.scope_reports, &scope_id, raw.get()))
+    return bpf_error("reading the report of scope " + std::to_string(scope_id), err);
+  ScopeReport out;
+  for (size_t i = 0; i < AC_HOOK_COUNT; ++i) {
+    out.denied[i] = raw->denied[i];
+    out.audited[i] = raw->audited[i];
+  }
+  out.records_taken = raw->records_taken;
+  size_t n = std::min<size_t>(raw->records_taken, AC_REPORT_RECORDS);
+  out.records.assign(raw->records, raw->records + n);
+  return out;
+}
+
+Result<std::vector<ScopeInfo>> Enforcer::scopes() const {
+  std::vector<ScopeInfo> out;
+  for (uint64_t cgid : all_keys<uint64_t>(maps_.scopes)) {
+    ac_scope scope{};
+    if (bpf_map_lookup_elem(maps_.scopes, &cgid, &scope) != 0) continue;
+    out.push_back({cgid, scope.scope_id, scope.policy_slot, scope.level});
+  }
+  return out;
+}
+
+Result<std::vector<PolicyInfo>> Enforcer::policies() const {
+  std::vector<PolicyInfo> out;
+  for (uint32_t slot : all_keys<uint32_t>(maps_.policies)) {
+    ac_policy p{};
+    if (bpf_map_lookup_elem(maps_.policies, &slot, &p) != 0) continue;
+    out.push_back({slot, std::string(p.name, strnlen(p.name, sizeof p.name)), p.owner, p.flags, p.digest});
+  }
+  std::sort(out.begin(), out.end(), [](const PolicyInfo& a, const PolicyInfo& b) { return a.slot < b.slot; });
+  return out;
+}
+
+}  // namespace agentcage::bpf

@@ -1,0 +1,26 @@
+// SPDX-License-Identifier: Apache-2.0
+// Map keys for compiled rules, and the digest that identifies a compiled
+// policy. Pure functions: no kernel, no maps (unit-tested on the host).
+#pragma once
+
+#include <agentcage/abi.h>
+
+#include <cstdint>
+#include <string>
+
+#include "bpf/compiled.h"
+#include "util/result.h"
+
+namespace agentcage::bpf {
+
+// The LPM key bytes for a path rule (trailing '/' appended, "/" stays "/";
+// abstract names verbatim). Fails when the key would not fit AC_PATH_KEY_MAX.
+Result<ac_path_key> make_path_key(uint32_t rules_id, const PathRule& rule);
+Result<ac_path_key> make_path_key(uint32_t rules_id, const std::string& path);
+Result<ac_net_key> make_net_key(uint32_t rules_id, const CompiledNetRule& rule);
+
+// Stable digest of a compiled policy (rules, flags) and its name: equal
+// digests mean the same policy, so a slot holding it can be shared.
+uint64_t policy_digest(const std::string& name, const CompiledPolicy& policy);
+
+}  // namespace agentcage::bpf

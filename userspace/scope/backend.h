@@ -1,0 +1,56 @@
+// SPDX-License-Identifier: Apache-2.0
+// What the scope lifecycle (scope.h) does to the host: the Enforcer's policy
+// and scope map operations, and whether a cgroup still has processes. An
+// interface so the lifecycle's ordering is unit-tested with a recording fake;
+// EnforcerBackend is the real one.
+#pragma once
+
+#include <cstdint>
+#include <filesystem>
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "bpf/enforcer.h"
+#include "util/result.h"
+
+namespace agentcage::scope {
+
+class Backend {
+ public:
+  virtual ~Backend() = default;
+  // Runs `fn` under the cross-process lock (re-entrant).
+  virtual Status with_lock(const std::function<Status()>& fn) = 0;
+  virtual Result<std::vector<bpf::PolicyInfo>> policies() = 0;
+  virtual Result<std::vector<bpf::ScopeInfo>> scopes() = 0;
+  virtual Status put_transient_policy(uint32_t slot, const std::string& name,
+                                      const bpf::CompiledPolicy& policy) = 0;
+  virtual Status remove_policy(uint32_t slot) = 0;
+  virtual Status add_scope(uint64_t cgroup_id, unsigned level, uint64_t scope_id, uint32_t slot,
+                           const std::string& workspace) = 0;
+  virtual Status remove_scope(uint64_t cgroup_id) = 0;
+  virtual Result<bpf::ScopeReport> scope_report(uint64_t scope_id) = 0;
+  // Any process left in the cgroup's subtree (false when it is gone).
+  virtual bool populated(const std::filesystem::path& cgroup) = 0;
+};
+
+class EnforcerBackend final : public Backend {
+ public:
+  explicit EnforcerBackend(bpf::Enforcer& enforcer) : enf_(enforcer) {}
+  Status with_lock(const std::function<Status()>& fn) override;
+  Result<std::vector<bpf::PolicyInfo>> policies() override;
+  Result<std::vector<bpf::ScopeInfo>> scopes() override;
+  Status put_transient_policy(uint32_t slot, const std::string& name,
+                              const bpf::CompiledPolicy& policy) override;
+  Status remove_policy(uint32_t slot) override;
+  Status add_scope(uint64_t cgroup_id, unsigned level, uint64_t scope_id, uint32_t slot,
+                   const std::string& workspace) override;
+  Status remove_scope(uint64_t cgroup_id) override;
+  Result<bpf::ScopeReport> scope_report(uint64_t scope_id) override;
+  bool populated(const std::filesystem::path& cgroup) override;
+
+ private:
+  bpf::Enforcer& enf_;
+};
+
+}  // namespace agentcage::scope

@@ -1,0 +1,124 @@
+// SPDX-License-Identifier: Apache-2.0
+// The scope lifecycle: put a cgroup (and everything below it) under a policy,
+// and take it out again with its report. The one owner of the Enforcer's
+// scope and slot operations: runs (run/runner.cpp), `agentcage attach` /
+// `detach` (scope/attach.h) and the daemon's attach/detach and named slots
+// all go through here.
+//
+// The ordering rules that keep enforcement closed (slot choice: slots.h):
+//   1. Read the scope's report before removing the scope: the report goes
+//      with the scope.
+//   2. Remove the scope before releasing its policy slot: a released
+//      transient slot may be evicted or replaced at once.
+//   3. Never hand a slot a scope still points at to another policy (slots.h,
+//      rule 1): that scope would be governed by someone else's rules.
+//   4. Remove a scope only from a drained (empty) cgroup, unless the caller
+//      lets its processes go on purpose (detach): processes that survived a
+//      kill stay confined, and the scope with them.
+// Each operation runs under the Enforcer's cross-process lock, so another
+// agentcage process never sees half of it.
+#pragma once
+
+#include <cstdint>
+#include <filesystem>
+#include <functional>
+#include <optional>
+#include <string>
+#include <variant>
+#include <vector>
+
+#include "bpf/enforcer.h"
+#include "scope/backend.h"
+#include "scope/slots.h"
+#include "util/result.h"
+
+namespace agentcage::scope {
+
+// The cgroup to confine: its id (also the scope id in audit events), its
+// level below the cgroup2 root, and its path (for messages and the drain
+// check).
+struct CgroupRef {
+  uint64_t id = 0;
+  unsigned level = 0;
+  std::filesystem::path path;
+};
+
+// A policy the daemon installed in a named slot (attach through the daemon).
+struct NamedPolicy {
+  std::string name;
+  uint32_t slot = 0;
+};
+
+// A policy its caller compiled (a run, `agentcage attach`).
+struct TransientPolicy {
+  std::string name;
+  bpf::CompiledPolicy compiled;
+  // Run on the daemon's named slot when it holds this name with the same
+  // rules, so hot reloads apply (slots.h, rule 3). Runs set it; `agentcage
+  // attach` keeps a transient slot of its own.
+  bool share_named = false;
+};
+
+using PolicyRef = std::variant<NamedPolicy, TransientPolicy>;
+
+// What confine() set up.
+struct Confinement {
+  uint64_t cgroup_id = 0;  // also the scope id
+  std::filesystem::path cgroup;
+  uint32_t slot = 0;
+  bool transient = false;  // a transient slot (false: the daemon's named slot)
+  std::string policy_name;
+};
+
+enum class Ending {
+  // The cgroup's processes were killed (a run's end, a stale run): the scope
+  // goes only when the cgroup is indeed empty (rule 4).
+  drained,
+  // `detach`: the processes keep running, unconfined from now on.
+  detach,
+};
+
+// What release() took down.
+struct Released {
+  std::string policy_name;  // "" when unknown (the slot's policy was removed)
+  uint32_t slot = 0;
+  std::optional<bpf::ScopeReport> report;  // unset: no scope, or report_error
+  std::string report_error;
+  // Ending::drained, but processes remain: the scope (and its slot) stays.
+  bool kept = false;
+};
+
+// Confine `cgroup` under `policy`. `workspace`: the absolute directory the
+// policy's ${workspace} rules mean for this scope ("" : none). EEXIST when the
+// cgroup is confined already; nothing is changed then, or on any failure.
+Result<Confinement> confine(Backend& backend, const CgroupRef& cgroup, const PolicyRef& policy,
+                            const std::string& workspace);
+Result<Confinement> confine(bpf::Enforcer& enforcer, const CgroupRef& cgroup, const PolicyRef& policy,
+                            const std::string& workspace);
+
+// Take down what confine() set up (or what a stale run's record says it set
+// up). A scope already gone is not an error: the slot is released anyway, so
+// this can be retried.
+Result<Released> release(Backend& backend, const Confinement& confinement, Ending ending);
+Result<Released> release(bpf::Enforcer& enforcer, const Confinement& confinement, Ending ending);
+
+// Take down the scope registered for `cgroup` (detach). ENOENT when the
+// cgroup is not confined.
+Result<Released> release(Backend& backend, const CgroupRef& cgroup, Ending ending);
+Result<Released> release(bpf::Enforcer& enforcer, const CgroupRef& cgroup, Ending ending);
+
+// The slot steps of confine() and release(), for tests of the slot cache:
+// choose (and if needed install) a transient policy's slot; release a slot
+// (evicting cached transient policies beyond kCachedTransient).
+Result<SlotChoice> acquire_slot(Backend& backend, const TransientPolicy& policy);
+Status release_slot(Backend& backend, uint32_t slot);
+
+// The daemon's new named policy: choose its slot (slots.h, rule 5) and run
+// `install(slot)` under the same lock, so no other agentcage process can take
+// the slot in between. `reserved`: the daemon's other named slots.
+Result<uint32_t> allocate_named_slot(Backend& backend, const std::vector<uint32_t>& reserved,
+                                     const std::function<Status(uint32_t)>& install);
+Result<uint32_t> allocate_named_slot(bpf::Enforcer& enforcer, const std::vector<uint32_t>& reserved,
+                                     const std::function<Status(uint32_t)>& install);
+
+}  // namespace agentcage::scope
