@@ -38,6 +38,8 @@
 #include "bpf/lsm.h"
 #include "bpf/names.h"
 #include "cgroup/cgroup.h"
+#include "daemon/named_slots.h"
+#include "daemon/policy_dir.h"
 #include "daemon/protocol.h"
 #include "daemon/status.h"
 #include "policy/policy.h"
@@ -78,46 +80,9 @@ struct Client {
   uint64_t dropped = 0;   // events not queued since the last notice
 };
 
-struct PolicyFile {
-  std::string name;  // the policy name (= file stem)
-  std::optional<uint32_t> slot;
-  uint64_t digest = 0;
-  bool loaded = false;      // the file's current content is what enforces
-  bool uses_workspace = false;
-  std::string error;        // why the current content was rejected
-  // What was last processed (skip unchanged files on a rescan).
-  dev_t dev = 0;
-  ino_t ino = 0;
-  off_t size = -1;
-  int64_t mtime_ns = -1;
-};
-
-int64_t mtime_ns(const struct stat& st) {
-  return static_cast<int64_t>(st.st_mtim.tv_sec) * 1000000000 + st.st_mtim.tv_nsec;
-}
-
-bool is_policy_file_name(const std::string& n) {
-  if (n.size() <= 5 || n[0] == '.' || n.compare(n.size() - 5, 5, ".yaml") != 0) return false;
-  return true;
-}
-
-std::string stem_of(const std::string& n) { return n.substr(0, n.size() - 5); }
-
-// The position of metadata.name in a policy file that parsed, for a located
-// error about it.
-policy::Position name_position(const std::string& path) {
-  try {
-    YAML::Node root = YAML::LoadFile(path);
-    YAML::Node name = root["metadata"]["name"];
-    if (name) return {name.Mark().line + 1, name.Mark().column + 1};
-  } catch (const std::exception&) {
-  }
-  return {1, 1};
-}
-
-class Daemon {
+class Daemon final : private PolicyDirListener {
  public:
-  explicit Daemon(Config cfg) : cfg_(std::move(cfg)) {}
+  explicit Daemon(Config cfg) : cfg_(std::move(cfg)), dir_(cfg_.policy_dir, cfg_.state_dir, *this) {}
   Status start();
   int loop();
 
@@ -130,14 +95,17 @@ class Daemon {
   void epoll_add(int fd, uint32_t events);
   void epoll_mod(int fd, uint32_t events);
 
-  // ---- policies
-  void load_state_file();
-  void save_state_file();
-  void adopt_named_slots();
-  void full_scan();
-  void apply_file(const std::string& fname);
-  void reject_file(PolicyFile& pf, const std::vector<std::string>& messages, const char* fail_reason);
-  void remove_file(const std::string& fname);
+  // ---- the policy directory's listener
+  void reloaded(bool success) override { metrics_.policy_reload(success); }
+  void rejected(const char* reason) override { metrics_.fail_closed(reason); }
+  void policies_loaded(size_t count) override { metrics_.policies_loaded(static_cast<double>(count)); }
+  void slot_named(uint32_t slot, const std::string& name) override { slot_names_[slot] = name; }
+  void slot_fresh(uint32_t slot, const std::string& name) override {
+    // Counters of a fresh slot start at whatever is there; count from now.
+    if (auto c = enf_->counters(slot)) (void)tracker_.observe(slot, name, *c);
+  }
+  void before_slot_removed() override { collect_counters(); }
+  void slot_removed(uint32_t slot) override { tracker_.forget(slot); }
 
   // ---- telemetry
   void on_event(const ac_event_decision& ev);
@@ -164,12 +132,12 @@ class Daemon {
   int watch_ = -1;
   std::optional<gid_t> control_gid_;
   std::unique_ptr<bpf::Enforcer> enf_;
+  std::unique_ptr<EnforcerNamedSlots> named_slots_;
   std::unique_ptr<bpf::EventReader> reader_;
   int reader_fd_ = -1;
   telemetry::Metrics metrics_;
   telemetry::CounterTracker tracker_;
-  std::map<std::string, PolicyFile> files_;      // by file name
-  std::map<std::string, uint32_t> named_slots_;  // policy name -> slot (the daemon's)
+  PolicyDirectory dir_;
   std::map<uint32_t, std::string> slot_names_;   // last known name of every slot
   std::map<uint64_t, std::string> run_ids_;      // scope id -> run id
   std::deque<uint64_t> run_id_order_;
@@ -225,13 +193,13 @@ Status Daemon::start() {
     log::info("metrics on http://" + cfg_.metrics_address + "/metrics (port " + std::to_string(metrics_.port()) + ")");
   }
   boot_offset_ns_ = telemetry::boot_to_realtime_offset_ns();
-  load_state_file();
+  dir_.load_state_file();
   ensure_enforcer();
   if (Status st = create_control_socket(); !st) return st;
   if (Status st = watch_policy_dir(); !st) log::warn(st.error().message + " (policies are loaded once it exists)");
   if (enf_) {
-    adopt_named_slots();
-    full_scan();
+    dir_.adopt_named_slots();
+    dir_.full_scan();
     std::ostringstream reaped;
     run::Paths paths;
     paths.policy_dir = cfg_.policy_dir;
@@ -354,6 +322,8 @@ bool Daemon::ensure_enforcer() {
   }
   enforcer_error_.clear();
   enf_ = std::move(*e);
+  named_slots_ = std::make_unique<EnforcerNamedSlots>(*enf_);
+  dir_.set_slots(named_slots_.get());
   auto reader = bpf::EventReader::create(enf_->events_fd(), [this](const ac_event_decision& ev) { on_event(ev); });
   if (!reader) {
     log::error("events: " + reader.error().message);
@@ -364,196 +334,6 @@ bool Daemon::ensure_enforcer() {
   }
   log::info("enforcing with the program set pinned in " + enf_->pin_dir());
   return true;
-}
-
-// ---------------------------------------------------------------------------
-// policies
-
-void Daemon::load_state_file() {
-  std::ifstream in(cfg_.state_dir + "/daemon-policies.json");
-  if (!in) return;
-  json j = json::parse(in, nullptr, false);
-  if (!j.is_object()) return;
-  for (const auto& [name, slot] : j.items())
-    if (slot.is_number_unsigned() && slot.get<uint64_t>() < AC_MAX_POLICIES)
-      named_slots_[name] = static_cast<uint32_t>(slot.get<uint64_t>());
-}
-
-void Daemon::save_state_file() {
-  json j = json::object();
-  for (const auto& [name, slot] : named_slots_) j[name] = slot;
-  const std::string path = cfg_.state_dir + "/daemon-policies.json";
-  const std::string tmp = path + ".tmp";
-  {
-    std::ofstream out(tmp, std::ios::trunc);
-    out << j.dump() << "\n";
-    if (!out) {
-      log::warn("cannot write " + tmp);
-      return;
-    }
-  }
-  if (::rename(tmp.c_str(), path.c_str()) != 0) log::warn("cannot write " + path + ": " + std::strerror(errno));
-}
-
-// Named slots pinned by a previous daemon: keep those whose slot still holds
-// the policy of that name, so a restart swaps in place (scopes on the slot
-// never see a gap) instead of installing a second copy.
-void Daemon::adopt_named_slots() {
-  auto pols = enf_->policies();
-  if (!pols) return;
-  std::map<std::string, uint32_t> adopted;
-  for (const auto& p : *pols) {
-    if (p.owner != AC_POLICY_OWNER_NAMED || p.name.empty()) continue;
-    auto it = named_slots_.find(p.name);
-    std::error_code ec;
-    bool ours = (it != named_slots_.end() && it->second == p.slot) ||
-                fs::exists(fs::path(cfg_.policy_dir) / (p.name + ".yaml"), ec);
-    if (ours && !adopted.count(p.name)) adopted[p.name] = p.slot;
-  }
-  named_slots_ = adopted;
-}
-
-void Daemon::full_scan() {
-  if (!enf_) return;
-  std::set<std::string> present;
-  std::error_code ec;
-  for (const auto& entry : fs::directory_iterator(cfg_.policy_dir, ec)) {
-    std::string n = entry.path().filename().string();
-    if (is_policy_file_name(n)) present.insert(n);
-  }
-  if (ec && ec != std::errc::no_such_file_or_directory)
-    log::warn("policy directory " + cfg_.policy_dir + ": " + ec.message());
-  for (const auto& n : present) apply_file(n);
-  std::vector<std::string> gone;
-  for (const auto& [n, pf] : files_)
-    if (!present.count(n)) gone.push_back(n);
-  for (const auto& n : gone) remove_file(n);
-  // Named slots of a previous daemon whose file is gone.
-  std::vector<std::string> stale;
-  for (const auto& [name, slot] : named_slots_)
-    if (!files_.count(name + ".yaml")) stale.push_back(name);
-  for (const auto& name : stale) {
-    uint32_t slot = named_slots_[name];
-    collect_counters();
-    if (Status st = enf_->remove_policy(slot); !st) {
-      log::error("removing policy " + name + ": " + st.error().message);
-      continue;
-    }
-    named_slots_.erase(name);
-    log::warn("policy " + name + " removed (its file is gone from " + cfg_.policy_dir +
-              "): scopes still on it deny everything (fail closed)");
-  }
-  save_state_file();
-  metrics_.policies_loaded(static_cast<double>(named_slots_.size()));
-}
-
-void Daemon::reject_file(PolicyFile& pf, const std::vector<std::string>& messages, const char* fail_reason) {
-  for (const auto& m : messages) log::error(m);
-  pf.error = messages.empty() ? "rejected" : messages.front();
-  if (messages.size() > 1) pf.error += " (and " + std::to_string(messages.size() - 1) + " more)";
-  pf.loaded = false;
-  metrics_.policy_reload(false);
-  metrics_.fail_closed(fail_reason);
-  if (pf.slot)
-    log::warn("policy " + pf.name + ": the change was rejected; the previous version keeps enforcing (slot " +
-              std::to_string(*pf.slot) + ")");
-  else
-    log::warn("policy " + pf.name + " is not loaded: runs and attachments naming it fail");
-}
-
-void Daemon::apply_file(const std::string& fname) {
-  if (!enf_) return;
-  const std::string path = (fs::path(cfg_.policy_dir) / fname).string();
-  struct stat st {};
-  if (::stat(path.c_str(), &st) != 0 || !S_ISREG(st.st_mode)) {
-    if (files_.count(fname)) remove_file(fname);
-    return;
-  }
-  PolicyFile& pf = files_[fname];
-  if (pf.dev == st.st_dev && pf.ino == st.st_ino && pf.size == st.st_size && pf.mtime_ns == mtime_ns(st)) return;
-  pf.dev = st.st_dev;
-  pf.ino = st.st_ino;
-  pf.size = st.st_size;
-  pf.mtime_ns = mtime_ns(st);
-  pf.name = stem_of(fname);
-  if (!pf.slot)
-    if (auto it = named_slots_.find(pf.name); it != named_slots_.end()) pf.slot = it->second;
-
-  auto parsed = policy::load_policy_dir_file(path);
-  if (!parsed.ok()) {
-    std::vector<std::string> msgs;
-    for (const auto& d : parsed.errors) msgs.push_back(d.format());
-    return reject_file(pf, msgs, "policy_invalid");
-  }
-  if (parsed.policy->name != pf.name) {
-    policy::Position pos = name_position(path);
-    return reject_file(pf,
-                       {path + ":" + std::to_string(pos.line) + ":" + std::to_string(pos.column) + ": metadata.name " +
-                        policy::quote(parsed.policy->name) + " does not match the file name (the daemon names a policy by its file: expected " +
-                        policy::quote(pf.name) + ")"},
-                       "policy_invalid");
-  }
-  auto compiled = bpf::compile(*parsed.policy);
-  if (!compiled) return reject_file(pf, {path + ": " + compiled.error().message}, "policy_invalid");
-  const uint64_t digest = bpf::policy_digest(pf.name, *compiled);
-  pf.uses_workspace = std::any_of(compiled->paths.begin(), compiled->paths.end(),
-                                  [](const bpf::PathRule& r) { return r.space == bpf::RuleSpace::workspace; });
-  const bool had_slot = pf.slot.has_value();
-  uint32_t slot = 0;
-  if (pf.slot) {
-    slot = *pf.slot;
-    if (!(pf.loaded && pf.digest == digest)) {
-      if (Status put = enf_->put_policy(slot, pf.name, *compiled); !put)
-        return reject_file(pf, {path + ": installing the policy: " + put.error().message}, "internal");
-    }
-  } else {
-    std::vector<uint32_t> reserved;
-    for (const auto& [n, s] : named_slots_) reserved.push_back(s);
-    Status put;
-    auto s = scope::allocate_named_slot(*enf_, reserved, [&](uint32_t fresh) -> Status {
-      // Counters of a fresh slot start at whatever is there; count from now.
-      if (auto c = enf_->counters(fresh)) (void)tracker_.observe(fresh, pf.name, *c);
-      put = enf_->put_policy(fresh, pf.name, *compiled);
-      return put;
-    });
-    if (!put) return reject_file(pf, {path + ": installing the policy: " + put.error().message}, "internal");
-    if (!s) return reject_file(pf, {path + ": " + s.error().message}, "internal");
-    slot = *s;
-  }
-  pf.slot = slot;
-  pf.digest = digest;
-  pf.loaded = true;
-  pf.error.clear();
-  named_slots_[pf.name] = slot;
-  slot_names_[slot] = pf.name;
-  save_state_file();
-  metrics_.policy_reload(true);
-  metrics_.policies_loaded(static_cast<double>(named_slots_.size()));
-  log::info(std::string("policy ") + pf.name + (had_slot ? " reloaded" : " loaded") + " into slot " +
-            std::to_string(slot) + " from " + path + " (" + policy::to_string(parsed.policy->mode) + ")");
-}
-
-void Daemon::remove_file(const std::string& fname) {
-  auto it = files_.find(fname);
-  if (it == files_.end()) return;
-  PolicyFile pf = it->second;
-  files_.erase(it);
-  if (!enf_ || !pf.slot) return;
-  collect_counters();  // the slot's last decisions, before it goes
-  if (Status st = enf_->remove_policy(*pf.slot); !st) {
-    log::error("removing policy " + pf.name + ": " + st.error().message);
-    return;
-  }
-  size_t users = 0;
-  if (auto sc = enf_->scopes())
-    for (const auto& s : *sc) users += s.policy_slot == *pf.slot;
-  named_slots_.erase(pf.name);
-  tracker_.forget(*pf.slot);
-  save_state_file();
-  metrics_.policies_loaded(static_cast<double>(named_slots_.size()));
-  log::warn("policy " + pf.name + " removed (" + fname + " was deleted)" +
-            (users ? ": " + std::to_string(users) + " scope(s) still on it now deny everything (fail closed) until they end"
-                   : std::string()));
 }
 
 // ---------------------------------------------------------------------------
@@ -685,11 +465,11 @@ void Daemon::tick() {
   ++ticks_;
   if (!enf_) {
     if (ticks_ % kEnforcerRetryTicks == 0 && ensure_enforcer()) {
-      adopt_named_slots();
-      full_scan();
+      dir_.adopt_named_slots();
+      dir_.full_scan();
     }
   }
-  if (watch_ < 0 && enf_ && watch_policy_dir()) full_scan();
+  if (watch_ < 0 && enf_ && watch_policy_dir()) dir_.full_scan();
   runs_active_ = scan_runs();
   metrics_.runs_active(static_cast<double>(runs_active_));
   if (!enf_) return;
@@ -830,14 +610,7 @@ void Daemon::on_client(int fd, uint32_t events) {
 json Daemon::status_json() {
   json s = enf_ ? kernel_status(*enf_, run_ids_)
                 : json{{"enforcement", {{"ready", false}, {"detail", "cannot enforce: " + enforcer_error_}}}};
-  json files = json::array();
-  for (const auto& [n, pf] : files_)
-    files.push_back({{"file", (fs::path(cfg_.policy_dir) / n).string()},
-                     {"policy", pf.name},
-                     {"state", pf.loaded ? "loaded" : pf.slot ? "rejected_previous_enforcing" : "rejected"},
-                     {"slot", pf.slot ? json(*pf.slot) : json(nullptr)},
-                     {"error", pf.error.empty() ? json(nullptr) : json(pf.error)}});
-  s["policy_files"] = files;
+  s["policy_files"] = dir_.status_json();
   s["daemon"] = {{"running", true},
                  {"pid", ::getpid()},
                  {"version", AGENTCAGE_VERSION},
@@ -857,13 +630,12 @@ json Daemon::status_json() {
 }
 
 json Daemon::do_attach(const Request& r) {
-  auto slot = named_slots_.find(r.policy);
-  if (slot == named_slots_.end())
+  const std::optional<uint32_t> slot = dir_.named_slot(r.policy);
+  if (!slot)
     return {{"ok", false}, {"error", "no policy named '" + r.policy + "' is loaded by the daemon (policy dir " + cfg_.policy_dir + ")"}};
   auto cg = scope::find_cgroup(r.cgroup);
   if (!cg) return {{"ok", false}, {"error", cg.error().message}};
-  bool uses_ws = false;
-  if (auto f = files_.find(r.policy + ".yaml"); f != files_.end()) uses_ws = f->second.uses_workspace;
+  const bool uses_ws = dir_.uses_workspace(r.policy);
   std::string workspace;
   if (!r.workspace.empty()) {
     std::error_code ec;
@@ -874,10 +646,10 @@ json Daemon::do_attach(const Request& r) {
   } else if (uses_ws) {
     return {{"ok", false}, {"error", "policy " + r.policy + " has ${workspace} rules: pass a workspace"}};
   }
-  auto confined = scope::confine(*enf_, *cg, scope::NamedPolicy{r.policy, slot->second}, workspace);
+  auto confined = scope::confine(*enf_, *cg, scope::NamedPolicy{r.policy, *slot}, workspace);
   if (!confined) return {{"ok", false}, {"error", confined.error().message}};
   log::info("attached " + cg->path.string() + " to policy " + r.policy);
-  return {{"ok", true}, {"cgroup", cg->path.string()}, {"cgroup_id", cg->id}, {"policy", r.policy}, {"slot", slot->second}};
+  return {{"ok", true}, {"cgroup", cg->path.string()}, {"cgroup_id", cg->id}, {"policy", r.policy}, {"slot", *slot}};
 }
 
 json Daemon::do_detach(const Request& r) {
@@ -942,8 +714,7 @@ void Daemon::handle_line(Client& c, const std::string& line) {
       respond(c, {{"ok", true}});
       break;
     case Op::reload:
-      for (auto& [n, pf] : files_) pf.mtime_ns = -1;  // re-read everything
-      full_scan();
+      dir_.rescan_all();
       respond(c, {{"ok", true}, {"status", status_json()["policy_files"]}});
       break;
   }
@@ -969,8 +740,7 @@ int Daemon::loop() {
             log::info("SIGHUP: reopening the audit log and rescanning " + cfg_.policy_dir);
             flush_audit();
             if (Status st = open_audit_log(); !st) log::error(st.error().message);
-            for (auto& [name, pf] : files_) pf.mtime_ns = -1;
-            full_scan();
+            dir_.rescan_all();
           } else {
             log::info("stopping on signal " + std::to_string(si.ssi_signo) + " (enforcement continues: the programs stay pinned)");
             stop_ = true;
@@ -1004,9 +774,9 @@ int Daemon::loop() {
             else if (!name.empty() && name[0] == '.') rescan = true;  // e.g. a ConfigMap's ..data swap
           }
         }
-        if (rescan) full_scan();
-        for (const auto& name : changed) apply_file(name);
-        if (!changed.empty()) save_state_file();
+        if (rescan) dir_.full_scan();
+        for (const auto& name : changed) dir_.apply_file(name);
+        if (!changed.empty()) dir_.save_state_file();
       } else if (fd == listen_fd_.get()) {
         accept_clients();
       } else {
