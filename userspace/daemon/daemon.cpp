@@ -38,9 +38,11 @@
 #include "bpf/lsm.h"
 #include "bpf/names.h"
 #include "cgroup/cgroup.h"
+#include "daemon/event_sink.h"
 #include "daemon/named_slots.h"
 #include "daemon/policy_dir.h"
 #include "daemon/protocol.h"
+#include "daemon/runs.h"
 #include "daemon/status.h"
 #include "policy/policy.h"
 #include "run/runner.h"
@@ -66,8 +68,6 @@ using Clock = std::chrono::steady_clock;
 constexpr int kTickMs = 1000;
 constexpr int kEnforcerRetryTicks = 10;
 constexpr int kReapTicks = 60;
-constexpr size_t kMaxAuditBuffer = 8u << 20;
-constexpr size_t kMaxRunIds = 4096;
 
 struct Client {
   UniqueFd fd;
@@ -82,13 +82,16 @@ struct Client {
 
 class Daemon final : private PolicyDirListener {
  public:
-  explicit Daemon(Config cfg) : cfg_(std::move(cfg)), dir_(cfg_.policy_dir, cfg_.state_dir, *this) {}
+  explicit Daemon(Config cfg)
+      : cfg_(std::move(cfg)),
+        runs_(cfg_.state_dir),
+        sink_(cfg_.audit_log, cfg_.recent_events, metrics_, runs_),
+        dir_(cfg_.policy_dir, cfg_.state_dir, *this) {}
   Status start();
   int loop();
 
  private:
   // ---- setup
-  Status open_audit_log();
   Status create_control_socket();
   Status watch_policy_dir();
   bool ensure_enforcer();
@@ -99,22 +102,15 @@ class Daemon final : private PolicyDirListener {
   void reloaded(bool success) override { metrics_.policy_reload(success); }
   void rejected(const char* reason) override { metrics_.fail_closed(reason); }
   void policies_loaded(size_t count) override { metrics_.policies_loaded(static_cast<double>(count)); }
-  void slot_named(uint32_t slot, const std::string& name) override { slot_names_[slot] = name; }
-  void slot_fresh(uint32_t slot, const std::string& name) override {
-    // Counters of a fresh slot start at whatever is there; count from now.
-    if (auto c = enf_->counters(slot)) (void)tracker_.observe(slot, name, *c);
-  }
-  void before_slot_removed() override { collect_counters(); }
-  void slot_removed(uint32_t slot) override { tracker_.forget(slot); }
+  void slot_named(uint32_t slot, const std::string& name) override { sink_.name_slot(slot, name); }
+  void slot_fresh(uint32_t slot, const std::string& name) override { sink_.baseline(slot, name); }
+  void before_slot_removed() override { sink_.collect_counters(); }
+  void slot_removed(uint32_t slot) override { sink_.forget(slot); }
 
   // ---- telemetry
-  void on_event(const ac_event_decision& ev);
+  void stream_line(const std::string& line);
   void consume_events();
-  void flush_audit();
   void tick();
-  void collect_counters();
-  size_t scan_runs();
-  std::string slot_name(uint32_t slot);
 
   // ---- control socket
   void accept_clients();
@@ -128,28 +124,20 @@ class Daemon final : private PolicyDirListener {
   json do_detach(const Request& r);
 
   Config cfg_;
-  UniqueFd instance_lock_, epoll_, signal_fd_, timer_fd_, inotify_fd_, listen_fd_, audit_fd_;
+  UniqueFd instance_lock_, epoll_, signal_fd_, timer_fd_, inotify_fd_, listen_fd_;
   int watch_ = -1;
   std::optional<gid_t> control_gid_;
   std::unique_ptr<bpf::Enforcer> enf_;
   std::unique_ptr<EnforcerNamedSlots> named_slots_;
-  std::unique_ptr<bpf::EventReader> reader_;
   int reader_fd_ = -1;
   telemetry::Metrics metrics_;
-  telemetry::CounterTracker tracker_;
+  RunIndex runs_;
+  EventSink sink_;
   PolicyDirectory dir_;
-  std::map<uint32_t, std::string> slot_names_;   // last known name of every slot
-  std::map<uint64_t, std::string> run_ids_;      // scope id -> run id
-  std::deque<uint64_t> run_id_order_;
   std::map<int, Client> clients_;
-  std::deque<std::string> recent_;
-  std::string audit_buf_;
-  uint64_t delivered_ = 0, audit_dropped_ = 0, client_dropped_ = 0, lost_seen_ = 0;
-  bool lost_initialised_ = false;
-  int64_t boot_offset_ns_ = 0;
+  uint64_t client_dropped_ = 0;
   uint64_t ticks_ = 0;
   size_t runs_active_ = 0;
-  Clock::time_point last_slot_refresh_{}, last_run_scan_{};
   bool stop_ = false;
   std::string enforcer_error_;
 };
@@ -187,12 +175,12 @@ Status Daemon::start() {
   epoll_add(signal_fd_.get(), EPOLLIN);
   epoll_add(timer_fd_.get(), EPOLLIN);
 
-  if (Status st = open_audit_log(); !st) return st;
+  if (Status st = sink_.open_audit_log(); !st) return st;
   if (!cfg_.metrics_address.empty()) {
     if (Status st = metrics_.listen(cfg_.metrics_address); !st) return st;
     log::info("metrics on http://" + cfg_.metrics_address + "/metrics (port " + std::to_string(metrics_.port()) + ")");
   }
-  boot_offset_ns_ = telemetry::boot_to_realtime_offset_ns();
+  sink_.set_stream([this](const std::string& line) { stream_line(line); });
   dir_.load_state_file();
   ensure_enforcer();
   if (Status st = create_control_socket(); !st) return st;
@@ -226,20 +214,6 @@ void Daemon::epoll_mod(int fd, uint32_t events) {
   ev.events = events;
   ev.data.fd = fd;
   ::epoll_ctl(epoll_.get(), EPOLL_CTL_MOD, fd, &ev);
-}
-
-Status Daemon::open_audit_log() {
-  if (cfg_.audit_log == "-") {
-    audit_fd_.reset(::fcntl(1, F_DUPFD_CLOEXEC, 3));
-    if (!audit_fd_) return Error::from_errno("audit log: stdout");
-    return {};
-  }
-  std::error_code ec;
-  fs::create_directories(fs::path(cfg_.audit_log).parent_path(), ec);
-  UniqueFd fd(::open(cfg_.audit_log.c_str(), O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC | O_NOFOLLOW, 0640));
-  if (!fd) return Error::from_errno("audit log: opening " + cfg_.audit_log);
-  audit_fd_ = std::move(fd);
-  return {};
 }
 
 Status Daemon::create_control_socket() {
@@ -324,14 +298,8 @@ bool Daemon::ensure_enforcer() {
   enf_ = std::move(*e);
   named_slots_ = std::make_unique<EnforcerNamedSlots>(*enf_);
   dir_.set_slots(named_slots_.get());
-  auto reader = bpf::EventReader::create(enf_->events_fd(), [this](const ac_event_decision& ev) { on_event(ev); });
-  if (!reader) {
-    log::error("events: " + reader.error().message);
-  } else {
-    reader_ = std::move(*reader);
-    reader_fd_ = reader_->epoll_fd();
-    epoll_add(reader_fd_, EPOLLIN);
-  }
+  reader_fd_ = sink_.attach(*enf_);
+  if (reader_fd_ >= 0) epoll_add(reader_fd_, EPOLLIN);
   log::info("enforcing with the program set pinned in " + enf_->pin_dir());
   return true;
 }
@@ -339,41 +307,9 @@ bool Daemon::ensure_enforcer() {
 // ---------------------------------------------------------------------------
 // telemetry
 
-std::string Daemon::slot_name(uint32_t slot) {
-  auto it = slot_names_.find(slot);
-  if (it != slot_names_.end()) return it->second;
-  // An unknown slot: refresh at most every 100 ms (an event storm from a new
-  // slot must not turn into a map walk per event).
-  if (enf_ && Clock::now() - last_slot_refresh_ > std::chrono::milliseconds(100)) {
-    last_slot_refresh_ = Clock::now();
-    if (auto pols = enf_->policies())
-      for (const auto& p : *pols) slot_names_[p.slot] = p.name;
-    it = slot_names_.find(slot);
-    if (it != slot_names_.end()) return it->second;
-  }
-  return "unknown";
-}
-
-void Daemon::on_event(const ac_event_decision& ev) {
-  ++delivered_;
-  const std::string policy = slot_name(ev.policy_slot);
-  metrics_.event(policy, ev.hook, ev.decision);
-  telemetry::EventContext ctx;
-  ctx.realtime_ns = static_cast<int64_t>(ev.hdr.time_ns) + boot_offset_ns_;
-  ctx.policy = policy == "unknown" ? std::string() : policy;
-  auto run = run_ids_.find(ev.scope_id);
-  if (run == run_ids_.end() && Clock::now() - last_run_scan_ > std::chrono::seconds(1)) {
-    scan_runs();
-    run = run_ids_.find(ev.scope_id);
-  }
-  if (run != run_ids_.end()) ctx.run_id = run->second;
-  std::string line = telemetry::event_line(ev, ctx);
-  if (audit_buf_.size() + line.size() <= kMaxAuditBuffer) audit_buf_ += line;
-  else ++audit_dropped_;
-  if (cfg_.recent_events) {
-    recent_.push_back(line);
-    while (recent_.size() > cfg_.recent_events) recent_.pop_front();
-  }
+// One audit line to every streaming client; a client whose buffer is full
+// misses it, and is told how many it missed before its next line.
+void Daemon::stream_line(const std::string& line) {
   for (auto& [fd, c] : clients_) {
     if (!c.streaming) continue;
     std::string notice;
@@ -390,75 +326,9 @@ void Daemon::on_event(const ac_event_decision& ev) {
 }
 
 void Daemon::consume_events() {
-  if (!reader_) return;
-  auto n = reader_->consume();
-  if (!n) log::error(n.error().message);
-  flush_audit();
+  sink_.consume();
   for (auto& [fd, c] : clients_)
     if (c.streaming && !c.out.empty()) flush_client(c);
-}
-
-void Daemon::flush_audit() {
-  size_t off = 0;
-  while (off < audit_buf_.size()) {
-    ssize_t n = ::write(audit_fd_.get(), audit_buf_.data() + off, audit_buf_.size() - off);
-    if (n < 0 && errno == EINTR) continue;
-    if (n <= 0) {
-      if (errno != EAGAIN) log::error(std::string("audit log: ") + std::strerror(errno));
-      break;
-    }
-    off += static_cast<size_t>(n);
-  }
-  audit_buf_.erase(0, off);
-}
-
-void Daemon::collect_counters() {
-  if (!enf_) return;
-  auto pols = enf_->policies();
-  if (!pols) return;
-  std::set<uint32_t> live;
-  for (const auto& p : *pols) {
-    live.insert(p.slot);
-    slot_names_[p.slot] = p.name;
-    auto c = enf_->counters(p.slot);
-    if (!c) continue;
-    for (const auto& d : tracker_.observe(p.slot, p.name, *c)) metrics_.decisions(p.name, d.hook, d.decision, d.amount);
-  }
-  for (uint32_t slot = 0; slot < AC_MAX_POLICIES; ++slot)
-    if (!live.count(slot)) tracker_.forget(slot);
-}
-
-// Live runs from their records (a run is alive while its lock is held), so
-// runs_active counts every run on the host, with or without notifications.
-size_t Daemon::scan_runs() {
-  last_run_scan_ = Clock::now();
-  size_t alive = 0;
-  const std::string dir = cfg_.state_dir + "/runs";
-  std::error_code ec;
-  for (const auto& entry : fs::directory_iterator(dir, ec)) {
-    const std::string name = entry.path().filename().string();
-    if (name.size() != 21 || name.compare(16, 5, ".json") != 0) continue;
-    // The record is written after its lock is taken, so probing the lock of a
-    // run that has a record never races the run's own flock.
-    UniqueFd lock(::open((dir + "/" + name.substr(0, 16) + ".lock").c_str(), O_RDONLY | O_CLOEXEC | O_NOFOLLOW));
-    if (!lock) continue;
-    if (::flock(lock.get(), LOCK_SH | LOCK_NB) == 0) continue;  // owner died: the reaper's
-    ++alive;
-    std::ifstream in(entry.path());
-    json j = json::parse(in, nullptr, false);
-    if (!j.is_object()) continue;
-    auto rec = run::record_from_json(j);
-    if (!rec || rec->cgroup_id == 0) continue;
-    if (!run_ids_.count(rec->cgroup_id)) {
-      run_ids_[rec->cgroup_id] = rec->run_id;
-      run_id_order_.push_back(rec->cgroup_id);
-    }
-  }
-  while (run_id_order_.size() > kMaxRunIds) {
-    run_ids_.erase(run_id_order_.front());
-    run_id_order_.pop_front();
-  }
-  return alive;
 }
 
 void Daemon::tick() {
@@ -470,17 +340,11 @@ void Daemon::tick() {
     }
   }
   if (watch_ < 0 && enf_ && watch_policy_dir()) dir_.full_scan();
-  runs_active_ = scan_runs();
+  runs_active_ = runs_.scan();
   metrics_.runs_active(static_cast<double>(runs_active_));
   if (!enf_) return;
-  collect_counters();
-  if (auto lost = enf_->stat(AC_STAT_EVENTS_LOST)) {
-    // The kernel's count is absolute and outlives the daemon: export what
-    // was lost while this daemon runs, and what it finds at start.
-    if (!lost_initialised_ || *lost >= lost_seen_) metrics_.events_lost(*lost - (lost_initialised_ ? lost_seen_ : 0));
-    lost_seen_ = *lost;
-    lost_initialised_ = true;
-  }
+  sink_.collect_counters();
+  sink_.count_lost();
   if (auto sc = enf_->scopes()) metrics_.scopes_active(static_cast<double>(sc->size()));
   Readiness r = check_ready(*enf_);
   metrics_.enforcement_ready(r.ready);
@@ -494,7 +358,7 @@ void Daemon::tick() {
     run::reap_stale_runs(*enf_, paths, reaped);
     if (!reaped.str().empty()) log::warn(reaped.str());
   }
-  flush_audit();
+  sink_.flush_audit();
 }
 
 // ---------------------------------------------------------------------------
@@ -608,7 +472,7 @@ void Daemon::on_client(int fd, uint32_t events) {
 }
 
 json Daemon::status_json() {
-  json s = enf_ ? kernel_status(*enf_, run_ids_)
+  json s = enf_ ? kernel_status(*enf_, runs_.ids())
                 : json{{"enforcement", {{"ready", false}, {"detail", "cannot enforce: " + enforcer_error_}}}};
   s["policy_files"] = dir_.status_json();
   s["daemon"] = {{"running", true},
@@ -620,9 +484,9 @@ json Daemon::status_json() {
                  {"control_socket", cfg_.control_socket},
                  {"audit_log", cfg_.audit_log},
                  {"enforcer_error", enforcer_error_.empty() ? json(nullptr) : json(enforcer_error_)},
-                 {"events_delivered", delivered_},
-                 {"events_malformed", reader_ ? reader_->malformed() : 0},
-                 {"audit_dropped", audit_dropped_},
+                 {"events_delivered", sink_.delivered()},
+                 {"events_malformed", sink_.malformed()},
+                 {"audit_dropped", sink_.audit_dropped()},
                  {"stream_dropped", client_dropped_},
                  {"clients", clients_.size()},
                  {"runs_active", runs_active_}};
@@ -694,23 +558,22 @@ void Daemon::handle_line(Client& c, const std::string& line) {
   switch (req->op) {
     case Op::status: respond(c, json{{"ok", true}, {"status", status_json()}}); break;
     case Op::events:
-      respond(c, {{"ok", true}, {"recent", recent_.size()}, {"follow", req->follow}});
-      for (const auto& l : recent_) c.out += l;
+      respond(c, {{"ok", true}, {"recent", sink_.recent().size()}, {"follow", req->follow}});
+      for (const auto& l : sink_.recent()) c.out += l;
       if (req->follow) c.streaming = true;
       else c.close_after_flush = true;
       break;
     case Op::attach: respond(c, do_attach(*req)); break;
     case Op::detach: respond(c, do_detach(*req)); break;
     case Op::run_start:
-      if (!run_ids_.count(req->scope_id)) run_id_order_.push_back(req->scope_id);
-      run_ids_[req->scope_id] = req->run_id;
+      runs_.note(req->scope_id, req->run_id);
       respond(c, {{"ok", true}});
       break;
     case Op::run_end:
       metrics_.run_finished(req->policy, req->outcome, req->duration_seconds);
       if (req->fail_closed) metrics_.fail_closed(*req->fail_closed);
       // Decisions of the run's last moments, before its transient slot goes.
-      collect_counters();
+      sink_.collect_counters();
       respond(c, {{"ok", true}});
       break;
     case Op::reload:
@@ -738,8 +601,8 @@ int Daemon::loop() {
         while (::read(fd, &si, sizeof si) == static_cast<ssize_t>(sizeof si)) {
           if (si.ssi_signo == SIGHUP) {
             log::info("SIGHUP: reopening the audit log and rescanning " + cfg_.policy_dir);
-            flush_audit();
-            if (Status st = open_audit_log(); !st) log::error(st.error().message);
+            sink_.flush_audit();
+            if (Status st = sink_.open_audit_log(); !st) log::error(st.error().message);
             dir_.rescan_all();
           } else {
             log::info("stopping on signal " + std::to_string(si.ssi_signo) + " (enforcement continues: the programs stay pinned)");
@@ -785,7 +648,7 @@ int Daemon::loop() {
     }
   }
   consume_events();
-  flush_audit();
+  sink_.flush_audit();
   // Still holding the instance lock: the socket is ours to remove, so
   // clients see "not running" rather than a refused connection.
   ::unlink(cfg_.control_socket.c_str());
