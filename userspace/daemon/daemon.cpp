@@ -1,51 +1,44 @@
+// SPDX-License-Identifier: Apache-2.0
+// The daemon as a composition of its parts: the main loop (loop.h) owns the
+// epoll and the tick; the policy directory (policy_dir.h, watched by
+// policy_watch.h), the event sink (event_sink.h) and the control server
+// (control_server.h) register their fds with it and are called. This file
+// wires them together: startup, the tick, the requests the control server
+// hands over (attach, detach, status, the run notifications, reload), and
+// the hooks that keep the counters right around slot changes.
 #include "daemon/daemon.h"
 
 #include <fcntl.h>
-#include <grp.h>
 #include <signal.h>
 #include <sys/epoll.h>
 #include <sys/file.h>
-#include <sys/inotify.h>
-#include <sys/signalfd.h>
-#include <sys/socket.h>
-#include <sys/stat.h>
-#include <sys/timerfd.h>
-#include <sys/un.h>
 #include <unistd.h>
-#include <yaml-cpp/yaml.h>
 
-#include <algorithm>
-#include <cerrno>
-#include <chrono>
-#include <cstring>
-#include <deque>
 #include <filesystem>
-#include <fstream>
 #include <iostream>
-#include <map>
 #include <memory>
 #include <optional>
-#include <set>
 #include <sstream>
 #include <string>
-#include <vector>
 
 #include <nlohmann/json.hpp>
 
-#include "bpf/compile.h"
 #include "bpf/enforcer.h"
-#include "bpf/event_reader.h"
 #include "bpf/lsm.h"
 #include "bpf/names.h"
-#include "cgroup/cgroup.h"
+#include "daemon/control_server.h"
+#include "daemon/event_sink.h"
+#include "daemon/loop.h"
+#include "daemon/named_slots.h"
+#include "daemon/policy_dir.h"
+#include "daemon/policy_watch.h"
 #include "daemon/protocol.h"
+#include "daemon/runs.h"
 #include "daemon/status.h"
-#include "policy/policy.h"
 #include "run/runner.h"
 #include "run/state.h"
 #include "scope/attach.h"
 #include "scope/scope.h"
-#include "telemetry/audit.h"
 #include "telemetry/metrics.h"
 #include "util/log.h"
 #include "util/unique_fd.h"
@@ -59,135 +52,69 @@ namespace {
 
 namespace fs = std::filesystem;
 using nlohmann::json;
-using Clock = std::chrono::steady_clock;
 
 constexpr int kTickMs = 1000;
 constexpr int kEnforcerRetryTicks = 10;
 constexpr int kReapTicks = 60;
-constexpr size_t kMaxAuditBuffer = 8u << 20;
-constexpr size_t kMaxRunIds = 4096;
 
-struct Client {
-  UniqueFd fd;
-  uid_t uid = 0;
-  bool root = false;
-  std::string in, out;
-  bool streaming = false;
-  bool close_after_flush = false;
-  bool want_out = false;  // EPOLLOUT registered
-  uint64_t dropped = 0;   // events not queued since the last notice
-};
-
-struct PolicyFile {
-  std::string name;  // the policy name (= file stem)
-  std::optional<uint32_t> slot;
-  uint64_t digest = 0;
-  bool loaded = false;      // the file's current content is what enforces
-  bool uses_workspace = false;
-  std::string error;        // why the current content was rejected
-  // What was last processed (skip unchanged files on a rescan).
-  dev_t dev = 0;
-  ino_t ino = 0;
-  off_t size = -1;
-  int64_t mtime_ns = -1;
-};
-
-int64_t mtime_ns(const struct stat& st) {
-  return static_cast<int64_t>(st.st_mtim.tv_sec) * 1000000000 + st.st_mtim.tv_nsec;
-}
-
-bool is_policy_file_name(const std::string& n) {
-  if (n.size() <= 5 || n[0] == '.' || n.compare(n.size() - 5, 5, ".yaml") != 0) return false;
-  return true;
-}
-
-std::string stem_of(const std::string& n) { return n.substr(0, n.size() - 5); }
-
-// The position of metadata.name in a policy file that parsed, for a located
-// error about it.
-policy::Position name_position(const std::string& path) {
-  try {
-    YAML::Node root = YAML::LoadFile(path);
-    YAML::Node name = root["metadata"]["name"];
-    if (name) return {name.Mark().line + 1, name.Mark().column + 1};
-  } catch (const std::exception&) {
-  }
-  return {1, 1};
-}
-
-class Daemon {
+class Daemon final : private PolicyDirListener, private ControlHandler {
  public:
-  explicit Daemon(Config cfg) : cfg_(std::move(cfg)) {}
+  explicit Daemon(Config cfg)
+      : cfg_(std::move(cfg)),
+        runs_(cfg_.state_dir),
+        sink_(cfg_.audit_log, cfg_.recent_events, metrics_, runs_),
+        dir_(cfg_.policy_dir, cfg_.state_dir, *this),
+        watch_(cfg_.policy_dir),
+        server_({cfg_.control_socket, cfg_.control_group, cfg_.max_clients, cfg_.client_buffer_bytes}, loop_,
+                *this) {}
   Status start();
-  int loop();
+  int run();
 
  private:
-  // ---- setup
-  Status open_audit_log();
-  Status create_control_socket();
-  Status watch_policy_dir();
   bool ensure_enforcer();
-  void epoll_add(int fd, uint32_t events);
-  void epoll_mod(int fd, uint32_t events);
-
-  // ---- policies
-  void load_state_file();
-  void save_state_file();
-  void adopt_named_slots();
-  void full_scan();
-  void apply_file(const std::string& fname);
-  void reject_file(PolicyFile& pf, const std::vector<std::string>& messages, const char* fail_reason);
-  void remove_file(const std::string& fname);
-
-  // ---- telemetry
-  void on_event(const ac_event_decision& ev);
-  void consume_events();
-  void flush_audit();
+  Status watch_policy_dir();
+  void on_signal(int signo);
   void tick();
-  void collect_counters();
-  size_t scan_runs();
-  std::string slot_name(uint32_t slot);
-
-  // ---- control socket
-  void accept_clients();
-  void on_client(int fd, uint32_t events);
-  void handle_line(Client& c, const std::string& line);
-  void respond(Client& c, const json& j);
-  void flush_client(Client& c);
-  void close_client(int fd);
+  void reap_stale_runs();
   json status_json();
-  json do_attach(const Request& r);
-  json do_detach(const Request& r);
+  json attach(const Request& r);
+  json detach(const Request& r);
 
+  // ControlHandler
+  json handle(const Request& req) override;
+  const std::deque<std::string>& recent_events() override { return sink_.recent(); }
+
+  // PolicyDirListener: metrics, and the counter ordering rules (event_sink.h).
+  void reloaded(bool success) override { metrics_.policy_reload(success); }
+  void rejected(const char* reason) override { metrics_.fail_closed(reason); }
+  void policies_loaded(size_t count) override { metrics_.policies_loaded(static_cast<double>(count)); }
+  void slot_named(uint32_t slot, const std::string& name) override { sink_.name_slot(slot, name); }
+  void slot_fresh(uint32_t slot, const std::string& name) override { sink_.baseline(slot, name); }
+  void before_slot_removed() override { sink_.collect_counters(); }
+  void slot_removed(uint32_t slot) override { sink_.forget(slot); }
+
+  // Declared in the order that makes destruction safe: the parts that hold
+  // the Enforcer (slots, sink's reader) go before it, the loop's users before
+  // the loop.
   Config cfg_;
-  UniqueFd instance_lock_, epoll_, signal_fd_, timer_fd_, inotify_fd_, listen_fd_, audit_fd_;
-  int watch_ = -1;
-  std::optional<gid_t> control_gid_;
-  std::unique_ptr<bpf::Enforcer> enf_;
-  std::unique_ptr<bpf::EventReader> reader_;
-  int reader_fd_ = -1;
+  UniqueFd instance_lock_;
+  EventLoop loop_;
   telemetry::Metrics metrics_;
-  telemetry::CounterTracker tracker_;
-  std::map<std::string, PolicyFile> files_;      // by file name
-  std::map<std::string, uint32_t> named_slots_;  // policy name -> slot (the daemon's)
-  std::map<uint32_t, std::string> slot_names_;   // last known name of every slot
-  std::map<uint64_t, std::string> run_ids_;      // scope id -> run id
-  std::deque<uint64_t> run_id_order_;
-  std::map<int, Client> clients_;
-  std::deque<std::string> recent_;
-  std::string audit_buf_;
-  uint64_t delivered_ = 0, audit_dropped_ = 0, client_dropped_ = 0, lost_seen_ = 0;
-  bool lost_initialised_ = false;
-  int64_t boot_offset_ns_ = 0;
+  std::unique_ptr<bpf::Enforcer> enf_;
+  std::string enforcer_error_;
+  std::unique_ptr<EnforcerNamedSlots> named_slots_;
+  RunIndex runs_;
+  EventSink sink_;
+  PolicyDirectory dir_;
+  PolicyWatch watch_;
+  bool watch_registered_ = false;
+  ControlServer server_;
   uint64_t ticks_ = 0;
   size_t runs_active_ = 0;
-  Clock::time_point last_slot_refresh_{}, last_run_scan_{};
-  bool stop_ = false;
-  std::string enforcer_error_;
 };
 
 // ---------------------------------------------------------------------------
-// setup
+// startup
 
 Status Daemon::start() {
   if (Status st = run::make_private_dir(cfg_.state_dir, 0755); !st) return st.error().wrap("state directory");
@@ -197,142 +124,30 @@ Status Daemon::start() {
   if (::flock(instance_lock_.get(), LOCK_EX | LOCK_NB) != 0)
     return Error{"another agentcage daemon is running (" + lock + " is locked); stop it first", EBUSY};
 
-  sigset_t set;
-  sigemptyset(&set);
-  for (int s : {SIGINT, SIGTERM, SIGHUP}) sigaddset(&set, s);
-  ::sigprocmask(SIG_BLOCK, &set, nullptr);
-  struct sigaction ign {};
-  ign.sa_handler = SIG_IGN;
-  ::sigaction(SIGPIPE, &ign, nullptr);
-  signal_fd_.reset(::signalfd(-1, &set, SFD_CLOEXEC | SFD_NONBLOCK));
-  epoll_.reset(::epoll_create1(EPOLL_CLOEXEC));
-  timer_fd_.reset(::timerfd_create(CLOCK_MONOTONIC, TFD_CLOEXEC | TFD_NONBLOCK));
-  if (!signal_fd_ || !epoll_ || !timer_fd_) return Error::from_errno("daemon: setting up the event loop");
-  itimerspec its{};
-  its.it_value.tv_nsec = kTickMs * 1000000L;
-  its.it_interval.tv_nsec = kTickMs * 1000000L;
-  if (kTickMs >= 1000) {
-    its.it_value = {kTickMs / 1000, (kTickMs % 1000) * 1000000L};
-    its.it_interval = its.it_value;
-  }
-  ::timerfd_settime(timer_fd_.get(), 0, &its, nullptr);
-  epoll_add(signal_fd_.get(), EPOLLIN);
-  epoll_add(timer_fd_.get(), EPOLLIN);
-
-  if (Status st = open_audit_log(); !st) return st;
+  if (Status st = loop_.open(
+          kTickMs, [this](int signo) { on_signal(signo); }, [this] { tick(); });
+      !st)
+    return st;
+  if (Status st = sink_.open_audit_log(); !st) return st;
   if (!cfg_.metrics_address.empty()) {
     if (Status st = metrics_.listen(cfg_.metrics_address); !st) return st;
-    log::info("metrics on http://" + cfg_.metrics_address + "/metrics (port " + std::to_string(metrics_.port()) + ")");
+    log::info("metrics on http://" + cfg_.metrics_address + "/metrics (port " +
+              std::to_string(metrics_.port()) + ")");
   }
-  boot_offset_ns_ = telemetry::boot_to_realtime_offset_ns();
-  load_state_file();
+  sink_.set_stream([this](const std::string& line) { server_.stream(line); });
+  dir_.load_state_file();
   ensure_enforcer();
-  if (Status st = create_control_socket(); !st) return st;
-  if (Status st = watch_policy_dir(); !st) log::warn(st.error().message + " (policies are loaded once it exists)");
+  if (Status st = server_.listen(); !st) return st;
+  if (Status st = watch_policy_dir(); !st)
+    log::warn(st.error().message + " (policies are loaded once it exists)");
   if (enf_) {
-    adopt_named_slots();
-    full_scan();
-    std::ostringstream reaped;
-    run::Paths paths;
-    paths.policy_dir = cfg_.policy_dir;
-    paths.cgroup_parent = cfg_.cgroup_parent;
-    paths.state_dir = cfg_.state_dir;
-    run::reap_stale_runs(*enf_, paths, reaped);
-    if (!reaped.str().empty()) log::warn(reaped.str());
+    dir_.adopt_named_slots();
+    dir_.full_scan();
+    reap_stale_runs();
   }
   tick();
   log::info(std::string("started (version ") + AGENTCAGE_VERSION + ", policy dir " + cfg_.policy_dir +
             ", control socket " + cfg_.control_socket + ")");
-  return {};
-}
-
-void Daemon::epoll_add(int fd, uint32_t events) {
-  epoll_event ev{};
-  ev.events = events;
-  ev.data.fd = fd;
-  ::epoll_ctl(epoll_.get(), EPOLL_CTL_ADD, fd, &ev);
-}
-
-void Daemon::epoll_mod(int fd, uint32_t events) {
-  epoll_event ev{};
-  ev.events = events;
-  ev.data.fd = fd;
-  ::epoll_ctl(epoll_.get(), EPOLL_CTL_MOD, fd, &ev);
-}
-
-Status Daemon::open_audit_log() {
-  if (cfg_.audit_log == "-") {
-    audit_fd_.reset(::fcntl(1, F_DUPFD_CLOEXEC, 3));
-    if (!audit_fd_) return Error::from_errno("audit log: stdout");
-    return {};
-  }
-  std::error_code ec;
-  fs::create_directories(fs::path(cfg_.audit_log).parent_path(), ec);
-  UniqueFd fd(::open(cfg_.audit_log.c_str(), O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC | O_NOFOLLOW, 0640));
-  if (!fd) return Error::from_errno("audit log: opening " + cfg_.audit_log);
-  audit_fd_ = std::move(fd);
-  return {};
-}
-
-Status Daemon::create_control_socket() {
-  const std::string& path = cfg_.control_socket;
-  sockaddr_un addr{};
-  addr.sun_family = AF_UNIX;
-  if (path.size() >= sizeof addr.sun_path) return Error{"control socket path too long: " + path, ENAMETOOLONG};
-  std::memcpy(addr.sun_path, path.data(), path.size());
-  std::optional<gid_t> group;
-  if (cfg_.control_group) {
-    const std::string& g = *cfg_.control_group;
-    if (std::all_of(g.begin(), g.end(), [](char c) { return c >= '0' && c <= '9'; })) {
-      group = static_cast<gid_t>(std::stoul(g));
-    } else {
-      struct group gr {};
-      struct group* found = nullptr;
-      std::vector<char> buf(16384);
-      if (::getgrnam_r(g.c_str(), &gr, buf.data(), buf.size(), &found) != 0 || !found)
-        return Error{"control_group: no group named '" + g + "'", ENOENT};
-      group = gr.gr_gid;
-    }
-  }
-  std::error_code ec;
-  fs::create_directories(fs::path(path).parent_path(), ec);
-  // We hold the instance lock, so whatever is at the path is a leftover of a
-  // daemon that died: replace it (only if it is a socket).
-  struct stat st {};
-  if (::lstat(path.c_str(), &st) == 0) {
-    if (!S_ISSOCK(st.st_mode)) return Error{"control socket: " + path + " exists and is not a socket", EEXIST};
-    ::unlink(path.c_str());
-  }
-  listen_fd_.reset(::socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0));
-  if (!listen_fd_) return Error::from_errno("control socket: socket");
-  // Created 0660 from the start: no window with wider permissions.
-  mode_t old = ::umask(0117);
-  int rc = ::bind(listen_fd_.get(), reinterpret_cast<sockaddr*>(&addr), sizeof addr);
-  int bind_errno = errno;
-  ::umask(old);
-  if (rc != 0) return Error::from_errno("control socket: binding " + path, bind_errno);
-  if (::chown(path.c_str(), 0, group.value_or(0)) != 0) return Error::from_errno("control socket: chown " + path);
-  if (::chmod(path.c_str(), group ? 0660 : 0600) != 0) return Error::from_errno("control socket: chmod " + path);
-  if (::listen(listen_fd_.get(), 64) != 0) return Error::from_errno("control socket: listen");
-  epoll_add(listen_fd_.get(), EPOLLIN);
-  control_gid_ = group;
-  return {};
-}
-
-Status Daemon::watch_policy_dir() {
-  if (!inotify_fd_) {
-    inotify_fd_.reset(::inotify_init1(IN_NONBLOCK | IN_CLOEXEC));
-    if (!inotify_fd_) return Error::from_errno("inotify");
-    epoll_add(inotify_fd_.get(), EPOLLIN);
-  }
-  if (watch_ >= 0) return {};
-  // Whole writes (close after write, rename into place), removals, and the
-  // directory itself going away. No IN_MODIFY: a half-written file is never
-  // read.
-  watch_ = ::inotify_add_watch(inotify_fd_.get(), cfg_.policy_dir.c_str(),
-                               IN_CLOSE_WRITE | IN_MOVED_TO | IN_MOVED_FROM | IN_DELETE | IN_DELETE_SELF |
-                                   IN_MOVE_SELF | IN_ATTRIB | IN_ONLYDIR);
-  if (watch_ < 0) return Error::from_errno("policy directory " + cfg_.policy_dir);
   return {};
 }
 
@@ -347,497 +162,133 @@ bool Daemon::ensure_enforcer() {
     metrics_.fail_closed(reason);
     metrics_.enforcement_ready(false);
     if (enforcer_error_ != e.error().message)
-      log::error("cannot enforce: " + e.error().message + " (retrying every " + std::to_string(kEnforcerRetryTicks) +
-                 " s; runs refuse to start meanwhile)");
+      log::error("cannot enforce: " + e.error().message + " (retrying every " +
+                 std::to_string(kEnforcerRetryTicks) + " s; runs refuse to start meanwhile)");
     enforcer_error_ = e.error().message;
     return false;
   }
   enforcer_error_.clear();
   enf_ = std::move(*e);
-  auto reader = bpf::EventReader::create(enf_->events_fd(), [this](const ac_event_decision& ev) { on_event(ev); });
-  if (!reader) {
-    log::error("events: " + reader.error().message);
-  } else {
-    reader_ = std::move(*reader);
-    reader_fd_ = reader_->epoll_fd();
-    epoll_add(reader_fd_, EPOLLIN);
-  }
+  named_slots_ = std::make_unique<EnforcerNamedSlots>(*enf_);
+  dir_.set_slots(named_slots_.get());
+  if (int fd = sink_.attach(*enf_); fd >= 0)
+    loop_.add(fd, EPOLLIN, [this](uint32_t) {
+      sink_.consume();
+      server_.flush_streams();
+    });
   log::info("enforcing with the program set pinned in " + enf_->pin_dir());
   return true;
 }
 
-// ---------------------------------------------------------------------------
-// policies
-
-void Daemon::load_state_file() {
-  std::ifstream in(cfg_.state_dir + "/daemon-policies.json");
-  if (!in) return;
-  json j = json::parse(in, nullptr, false);
-  if (!j.is_object()) return;
-  for (const auto& [name, slot] : j.items())
-    if (slot.is_number_unsigned() && slot.get<uint64_t>() < AC_MAX_POLICIES)
-      named_slots_[name] = static_cast<uint32_t>(slot.get<uint64_t>());
-}
-
-void Daemon::save_state_file() {
-  json j = json::object();
-  for (const auto& [name, slot] : named_slots_) j[name] = slot;
-  const std::string path = cfg_.state_dir + "/daemon-policies.json";
-  const std::string tmp = path + ".tmp";
-  {
-    std::ofstream out(tmp, std::ios::trunc);
-    out << j.dump() << "\n";
-    if (!out) {
-      log::warn("cannot write " + tmp);
-      return;
-    }
-  }
-  if (::rename(tmp.c_str(), path.c_str()) != 0) log::warn("cannot write " + path + ": " + std::strerror(errno));
-}
-
-// Named slots pinned by a previous daemon: keep those whose slot still holds
-// the policy of that name, so a restart swaps in place (scopes on the slot
-// never see a gap) instead of installing a second copy.
-void Daemon::adopt_named_slots() {
-  auto pols = enf_->policies();
-  if (!pols) return;
-  std::map<std::string, uint32_t> adopted;
-  for (const auto& p : *pols) {
-    if (p.owner != AC_POLICY_OWNER_NAMED || p.name.empty()) continue;
-    auto it = named_slots_.find(p.name);
-    std::error_code ec;
-    bool ours = (it != named_slots_.end() && it->second == p.slot) ||
-                fs::exists(fs::path(cfg_.policy_dir) / (p.name + ".yaml"), ec);
-    if (ours && !adopted.count(p.name)) adopted[p.name] = p.slot;
-  }
-  named_slots_ = adopted;
-}
-
-void Daemon::full_scan() {
-  if (!enf_) return;
-  std::set<std::string> present;
-  std::error_code ec;
-  for (const auto& entry : fs::directory_iterator(cfg_.policy_dir, ec)) {
-    std::string n = entry.path().filename().string();
-    if (is_policy_file_name(n)) present.insert(n);
-  }
-  if (ec && ec != std::errc::no_such_file_or_directory)
-    log::warn("policy directory " + cfg_.policy_dir + ": " + ec.message());
-  for (const auto& n : present) apply_file(n);
-  std::vector<std::string> gone;
-  for (const auto& [n, pf] : files_)
-    if (!present.count(n)) gone.push_back(n);
-  for (const auto& n : gone) remove_file(n);
-  // Named slots of a previous daemon whose file is gone.
-  std::vector<std::string> stale;
-  for (const auto& [name, slot] : named_slots_)
-    if (!files_.count(name + ".yaml")) stale.push_back(name);
-  for (const auto& name : stale) {
-    uint32_t slot = named_slots_[name];
-    collect_counters();
-    if (Status st = enf_->remove_policy(slot); !st) {
-      log::error("removing policy " + name + ": " + st.error().message);
-      continue;
-    }
-    named_slots_.erase(name);
-    log::warn("policy " + name + " removed (its file is gone from " + cfg_.policy_dir +
-              "): scopes still on it deny everything (fail closed)");
-  }
-  save_state_file();
-  metrics_.policies_loaded(static_cast<double>(named_slots_.size()));
-}
-
-void Daemon::reject_file(PolicyFile& pf, const std::vector<std::string>& messages, const char* fail_reason) {
-  for (const auto& m : messages) log::error(m);
-  pf.error = messages.empty() ? "rejected" : messages.front();
-  if (messages.size() > 1) pf.error += " (and " + std::to_string(messages.size() - 1) + " more)";
-  pf.loaded = false;
-  metrics_.policy_reload(false);
-  metrics_.fail_closed(fail_reason);
-  if (pf.slot)
-    log::warn("policy " + pf.name + ": the change was rejected; the previous version keeps enforcing (slot " +
-              std::to_string(*pf.slot) + ")");
-  else
-    log::warn("policy " + pf.name + " is not loaded: runs and attachments naming it fail");
-}
-
-void Daemon::apply_file(const std::string& fname) {
-  if (!enf_) return;
-  const std::string path = (fs::path(cfg_.policy_dir) / fname).string();
-  struct stat st {};
-  if (::stat(path.c_str(), &st) != 0 || !S_ISREG(st.st_mode)) {
-    if (files_.count(fname)) remove_file(fname);
-    return;
-  }
-  PolicyFile& pf = files_[fname];
-  if (pf.dev == st.st_dev && pf.ino == st.st_ino && pf.size == st.st_size && pf.mtime_ns == mtime_ns(st)) return;
-  pf.dev = st.st_dev;
-  pf.ino = st.st_ino;
-  pf.size = st.st_size;
-  pf.mtime_ns = mtime_ns(st);
-  pf.name = stem_of(fname);
-  if (!pf.slot)
-    if (auto it = named_slots_.find(pf.name); it != named_slots_.end()) pf.slot = it->second;
-
-  auto parsed = policy::load_policy_dir_file(path);
-  if (!parsed.ok()) {
-    std::vector<std::string> msgs;
-    for (const auto& d : parsed.errors) msgs.push_back(d.format());
-    return reject_file(pf, msgs, "policy_invalid");
-  }
-  if (parsed.policy->name != pf.name) {
-    policy::Position pos = name_position(path);
-    return reject_file(pf,
-                       {path + ":" + std::to_string(pos.line) + ":" + std::to_string(pos.column) + ": metadata.name " +
-                        policy::quote(parsed.policy->name) + " does not match the file name (the daemon names a policy by its file: expected " +
-                        policy::quote(pf.name) + ")"},
-                       "policy_invalid");
-  }
-  auto compiled = bpf::compile(*parsed.policy);
-  if (!compiled) return reject_file(pf, {path + ": " + compiled.error().message}, "policy_invalid");
-  const uint64_t digest = bpf::policy_digest(pf.name, *compiled);
-  pf.uses_workspace = std::any_of(compiled->paths.begin(), compiled->paths.end(),
-                                  [](const bpf::PathRule& r) { return r.space == bpf::RuleSpace::workspace; });
-  const bool had_slot = pf.slot.has_value();
-  uint32_t slot = 0;
-  if (pf.slot) {
-    slot = *pf.slot;
-    if (!(pf.loaded && pf.digest == digest)) {
-      if (Status put = enf_->put_policy(slot, pf.name, *compiled); !put)
-        return reject_file(pf, {path + ": installing the policy: " + put.error().message}, "internal");
-    }
-  } else {
-    std::vector<uint32_t> reserved;
-    for (const auto& [n, s] : named_slots_) reserved.push_back(s);
-    Status put;
-    auto s = scope::allocate_named_slot(*enf_, reserved, [&](uint32_t fresh) -> Status {
-      // Counters of a fresh slot start at whatever is there; count from now.
-      if (auto c = enf_->counters(fresh)) (void)tracker_.observe(fresh, pf.name, *c);
-      put = enf_->put_policy(fresh, pf.name, *compiled);
-      return put;
+Status Daemon::watch_policy_dir() {
+  Status st = watch_.watch();
+  if (!watch_registered_ && watch_.fd() >= 0) {
+    watch_registered_ = true;
+    loop_.add(watch_.fd(), EPOLLIN, [this](uint32_t) {
+      PolicyDirChanges changes = watch_.read();
+      if (changes.rescan) dir_.full_scan();
+      for (const auto& name : changes.files) dir_.apply_file(name);
+      if (!changes.files.empty()) dir_.save_state_file();
     });
-    if (!put) return reject_file(pf, {path + ": installing the policy: " + put.error().message}, "internal");
-    if (!s) return reject_file(pf, {path + ": " + s.error().message}, "internal");
-    slot = *s;
   }
-  pf.slot = slot;
-  pf.digest = digest;
-  pf.loaded = true;
-  pf.error.clear();
-  named_slots_[pf.name] = slot;
-  slot_names_[slot] = pf.name;
-  save_state_file();
-  metrics_.policy_reload(true);
-  metrics_.policies_loaded(static_cast<double>(named_slots_.size()));
-  log::info(std::string("policy ") + pf.name + (had_slot ? " reloaded" : " loaded") + " into slot " +
-            std::to_string(slot) + " from " + path + " (" + policy::to_string(parsed.policy->mode) + ")");
+  return st;
 }
 
-void Daemon::remove_file(const std::string& fname) {
-  auto it = files_.find(fname);
-  if (it == files_.end()) return;
-  PolicyFile pf = it->second;
-  files_.erase(it);
-  if (!enf_ || !pf.slot) return;
-  collect_counters();  // the slot's last decisions, before it goes
-  if (Status st = enf_->remove_policy(*pf.slot); !st) {
-    log::error("removing policy " + pf.name + ": " + st.error().message);
-    return;
-  }
-  size_t users = 0;
-  if (auto sc = enf_->scopes())
-    for (const auto& s : *sc) users += s.policy_slot == *pf.slot;
-  named_slots_.erase(pf.name);
-  tracker_.forget(*pf.slot);
-  save_state_file();
-  metrics_.policies_loaded(static_cast<double>(named_slots_.size()));
-  log::warn("policy " + pf.name + " removed (" + fname + " was deleted)" +
-            (users ? ": " + std::to_string(users) + " scope(s) still on it now deny everything (fail closed) until they end"
-                   : std::string()));
+void Daemon::reap_stale_runs() {
+  std::ostringstream reaped;
+  run::Paths paths;
+  paths.policy_dir = cfg_.policy_dir;
+  paths.cgroup_parent = cfg_.cgroup_parent;
+  paths.state_dir = cfg_.state_dir;
+  run::reap_stale_runs(*enf_, paths, reaped);
+  if (!reaped.str().empty()) log::warn(reaped.str());
 }
 
 // ---------------------------------------------------------------------------
-// telemetry
+// the loop's callbacks
 
-std::string Daemon::slot_name(uint32_t slot) {
-  auto it = slot_names_.find(slot);
-  if (it != slot_names_.end()) return it->second;
-  // An unknown slot: refresh at most every 100 ms (an event storm from a new
-  // slot must not turn into a map walk per event).
-  if (enf_ && Clock::now() - last_slot_refresh_ > std::chrono::milliseconds(100)) {
-    last_slot_refresh_ = Clock::now();
-    if (auto pols = enf_->policies())
-      for (const auto& p : *pols) slot_names_[p.slot] = p.name;
-    it = slot_names_.find(slot);
-    if (it != slot_names_.end()) return it->second;
+void Daemon::on_signal(int signo) {
+  if (signo == SIGHUP) {
+    log::info("SIGHUP: reopening the audit log and rescanning " + cfg_.policy_dir);
+    sink_.flush_audit();
+    if (Status st = sink_.open_audit_log(); !st) log::error(st.error().message);
+    dir_.rescan_all();
+    return;
   }
-  return "unknown";
-}
-
-void Daemon::on_event(const ac_event_decision& ev) {
-  ++delivered_;
-  const std::string policy = slot_name(ev.policy_slot);
-  metrics_.event(policy, ev.hook, ev.decision);
-  telemetry::EventContext ctx;
-  ctx.realtime_ns = static_cast<int64_t>(ev.hdr.time_ns) + boot_offset_ns_;
-  ctx.policy = policy == "unknown" ? std::string() : policy;
-  auto run = run_ids_.find(ev.scope_id);
-  if (run == run_ids_.end() && Clock::now() - last_run_scan_ > std::chrono::seconds(1)) {
-    scan_runs();
-    run = run_ids_.find(ev.scope_id);
-  }
-  if (run != run_ids_.end()) ctx.run_id = run->second;
-  std::string line = telemetry::event_line(ev, ctx);
-  if (audit_buf_.size() + line.size() <= kMaxAuditBuffer) audit_buf_ += line;
-  else ++audit_dropped_;
-  if (cfg_.recent_events) {
-    recent_.push_back(line);
-    while (recent_.size() > cfg_.recent_events) recent_.pop_front();
-  }
-  for (auto& [fd, c] : clients_) {
-    if (!c.streaming) continue;
-    std::string notice;
-    if (c.dropped) notice = json{{"dropped", c.dropped}}.dump() + "\n";
-    if (c.out.size() + notice.size() + line.size() > cfg_.client_buffer_bytes) {
-      ++c.dropped;
-      ++client_dropped_;
-      continue;
-    }
-    c.out += notice;
-    c.out += line;
-    c.dropped = 0;
-  }
-}
-
-void Daemon::consume_events() {
-  if (!reader_) return;
-  auto n = reader_->consume();
-  if (!n) log::error(n.error().message);
-  flush_audit();
-  for (auto& [fd, c] : clients_)
-    if (c.streaming && !c.out.empty()) flush_client(c);
-}
-
-void Daemon::flush_audit() {
-  size_t off = 0;
-  while (off < audit_buf_.size()) {
-    ssize_t n = ::write(audit_fd_.get(), audit_buf_.data() + off, audit_buf_.size() - off);
-    if (n < 0 && errno == EINTR) continue;
-    if (n <= 0) {
-      if (errno != EAGAIN) log::error(std::string("audit log: ") + std::strerror(errno));
-      break;
-    }
-    off += static_cast<size_t>(n);
-  }
-  audit_buf_.erase(0, off);
-}
-
-void Daemon::collect_counters() {
-  if (!enf_) return;
-  auto pols = enf_->policies();
-  if (!pols) return;
-  std::set<uint32_t> live;
-  for (const auto& p : *pols) {
-    live.insert(p.slot);
-    slot_names_[p.slot] = p.name;
-    auto c = enf_->counters(p.slot);
-    if (!c) continue;
-    for (const auto& d : tracker_.observe(p.slot, p.name, *c)) metrics_.decisions(p.name, d.hook, d.decision, d.amount);
-  }
-  for (uint32_t slot = 0; slot < AC_MAX_POLICIES; ++slot)
-    if (!live.count(slot)) tracker_.forget(slot);
-}
-
-// Live runs from their records (a run is alive while its lock is held), so
-// runs_active counts every run on the host, with or without notifications.
-size_t Daemon::scan_runs() {
-  last_run_scan_ = Clock::now();
-  size_t alive = 0;
-  const std::string dir = cfg_.state_dir + "/runs";
-  std::error_code ec;
-  for (const auto& entry : fs::directory_iterator(dir, ec)) {
-    const std::string name = entry.path().filename().string();
-    if (name.size() != 21 || name.compare(16, 5, ".json") != 0) continue;
-    // The record is written after its lock is taken, so probing the lock of a
-    // run that has a record never races the run's own flock.
-    UniqueFd lock(::open((dir + "/" + name.substr(0, 16) + ".lock").c_str(), O_RDONLY | O_CLOEXEC | O_NOFOLLOW));
-    if (!lock) continue;
-    if (::flock(lock.get(), LOCK_SH | LOCK_NB) == 0) continue;  // owner died: the reaper's
-    ++alive;
-    std::ifstream in(entry.path());
-    json j = json::parse(in, nullptr, false);
-    if (!j.is_object()) continue;
-    auto rec = run::record_from_json(j);
-    if (!rec || rec->cgroup_id == 0) continue;
-    if (!run_ids_.count(rec->cgroup_id)) {
-      run_ids_[rec->cgroup_id] = rec->run_id;
-      run_id_order_.push_back(rec->cgroup_id);
-    }
-  }
-  while (run_id_order_.size() > kMaxRunIds) {
-    run_ids_.erase(run_id_order_.front());
-    run_id_order_.pop_front();
-  }
-  return alive;
+  log::info("stopping on signal " + std::to_string(signo) +
+            " (enforcement continues: the programs stay pinned)");
+  loop_.stop();
 }
 
 void Daemon::tick() {
   ++ticks_;
   if (!enf_) {
     if (ticks_ % kEnforcerRetryTicks == 0 && ensure_enforcer()) {
-      adopt_named_slots();
-      full_scan();
+      dir_.adopt_named_slots();
+      dir_.full_scan();
     }
   }
-  if (watch_ < 0 && enf_ && watch_policy_dir()) full_scan();
-  runs_active_ = scan_runs();
+  if (!watch_.watching() && enf_ && watch_policy_dir()) dir_.full_scan();
+  runs_active_ = runs_.scan();
   metrics_.runs_active(static_cast<double>(runs_active_));
   if (!enf_) return;
-  collect_counters();
-  if (auto lost = enf_->stat(AC_STAT_EVENTS_LOST)) {
-    // The kernel's count is absolute and outlives the daemon: export what
-    // was lost while this daemon runs, and what it finds at start.
-    if (!lost_initialised_ || *lost >= lost_seen_) metrics_.events_lost(*lost - (lost_initialised_ ? lost_seen_ : 0));
-    lost_seen_ = *lost;
-    lost_initialised_ = true;
-  }
+  sink_.collect_counters();
+  sink_.count_lost();
   if (auto sc = enf_->scopes()) metrics_.scopes_active(static_cast<double>(sc->size()));
   Readiness r = check_ready(*enf_);
   metrics_.enforcement_ready(r.ready);
   if (!r.ready && ticks_ % 60 == 1) log::error("enforcement is NOT ready: " + r.detail);
-  if (ticks_ % kReapTicks == 0) {
-    std::ostringstream reaped;
-    run::Paths paths;
-    paths.policy_dir = cfg_.policy_dir;
-    paths.cgroup_parent = cfg_.cgroup_parent;
-    paths.state_dir = cfg_.state_dir;
-    run::reap_stale_runs(*enf_, paths, reaped);
-    if (!reaped.str().empty()) log::warn(reaped.str());
-  }
-  flush_audit();
+  if (ticks_ % kReapTicks == 0) reap_stale_runs();
+  sink_.flush_audit();
+}
+
+int Daemon::run() {
+  int status = loop_.run();
+  if (status != 0) return status;
+  sink_.consume();
+  server_.flush_streams();
+  sink_.flush_audit();
+  // Still holding the instance lock: the socket is ours to remove, so
+  // clients see "not running" rather than a refused connection.
+  ::unlink(cfg_.control_socket.c_str());
+  return 0;
 }
 
 // ---------------------------------------------------------------------------
-// control socket
+// requests
 
-void Daemon::accept_clients() {
-  for (;;) {
-    UniqueFd fd(::accept4(listen_fd_.get(), nullptr, nullptr, SOCK_NONBLOCK | SOCK_CLOEXEC));
-    if (!fd) return;
-    ucred cred{};
-    socklen_t len = sizeof cred;
-    if (::getsockopt(fd.get(), SOL_SOCKET, SO_PEERCRED, &cred, &len) != 0) continue;
-    bool root = cred.uid == 0;
-    bool member = root;
-    if (!member && control_gid_) {
-      member = cred.gid == *control_gid_;
-      // Supplementary groups as of connect time (SO_PEERGROUPS, Linux 4.13).
-      std::vector<gid_t> groups(256);
-      socklen_t glen = static_cast<socklen_t>(groups.size() * sizeof(gid_t));
-      if (!member && ::getsockopt(fd.get(), SOL_SOCKET, SO_PEERGROUPS, groups.data(), &glen) == 0) {
-        groups.resize(glen / sizeof(gid_t));
-        member = std::find(groups.begin(), groups.end(), *control_gid_) != groups.end();
-      }
-    }
-    auto refuse = [&](const std::string& why) {
-      std::string msg = json{{"ok", false}, {"error", why}}.dump() + "\n";
-      (void)!::send(fd.get(), msg.data(), msg.size(), MSG_NOSIGNAL | MSG_DONTWAIT);
-    };
-    if (!member) {
-      log::warn("control socket: refused uid " + std::to_string(cred.uid) + " (pid " + std::to_string(cred.pid) +
-                "): not root and not in the control group");
-      refuse("permission denied: root or the control group only");
-      continue;
-    }
-    if (clients_.size() >= cfg_.max_clients) {
-      refuse("too many clients (max_clients " + std::to_string(cfg_.max_clients) + ")");
-      continue;
-    }
-    int raw = fd.get();
-    Client c;
-    c.fd = std::move(fd);
-    c.uid = cred.uid;
-    c.root = root;
-    clients_.emplace(raw, std::move(c));
-    epoll_add(raw, EPOLLIN | EPOLLRDHUP);
+json Daemon::handle(const Request& req) {
+  const bool needs_enforcer = req.op == Op::attach || req.op == Op::detach;
+  if (needs_enforcer && !enf_) return {{"ok", false}, {"error", "cannot enforce: " + enforcer_error_}};
+  switch (req.op) {
+    case Op::status:
+      return {{"ok", true}, {"status", status_json()}};
+    case Op::attach:
+      return attach(req);
+    case Op::detach:
+      return detach(req);
+    case Op::run_start:
+      runs_.note(req.scope_id, req.run_id);
+      return {{"ok", true}};
+    case Op::run_end:
+      metrics_.run_finished(req.policy, req.outcome, req.duration_seconds);
+      if (req.fail_closed) metrics_.fail_closed(*req.fail_closed);
+      // Decisions of the run's last moments, before its transient slot goes.
+      sink_.collect_counters();
+      return {{"ok", true}};
+    case Op::reload:
+      dir_.rescan_all();
+      return {{"ok", true}, {"status", dir_.status_json()}};
+    case Op::events:
+      break;  // the control server's own
   }
-}
-
-void Daemon::respond(Client& c, const json& j) {
-  c.out += j.dump(-1, ' ', false, json::error_handler_t::replace) + "\n";
-}
-
-void Daemon::flush_client(Client& c) {
-  while (!c.out.empty()) {
-    ssize_t n = ::send(c.fd.get(), c.out.data(), c.out.size(), MSG_NOSIGNAL | MSG_DONTWAIT);
-    if (n > 0) {
-      c.out.erase(0, static_cast<size_t>(n));
-      continue;
-    }
-    if (n < 0 && errno == EINTR) continue;
-    if (n < 0 && errno == EAGAIN) break;
-    c.close_after_flush = true;  // peer gone
-    c.out.clear();
-    break;
-  }
-  bool want = !c.out.empty();
-  if (want != c.want_out) {
-    epoll_mod(c.fd.get(), EPOLLIN | EPOLLRDHUP | (want ? EPOLLOUT : 0u));
-    c.want_out = want;
-  }
-}
-
-void Daemon::close_client(int fd) {
-  ::epoll_ctl(epoll_.get(), EPOLL_CTL_DEL, fd, nullptr);
-  clients_.erase(fd);
-}
-
-void Daemon::on_client(int fd, uint32_t events) {
-  auto it = clients_.find(fd);
-  if (it == clients_.end()) return;
-  Client& c = it->second;
-  if (events & EPOLLIN) {
-    char buf[16384];
-    for (;;) {
-      ssize_t n = ::recv(fd, buf, sizeof buf, MSG_DONTWAIT);
-      if (n < 0 && errno == EINTR) continue;
-      if (n < 0) break;
-      if (n == 0) {
-        if (c.out.empty() || !c.streaming) c.close_after_flush = true;
-        if (c.streaming) return close_client(fd);
-        break;
-      }
-      if (c.streaming || c.close_after_flush) continue;  // nothing more is read from a stream
-      c.in.append(buf, static_cast<size_t>(n));
-      size_t nl;
-      while (!c.close_after_flush && !c.streaming && (nl = c.in.find('\n')) != std::string::npos) {
-        std::string line = c.in.substr(0, nl);
-        c.in.erase(0, nl + 1);
-        handle_line(c, line);
-      }
-      if (c.in.size() > kMaxRequestBytes) {
-        respond(c, {{"ok", false}, {"error", "request: longer than " + std::to_string(kMaxRequestBytes) + " bytes"}});
-        c.close_after_flush = true;
-        c.in.clear();
-      }
-    }
-  }
-  if ((events & (EPOLLHUP | EPOLLERR)) && !(events & EPOLLIN)) return close_client(fd);
-  flush_client(c);
-  if (c.close_after_flush && c.out.empty()) close_client(fd);
+  return {{"ok", false}, {"error", "request: op " + std::string(op_name(req.op)) + " is not handled here"}};
 }
 
 json Daemon::status_json() {
-  json s = enf_ ? kernel_status(*enf_, run_ids_)
+  json s = enf_ ? kernel_status(*enf_, runs_.ids())
                 : json{{"enforcement", {{"ready", false}, {"detail", "cannot enforce: " + enforcer_error_}}}};
-  json files = json::array();
-  for (const auto& [n, pf] : files_)
-    files.push_back({{"file", (fs::path(cfg_.policy_dir) / n).string()},
-                     {"policy", pf.name},
-                     {"state", pf.loaded ? "loaded" : pf.slot ? "rejected_previous_enforcing" : "rejected"},
-                     {"slot", pf.slot ? json(*pf.slot) : json(nullptr)},
-                     {"error", pf.error.empty() ? json(nullptr) : json(pf.error)}});
-  s["policy_files"] = files;
+  s["policy_files"] = dir_.status_json();
   s["daemon"] = {{"running", true},
                  {"pid", ::getpid()},
                  {"version", AGENTCAGE_VERSION},
@@ -847,40 +298,46 @@ json Daemon::status_json() {
                  {"control_socket", cfg_.control_socket},
                  {"audit_log", cfg_.audit_log},
                  {"enforcer_error", enforcer_error_.empty() ? json(nullptr) : json(enforcer_error_)},
-                 {"events_delivered", delivered_},
-                 {"events_malformed", reader_ ? reader_->malformed() : 0},
-                 {"audit_dropped", audit_dropped_},
-                 {"stream_dropped", client_dropped_},
-                 {"clients", clients_.size()},
+                 {"events_delivered", sink_.delivered()},
+                 {"events_malformed", sink_.malformed()},
+                 {"audit_dropped", sink_.audit_dropped()},
+                 {"stream_dropped", server_.stream_dropped()},
+                 {"clients", server_.clients()},
                  {"runs_active", runs_active_}};
   return s;
 }
 
-json Daemon::do_attach(const Request& r) {
-  auto slot = named_slots_.find(r.policy);
-  if (slot == named_slots_.end())
-    return {{"ok", false}, {"error", "no policy named '" + r.policy + "' is loaded by the daemon (policy dir " + cfg_.policy_dir + ")"}};
+json Daemon::attach(const Request& r) {
+  const std::optional<uint32_t> slot = dir_.named_slot(r.policy);
+  if (!slot)
+    return {{"ok", false},
+            {"error", "no policy named '" + r.policy + "' is loaded by the daemon (policy dir " +
+                          cfg_.policy_dir + ")"}};
   auto cg = scope::find_cgroup(r.cgroup);
   if (!cg) return {{"ok", false}, {"error", cg.error().message}};
-  bool uses_ws = false;
-  if (auto f = files_.find(r.policy + ".yaml"); f != files_.end()) uses_ws = f->second.uses_workspace;
+  const bool uses_ws = dir_.uses_workspace(r.policy);
   std::string workspace;
   if (!r.workspace.empty()) {
     std::error_code ec;
     fs::path ws = fs::canonical(r.workspace, ec);
     if (ec || !fs::is_directory(ws) || ws == "/")
-      return {{"ok", false}, {"error", "workspace " + r.workspace + ": not an existing directory other than /"}};
+      return {{"ok", false},
+              {"error", "workspace " + r.workspace + ": not an existing directory other than /"}};
     workspace = ws.string();
   } else if (uses_ws) {
     return {{"ok", false}, {"error", "policy " + r.policy + " has ${workspace} rules: pass a workspace"}};
   }
-  auto confined = scope::confine(*enf_, *cg, scope::NamedPolicy{r.policy, slot->second}, workspace);
+  auto confined = scope::confine(*enf_, *cg, scope::NamedPolicy{r.policy, *slot}, workspace);
   if (!confined) return {{"ok", false}, {"error", confined.error().message}};
   log::info("attached " + cg->path.string() + " to policy " + r.policy);
-  return {{"ok", true}, {"cgroup", cg->path.string()}, {"cgroup_id", cg->id}, {"policy", r.policy}, {"slot", slot->second}};
+  return {{"ok", true},
+          {"cgroup", cg->path.string()},
+          {"cgroup_id", cg->id},
+          {"policy", r.policy},
+          {"slot", *slot}};
 }
 
-json Daemon::do_detach(const Request& r) {
+json Daemon::detach(const Request& r) {
   auto cg = scope::find_cgroup(r.cgroup);
   if (!cg) return {{"ok", false}, {"error", cg.error().message}};
   auto released = scope::release(*enf_, *cg, scope::Ending::detach);
@@ -904,124 +361,6 @@ json Daemon::do_detach(const Request& r) {
           {"audited_by_hook", audited_by_hook}};
 }
 
-void Daemon::handle_line(Client& c, const std::string& line) {
-  auto req = parse_request(line);
-  if (!req) {
-    respond(c, {{"ok", false}, {"error", req.error().message}});
-    return;
-  }
-  if (!c.root && !op_allowed_for_group(req->op)) {
-    respond(c, {{"ok", false}, {"error", std::string("permission denied: op ") + std::string(op_name(req->op)) + " needs root"}});
-    return;
-  }
-  const bool needs_enforcer = req->op == Op::attach || req->op == Op::detach;
-  if (needs_enforcer && !enf_) {
-    respond(c, {{"ok", false}, {"error", "cannot enforce: " + enforcer_error_}});
-    return;
-  }
-  switch (req->op) {
-    case Op::status: respond(c, json{{"ok", true}, {"status", status_json()}}); break;
-    case Op::events:
-      respond(c, {{"ok", true}, {"recent", recent_.size()}, {"follow", req->follow}});
-      for (const auto& l : recent_) c.out += l;
-      if (req->follow) c.streaming = true;
-      else c.close_after_flush = true;
-      break;
-    case Op::attach: respond(c, do_attach(*req)); break;
-    case Op::detach: respond(c, do_detach(*req)); break;
-    case Op::run_start:
-      if (!run_ids_.count(req->scope_id)) run_id_order_.push_back(req->scope_id);
-      run_ids_[req->scope_id] = req->run_id;
-      respond(c, {{"ok", true}});
-      break;
-    case Op::run_end:
-      metrics_.run_finished(req->policy, req->outcome, req->duration_seconds);
-      if (req->fail_closed) metrics_.fail_closed(*req->fail_closed);
-      // Decisions of the run's last moments, before its transient slot goes.
-      collect_counters();
-      respond(c, {{"ok", true}});
-      break;
-    case Op::reload:
-      for (auto& [n, pf] : files_) pf.mtime_ns = -1;  // re-read everything
-      full_scan();
-      respond(c, {{"ok", true}, {"status", status_json()["policy_files"]}});
-      break;
-  }
-}
-
-// ---------------------------------------------------------------------------
-
-int Daemon::loop() {
-  epoll_event events[64];
-  while (!stop_) {
-    int n = ::epoll_wait(epoll_.get(), events, 64, -1);
-    if (n < 0) {
-      if (errno == EINTR) continue;
-      log::error(std::string("epoll_wait: ") + std::strerror(errno));
-      return 1;
-    }
-    for (int i = 0; i < n; ++i) {
-      int fd = events[i].data.fd;
-      if (fd == signal_fd_.get()) {
-        signalfd_siginfo si{};
-        while (::read(fd, &si, sizeof si) == static_cast<ssize_t>(sizeof si)) {
-          if (si.ssi_signo == SIGHUP) {
-            log::info("SIGHUP: reopening the audit log and rescanning " + cfg_.policy_dir);
-            flush_audit();
-            if (Status st = open_audit_log(); !st) log::error(st.error().message);
-            for (auto& [name, pf] : files_) pf.mtime_ns = -1;
-            full_scan();
-          } else {
-            log::info("stopping on signal " + std::to_string(si.ssi_signo) + " (enforcement continues: the programs stay pinned)");
-            stop_ = true;
-          }
-        }
-      } else if (fd == timer_fd_.get()) {
-        uint64_t exp;
-        (void)!::read(fd, &exp, sizeof exp);
-        tick();
-      } else if (fd == reader_fd_) {
-        consume_events();
-      } else if (fd == inotify_fd_.get()) {
-        alignas(inotify_event) char buf[16384];
-        std::set<std::string> changed;
-        bool rescan = false;
-        for (;;) {
-          ssize_t len = ::read(fd, buf, sizeof buf);
-          if (len <= 0) break;
-          for (char* p = buf; p < buf + len;) {
-            auto* ev = reinterpret_cast<inotify_event*>(p);
-            p += sizeof(inotify_event) + ev->len;
-            if (ev->mask & (IN_DELETE_SELF | IN_MOVE_SELF | IN_IGNORED)) {
-              if (watch_ >= 0) log::warn("policy directory " + cfg_.policy_dir + " went away; its policies stay loaded until it is back");
-              if (watch_ >= 0) ::inotify_rm_watch(fd, watch_);
-              watch_ = -1;
-              continue;
-            }
-            if (ev->mask & IN_Q_OVERFLOW) rescan = true;
-            std::string name = ev->len ? std::string(ev->name) : std::string();
-            if (is_policy_file_name(name)) changed.insert(name);
-            else if (!name.empty() && name[0] == '.') rescan = true;  // e.g. a ConfigMap's ..data swap
-          }
-        }
-        if (rescan) full_scan();
-        for (const auto& name : changed) apply_file(name);
-        if (!changed.empty()) save_state_file();
-      } else if (fd == listen_fd_.get()) {
-        accept_clients();
-      } else {
-        on_client(fd, events[i].events);
-      }
-    }
-  }
-  consume_events();
-  flush_audit();
-  // Still holding the instance lock: the socket is ours to remove, so
-  // clients see "not running" rather than a refused connection.
-  ::unlink(cfg_.control_socket.c_str());
-  return 0;
-}
-
 }  // namespace
 
 int run_daemon(const Config& config) {
@@ -1030,7 +369,7 @@ int run_daemon(const Config& config) {
     log::error("daemon: " + st.error().message);
     return 1;
   }
-  return d.loop();
+  return d.run();
 }
 
 int daemon_command(const std::string& config_file) {

@@ -1,0 +1,234 @@
+// SPDX-License-Identifier: Apache-2.0
+#include "daemon/control_server.h"
+
+#include <grp.h>
+#include <sys/epoll.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/un.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cstring>
+#include <filesystem>
+#include <vector>
+
+#include "util/log.h"
+
+namespace agentcage::daemon {
+namespace {
+
+namespace fs = std::filesystem;
+using nlohmann::json;
+
+Result<std::optional<gid_t>> control_gid(const std::optional<std::string>& group) {
+  if (!group) return std::optional<gid_t>();
+  const std::string& g = *group;
+  if (std::all_of(g.begin(), g.end(), [](char c) { return c >= '0' && c <= '9'; }))
+    return std::optional<gid_t>(static_cast<gid_t>(std::stoul(g)));
+  struct group gr {};
+  struct group* found = nullptr;
+  std::vector<char> buf(16384);
+  if (::getgrnam_r(g.c_str(), &gr, buf.data(), buf.size(), &found) != 0 || !found)
+    return Error{"control_group: no group named '" + g + "'", ENOENT};
+  return std::optional<gid_t>(gr.gr_gid);
+}
+
+}  // namespace
+
+ControlServer::ControlServer(ControlOptions options, EventLoop& loop, ControlHandler& handler)
+    : opt_(std::move(options)), loop_(loop), handler_(handler) {}
+
+Status ControlServer::listen() {
+  const std::string& path = opt_.path;
+  sockaddr_un addr{};
+  addr.sun_family = AF_UNIX;
+  if (path.size() >= sizeof addr.sun_path)
+    return Error{"control socket path too long: " + path, ENAMETOOLONG};
+  std::memcpy(addr.sun_path, path.data(), path.size());
+  auto group = control_gid(opt_.group);
+  if (!group) return group.error();
+  std::error_code ec;
+  fs::create_directories(fs::path(path).parent_path(), ec);
+  // We hold the instance lock, so whatever is at the path is a leftover of a
+  // daemon that died: replace it (only if it is a socket).
+  struct stat st {};
+  if (::lstat(path.c_str(), &st) == 0) {
+    if (!S_ISSOCK(st.st_mode))
+      return Error{"control socket: " + path + " exists and is not a socket", EEXIST};
+    ::unlink(path.c_str());
+  }
+  listen_fd_.reset(::socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0));
+  if (!listen_fd_) return Error::from_errno("control socket: socket");
+  // Created 0660 from the start: no window with wider permissions.
+  mode_t old = ::umask(0117);
+  int rc = ::bind(listen_fd_.get(), reinterpret_cast<sockaddr*>(&addr), sizeof addr);
+  int bind_errno = errno;
+  ::umask(old);
+  if (rc != 0) return Error::from_errno("control socket: binding " + path, bind_errno);
+  if (::chown(path.c_str(), 0, group->value_or(0)) != 0)
+    return Error::from_errno("control socket: chown " + path);
+  if (::chmod(path.c_str(), *group ? 0660 : 0600) != 0)
+    return Error::from_errno("control socket: chmod " + path);
+  if (::listen(listen_fd_.get(), 64) != 0) return Error::from_errno("control socket: listen");
+  loop_.add(listen_fd_.get(), EPOLLIN, [this](uint32_t) { accept_clients(); });
+  gid_ = *group;
+  return {};
+}
+
+void ControlServer::accept_clients() {
+  for (;;) {
+    UniqueFd fd(::accept4(listen_fd_.get(), nullptr, nullptr, SOCK_NONBLOCK | SOCK_CLOEXEC));
+    if (!fd) return;
+    ucred cred{};
+    socklen_t len = sizeof cred;
+    if (::getsockopt(fd.get(), SOL_SOCKET, SO_PEERCRED, &cred, &len) != 0) continue;
+    bool root = cred.uid == 0;
+    bool member = root;
+    if (!member && gid_) {
+      member = cred.gid == *gid_;
+      // Supplementary groups as of connect time (SO_PEERGROUPS, Linux 4.13).
+      std::vector<gid_t> groups(256);
+      socklen_t glen = static_cast<socklen_t>(groups.size() * sizeof(gid_t));
+      if (!member && ::getsockopt(fd.get(), SOL_SOCKET, SO_PEERGROUPS, groups.data(), &glen) == 0) {
+        groups.resize(glen / sizeof(gid_t));
+        member = std::find(groups.begin(), groups.end(), *gid_) != groups.end();
+      }
+    }
+    auto refuse = [&](const std::string& why) {
+      std::string msg = json{{"ok", false}, {"error", why}}.dump() + "\n";
+      (void)!::send(fd.get(), msg.data(), msg.size(), MSG_NOSIGNAL | MSG_DONTWAIT);
+    };
+    if (!member) {
+      log::warn("control socket: refused uid " + std::to_string(cred.uid) + " (pid " +
+                std::to_string(cred.pid) + "): not root and not in the control group");
+      refuse("permission denied: root or the control group only");
+      continue;
+    }
+    if (clients_.size() >= opt_.max_clients) {
+      refuse("too many clients (max_clients " + std::to_string(opt_.max_clients) + ")");
+      continue;
+    }
+    int raw = fd.get();
+    Client c;
+    c.fd = std::move(fd);
+    c.uid = cred.uid;
+    c.root = root;
+    clients_.emplace(raw, std::move(c));
+    loop_.add(raw, EPOLLIN | EPOLLRDHUP, [this, raw](uint32_t events) { on_client(raw, events); });
+  }
+}
+
+void ControlServer::respond(Client& c, const json& j) {
+  c.out += j.dump(-1, ' ', false, json::error_handler_t::replace) + "\n";
+}
+
+void ControlServer::flush(Client& c) {
+  while (!c.out.empty()) {
+    ssize_t n = ::send(c.fd.get(), c.out.data(), c.out.size(), MSG_NOSIGNAL | MSG_DONTWAIT);
+    if (n > 0) {
+      c.out.erase(0, static_cast<size_t>(n));
+      continue;
+    }
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0 && errno == EAGAIN) break;
+    c.close_after_flush = true;  // peer gone
+    c.out.clear();
+    break;
+  }
+  bool want = !c.out.empty();
+  if (want != c.want_out) {
+    loop_.modify(c.fd.get(), EPOLLIN | EPOLLRDHUP | (want ? EPOLLOUT : 0u));
+    c.want_out = want;
+  }
+}
+
+void ControlServer::close(int fd) {
+  loop_.remove(fd);
+  clients_.erase(fd);
+}
+
+void ControlServer::on_client(int fd, uint32_t events) {
+  auto it = clients_.find(fd);
+  if (it == clients_.end()) return;
+  Client& c = it->second;
+  if (events & EPOLLIN) {
+    char buf[16384];
+    for (;;) {
+      ssize_t n = ::recv(fd, buf, sizeof buf, MSG_DONTWAIT);
+      if (n < 0 && errno == EINTR) continue;
+      if (n < 0) break;
+      if (n == 0) {
+        if (c.out.empty() || !c.streaming) c.close_after_flush = true;
+        if (c.streaming) return close(fd);
+        break;
+      }
+      if (c.streaming || c.close_after_flush) continue;  // nothing more is read from a stream
+      c.in.append(buf, static_cast<size_t>(n));
+      size_t nl;
+      while (!c.close_after_flush && !c.streaming && (nl = c.in.find('\n')) != std::string::npos) {
+        std::string line = c.in.substr(0, nl);
+        c.in.erase(0, nl + 1);
+        handle_line(c, line);
+      }
+      if (c.in.size() > kMaxRequestBytes) {
+        respond(c, {{"ok", false},
+                    {"error", "request: longer than " + std::to_string(kMaxRequestBytes) + " bytes"}});
+        c.close_after_flush = true;
+        c.in.clear();
+      }
+    }
+  }
+  if ((events & (EPOLLHUP | EPOLLERR)) && !(events & EPOLLIN)) return close(fd);
+  flush(c);
+  if (c.close_after_flush && c.out.empty()) close(fd);
+}
+
+void ControlServer::handle_line(Client& c, const std::string& line) {
+  auto req = parse_request(line);
+  if (!req) {
+    respond(c, {{"ok", false}, {"error", req.error().message}});
+    return;
+  }
+  if (!c.root && !op_allowed_for_group(req->op)) {
+    respond(c, {{"ok", false},
+                {"error",
+                 std::string("permission denied: op ") + std::string(op_name(req->op)) + " needs root"}});
+    return;
+  }
+  if (req->op != Op::events) {
+    respond(c, handler_.handle(*req));
+    return;
+  }
+  const std::deque<std::string>& recent = handler_.recent_events();
+  respond(c, {{"ok", true}, {"recent", recent.size()}, {"follow", req->follow}});
+  for (const auto& l : recent) c.out += l;
+  if (req->follow)
+    c.streaming = true;
+  else
+    c.close_after_flush = true;
+}
+
+void ControlServer::stream(const std::string& line) {
+  for (auto& [fd, c] : clients_) {
+    if (!c.streaming) continue;
+    std::string notice;
+    if (c.dropped) notice = json{{"dropped", c.dropped}}.dump() + "\n";
+    if (c.out.size() + notice.size() + line.size() > opt_.client_buffer_bytes) {
+      ++c.dropped;
+      ++stream_dropped_;
+      continue;
+    }
+    c.out += notice;
+    c.out += line;
+    c.dropped = 0;
+  }
+}
+
+void ControlServer::flush_streams() {
+  for (auto& [fd, c] : clients_)
+    if (c.streaming && !c.out.empty()) flush(c);
+}
+
+}  // namespace agentcage::daemon

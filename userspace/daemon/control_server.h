@@ -1,0 +1,87 @@
+// SPDX-License-Identifier: Apache-2.0
+// The daemon's control socket: a unix stream socket, 0600 root (0660 with
+// control_group), one JSON request per line (protocol.h). It accepts clients
+// (root, or members of the control group by their peer credentials), keeps a
+// bounded input and output buffer per client, answers the events op itself
+// (the recent events, then the live stream when asked to follow), and hands
+// every other request to the daemon (ControlHandler).
+#pragma once
+
+#include <sys/types.h>
+
+#include <cstddef>
+#include <cstdint>
+#include <deque>
+#include <map>
+#include <optional>
+#include <string>
+
+#include <nlohmann/json.hpp>
+
+#include "daemon/loop.h"
+#include "daemon/protocol.h"
+#include "util/result.h"
+#include "util/unique_fd.h"
+
+namespace agentcage::daemon {
+
+class ControlHandler {
+ public:
+  virtual ~ControlHandler() = default;
+  // The answer to a request the client may make (any op but events).
+  virtual nlohmann::json handle(const Request& request) = 0;
+  // The ring of recent audit lines, for the events op.
+  virtual const std::deque<std::string>& recent_events() = 0;
+};
+
+struct ControlOptions {
+  std::string path;
+  std::optional<std::string> group;  // name or number; unset: root only
+  size_t max_clients = 0;
+  size_t client_buffer_bytes = 0;  // a streaming client's output limit
+};
+
+class ControlServer {
+ public:
+  ControlServer(ControlOptions options, EventLoop& loop, ControlHandler& handler);
+
+  // Binds and listens (replacing a socket a dead daemon left), and registers
+  // with the loop.
+  Status listen();
+  // One audit line to every streaming client; a client whose buffer is full
+  // misses it, and is told how many it missed before its next line.
+  void stream(const std::string& line);
+  // Sends what the streaming clients have buffered.
+  void flush_streams();
+  size_t clients() const { return clients_.size(); }
+  uint64_t stream_dropped() const { return stream_dropped_; }
+
+ private:
+  struct Client {
+    UniqueFd fd;
+    uid_t uid = 0;
+    bool root = false;
+    std::string in, out;
+    bool streaming = false;
+    bool close_after_flush = false;
+    bool want_out = false;  // EPOLLOUT registered
+    uint64_t dropped = 0;   // events not queued since the last notice
+  };
+
+  void accept_clients();
+  void on_client(int fd, uint32_t events);
+  void handle_line(Client& c, const std::string& line);
+  void respond(Client& c, const nlohmann::json& j);
+  void flush(Client& c);
+  void close(int fd);
+
+  ControlOptions opt_;
+  EventLoop& loop_;
+  ControlHandler& handler_;
+  UniqueFd listen_fd_;
+  std::optional<gid_t> gid_;
+  std::map<int, Client> clients_;
+  uint64_t stream_dropped_ = 0;
+};
+
+}  // namespace agentcage::daemon

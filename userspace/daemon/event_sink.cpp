@@ -1,0 +1,147 @@
+// SPDX-License-Identifier: Apache-2.0
+#include "daemon/event_sink.h"
+
+#include <fcntl.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
+#include <filesystem>
+#include <optional>
+#include <set>
+
+#include "telemetry/audit.h"
+#include "util/log.h"
+
+namespace agentcage::daemon {
+namespace {
+
+namespace fs = std::filesystem;
+constexpr size_t kMaxAuditBuffer = 8u << 20;
+
+}  // namespace
+
+EventSink::EventSink(std::string audit_log, size_t recent_events, telemetry::Metrics& metrics, RunIndex& runs)
+    : audit_log_(std::move(audit_log)),
+      recent_max_(recent_events),
+      metrics_(metrics),
+      runs_(runs),
+      boot_offset_ns_(telemetry::boot_to_realtime_offset_ns()) {}
+
+Status EventSink::open_audit_log() {
+  if (audit_log_ == "-") {
+    audit_fd_.reset(::fcntl(1, F_DUPFD_CLOEXEC, 3));
+    if (!audit_fd_) return Error::from_errno("audit log: stdout");
+    return {};
+  }
+  std::error_code ec;
+  fs::create_directories(fs::path(audit_log_).parent_path(), ec);
+  UniqueFd fd(::open(audit_log_.c_str(), O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC | O_NOFOLLOW, 0640));
+  if (!fd) return Error::from_errno("audit log: opening " + audit_log_);
+  audit_fd_ = std::move(fd);
+  return {};
+}
+
+int EventSink::attach(bpf::Enforcer& enforcer) {
+  enf_ = &enforcer;
+  auto reader =
+      bpf::EventReader::create(enforcer.events_fd(), [this](const ac_event_decision& ev) { on_event(ev); });
+  if (!reader) {
+    log::error("events: " + reader.error().message);
+    return -1;
+  }
+  reader_ = std::move(*reader);
+  return reader_->epoll_fd();
+}
+
+std::string EventSink::slot_name(uint32_t slot) {
+  auto it = slot_names_.find(slot);
+  if (it != slot_names_.end()) return it->second;
+  // An unknown slot: refresh at most every 100 ms (an event storm from a new
+  // slot must not turn into a map walk per event).
+  if (enf_ && Clock::now() - last_slot_refresh_ > std::chrono::milliseconds(100)) {
+    last_slot_refresh_ = Clock::now();
+    if (auto pols = enf_->policies())
+      for (const auto& p : *pols) slot_names_[p.slot] = p.name;
+    it = slot_names_.find(slot);
+    if (it != slot_names_.end()) return it->second;
+  }
+  return "unknown";
+}
+
+void EventSink::on_event(const ac_event_decision& ev) {
+  ++delivered_;
+  const std::string policy = slot_name(ev.policy_slot);
+  metrics_.event(policy, ev.hook, ev.decision);
+  telemetry::EventContext ctx;
+  ctx.realtime_ns = static_cast<int64_t>(ev.hdr.time_ns) + boot_offset_ns_;
+  ctx.policy = policy == "unknown" ? std::string() : policy;
+  if (std::optional<std::string> run = runs_.run_id(ev.scope_id)) ctx.run_id = *run;
+  std::string line = telemetry::event_line(ev, ctx);
+  if (audit_buf_.size() + line.size() <= kMaxAuditBuffer)
+    audit_buf_ += line;
+  else
+    ++audit_dropped_;
+  if (recent_max_) {
+    recent_.push_back(line);
+    while (recent_.size() > recent_max_) recent_.pop_front();
+  }
+  if (stream_) stream_(line);
+}
+
+void EventSink::consume() {
+  if (!reader_) return;
+  auto n = reader_->consume();
+  if (!n) log::error(n.error().message);
+  flush_audit();
+}
+
+void EventSink::flush_audit() {
+  size_t off = 0;
+  while (off < audit_buf_.size()) {
+    ssize_t n = ::write(audit_fd_.get(), audit_buf_.data() + off, audit_buf_.size() - off);
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) {
+      if (errno != EAGAIN) log::error(std::string("audit log: ") + std::strerror(errno));
+      break;
+    }
+    off += static_cast<size_t>(n);
+  }
+  audit_buf_.erase(0, off);
+}
+
+void EventSink::collect_counters() {
+  if (!enf_) return;
+  auto pols = enf_->policies();
+  if (!pols) return;
+  std::set<uint32_t> live;
+  for (const auto& p : *pols) {
+    live.insert(p.slot);
+    slot_names_[p.slot] = p.name;
+    auto c = enf_->counters(p.slot);
+    if (!c) continue;
+    for (const auto& d : tracker_.observe(p.slot, p.name, *c))
+      metrics_.decisions(p.name, d.hook, d.decision, d.amount);
+  }
+  for (uint32_t slot = 0; slot < AC_MAX_POLICIES; ++slot)
+    if (!live.count(slot)) tracker_.forget(slot);
+}
+
+void EventSink::baseline(uint32_t slot, const std::string& name) {
+  if (!enf_) return;
+  if (auto c = enf_->counters(slot)) (void)tracker_.observe(slot, name, *c);
+}
+
+void EventSink::count_lost() {
+  if (!enf_) return;
+  if (auto lost = enf_->stat(AC_STAT_EVENTS_LOST)) {
+    // The kernel's count is absolute and outlives the daemon: export what
+    // was lost while this daemon runs, and what it finds at start.
+    if (!lost_initialised_ || *lost >= lost_seen_)
+      metrics_.events_lost(*lost - (lost_initialised_ ? lost_seen_ : 0));
+    lost_seen_ = *lost;
+    lost_initialised_ = true;
+  }
+}
+
+}  // namespace agentcage::daemon

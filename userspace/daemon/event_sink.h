@@ -1,0 +1,90 @@
+// SPDX-License-Identifier: Apache-2.0
+// The daemon's event sink: the ring buffer's only consumer. Every decision
+// record becomes one audit line (the JSON shape of telemetry/audit.h), goes
+// to the audit log (buffered, bounded), to the ring of recent events, and to
+// the clients streaming events; it is counted in the metrics with its
+// policy's name. The per-slot kernel counters become the decision metrics
+// here too (telemetry::CounterTracker), and the kernel's lost-event count.
+//
+// Ordering rules, kept here:
+//   1. collect_counters() before a policy slot is removed or a transient slot
+//      may go (a run's end): the slot's last decisions go with it.
+//   2. baseline() a fresh slot before a policy is installed in it: its
+//      counters then count from the install, not from a previous owner.
+#pragma once
+
+#include <agentcage/abi.h>
+
+#include <chrono>
+#include <cstddef>
+#include <cstdint>
+#include <deque>
+#include <functional>
+#include <map>
+#include <memory>
+#include <string>
+
+#include "bpf/enforcer.h"
+#include "bpf/event_reader.h"
+#include "daemon/runs.h"
+#include "telemetry/metrics.h"
+#include "util/result.h"
+#include "util/unique_fd.h"
+
+namespace agentcage::daemon {
+
+class EventSink {
+ public:
+  // `audit_log`: a file, or "-" for stdout. `recent_events`: how many lines
+  // the ring of recent events keeps (0: none).
+  EventSink(std::string audit_log, size_t recent_events, telemetry::Metrics& metrics, RunIndex& runs);
+
+  // Opens (or, on SIGHUP, reopens) the audit log.
+  Status open_audit_log();
+  // Starts consuming `enforcer`'s ring buffer. Returns the fd to wait on
+  // (-1: no reader; the error is logged).
+  int attach(bpf::Enforcer& enforcer);
+  // Where each audit line goes besides the log and the ring (the streaming
+  // clients).
+  void set_stream(std::function<void(const std::string&)> stream) { stream_ = std::move(stream); }
+
+  // Drains the ring buffer and writes the audit log.
+  void consume();
+  void flush_audit();
+
+  void collect_counters();
+  void baseline(uint32_t slot, const std::string& name);
+  void forget(uint32_t slot) { tracker_.forget(slot); }
+  void name_slot(uint32_t slot, const std::string& name) { slot_names_[slot] = name; }
+  // The kernel's lost-event count into the metrics (every tick).
+  void count_lost();
+
+  const std::deque<std::string>& recent() const { return recent_; }
+  uint64_t delivered() const { return delivered_; }
+  uint64_t malformed() const { return reader_ ? reader_->malformed() : 0; }
+  uint64_t audit_dropped() const { return audit_dropped_; }
+
+ private:
+  using Clock = std::chrono::steady_clock;
+  void on_event(const ac_event_decision& ev);
+  std::string slot_name(uint32_t slot);
+
+  std::string audit_log_;
+  size_t recent_max_;
+  telemetry::Metrics& metrics_;
+  RunIndex& runs_;
+  bpf::Enforcer* enf_ = nullptr;
+  std::unique_ptr<bpf::EventReader> reader_;
+  std::function<void(const std::string&)> stream_;
+  telemetry::CounterTracker tracker_;
+  std::map<uint32_t, std::string> slot_names_;  // last known name of every slot
+  UniqueFd audit_fd_;
+  std::string audit_buf_;
+  std::deque<std::string> recent_;
+  uint64_t delivered_ = 0, audit_dropped_ = 0, lost_seen_ = 0;
+  bool lost_initialised_ = false;
+  int64_t boot_offset_ns_ = 0;
+  Clock::time_point last_slot_refresh_{};
+};
+
+}  // namespace agentcage::daemon

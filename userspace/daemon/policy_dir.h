@@ -1,0 +1,113 @@
+// SPDX-License-Identifier: Apache-2.0
+// The daemon's policy directory: every NAME.yaml in it is the policy NAME,
+// kept installed in a named slot of its own. A file that is created or
+// changed is parsed, compiled and installed (in place in its slot when it had
+// one, so scopes on it never see a gap); a change that does not validate is
+// rejected with located messages and the previous version keeps enforcing; a
+// file that is deleted takes its policy with it (scopes still on the slot
+// then fail closed). The name -> slot map survives a restart in
+// STATE_DIR/daemon-policies.json, and a restarted daemon adopts the slots a
+// previous one pinned.
+//
+// Ordering rules, kept here:
+//   1. Collect a slot's counters (Listener::before_slot_removed) before the
+//      slot goes: its last decisions would be lost with it.
+//   2. Baseline a fresh slot's counters (Listener::slot_fresh) before the
+//      policy is installed in it: count from the install on, not from what a
+//      previous owner left.
+//   3. The state file is written after every change of the name -> slot map,
+//      so a daemon that dies at any point restarts with the slots it pinned.
+// The inotify watch that says which files changed is policy_watch.h.
+#pragma once
+
+#include <sys/types.h>
+
+#include <cstdint>
+#include <map>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "daemon/named_slots.h"
+
+namespace agentcage::daemon {
+
+// NAME.yaml, not hidden: the files the directory holds policies in.
+bool is_policy_file_name(const std::string& file_name);
+
+// What the directory tells the rest of the daemon (metrics, counters).
+class PolicyDirListener {
+ public:
+  virtual ~PolicyDirListener() = default;
+  virtual void reloaded(bool success) = 0;
+  // `reason`: the fail-closed reason ("policy_invalid", "internal").
+  virtual void rejected(const char* reason) = 0;
+  virtual void policies_loaded(size_t count) = 0;
+  virtual void slot_named(uint32_t slot, const std::string& name) = 0;
+  virtual void slot_fresh(uint32_t slot, const std::string& name) = 0;
+  virtual void before_slot_removed() = 0;
+  virtual void slot_removed(uint32_t slot) = 0;
+};
+
+// One file of the directory, as last processed.
+struct PolicyFile {
+  std::string name;  // the policy name (= file stem)
+  std::optional<uint32_t> slot;
+  uint64_t digest = 0;
+  bool loaded = false;  // the file's current content is what enforces
+  bool uses_workspace = false;
+  std::string error;  // why the current content was rejected
+  // What was last processed (skip unchanged files on a rescan).
+  dev_t dev = 0;
+  ino_t ino = 0;
+  off_t size = -1;
+  int64_t mtime_ns = -1;
+};
+
+class PolicyDirectory {
+ public:
+  PolicyDirectory(std::string policy_dir, std::string state_dir, PolicyDirListener& listener);
+
+  // The kernel side; nothing is installed or removed until it is set (the
+  // daemon waits for the program set). Not owned.
+  void set_slots(NamedSlots* slots) { slots_ = slots; }
+  bool has_slots() const { return slots_ != nullptr; }
+
+  // STATE_DIR/daemon-policies.json: the name -> slot map of the last daemon.
+  void load_state_file();
+  void save_state_file();
+  // Keep the named slots a previous daemon pinned whose slot still holds the
+  // policy of that name (or whose file still exists): a restart then swaps
+  // in place instead of installing a second copy.
+  void adopt_named_slots();
+  // Apply every policy file, remove the policies of files that are gone and
+  // named slots of a previous daemon whose file is gone.
+  void full_scan();
+  // full_scan() that re-reads unchanged files too (SIGHUP, the reload op).
+  void rescan_all();
+  // The file `file_name` was written, renamed into place or removed.
+  void apply_file(const std::string& file_name);
+  void remove_file(const std::string& file_name);
+
+  const std::string& path() const { return dir_; }
+  std::optional<uint32_t> named_slot(const std::string& policy) const;
+  bool uses_workspace(const std::string& policy) const;
+  size_t loaded_count() const { return named_slots_.size(); }
+  const std::map<std::string, PolicyFile>& files() const { return files_; }
+  // The "policy_files" part of the status answer.
+  nlohmann::json status_json() const;
+
+ private:
+  void reject(PolicyFile& pf, const std::vector<std::string>& messages, const char* fail_reason);
+  void install(PolicyFile& pf, const std::string& path);
+
+  std::string dir_, state_file_;
+  PolicyDirListener& listener_;
+  NamedSlots* slots_ = nullptr;
+  std::map<std::string, PolicyFile> files_;      // by file name
+  std::map<std::string, uint32_t> named_slots_;  // policy name -> slot
+};
+
+}  // namespace agentcage::daemon

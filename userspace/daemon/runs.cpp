@@ -1,0 +1,66 @@
+// SPDX-License-Identifier: Apache-2.0
+#include "daemon/runs.h"
+
+#include <fcntl.h>
+#include <sys/file.h>
+
+#include <filesystem>
+#include <fstream>
+
+#include <nlohmann/json.hpp>
+
+#include "run/state.h"
+#include "util/unique_fd.h"
+
+namespace agentcage::daemon {
+namespace {
+
+namespace fs = std::filesystem;
+constexpr size_t kMaxRunIds = 4096;
+
+}  // namespace
+
+size_t RunIndex::scan() {
+  last_scan_ = Clock::now();
+  size_t alive = 0;
+  std::error_code ec;
+  for (const auto& entry : fs::directory_iterator(dir_, ec)) {
+    const std::string name = entry.path().filename().string();
+    if (name.size() != 21 || name.compare(16, 5, ".json") != 0) continue;
+    // The record is written after its lock is taken, so probing the lock of a
+    // run that has a record never races the run's own flock.
+    UniqueFd lock(
+        ::open((dir_ + "/" + name.substr(0, 16) + ".lock").c_str(), O_RDONLY | O_CLOEXEC | O_NOFOLLOW));
+    if (!lock) continue;
+    if (::flock(lock.get(), LOCK_SH | LOCK_NB) == 0) continue;  // owner died: the reaper's
+    ++alive;
+    std::ifstream in(entry.path());
+    nlohmann::json j = nlohmann::json::parse(in, nullptr, false);
+    if (!j.is_object()) continue;
+    auto rec = run::record_from_json(j);
+    if (!rec || rec->cgroup_id == 0) continue;
+    if (!run_ids_.count(rec->cgroup_id)) note(rec->cgroup_id, rec->run_id);
+  }
+  return alive;
+}
+
+std::optional<std::string> RunIndex::run_id(uint64_t scope_id) {
+  auto run = run_ids_.find(scope_id);
+  if (run == run_ids_.end() && Clock::now() - last_scan_ > std::chrono::seconds(1)) {
+    scan();
+    run = run_ids_.find(scope_id);
+  }
+  if (run == run_ids_.end()) return std::nullopt;
+  return run->second;
+}
+
+void RunIndex::note(uint64_t scope_id, const std::string& run_id) {
+  if (!run_ids_.count(scope_id)) order_.push_back(scope_id);
+  run_ids_[scope_id] = run_id;
+  while (order_.size() > kMaxRunIds) {
+    run_ids_.erase(order_.front());
+    order_.pop_front();
+  }
+}
+
+}  // namespace agentcage::daemon

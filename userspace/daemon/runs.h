@@ -1,0 +1,42 @@
+// SPDX-License-Identifier: Apache-2.0
+// The runs the daemon knows of: which scope id is which run id (for the
+// audit line's run_id and the status answer), from the run_start
+// notification and from the run records in STATE_DIR/runs, and how many runs
+// are alive on the host.
+#pragma once
+
+#include <chrono>
+#include <cstddef>
+#include <cstdint>
+#include <deque>
+#include <map>
+#include <optional>
+#include <string>
+
+namespace agentcage::daemon {
+
+class RunIndex {
+ public:
+  explicit RunIndex(std::string state_dir) : dir_(std::move(state_dir) + "/runs") {}
+
+  // Live runs from their records (a run is alive while its lock is held), so
+  // runs_active counts every run on the host, with or without notifications.
+  // Learns the run ids of the live runs on the way.
+  size_t scan();
+  // The run id of a scope; an unknown scope rescans the records, at most
+  // once a second (an event storm must not turn into a directory walk each).
+  std::optional<std::string> run_id(uint64_t scope_id);
+  // A run_start notification.
+  void note(uint64_t scope_id, const std::string& run_id);
+  const std::map<uint64_t, std::string>& ids() const { return run_ids_; }
+
+ private:
+  using Clock = std::chrono::steady_clock;
+
+  std::string dir_;
+  std::map<uint64_t, std::string> run_ids_;  // scope id -> run id
+  std::deque<uint64_t> order_;               // oldest first, to bound run_ids_
+  Clock::time_point last_scan_{};
+};
+
+}  // namespace agentcage::daemon
