@@ -151,7 +151,9 @@ TEST(ControlRequest, ValidRequests) {
   auto end = daemon::parse_request(
       R"({"op":"run_end","run_id":"0123456789abcdef","policy":"p","outcome":"setup_failed","exit_code":125,"duration_seconds":0.5,"fail_closed":"lsm_inactive"})");
   ASSERT_TRUE(end.ok()) << end.error().message;
-  EXPECT_EQ(*end->fail_closed, "lsm_inactive");
+  ASSERT_TRUE(end->fail_closed);
+  EXPECT_EQ(*end->fail_closed, core::FailClosedReason::lsm_inactive);
+  EXPECT_EQ(end->outcome, core::RunOutcome::setup_failed);
   // to_json round-trips.
   auto again = daemon::parse_request(daemon::to_json(*end).dump());
   ASSERT_TRUE(again.ok());
@@ -201,15 +203,15 @@ TEST(ControlRequest, GroupMayOnlyRead) {
 }
 
 TEST(RunOutcome, FromExitStatus) {
-  EXPECT_EQ(daemon::run_outcome(0, false, false, std::nullopt), "ok");
-  EXPECT_EQ(daemon::run_outcome(1, false, false, std::nullopt), "error");
-  EXPECT_EQ(daemon::run_outcome(124, true, false, 9), "timeout");
-  EXPECT_EQ(daemon::run_outcome(137, false, true, 9), "oom");
-  EXPECT_EQ(daemon::run_outcome(137, false, false, 9), "signal");
-  EXPECT_EQ(daemon::run_outcome(143, false, false, std::nullopt), "signal");  // agentcage got SIGTERM
-  EXPECT_EQ(daemon::run_outcome(126, false, false, std::nullopt), "denied");
-  EXPECT_EQ(daemon::run_outcome(127, false, false, std::nullopt), "denied");
-  EXPECT_EQ(daemon::run_outcome(125, false, false, std::nullopt), "setup_failed");
+  EXPECT_EQ(core::name(core::run_outcome(0, false, false, std::nullopt)), "ok");
+  EXPECT_EQ(core::name(core::run_outcome(1, false, false, std::nullopt)), "error");
+  EXPECT_EQ(core::name(core::run_outcome(124, true, false, 9)), "timeout");
+  EXPECT_EQ(core::name(core::run_outcome(137, false, true, 9)), "oom");
+  EXPECT_EQ(core::name(core::run_outcome(137, false, false, 9)), "signal");
+  EXPECT_EQ(core::name(core::run_outcome(143, false, false, std::nullopt)), "signal");  // agentcage got SIGTERM
+  EXPECT_EQ(core::name(core::run_outcome(126, false, false, std::nullopt)), "denied");
+  EXPECT_EQ(core::name(core::run_outcome(127, false, false, std::nullopt)), "denied");
+  EXPECT_EQ(core::name(core::run_outcome(125, false, false, std::nullopt)), "setup_failed");
 }
 
 // ---- audit lines ----------------------------------------------------------------
@@ -303,13 +305,13 @@ TEST(Metrics, ExportsTheContractNames) {
   m.decisions("p", AC_HOOK_FILE_OPEN, AC_DECISION_DENY, 3);
   m.event("p", AC_HOOK_FILE_OPEN, AC_DECISION_DENY);
   m.events_lost(2);
-  m.run_finished("p", "ok", 1.5);
+  m.run_finished("p", core::RunOutcome::ok, 1.5);
   m.runs_active(1);
   m.policy_reload(true);
   m.policies_loaded(1);
   m.scopes_active(2);
   m.enforcement_ready(true);
-  m.fail_closed("policy_invalid");
+  m.fail_closed(core::FailClosedReason::policy_invalid);
   const std::string text = m.text();
   for (const char* series :
        {"agentcage_decisions_total{decision=\"deny\",hook=\"file_open\",policy=\"p\"} 3",

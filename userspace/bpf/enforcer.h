@@ -24,6 +24,7 @@
 #include "bpf/compiled.h"
 #include "bpf/keys.h"
 #include "bpf/scope_report.h"
+#include "core/paths.h"
 #include "util/result.h"
 #include "util/unique_fd.h"
 
@@ -41,9 +42,9 @@ struct LoadOptions {
 // process that loaded it. Each build pins under its own subdirectory (named by
 // a digest of its BPF object), so an upgrade never mixes layouts.
 struct SharedOptions {
-  std::string pin_root = "/sys/fs/bpf/agentcage";
+  std::string pin_root = core::kDefaultPinRoot;
   // Serialises map updates between agentcage processes (flock).
-  std::string lock_path = "/run/agentcage/bpf.lock";
+  std::string lock_path = core::kDefaultBpfLockPath;
   LoadOptions load;
 };
 

@@ -11,6 +11,7 @@
 
 #include "bpf/enforcer.h"
 #include "cli/command.h"
+#include "core/paths.h"
 #include "daemon/protocol.h"
 #include "daemon/status.h"
 #include "util/log.h"
@@ -35,7 +36,7 @@ int status_command(bool json_out, const std::string& socket_path) {
     status["daemon"] = {{"running", false}, {"detail", why}};
     // Without the daemon, read the pinned maps directly (root only), but
     // never load programs just to report on them.
-    const std::string pin_dir = bpf::Enforcer::shared_pin_dir("/sys/fs/bpf/agentcage");
+    const std::string pin_dir = bpf::Enforcer::shared_pin_dir(core::kDefaultPinRoot);
     if (::geteuid() != 0) {
       status["enforcement"] = {{"ready", false},
                                {"detail", "not root: cannot read the BPF maps without the daemon"}};

@@ -38,10 +38,10 @@ void notify_run_end(const run::RunResult& res) {
   // counts as a run that did not happen; give it a placeholder id.
   r.run_id = res.run_id.size() == 16 ? res.run_id : std::string(16, '0');
   r.policy = policy::valid_policy_name(res.policy_name) ? res.policy_name : "unknown";
-  r.outcome = run_outcome(res.exit_code, res.timed_out, res.oom_killed, res.signal);
+  r.outcome = core::run_outcome(res.exit_code, res.timed_out, res.oom_killed, res.signal);
   r.exit_code = res.exit_code >= 0 && res.exit_code <= 255 ? res.exit_code : 255;
   r.duration_seconds = static_cast<double>(res.wall_time_us) / 1e6;
-  if (res.exit_code == 125 && !res.fail_closed_reason.empty()) r.fail_closed = res.fail_closed_reason;
+  if (res.exit_code == 125 && res.fail_closed_reason) r.fail_closed = res.fail_closed_reason;
   send(r);
 }
 

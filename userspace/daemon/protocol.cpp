@@ -12,7 +12,7 @@
 #include <cstring>
 #include <set>
 
-#include "daemon/config.h"
+#include "core/paths.h"
 #include "policy/name.h"
 
 namespace agentcage::daemon {
@@ -38,9 +38,12 @@ bool valid_path_text(const std::string& s, bool absolute) {
   return !absolute || s.front() == '/';
 }
 
-template <class T, size_t N>
-bool one_of(const std::string& s, const T (&set)[N]) {
-  return std::any_of(std::begin(set), std::end(set), [&](const char* v) { return s == v; });
+// "a, b, c" of the names of a closed set, for error messages.
+template <class Set>
+std::string names_of(const Set& set) {
+  std::string out;
+  for (auto v : set) out += (out.empty() ? "" : ", ") + std::string(core::name(v));
+  return out;
 }
 
 }  // namespace
@@ -122,9 +125,13 @@ Result<Request> parse_request(std::string_view line) {
         r.scope_id = j["scope_id"].get<uint64_t>();
         break;
       }
-      if (Status s = need_string("outcome", r.outcome, true); !s) return s.error();
-      if (!one_of(r.outcome, kOutcomes))
-        return bad("\"outcome\" must be one of ok, error, timeout, oom, signal, denied, setup_failed");
+      {
+        std::string outcome;
+        if (Status s = need_string("outcome", outcome, true); !s) return s.error();
+        auto parsed = core::parse_run_outcome(outcome);
+        if (!parsed) return bad("\"outcome\" must be one of " + names_of(core::kRunOutcomes));
+        r.outcome = *parsed;
+      }
       if (!j.contains("exit_code") || !j["exit_code"].is_number_integer()) return bad("\"exit_code\" must be an integer");
       {
         auto code = j["exit_code"].get<int64_t>();
@@ -139,9 +146,8 @@ Result<Request> parse_request(std::string_view line) {
       if (j.contains("fail_closed")) {
         std::string reason;
         if (Status s = need_string("fail_closed", reason, true); !s) return s.error();
-        if (!one_of(reason, kFailClosedReasons))
-          return bad("\"fail_closed\" must be one of bpf_unavailable, lsm_inactive, cgroup, scope, policy_invalid, internal");
-        r.fail_closed = reason;
+        r.fail_closed = core::parse_fail_closed_reason(reason);
+        if (!r.fail_closed) return bad("\"fail_closed\" must be one of " + names_of(core::kFailClosedReasons));
       }
       break;
   }
@@ -169,31 +175,20 @@ json to_json(const Request& r) {
     case Op::run_end:
       j["run_id"] = r.run_id;
       j["policy"] = r.policy;
-      j["outcome"] = r.outcome;
+      j["outcome"] = std::string(core::name(r.outcome));
       j["exit_code"] = r.exit_code;
       j["duration_seconds"] = r.duration_seconds;
-      if (r.fail_closed) j["fail_closed"] = *r.fail_closed;
+      if (r.fail_closed) j["fail_closed"] = std::string(core::name(*r.fail_closed));
       break;
   }
   return j;
-}
-
-std::string run_outcome(int exit_code, bool timed_out, bool oom_killed, std::optional<int> signal) {
-  if (exit_code == 125) return "setup_failed";
-  if (timed_out) return "timeout";
-  if (oom_killed && signal) return "oom";
-  if (signal) return "signal";
-  if (exit_code == 126 || exit_code == 127) return "denied";
-  if (exit_code == 0) return "ok";
-  if (exit_code > 128) return "signal";  // agentcage itself was interrupted (SIGINT/SIGTERM/SIGHUP)
-  return "error";
 }
 
 // ---- client side ------------------------------------------------------------
 
 std::string default_control_socket() {
   const char* env = std::getenv("AGENTCAGE_CONTROL_SOCKET");
-  return env && *env ? std::string(env) : std::string(kDefaultControlSocket);
+  return env && *env ? std::string(env) : std::string(core::kDefaultControlSocket);
 }
 
 namespace {

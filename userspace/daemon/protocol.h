@@ -13,6 +13,8 @@
 
 #include <nlohmann/json.hpp>
 
+#include "core/fail_closed.h"
+#include "core/run_outcome.h"
 #include "util/result.h"
 #include "util/unique_fd.h"
 
@@ -27,12 +29,6 @@ std::string_view op_name(Op op);
 // (attach/detach change enforcement; run_* and reload feed the daemon).
 bool op_allowed_for_group(Op op);
 
-// The outcomes of agentcage_runs_total{outcome}.
-inline constexpr const char* kOutcomes[] = {"ok", "error", "timeout", "oom", "signal", "denied", "setup_failed"};
-// The reasons of agentcage_fail_closed_total{reason}.
-inline constexpr const char* kFailClosedReasons[] = {"bpf_unavailable", "lsm_inactive", "cgroup",
-                                                     "scope",           "policy_invalid", "internal"};
-
 struct Request {
   Op op = Op::status;
   bool follow = false;      // events
@@ -41,19 +37,15 @@ struct Request {
   std::string workspace;    // attach (optional)
   std::string run_id;       // run_start, run_end
   uint64_t scope_id = 0;    // run_start
-  std::string outcome;      // run_end: one of kOutcomes
+  core::RunOutcome outcome = core::RunOutcome::ok;  // run_end
   int exit_code = 0;        // run_end
   double duration_seconds = 0;            // run_end
-  std::optional<std::string> fail_closed;  // run_end: one of kFailClosedReasons
+  std::optional<core::FailClosedReason> fail_closed;  // run_end
 };
 
 // Parses and validates one request line (without its '\n').
 Result<Request> parse_request(std::string_view line);
 nlohmann::json to_json(const Request& r);
-
-// The outcome label of a finished `agentcage run` from its exit status and
-// how it ended.
-std::string run_outcome(int exit_code, bool timed_out, bool oom_killed, std::optional<int> signal);
 
 // ---- client side ------------------------------------------------------------
 
@@ -67,7 +59,7 @@ Result<nlohmann::json> call(const std::string& socket_path, const nlohmann::json
 Result<std::string> read_line(int fd, std::string& buffer, int timeout_ms, size_t max = 1u << 20);
 Status write_all(int fd, std::string_view data, int timeout_ms);
 
-// $AGENTCAGE_CONTROL_SOCKET, else kDefaultControlSocket.
+// $AGENTCAGE_CONTROL_SOCKET, else core::kDefaultControlSocket.
 std::string default_control_socket();
 
 }  // namespace agentcage::daemon

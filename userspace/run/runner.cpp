@@ -31,6 +31,7 @@
 #include "bpf/enforcer.h"
 #include "bpf/lsm.h"
 #include "cgroup/cgroup.h"
+#include "core/fail_closed.h"
 #include "policy/policy.h"
 #include "run/sandbox.h"
 #include "run/state.h"
@@ -400,8 +401,8 @@ std::string describe_exec_failure(const std::string& command, int err, bool deni
 int run_command(const RunOptions& opts, RunResult& res, std::ostream& err) {
   Resources r;
   // What a 125 at this point means for agentcage_fail_closed_total{reason}
-  // ("" : a usage error, not a refusal to run unconfined).
-  std::string closed;
+  // (unset: a usage error, not a refusal to run unconfined).
+  std::optional<core::FailClosedReason> closed;
   auto fail = [&](const Failure& f) {
     if (f.code == kExitSetup) res.fail_closed_reason = closed;
     res.exit_code = f.code;
@@ -419,7 +420,7 @@ int run_command(const RunOptions& opts, RunResult& res, std::ostream& err) {
     return fail({kExitSetup, "no COMMAND given", "agentcage run --policy NAME|FILE -- COMMAND [ARGS...]"});
 
   // ---- what to run, checked before anything is created ------------------
-  closed = "policy_invalid";
+  closed = core::FailClosedReason::policy_invalid;
   auto policy_path = policy::resolve_policy(opts.policy, opts.paths.policy_dir);
   if (!policy_path) return fail({kExitSetup, policy_path.error().message, "see agentcage run --help"});
   res.policy_file = *policy_path;
@@ -436,7 +437,7 @@ int run_command(const RunOptions& opts, RunResult& res, std::ostream& err) {
   }
   const policy::Policy& pol = *parsed.policy;
   res.policy_name = pol.name;
-  closed.clear();
+  closed.reset();
   auto limits = effective_limits(pol.limits, opts);
   if (!limits) return fail({kExitSetup, limits.error().message, "see agentcage run --help"});
   res.memory_max_bytes = limits->memory_bytes;
@@ -445,11 +446,11 @@ int run_command(const RunOptions& opts, RunResult& res, std::ostream& err) {
   if (limits->timeout) res.timeout_ms = static_cast<uint64_t>(limits->timeout->count());
   for (const auto& e : opts.env)
     if (auto kv = parse_env_assignment(e); !kv) return fail({kExitSetup, kv.error().message, "see agentcage run --help"});
-  closed = "policy_invalid";
+  closed = core::FailClosedReason::policy_invalid;
   auto compiled = bpf::compile(pol);
   if (!compiled) return fail({kExitSetup, "policy " + *policy_path + ": " + compiled.error().message, ""});
 
-  closed.clear();
+  closed.reset();
   if (::geteuid() != 0)
     return fail({kExitSetup, "agentcage run needs root (BPF LSM programs, cgroups, the sandbox identity)",
                  "run it as root (sudo agentcage run ...)", EPERM});
@@ -458,11 +459,10 @@ int run_command(const RunOptions& opts, RunResult& res, std::ostream& err) {
   if (signals.fd() < 0) return fail({kExitSetup, "signalfd: " + std::string(std::strerror(errno)), ""});
 
   // ---- enforcement ----------------------------------------------------------
-  closed = "internal";
+  closed = core::FailClosedReason::internal;
   auto enforcer = bpf::Enforcer::open_shared();
   if (!enforcer) {
-    bpf::LsmState lsm = bpf::read_lsm_state();
-    closed = lsm.readable && !lsm.bpf_active ? "lsm_inactive" : "bpf_unavailable";
+    closed = bpf::unavailable_reason(bpf::read_lsm_state());
     return fail(enforcer_failure(enforcer.error()));
   }
   r.enforcer = std::move(*enforcer);
@@ -490,7 +490,7 @@ int run_command(const RunOptions& opts, RunResult& res, std::ostream& err) {
                  st.error().code});
   res.workspace = r.record.workspace;
 
-  closed = "cgroup";
+  closed = core::FailClosedReason::cgroup;
   auto root = cgroup::find_cgroup2_root();
   if (!root) return fail({kExitSetup, root.error().message, "mount cgroup v2: mount -t cgroup2 none /sys/fs/cgroup"});
   std::vector<std::string> required;
@@ -515,7 +515,7 @@ int run_command(const RunOptions& opts, RunResult& res, std::ostream& err) {
   if (Status st = write_limits(*r.cg, *limits); !st)
     return fail({kExitSetup, st.error().message, "check the cgroup controllers (agentcage doctor)", st.error().code});
 
-  closed = "scope";
+  closed = core::FailClosedReason::scope;
   // share_named: the same policy installed by name (the daemon's policy
   // directory) with exactly these rules runs on that slot, so the daemon's
   // hot reloads apply to this run too; otherwise a transient slot.
@@ -532,7 +532,7 @@ int run_command(const RunOptions& opts, RunResult& res, std::ostream& err) {
     if (Status st = r.lease->write(r.record); !st) return fail({kExitSetup, st.error().message, ""});
   }
 
-  closed = "internal";
+  closed = core::FailClosedReason::internal;
   daemon::notify_run_start(res.run_id, res.policy_name, res.scope_id);
 
   // ---- the process ------------------------------------------------------------
