@@ -12,7 +12,7 @@
 #include "bpf/enforcer.h"
 #include "cli/command.h"
 #include "core/paths.h"
-#include "daemon/protocol.h"
+#include "control/protocol.h"
 #include "daemon/status.h"
 #include "util/log.h"
 
@@ -21,13 +21,13 @@ namespace {
 
 struct StatusArgs {
   bool json = false;
-  std::string socket = daemon::default_control_socket();
+  std::string socket = control::default_control_socket();
 };
 
 int status_command(bool json_out, const std::string& socket_path) {
   using nlohmann::json;
   json status;
-  auto answer = daemon::call(socket_path, json{{"op", "status"}}, 5000);
+  auto answer = control::call(socket_path, json{{"op", "status"}}, 5000);
   if (answer && answer->value("ok", false) && answer->contains("status")) {
     status = (*answer)["status"];
   } else {

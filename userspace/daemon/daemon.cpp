@@ -32,7 +32,7 @@
 #include "daemon/named_slots.h"
 #include "daemon/policy_dir.h"
 #include "daemon/policy_watch.h"
-#include "daemon/protocol.h"
+#include "control/protocol.h"
 #include "daemon/runs.h"
 #include "daemon/status.h"
 #include "run/runner.h"
@@ -48,6 +48,11 @@
 #endif
 
 namespace agentcage::daemon {
+
+using control::Op;
+using control::op_name;
+using control::Request;
+
 namespace {
 
 namespace fs = std::filesystem;

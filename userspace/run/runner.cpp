@@ -27,7 +27,7 @@
 #include <sstream>
 
 #include "bpf/compile.h"
-#include "daemon/notify.h"
+#include "control/notify.h"
 #include "bpf/enforcer.h"
 #include "bpf/lsm.h"
 #include "cgroup/cgroup.h"
@@ -533,7 +533,7 @@ int run_command(const RunOptions& opts, RunResult& res, std::ostream& err) {
   }
 
   closed = core::FailClosedReason::internal;
-  daemon::notify_run_start(res.run_id, res.policy_name, res.scope_id);
+  control::notify_run_start(res.run_id, res.policy_name, res.scope_id);
 
   // ---- the process ------------------------------------------------------------
   auto env = sandbox_environment(r.record.workspace, opts.env);
@@ -693,7 +693,7 @@ int run_main(const RunOptions& opts, std::ostream& err) {
   RunResult res;
   int code = run_command(opts, res, err);
   res.exit_code = code;
-  daemon::notify_run_end(res);
+  control::notify_run_end(res);
   if (res.report && res.report->denied_total() > 0) {
     err << "agentcage: policy " << res.policy_name << " denied " << res.report->denied_total() << " operation(s)";
     const char* sep = ": ";

@@ -10,9 +10,9 @@
 
 #include "run/result.h"
 
-namespace agentcage::daemon {
+namespace agentcage::control {
 
 void notify_run_start(const std::string& run_id, const std::string& policy, uint64_t scope_id);
 void notify_run_end(const run::RunResult& result);
 
-}  // namespace agentcage::daemon
+}  // namespace agentcage::control

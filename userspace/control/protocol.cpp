@@ -1,4 +1,4 @@
-#include "daemon/protocol.h"
+#include "control/protocol.h"
 
 #include <fcntl.h>
 #include <poll.h>
@@ -15,7 +15,7 @@
 #include "core/paths.h"
 #include "policy/name.h"
 
-namespace agentcage::daemon {
+namespace agentcage::control {
 namespace {
 
 using nlohmann::json;
@@ -275,4 +275,4 @@ Result<json> call(const std::string& socket_path, const json& request, int timeo
   return j;
 }
 
-}  // namespace agentcage::daemon
+}  // namespace agentcage::control

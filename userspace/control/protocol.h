@@ -18,7 +18,7 @@
 #include "util/result.h"
 #include "util/unique_fd.h"
 
-namespace agentcage::daemon {
+namespace agentcage::control {
 
 // A request line longer than this is refused and the connection closed.
 inline constexpr size_t kMaxRequestBytes = 16 * 1024;
@@ -62,4 +62,4 @@ Status write_all(int fd, std::string_view data, int timeout_ms);
 // $AGENTCAGE_CONTROL_SOCKET, else core::kDefaultControlSocket.
 std::string default_control_socket();
 
-}  // namespace agentcage::daemon
+}  // namespace agentcage::control

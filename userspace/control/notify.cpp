@@ -1,12 +1,12 @@
-#include "daemon/notify.h"
+#include "control/notify.h"
 
 #include <sys/stat.h>
 
-#include "daemon/protocol.h"
+#include "control/protocol.h"
 #include "policy/name.h"
 #include "util/log.h"
 
-namespace agentcage::daemon {
+namespace agentcage::control {
 namespace {
 
 constexpr int kNotifyTimeoutMs = 1000;
@@ -45,4 +45,4 @@ void notify_run_end(const run::RunResult& res) {
   send(r);
 }
 
-}  // namespace agentcage::daemon
+}  // namespace agentcage::control
