@@ -29,6 +29,7 @@
 
 #include "bpf/enforcer.h"
 #include "cgroup/cgroup.h"
+#include "control/client.h"
 #include "control/protocol.h"
 #include "kernel_env.h"
 

@@ -22,11 +22,13 @@
 
 #include <nlohmann/json.hpp>
 
+#include "control/client.h"
 #include "control/notify.h"
 #include "control/protocol.h"
 #include "policy/locate.h"
 #include "policy/name.h"
 #include "policy/policy.h"
+#include "run/result.h"
 #include "util/unique_fd.h"
 
 namespace agentcage {
@@ -243,7 +245,7 @@ TEST(PolicyName, RunNotificationsUseTheRule) {
   run::RunResult res;
   res.run_id = "0123456789abcdef";
   res.policy_name = "-x";
-  EXPECT_EQ(fake.policy_of([&] { control::notify_run_end(res); }), "unknown");
+  EXPECT_EQ(fake.policy_of([&] { control::notify_run_end(run::run_end_notice(res)); }), "unknown");
 }
 
 }  // namespace

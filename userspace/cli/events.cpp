@@ -8,7 +8,7 @@
 #include <nlohmann/json.hpp>
 
 #include "cli/command.h"
-#include "control/protocol.h"
+#include "control/client.h"
 
 namespace agentcage::cli {
 namespace {

@@ -12,7 +12,7 @@
 #include "bpf/enforcer.h"
 #include "cli/command.h"
 #include "core/paths.h"
-#include "control/protocol.h"
+#include "control/client.h"
 #include "daemon/status.h"
 #include "util/log.h"
 

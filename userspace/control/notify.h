@@ -6,13 +6,25 @@
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <string>
 
-#include "run/result.h"
+#include "core/fail_closed.h"
+#include "core/run_outcome.h"
 
 namespace agentcage::control {
 
+// How a run ended, as the daemon counts it (filled by run/).
+struct RunEnd {
+  std::string run_id;  // "" or malformed: the run failed before it had one
+  std::string policy;  // the policy's name; anything invalid is sent as "unknown"
+  core::RunOutcome outcome = core::RunOutcome::ok;
+  int exit_code = 0;  // agentcage's exit status
+  double duration_seconds = 0;
+  std::optional<core::FailClosedReason> fail_closed;  // why a 125 refused to run
+};
+
 void notify_run_start(const std::string& run_id, const std::string& policy, uint64_t scope_id);
-void notify_run_end(const run::RunResult& result);
+void notify_run_end(const RunEnd& end);
 
 }  // namespace agentcage::control

@@ -16,7 +16,6 @@
 #include "core/fail_closed.h"
 #include "core/run_outcome.h"
 #include "util/result.h"
-#include "util/unique_fd.h"
 
 namespace agentcage::control {
 
@@ -46,20 +45,5 @@ struct Request {
 // Parses and validates one request line (without its '\n').
 Result<Request> parse_request(std::string_view line);
 nlohmann::json to_json(const Request& r);
-
-// ---- client side ------------------------------------------------------------
-
-// Connects to the daemon's socket (non-blocking connect; a daemon that does
-// not accept within timeout_ms counts as not running).
-Result<UniqueFd> connect_control(const std::string& socket_path, int timeout_ms);
-// Sends one request and reads one response line.
-Result<nlohmann::json> call(const std::string& socket_path, const nlohmann::json& request, int timeout_ms);
-// Reads one line from fd (blocking up to timeout_ms; -1: forever), at most
-// max bytes. An empty result with ok() means EOF.
-Result<std::string> read_line(int fd, std::string& buffer, int timeout_ms, size_t max = 1u << 20);
-Status write_all(int fd, std::string_view data, int timeout_ms);
-
-// $AGENTCAGE_CONTROL_SOCKET, else core::kDefaultControlSocket.
-std::string default_control_socket();
 
 }  // namespace agentcage::control

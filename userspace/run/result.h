@@ -12,6 +12,7 @@
 #include <nlohmann/json.hpp>
 
 #include "bpf/scope_report.h"
+#include "control/notify.h"
 #include "core/fail_closed.h"
 
 namespace agentcage::run {
@@ -60,5 +61,8 @@ struct RunResult {
 };
 
 nlohmann::json to_json(const RunResult& result);
+
+// What the daemon is told about this run's end (control/notify.h).
+control::RunEnd run_end_notice(const RunResult& result);
 
 }  // namespace agentcage::run

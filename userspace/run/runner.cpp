@@ -693,7 +693,7 @@ int run_main(const RunOptions& opts, std::ostream& err) {
   RunResult res;
   int code = run_command(opts, res, err);
   res.exit_code = code;
-  control::notify_run_end(res);
+  control::notify_run_end(run_end_notice(res));
   if (res.report && res.report->denied_total() > 0) {
     err << "agentcage: policy " << res.policy_name << " denied " << res.report->denied_total() << " operation(s)";
     const char* sep = ": ";
