@@ -112,7 +112,7 @@ Failure enforcer_failure(const Error& e) {
   if (e.code == EPERM)
     f.fix = "this kernel refuses BPF LSM programs; run on a host whose kernel allows them (Debian 12/13 stock "
             "kernels do; `agentcage doctor` checks), or in the VM: tests/vm/run -- agentcage run ...";
-  else if (e.message.find("bpf filesystem") != std::string::npos)
+  else if (e.code == bpf::kErrNoBpffs)
     f.fix = "mount -t bpf bpf /sys/fs/bpf, then re-run (`agentcage doctor` checks everything else)";
   else if (e.code == ENOTSUP || e.code == EOPNOTSUPP)
     f.fix = "activate the BPF LSM: " + bpf::lsm_fix_hint(bpf::read_lsm_state());
@@ -284,7 +284,7 @@ void reap_stale_runs(bpf::Enforcer& enforcer, const Paths& paths, std::ostream& 
   }
   for (auto& s : *stale) {
     if (!s.record) {
-      if (s.problem.rfind("no record", 0) == 0) {
+      if (s.record_missing) {
         s.forget();
       } else {
         err << "agentcage: warning: stale run " << s.run_id << ": " << s.problem << " (left in place: "
