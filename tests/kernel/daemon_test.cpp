@@ -29,7 +29,8 @@
 
 #include "bpf/enforcer.h"
 #include "cgroup/cgroup.h"
-#include "daemon/protocol.h"
+#include "control/client.h"
+#include "control/protocol.h"
 #include "kernel_env.h"
 
 #ifndef AGENTCAGE_SOURCE_DIR
@@ -181,7 +182,7 @@ double scrape(const std::string& series) {
   return -1;
 }
 
-Result<json> control(const json& req) { return daemon::call(kSocket, req, 10000); }
+Result<json> control(const json& req) { return control::call(kSocket, req, 10000); }
 
 json status() {
   auto r = control({{"op", "status"}});
@@ -503,11 +504,11 @@ TEST_F(Daemon, MalformedControlRequestsAreRejectedAndChangeNothing) {
   json before = status();
 
   auto raw = [&](const std::string& line) -> json {
-    auto fd = daemon::connect_control(kSocket, 10000);
+    auto fd = control::connect_control(kSocket, 10000);
     if (!fd) return json{{"connect", fd.error().message}};
-    (void)daemon::write_all(fd->get(), line, 10000);
+    (void)control::write_all(fd->get(), line, 10000);
     std::string buf;
-    auto l = daemon::read_line(fd->get(), buf, 10000);
+    auto l = control::read_line(fd->get(), buf, 10000);
     return l ? json::parse(*l, nullptr, false) : json{{"read", l.error().message}};
   };
   const std::vector<std::pair<std::string, std::string>> cases = {
@@ -530,7 +531,7 @@ TEST_F(Daemon, MalformedControlRequestsAreRejectedAndChangeNothing) {
        "\"run_id\" must be 16 lowercase hex digits"},
       {"{\"op\":\"run_start\",\"run_id\":\"0123456789abcdef\",\"policy\":\"dtest\",\"scope_id\":-1}\n",
        "\"scope_id\" must be a non-negative integer"},
-      {std::string(daemon::kMaxRequestBytes + 10, 'x'), "longer than"},
+      {std::string(control::kMaxRequestBytes + 10, 'x'), "longer than"},
   };
   for (const auto& [line, expect] : cases) {
     json r = raw(line);
@@ -554,7 +555,7 @@ TEST_F(Daemon, MalformedControlRequestsAreRejectedAndChangeNothing) {
   pid_t child = ::fork();
   if (child == 0) {
     if (::setgid(65534) != 0 || ::setuid(65534) != 0) ::_exit(2);
-    auto fd = daemon::connect_control(kSocket, 5000);
+    auto fd = control::connect_control(kSocket, 5000);
     ::_exit(!fd && fd.error().code == EACCES ? 0 : 1);
   }
   EXPECT_EQ(wait_exit(child), 0);

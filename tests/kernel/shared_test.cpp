@@ -172,6 +172,20 @@ TEST_F(SharedTest, SecondOpenAdoptsAndEnforcementOutlivesTheLoader) {
   EXPECT_EQ(left, 1) << "only the private test set remains";
 }
 
+// A pin root outside a bpf filesystem is reported by its own code (the
+// runner's fix text depends on it), distinct from the LSM and EPERM cases.
+TEST_F(SharedTest, PinRootOutsideBpffsHasItsOwnCode) {
+  const std::string dir = "/run/agentcage-kt/not-bpffs";
+  fs::create_directories(dir);
+  bpf::SharedOptions o = options();
+  o.pin_root = dir + "/agentcage";
+  auto e = bpf::Enforcer::open_shared(o);
+  ASSERT_FALSE(e.ok());
+  EXPECT_EQ(e.error().code, bpf::kErrNoBpffs) << e.error().message;
+  EXPECT_NE(e.error().code, ENOTSUP);
+  fs::remove_all(dir);
+}
+
 TEST_F(SharedTest, SlotsAreSharedByContentCachedAndBounded) {
   auto e = bpf::Enforcer::open_shared(options());
   ASSERT_TRUE(e.ok()) << e.error().message;

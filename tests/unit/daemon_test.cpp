@@ -9,7 +9,7 @@
 #include <nlohmann/json.hpp>
 
 #include "daemon/config.h"
-#include "daemon/protocol.h"
+#include "control/protocol.h"
 #include "telemetry/audit.h"
 #include "telemetry/metrics.h"
 
@@ -132,31 +132,33 @@ TEST(DaemonConfig, ListenAddresses) {
 // ---- requests -----------------------------------------------------------------
 
 std::string rejection(const std::string& line) {
-  auto r = daemon::parse_request(line);
+  auto r = control::parse_request(line);
   EXPECT_FALSE(r.ok()) << line;
   return r.ok() ? "" : r.error().message;
 }
 
 TEST(ControlRequest, ValidRequests) {
-  auto s = daemon::parse_request(R"({"op":"status"})");
+  auto s = control::parse_request(R"({"op":"status"})");
   ASSERT_TRUE(s.ok());
-  EXPECT_EQ(s->op, daemon::Op::status);
-  auto e = daemon::parse_request(R"({"op":"events","follow":true})");
+  EXPECT_EQ(s->op, control::Op::status);
+  auto e = control::parse_request(R"({"op":"events","follow":true})");
   ASSERT_TRUE(e.ok());
   EXPECT_TRUE(e->follow);
-  auto a = daemon::parse_request(R"({"op":"attach","cgroup":"system.slice/x.service","policy":"python-sandbox","workspace":"/srv/w"})");
+  auto a = control::parse_request(R"({"op":"attach","cgroup":"system.slice/x.service","policy":"python-sandbox","workspace":"/srv/w"})");
   ASSERT_TRUE(a.ok()) << a.error().message;
   EXPECT_EQ(a->cgroup, "system.slice/x.service");
   EXPECT_EQ(a->workspace, "/srv/w");
-  auto end = daemon::parse_request(
+  auto end = control::parse_request(
       R"({"op":"run_end","run_id":"0123456789abcdef","policy":"p","outcome":"setup_failed","exit_code":125,"duration_seconds":0.5,"fail_closed":"lsm_inactive"})");
   ASSERT_TRUE(end.ok()) << end.error().message;
-  EXPECT_EQ(*end->fail_closed, "lsm_inactive");
+  ASSERT_TRUE(end->fail_closed);
+  EXPECT_EQ(*end->fail_closed, core::FailClosedReason::lsm_inactive);
+  EXPECT_EQ(end->outcome, core::RunOutcome::setup_failed);
   // to_json round-trips.
-  auto again = daemon::parse_request(daemon::to_json(*end).dump());
+  auto again = control::parse_request(control::to_json(*end).dump());
   ASSERT_TRUE(again.ok());
-  EXPECT_EQ(daemon::to_json(*again), daemon::to_json(*end));
-  auto start = daemon::parse_request(R"({"op":"run_start","run_id":"0123456789abcdef","policy":"p","scope_id":18446744073709551615})");
+  EXPECT_EQ(control::to_json(*again), control::to_json(*end));
+  auto start = control::parse_request(R"({"op":"run_start","run_id":"0123456789abcdef","policy":"p","scope_id":18446744073709551615})");
   ASSERT_TRUE(start.ok());
   EXPECT_EQ(start->scope_id, UINT64_MAX);
 }
@@ -188,28 +190,28 @@ TEST(ControlRequest, InvalidRequests) {
             0u);
   EXPECT_EQ(rejection(R"({"op":"run_start","run_id":"0123456789ABCDEF","policy":"p","scope_id":1})"),
             "request: \"run_id\" must be 16 lowercase hex digits");
-  EXPECT_EQ(rejection(std::string(daemon::kMaxRequestBytes + 1, ' ')), "request: longer than 16384 bytes");
+  EXPECT_EQ(rejection(std::string(control::kMaxRequestBytes + 1, ' ')), "request: longer than 16384 bytes");
   // Deep nesting is a parse, not a crash.
-  EXPECT_FALSE(daemon::parse_request(std::string(5000, '[') + std::string(5000, ']')).ok());
+  EXPECT_FALSE(control::parse_request(std::string(5000, '[') + std::string(5000, ']')).ok());
 }
 
 TEST(ControlRequest, GroupMayOnlyRead) {
-  EXPECT_TRUE(daemon::op_allowed_for_group(daemon::Op::status));
-  EXPECT_TRUE(daemon::op_allowed_for_group(daemon::Op::events));
-  for (auto op : {daemon::Op::attach, daemon::Op::detach, daemon::Op::run_start, daemon::Op::run_end, daemon::Op::reload})
-    EXPECT_FALSE(daemon::op_allowed_for_group(op)) << daemon::op_name(op);
+  EXPECT_TRUE(control::op_allowed_for_group(control::Op::status));
+  EXPECT_TRUE(control::op_allowed_for_group(control::Op::events));
+  for (auto op : {control::Op::attach, control::Op::detach, control::Op::run_start, control::Op::run_end, control::Op::reload})
+    EXPECT_FALSE(control::op_allowed_for_group(op)) << control::op_name(op);
 }
 
 TEST(RunOutcome, FromExitStatus) {
-  EXPECT_EQ(daemon::run_outcome(0, false, false, std::nullopt), "ok");
-  EXPECT_EQ(daemon::run_outcome(1, false, false, std::nullopt), "error");
-  EXPECT_EQ(daemon::run_outcome(124, true, false, 9), "timeout");
-  EXPECT_EQ(daemon::run_outcome(137, false, true, 9), "oom");
-  EXPECT_EQ(daemon::run_outcome(137, false, false, 9), "signal");
-  EXPECT_EQ(daemon::run_outcome(143, false, false, std::nullopt), "signal");  // agentcage got SIGTERM
-  EXPECT_EQ(daemon::run_outcome(126, false, false, std::nullopt), "denied");
-  EXPECT_EQ(daemon::run_outcome(127, false, false, std::nullopt), "denied");
-  EXPECT_EQ(daemon::run_outcome(125, false, false, std::nullopt), "setup_failed");
+  EXPECT_EQ(core::name(core::run_outcome(0, false, false, std::nullopt)), "ok");
+  EXPECT_EQ(core::name(core::run_outcome(1, false, false, std::nullopt)), "error");
+  EXPECT_EQ(core::name(core::run_outcome(124, true, false, 9)), "timeout");
+  EXPECT_EQ(core::name(core::run_outcome(137, false, true, 9)), "oom");
+  EXPECT_EQ(core::name(core::run_outcome(137, false, false, 9)), "signal");
+  EXPECT_EQ(core::name(core::run_outcome(143, false, false, std::nullopt)), "signal");  // agentcage got SIGTERM
+  EXPECT_EQ(core::name(core::run_outcome(126, false, false, std::nullopt)), "denied");
+  EXPECT_EQ(core::name(core::run_outcome(127, false, false, std::nullopt)), "denied");
+  EXPECT_EQ(core::name(core::run_outcome(125, false, false, std::nullopt)), "setup_failed");
 }
 
 // ---- audit lines ----------------------------------------------------------------
@@ -303,13 +305,13 @@ TEST(Metrics, ExportsTheContractNames) {
   m.decisions("p", AC_HOOK_FILE_OPEN, AC_DECISION_DENY, 3);
   m.event("p", AC_HOOK_FILE_OPEN, AC_DECISION_DENY);
   m.events_lost(2);
-  m.run_finished("p", "ok", 1.5);
+  m.run_finished("p", core::RunOutcome::ok, 1.5);
   m.runs_active(1);
   m.policy_reload(true);
   m.policies_loaded(1);
   m.scopes_active(2);
   m.enforcement_ready(true);
-  m.fail_closed("policy_invalid");
+  m.fail_closed(core::FailClosedReason::policy_invalid);
   const std::string text = m.text();
   for (const char* series :
        {"agentcage_decisions_total{decision=\"deny\",hook=\"file_open\",policy=\"p\"} 3",

@@ -22,11 +22,13 @@
 
 #include <nlohmann/json.hpp>
 
-#include "daemon/notify.h"
-#include "daemon/protocol.h"
+#include "control/client.h"
+#include "control/notify.h"
+#include "control/protocol.h"
 #include "policy/locate.h"
 #include "policy/name.h"
 #include "policy/policy.h"
+#include "run/result.h"
 #include "util/unique_fd.h"
 
 namespace agentcage {
@@ -171,7 +173,7 @@ TEST(PolicyName, ControlRequestsUseTheRule) {
          {std::string(R"({"op":"attach","cgroup":"a","policy":")") + bad + "\"}",
           std::string(R"({"op":"run_start","run_id":"0123456789abcdef","scope_id":1,"policy":")") + bad +
               "\"}"}) {
-      auto r = daemon::parse_request(line);
+      auto r = control::parse_request(line);
       ASSERT_FALSE(r.ok()) << line;
       EXPECT_EQ(r.error().message,
                 "request: \"policy\" must be a policy name (1 to 63 lowercase letters, digits and '-', "
@@ -179,7 +181,7 @@ TEST(PolicyName, ControlRequestsUseTheRule) {
                 "ending with a letter or digit)");
     }
   }
-  EXPECT_TRUE(daemon::parse_request(R"({"op":"attach","cgroup":"a","policy":"my-policy"})").ok());
+  EXPECT_TRUE(control::parse_request(R"({"op":"attach","cgroup":"a","policy":"my-policy"})").ok());
 }
 
 // ---- run notifications --------------------------------------------------------------
@@ -213,8 +215,8 @@ class FakeDaemon {
       UniqueFd c(::accept4(fd_.get(), nullptr, nullptr, SOCK_CLOEXEC));
       if (!c) return;
       std::string buffer;
-      if (auto l = daemon::read_line(c.get(), buffer, 5000)) line = *l;
-      (void)daemon::write_all(c.get(), "{\"ok\":true}\n", 5000);
+      if (auto l = control::read_line(c.get(), buffer, 5000)) line = *l;
+      (void)control::write_all(c.get(), "{\"ok\":true}\n", 5000);
     });
     send();
     server.join();
@@ -232,7 +234,7 @@ TEST(PolicyName, RunNotificationsUseTheRule) {
   FakeDaemon fake;
   ASSERT_TRUE(fake.ok());
   auto start = [&](const std::string& name) {
-    return fake.policy_of([&] { daemon::notify_run_start("0123456789abcdef", name, 1); });
+    return fake.policy_of([&] { control::notify_run_start("0123456789abcdef", name, 1); });
   };
   EXPECT_EQ(start("my-policy"), "my-policy");
   // Before, "-x" and "x-" were sent as they are, and the daemon refused the
@@ -243,7 +245,7 @@ TEST(PolicyName, RunNotificationsUseTheRule) {
   run::RunResult res;
   res.run_id = "0123456789abcdef";
   res.policy_name = "-x";
-  EXPECT_EQ(fake.policy_of([&] { daemon::notify_run_end(res); }), "unknown");
+  EXPECT_EQ(fake.policy_of([&] { control::notify_run_end(run::run_end_notice(res)); }), "unknown");
 }
 
 }  // namespace

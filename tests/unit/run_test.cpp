@@ -238,6 +238,29 @@ TEST(RunResult, JsonShape) {
                                              {"cgroup_id", 0}}));
 }
 
+TEST(RunResult, RunEndNotice) {
+  run::RunResult res;
+  res.run_id = "0123456789abcdef";
+  res.policy_name = "p";
+  res.exit_code = 125;
+  res.wall_time_us = 1500000;
+  res.fail_closed_reason = core::FailClosedReason::scope;
+  control::RunEnd end = run::run_end_notice(res);
+  EXPECT_EQ(end.run_id, "0123456789abcdef");
+  EXPECT_EQ(end.policy, "p");
+  EXPECT_EQ(end.outcome, core::RunOutcome::setup_failed);
+  EXPECT_EQ(end.exit_code, 125);
+  EXPECT_DOUBLE_EQ(end.duration_seconds, 1.5);
+  EXPECT_EQ(end.fail_closed, core::FailClosedReason::scope);
+  // Only a 125 is a refusal to run: another status carries no reason.
+  res.exit_code = 124;
+  res.timed_out = true;
+  res.signal = SIGKILL;
+  end = run::run_end_notice(res);
+  EXPECT_EQ(end.outcome, core::RunOutcome::timeout);
+  EXPECT_FALSE(end.fail_closed);
+}
+
 TEST(RunRecord, JsonRoundTrip) {
   RunRecord r;
   r.run_id = "abc";

@@ -14,6 +14,7 @@
 #include <agentcage/abi.h>
 
 #include <array>
+#include <cerrno>
 #include <cstdint>
 #include <functional>
 #include <memory>
@@ -24,6 +25,7 @@
 #include "bpf/compiled.h"
 #include "bpf/keys.h"
 #include "bpf/scope_report.h"
+#include "core/paths.h"
 #include "util/result.h"
 #include "util/unique_fd.h"
 
@@ -40,10 +42,17 @@ struct LoadOptions {
 // so one set of programs serves every scope and enforcement outlives the
 // process that loaded it. Each build pins under its own subdirectory (named by
 // a digest of its BPF object), so an upgrade never mixes layouts.
+// The error codes load() and open_shared() use for a host that cannot
+// enforce, so callers tell the cases apart by code, never by message text:
+//   EPERM        the kernel refuses to load BPF LSM programs
+//   ENOTSUP      the BPF LSM is not in the active LSM list
+//   kErrNoBpffs  the pin root's parent is not a mounted bpf filesystem
+inline constexpr int kErrNoBpffs = EMEDIUMTYPE;  // "wrong medium type": not bpffs
+
 struct SharedOptions {
-  std::string pin_root = "/sys/fs/bpf/agentcage";
+  std::string pin_root = core::kDefaultPinRoot;
   // Serialises map updates between agentcage processes (flock).
-  std::string lock_path = "/run/agentcage/bpf.lock";
+  std::string lock_path = core::kDefaultBpfLockPath;
   LoadOptions load;
 };
 

@@ -94,7 +94,7 @@ Result<std::unique_ptr<Enforcer>> Enforcer::open_shared(const SharedOptions& opt
     if (::statfs(parent.c_str(), &fs) != 0 || fs.f_type != BPF_FS_MAGIC)
       return Error{"bpf: " + parent + " is not a mounted bpf filesystem; mount it with `mount -t bpf bpf " +
                        parent + "` (systemd mounts /sys/fs/bpf at boot)",
-                   ENOTSUP};
+                   kErrNoBpffs};
     // A set without its ready mark is a load that died half way: drop it.
     remove_pins(dir);
     ac_config cfg{};

@@ -47,4 +47,9 @@ std::string lsm_fix_hint(const LsmState& state) {
          "update-grub and reboot). The kernel must be built with CONFIG_BPF_LSM=y.";
 }
 
+core::FailClosedReason unavailable_reason(const LsmState& state) {
+  return state.readable && !state.bpf_active ? core::FailClosedReason::lsm_inactive
+                                             : core::FailClosedReason::bpf_unavailable;
+}
+
 }  // namespace agentcage::bpf

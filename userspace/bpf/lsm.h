@@ -4,6 +4,8 @@
 #include <string>
 #include <string_view>
 
+#include "core/fail_closed.h"
+
 namespace agentcage::bpf {
 
 inline constexpr const char* kLsmListPath = "/sys/kernel/security/lsm";
@@ -22,5 +24,9 @@ LsmState read_lsm_state(const std::string& path = kLsmListPath);
 // A concrete fix for a host where bpf is not active: the lsm= boot parameter
 // to add, derived from the current list.
 std::string lsm_fix_hint(const LsmState& state);
+
+// Why enforcement is unavailable when the programs could not be opened:
+// lsm_inactive when the list is readable and lacks bpf, else bpf_unavailable.
+core::FailClosedReason unavailable_reason(const LsmState& state);
 
 }  // namespace agentcage::bpf

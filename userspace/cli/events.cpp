@@ -8,18 +8,18 @@
 #include <nlohmann/json.hpp>
 
 #include "cli/command.h"
-#include "daemon/protocol.h"
+#include "control/client.h"
 
 namespace agentcage::cli {
 namespace {
 
 struct EventsArgs {
   bool follow = false;
-  std::string socket = daemon::default_control_socket();
+  std::string socket = control::default_control_socket();
 };
 
 int events_command(bool follow, const std::string& socket_path) {
-  auto fd = daemon::connect_control(socket_path, 5000);
+  auto fd = control::connect_control(socket_path, 5000);
   if (!fd) {
     std::cerr
         << "agentcage events: the daemon is not reachable (" << fd.error().message
@@ -27,12 +27,12 @@ int events_command(bool follow, const std::string& socket_path) {
     return 1;
   }
   nlohmann::json req{{"op", "events"}, {"follow", follow}};
-  if (auto st = daemon::write_all(fd->get(), req.dump() + "\n", 5000); !st) {
+  if (auto st = control::write_all(fd->get(), req.dump() + "\n", 5000); !st) {
     std::cerr << "agentcage events: " << st.error().message << "\n";
     return 1;
   }
   std::string buffer;
-  auto first = daemon::read_line(fd->get(), buffer, 5000);
+  auto first = control::read_line(fd->get(), buffer, 5000);
   if (!first || first->empty()) {
     std::cerr << "agentcage events: no answer from the daemon\n";
     return 1;
@@ -43,7 +43,7 @@ int events_command(bool follow, const std::string& socket_path) {
     return 1;
   }
   for (;;) {
-    auto line = daemon::read_line(fd->get(), buffer, -1);
+    auto line = control::read_line(fd->get(), buffer, -1);
     if (!line) {
       std::cerr << "agentcage events: " << line.error().message << "\n";
       return 1;

@@ -11,7 +11,8 @@
 
 #include "bpf/enforcer.h"
 #include "cli/command.h"
-#include "daemon/protocol.h"
+#include "core/paths.h"
+#include "control/client.h"
 #include "daemon/status.h"
 #include "util/log.h"
 
@@ -20,13 +21,13 @@ namespace {
 
 struct StatusArgs {
   bool json = false;
-  std::string socket = daemon::default_control_socket();
+  std::string socket = control::default_control_socket();
 };
 
 int status_command(bool json_out, const std::string& socket_path) {
   using nlohmann::json;
   json status;
-  auto answer = daemon::call(socket_path, json{{"op", "status"}}, 5000);
+  auto answer = control::call(socket_path, json{{"op", "status"}}, 5000);
   if (answer && answer->value("ok", false) && answer->contains("status")) {
     status = (*answer)["status"];
   } else {
@@ -35,7 +36,7 @@ int status_command(bool json_out, const std::string& socket_path) {
     status["daemon"] = {{"running", false}, {"detail", why}};
     // Without the daemon, read the pinned maps directly (root only), but
     // never load programs just to report on them.
-    const std::string pin_dir = bpf::Enforcer::shared_pin_dir("/sys/fs/bpf/agentcage");
+    const std::string pin_dir = bpf::Enforcer::shared_pin_dir(core::kDefaultPinRoot);
     if (::geteuid() != 0) {
       status["enforcement"] = {{"ready", false},
                                {"detail", "not root: cannot read the BPF maps without the daemon"}};

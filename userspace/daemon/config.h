@@ -13,17 +13,16 @@
 #include <string_view>
 #include <vector>
 
+#include "core/paths.h"
 #include "yaml/diagnostic.h"
 
 namespace agentcage::daemon {
 
-inline constexpr const char* kDefaultControlSocket = "/run/agentcage/control.sock";
-
 struct Config {
-  std::string policy_dir = "/etc/agentcage/policies";
+  std::string policy_dir = core::kDefaultPolicyDir;
   // host:port for the Prometheus exposer; "" disables it. Port 0 picks one.
   std::string metrics_address = "127.0.0.1:9477";
-  std::string control_socket = kDefaultControlSocket;
+  std::string control_socket = core::kDefaultControlSocket;
   // Group (name or number) allowed to use the control socket besides root;
   // unset: root only.
   std::optional<std::string> control_group;
@@ -31,9 +30,9 @@ struct Config {
   std::string audit_log = "-";
   // Where run cgroups live (relative to the cgroup2 mount); also the
   // subtree stale runs are reaped from.
-  std::string cgroup_parent = "agentcage/runs";
-  std::string pin_root = "/sys/fs/bpf/agentcage";
-  std::string state_dir = "/run/agentcage";
+  std::string cgroup_parent = core::kDefaultCgroupParent;
+  std::string pin_root = core::kDefaultPinRoot;
+  std::string state_dir = core::kDefaultStateDir;
   // Events kept for `agentcage events` (without --follow) and bytes queued
   // per streaming client before events are dropped (and counted).
   size_t recent_events = 256;

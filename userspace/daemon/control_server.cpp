@@ -17,6 +17,13 @@
 #include "util/log.h"
 
 namespace agentcage::daemon {
+
+using control::kMaxRequestBytes;
+using control::Op;
+using control::op_allowed_for_group;
+using control::op_name;
+using control::parse_request;
+
 namespace {
 
 namespace fs = std::filesystem;

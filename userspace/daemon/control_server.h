@@ -19,7 +19,7 @@
 #include <nlohmann/json.hpp>
 
 #include "daemon/loop.h"
-#include "daemon/protocol.h"
+#include "control/protocol.h"
 #include "util/result.h"
 #include "util/unique_fd.h"
 
@@ -29,7 +29,7 @@ class ControlHandler {
  public:
   virtual ~ControlHandler() = default;
   // The answer to a request the client may make (any op but events).
-  virtual nlohmann::json handle(const Request& request) = 0;
+  virtual nlohmann::json handle(const control::Request& request) = 0;
   // The ring of recent audit lines, for the events op.
   virtual const std::deque<std::string>& recent_events() = 0;
 };

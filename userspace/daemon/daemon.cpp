@@ -32,7 +32,7 @@
 #include "daemon/named_slots.h"
 #include "daemon/policy_dir.h"
 #include "daemon/policy_watch.h"
-#include "daemon/protocol.h"
+#include "control/protocol.h"
 #include "daemon/runs.h"
 #include "daemon/status.h"
 #include "run/runner.h"
@@ -48,6 +48,11 @@
 #endif
 
 namespace agentcage::daemon {
+
+using control::Op;
+using control::op_name;
+using control::Request;
+
 namespace {
 
 namespace fs = std::filesystem;
@@ -86,7 +91,7 @@ class Daemon final : private PolicyDirListener, private ControlHandler {
 
   // PolicyDirListener: metrics, and the counter ordering rules (event_sink.h).
   void reloaded(bool success) override { metrics_.policy_reload(success); }
-  void rejected(const char* reason) override { metrics_.fail_closed(reason); }
+  void rejected(core::FailClosedReason reason) override { metrics_.fail_closed(reason); }
   void policies_loaded(size_t count) override { metrics_.policies_loaded(static_cast<double>(count)); }
   void slot_named(uint32_t slot, const std::string& name) override { sink_.name_slot(slot, name); }
   void slot_fresh(uint32_t slot, const std::string& name) override { sink_.baseline(slot, name); }
@@ -157,9 +162,7 @@ bool Daemon::ensure_enforcer() {
   opts.pin_root = cfg_.pin_root;
   auto e = bpf::Enforcer::open_shared(opts);
   if (!e) {
-    bpf::LsmState lsm = bpf::read_lsm_state();
-    const char* reason = lsm.readable && !lsm.bpf_active ? "lsm_inactive" : "bpf_unavailable";
-    metrics_.fail_closed(reason);
+    metrics_.fail_closed(bpf::unavailable_reason(bpf::read_lsm_state()));
     metrics_.enforcement_ready(false);
     if (enforcer_error_ != e.error().message)
       log::error("cannot enforce: " + e.error().message + " (retrying every " +

@@ -147,7 +147,7 @@ void PolicyDirectory::full_scan() {
 }
 
 void PolicyDirectory::reject(PolicyFile& pf, const std::vector<std::string>& messages,
-                             const char* fail_reason) {
+                             core::FailClosedReason fail_reason) {
   for (const auto& m : messages) log::error(m);
   pf.error = messages.empty() ? "rejected" : messages.front();
   if (messages.size() > 1) pf.error += " (and " + std::to_string(messages.size() - 1) + " more)";
@@ -187,7 +187,7 @@ void PolicyDirectory::install(PolicyFile& pf, const std::string& path) {
   if (!parsed.ok()) {
     std::vector<std::string> msgs;
     for (const auto& d : parsed.errors) msgs.push_back(d.format());
-    return reject(pf, msgs, "policy_invalid");
+    return reject(pf, msgs, core::FailClosedReason::policy_invalid);
   }
   if (parsed.policy->name != pf.name) {
     policy::Position pos = name_position(path);
@@ -196,10 +196,10 @@ void PolicyDirectory::install(PolicyFile& pf, const std::string& path) {
                    ": metadata.name " + policy::quote(parsed.policy->name) +
                    " does not match the file name (the daemon names a policy by its file: expected " +
                    policy::quote(pf.name) + ")"},
-                  "policy_invalid");
+                  core::FailClosedReason::policy_invalid);
   }
   auto compiled = bpf::compile(*parsed.policy);
-  if (!compiled) return reject(pf, {path + ": " + compiled.error().message}, "policy_invalid");
+  if (!compiled) return reject(pf, {path + ": " + compiled.error().message}, core::FailClosedReason::policy_invalid);
   const uint64_t digest = bpf::policy_digest(pf.name, *compiled);
   pf.uses_workspace = std::any_of(compiled->paths.begin(), compiled->paths.end(), [](const bpf::PathRule& r) {
     return r.space == bpf::RuleSpace::workspace;
@@ -210,7 +210,7 @@ void PolicyDirectory::install(PolicyFile& pf, const std::string& path) {
     slot = *pf.slot;
     if (!(pf.loaded && pf.digest == digest)) {
       if (Status put = slots_->put(slot, pf.name, *compiled); !put)
-        return reject(pf, {path + ": installing the policy: " + put.error().message}, "internal");
+        return reject(pf, {path + ": installing the policy: " + put.error().message}, core::FailClosedReason::internal);
     }
   } else {
     std::vector<uint32_t> reserved;
@@ -221,8 +221,8 @@ void PolicyDirectory::install(PolicyFile& pf, const std::string& path) {
       put = slots_->put(fresh, pf.name, *compiled);
       return put;
     });
-    if (!put) return reject(pf, {path + ": installing the policy: " + put.error().message}, "internal");
-    if (!s) return reject(pf, {path + ": " + s.error().message}, "internal");
+    if (!put) return reject(pf, {path + ": installing the policy: " + put.error().message}, core::FailClosedReason::internal);
+    if (!s) return reject(pf, {path + ": " + s.error().message}, core::FailClosedReason::internal);
     slot = *s;
   }
   pf.slot = slot;

@@ -30,6 +30,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "core/fail_closed.h"
 #include "daemon/named_slots.h"
 
 namespace agentcage::daemon {
@@ -42,8 +43,8 @@ class PolicyDirListener {
  public:
   virtual ~PolicyDirListener() = default;
   virtual void reloaded(bool success) = 0;
-  // `reason`: the fail-closed reason ("policy_invalid", "internal").
-  virtual void rejected(const char* reason) = 0;
+  // `reason`: the fail-closed reason (policy_invalid, internal).
+  virtual void rejected(core::FailClosedReason reason) = 0;
   virtual void policies_loaded(size_t count) = 0;
   virtual void slot_named(uint32_t slot, const std::string& name) = 0;
   virtual void slot_fresh(uint32_t slot, const std::string& name) = 0;
@@ -100,7 +101,7 @@ class PolicyDirectory {
   nlohmann::json status_json() const;
 
  private:
-  void reject(PolicyFile& pf, const std::vector<std::string>& messages, const char* fail_reason);
+  void reject(PolicyFile& pf, const std::vector<std::string>& messages, core::FailClosedReason fail_reason);
   void install(PolicyFile& pf, const std::string& path);
 
   std::string dir_, state_file_;

@@ -14,6 +14,7 @@
 
 #include "bpf/enforcer.h"
 #include "cgroup/cgroup.h"
+#include "core/paths.h"
 
 namespace agentcage::doctor {
 namespace {
@@ -136,20 +137,22 @@ Check check_privileges(unsigned euid, uint64_t cap_eff) {
 Check check_bpffs(std::string_view mountinfo) {
   std::istringstream in{std::string(mountinfo)};
   std::string line, elsewhere;
+  const std::string bpffs = core::kDefaultBpffs;
   while (std::getline(in, line)) {
     if (line.find(" - bpf ") == std::string::npos) continue;
     std::istringstream f(line);
     std::string tok, mountpoint;
     for (int i = 0; i < 5 && f >> tok; ++i) mountpoint = tok;
-    if (mountpoint == "/sys/fs/bpf") return make("bpffs", Outcome::ok, "bpffs mounted at /sys/fs/bpf");
+    if (mountpoint == bpffs) return make("bpffs", Outcome::ok, "bpffs mounted at " + bpffs);
     elsewhere = mountpoint;
   }
   // Every agentcage process shares one program set pinned under
   // /sys/fs/bpf/agentcage: runs and attach refuse to start without it.
   return make("bpffs", Outcome::fail,
-              elsewhere.empty() ? "no bpf filesystem mounted at /sys/fs/bpf (agentcage pins its programs there)"
-                                : "bpffs is mounted at " + elsewhere + ", not at /sys/fs/bpf (agentcage pins its programs there)",
-              "mount -t bpf bpf /sys/fs/bpf");
+              elsewhere.empty() ? "no bpf filesystem mounted at " + bpffs + " (agentcage pins its programs there)"
+                                : "bpffs is mounted at " + elsewhere + ", not at " + bpffs +
+                                      " (agentcage pins its programs there)",
+              "mount -t bpf bpf " + bpffs);
 }
 
 Check check_enforcement() {

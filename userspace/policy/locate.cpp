@@ -5,6 +5,7 @@
 #include <cerrno>
 #include <cstdlib>
 
+#include "core/paths.h"
 #include "policy/name.h"
 #include "util/text.h"
 
@@ -23,7 +24,7 @@ bool is_file_ref(const std::string& ref) {
 
 std::string default_policy_dir() {
   const char* env = std::getenv("AGENTCAGE_POLICY_DIR");
-  return env && *env ? std::string(env) : std::string(kDefaultPolicyDir);
+  return env && *env ? std::string(env) : std::string(core::kDefaultPolicyDir);
 }
 
 Result<std::string> resolve_policy(const std::string& ref, const std::string& policy_dir) {

@@ -12,9 +12,7 @@
 
 namespace agentcage::policy {
 
-inline constexpr const char* kDefaultPolicyDir = "/etc/agentcage/policies";
-
-// $AGENTCAGE_POLICY_DIR if set and non-empty, else kDefaultPolicyDir.
+// $AGENTCAGE_POLICY_DIR if set and non-empty, else core::kDefaultPolicyDir.
 std::string default_policy_dir();
 
 // The file `ref` names, without touching the file system.

@@ -13,6 +13,7 @@
 #include <utility>
 #include <vector>
 
+#include "core/paths.h"
 #include "policy/model.h"
 #include "util/result.h"
 
@@ -27,10 +28,10 @@ inline constexpr int kExitNotFound = 127;     // COMMAND not found
 // Host locations, each overridable by an environment variable (documented in
 // `agentcage run --help`).
 struct Paths {
-  std::string policy_dir = "/etc/agentcage/policies";            // AGENTCAGE_POLICY_DIR
-  std::string cgroup_parent = "agentcage/runs";                  // AGENTCAGE_CGROUP_PARENT (below the cgroup2 root)
-  std::string workspace_root = "/var/lib/agentcage/workspaces";  // AGENTCAGE_WORKSPACE_ROOT
-  std::string state_dir = "/run/agentcage";                      // AGENTCAGE_STATE_DIR (run records, uid locks)
+  std::string policy_dir = core::kDefaultPolicyDir;          // AGENTCAGE_POLICY_DIR
+  std::string cgroup_parent = core::kDefaultCgroupParent;    // AGENTCAGE_CGROUP_PARENT (below the cgroup2 root)
+  std::string workspace_root = core::kDefaultWorkspaceRoot;  // AGENTCAGE_WORKSPACE_ROOT
+  std::string state_dir = core::kDefaultStateDir;            // AGENTCAGE_STATE_DIR (run records, uid locks)
 };
 // Defaults overridden by the AGENTCAGE_* variables of `env` ("KEY=VALUE").
 Paths paths_from_env(const char* const* env);

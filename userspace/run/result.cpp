@@ -2,6 +2,7 @@
 
 #include "bpf/names.h"
 #include "bpf/record.h"
+#include "core/run_outcome.h"
 #include "util/sys_names.h"
 
 namespace agentcage::run {
@@ -72,6 +73,17 @@ nlohmann::json to_json(const RunResult& r) {
   denials["records"] = std::move(records);
   j["denials"] = std::move(denials);
   return j;
+}
+
+control::RunEnd run_end_notice(const RunResult& res) {
+  control::RunEnd end;
+  end.run_id = res.run_id;
+  end.policy = res.policy_name;
+  end.outcome = core::run_outcome(res.exit_code, res.timed_out, res.oom_killed, res.signal);
+  end.exit_code = res.exit_code;
+  end.duration_seconds = static_cast<double>(res.wall_time_us) / 1e6;
+  if (res.exit_code == 125) end.fail_closed = res.fail_closed_reason;
+  return end;
 }
 
 }  // namespace agentcage::run

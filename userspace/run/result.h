@@ -12,6 +12,8 @@
 #include <nlohmann/json.hpp>
 
 #include "bpf/scope_report.h"
+#include "control/notify.h"
+#include "core/fail_closed.h"
 
 namespace agentcage::run {
 
@@ -43,9 +45,8 @@ struct RunResult {
   int interrupted_by = 0;          // signal that made agentcage end the run
   std::string error;               // why agentcage failed (exit 125/126/127)
   // For the daemon's agentcage_fail_closed_total{reason} (not in the JSON):
-  // why a 125 refused to run ("policy_invalid", "bpf_unavailable", ...;
-  // "" for usage errors).
-  std::string fail_closed_reason;
+  // why a 125 refused to run (unset for usage errors).
+  std::optional<core::FailClosedReason> fail_closed_reason;
   int error_errno = 0;
 
   // Measurements from the run's cgroup.
@@ -60,5 +61,8 @@ struct RunResult {
 };
 
 nlohmann::json to_json(const RunResult& result);
+
+// What the daemon is told about this run's end (control/notify.h).
+control::RunEnd run_end_notice(const RunResult& result);
 
 }  // namespace agentcage::run

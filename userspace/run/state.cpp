@@ -197,6 +197,7 @@ Result<std::vector<StaleRun>> find_stale_runs(const std::string& state_dir) {
       // it for a later reaper.
       struct stat st {};
       if (::stat(s.lock_path.c_str(), &st) == 0 && ::time(nullptr) - st.st_mtime < 10) continue;
+      s.record_missing = true;
       s.problem = "no record (agentcage died before creating anything)";
     } else {
       try {

@@ -81,6 +81,7 @@ struct StaleRun {
   std::optional<RunRecord> record;  // unset when the record is missing or unreadable
   std::string run_id, lock_path, record_path;
   std::string problem;              // why `record` is unset
+  bool record_missing = false;      // no record file: the run created nothing
   UniqueFd lock_fd;
   // Deletes record and lock file.
   void forget();

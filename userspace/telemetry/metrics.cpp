@@ -11,7 +11,6 @@
 #include <sstream>
 
 #include "bpf/names.h"
-#include "daemon/protocol.h"
 
 #ifndef AGENTCAGE_VERSION
 #define AGENTCAGE_VERSION "0.0.0"
@@ -101,7 +100,7 @@ Metrics::Metrics() : registry_(std::make_shared<prometheus::Registry>()) {
   // Series that exist from the start, so rate() and absent() work before the
   // first event of their kind.
   for (bool ok : {true, false}) reloads_->Add({{"result", ok ? "success" : "failure"}});
-  for (const char* r : daemon::kFailClosedReasons) fail_closed_->Add({{"reason", r}});
+  for (core::FailClosedReason r : core::kFailClosedReasons) fail_closed_->Add({{"reason", std::string(core::name(r))}});
 }
 
 Metrics::~Metrics() = default;
@@ -141,8 +140,8 @@ void Metrics::event(const std::string& policy, uint32_t hook, uint32_t decision)
 
 void Metrics::events_lost(uint64_t n) { events_lost_->Increment(static_cast<double>(n)); }
 
-void Metrics::run_finished(const std::string& policy, const std::string& outcome, double seconds) {
-  runs_->Add({{"policy", policy}, {"outcome", outcome}}).Increment();
+void Metrics::run_finished(const std::string& policy, core::RunOutcome outcome, double seconds) {
+  runs_->Add({{"policy", policy}, {"outcome", std::string(core::name(outcome))}}).Increment();
   static const prometheus::Histogram::BucketBoundaries kBuckets = {0.1, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300, 600, 1800, 3600};
   run_duration_->Add({{"policy", policy}}, kBuckets).Observe(seconds);
 }
@@ -152,7 +151,9 @@ void Metrics::policy_reload(bool success) { reloads_->Add({{"result", success ? 
 void Metrics::policies_loaded(double n) { policies_loaded_->Set(n); }
 void Metrics::scopes_active(double n) { scopes_active_->Set(n); }
 void Metrics::enforcement_ready(bool ready) { enforcement_ready_->Set(ready ? 1 : 0); }
-void Metrics::fail_closed(const std::string& reason) { fail_closed_->Add({{"reason", reason}}).Increment(); }
+void Metrics::fail_closed(core::FailClosedReason reason) {
+  fail_closed_->Add({{"reason", std::string(core::name(reason))}}).Increment();
+}
 
 std::string Metrics::text() const {
   prometheus::TextSerializer s;

@@ -14,6 +14,8 @@
 #include <vector>
 
 #include "bpf/enforcer.h"
+#include "core/fail_closed.h"
+#include "core/run_outcome.h"
 #include "util/result.h"
 
 namespace prometheus {
@@ -67,13 +69,13 @@ class Metrics {
   void decisions(const std::string& policy, uint32_t hook, uint32_t decision, uint64_t n);
   void event(const std::string& policy, uint32_t hook, uint32_t decision);
   void events_lost(uint64_t n);
-  void run_finished(const std::string& policy, const std::string& outcome, double seconds);
+  void run_finished(const std::string& policy, core::RunOutcome outcome, double seconds);
   void runs_active(double n);
   void policy_reload(bool success);
   void policies_loaded(double n);
   void scopes_active(double n);
   void enforcement_ready(bool ready);
-  void fail_closed(const std::string& reason);
+  void fail_closed(core::FailClosedReason reason);
 
   // The registry's current text exposition (what /metrics serves).
   std::string text() const;

@@ -1,12 +1,13 @@
-#include "daemon/notify.h"
+#include "control/notify.h"
 
 #include <sys/stat.h>
 
-#include "daemon/protocol.h"
+#include "control/client.h"
+#include "control/protocol.h"
 #include "policy/name.h"
 #include "util/log.h"
 
-namespace agentcage::daemon {
+namespace agentcage::control {
 namespace {
 
 constexpr int kNotifyTimeoutMs = 1000;
@@ -31,18 +32,18 @@ void notify_run_start(const std::string& run_id, const std::string& policy, uint
   if (r.run_id.size() == 16) send(r);
 }
 
-void notify_run_end(const run::RunResult& res) {
+void notify_run_end(const RunEnd& end) {
   Request r;
   r.op = Op::run_end;
   // A run that failed before it had an id (e.g. an invalid policy) still
   // counts as a run that did not happen; give it a placeholder id.
-  r.run_id = res.run_id.size() == 16 ? res.run_id : std::string(16, '0');
-  r.policy = policy::valid_policy_name(res.policy_name) ? res.policy_name : "unknown";
-  r.outcome = run_outcome(res.exit_code, res.timed_out, res.oom_killed, res.signal);
-  r.exit_code = res.exit_code >= 0 && res.exit_code <= 255 ? res.exit_code : 255;
-  r.duration_seconds = static_cast<double>(res.wall_time_us) / 1e6;
-  if (res.exit_code == 125 && !res.fail_closed_reason.empty()) r.fail_closed = res.fail_closed_reason;
+  r.run_id = end.run_id.size() == 16 ? end.run_id : std::string(16, '0');
+  r.policy = policy::valid_policy_name(end.policy) ? end.policy : "unknown";
+  r.outcome = end.outcome;
+  r.exit_code = end.exit_code >= 0 && end.exit_code <= 255 ? end.exit_code : 255;
+  r.duration_seconds = end.duration_seconds;
+  r.fail_closed = end.fail_closed;
   send(r);
 }
 
-}  // namespace agentcage::daemon
+}  // namespace agentcage::control

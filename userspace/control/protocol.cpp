@@ -1,21 +1,12 @@
-#include "daemon/protocol.h"
-
-#include <fcntl.h>
-#include <poll.h>
-#include <sys/socket.h>
-#include <sys/un.h>
+#include "control/protocol.h"
 
 #include <algorithm>
-#include <chrono>
 #include <cmath>
-#include <cstdlib>
-#include <cstring>
 #include <set>
 
-#include "daemon/config.h"
 #include "policy/name.h"
 
-namespace agentcage::daemon {
+namespace agentcage::control {
 namespace {
 
 using nlohmann::json;
@@ -38,9 +29,12 @@ bool valid_path_text(const std::string& s, bool absolute) {
   return !absolute || s.front() == '/';
 }
 
-template <class T, size_t N>
-bool one_of(const std::string& s, const T (&set)[N]) {
-  return std::any_of(std::begin(set), std::end(set), [&](const char* v) { return s == v; });
+// "a, b, c" of the names of a closed set, for error messages.
+template <class Set>
+std::string names_of(const Set& set) {
+  std::string out;
+  for (auto v : set) out += (out.empty() ? "" : ", ") + std::string(core::name(v));
+  return out;
 }
 
 }  // namespace
@@ -122,9 +116,13 @@ Result<Request> parse_request(std::string_view line) {
         r.scope_id = j["scope_id"].get<uint64_t>();
         break;
       }
-      if (Status s = need_string("outcome", r.outcome, true); !s) return s.error();
-      if (!one_of(r.outcome, kOutcomes))
-        return bad("\"outcome\" must be one of ok, error, timeout, oom, signal, denied, setup_failed");
+      {
+        std::string outcome;
+        if (Status s = need_string("outcome", outcome, true); !s) return s.error();
+        auto parsed = core::parse_run_outcome(outcome);
+        if (!parsed) return bad("\"outcome\" must be one of " + names_of(core::kRunOutcomes));
+        r.outcome = *parsed;
+      }
       if (!j.contains("exit_code") || !j["exit_code"].is_number_integer()) return bad("\"exit_code\" must be an integer");
       {
         auto code = j["exit_code"].get<int64_t>();
@@ -139,9 +137,8 @@ Result<Request> parse_request(std::string_view line) {
       if (j.contains("fail_closed")) {
         std::string reason;
         if (Status s = need_string("fail_closed", reason, true); !s) return s.error();
-        if (!one_of(reason, kFailClosedReasons))
-          return bad("\"fail_closed\" must be one of bpf_unavailable, lsm_inactive, cgroup, scope, policy_invalid, internal");
-        r.fail_closed = reason;
+        r.fail_closed = core::parse_fail_closed_reason(reason);
+        if (!r.fail_closed) return bad("\"fail_closed\" must be one of " + names_of(core::kFailClosedReasons));
       }
       break;
   }
@@ -169,115 +166,13 @@ json to_json(const Request& r) {
     case Op::run_end:
       j["run_id"] = r.run_id;
       j["policy"] = r.policy;
-      j["outcome"] = r.outcome;
+      j["outcome"] = std::string(core::name(r.outcome));
       j["exit_code"] = r.exit_code;
       j["duration_seconds"] = r.duration_seconds;
-      if (r.fail_closed) j["fail_closed"] = *r.fail_closed;
+      if (r.fail_closed) j["fail_closed"] = std::string(core::name(*r.fail_closed));
       break;
   }
   return j;
 }
 
-std::string run_outcome(int exit_code, bool timed_out, bool oom_killed, std::optional<int> signal) {
-  if (exit_code == 125) return "setup_failed";
-  if (timed_out) return "timeout";
-  if (oom_killed && signal) return "oom";
-  if (signal) return "signal";
-  if (exit_code == 126 || exit_code == 127) return "denied";
-  if (exit_code == 0) return "ok";
-  if (exit_code > 128) return "signal";  // agentcage itself was interrupted (SIGINT/SIGTERM/SIGHUP)
-  return "error";
-}
-
-// ---- client side ------------------------------------------------------------
-
-std::string default_control_socket() {
-  const char* env = std::getenv("AGENTCAGE_CONTROL_SOCKET");
-  return env && *env ? std::string(env) : std::string(kDefaultControlSocket);
-}
-
-namespace {
-
-int remaining_ms(std::chrono::steady_clock::time_point deadline) {
-  auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - std::chrono::steady_clock::now()).count();
-  return left < 0 ? 0 : static_cast<int>(left);
-}
-
-}  // namespace
-
-Result<UniqueFd> connect_control(const std::string& socket_path, int timeout_ms) {
-  sockaddr_un addr{};
-  addr.sun_family = AF_UNIX;
-  if (socket_path.empty() || socket_path.size() >= sizeof addr.sun_path)
-    return Error{"control socket path too long: " + socket_path, ENAMETOOLONG};
-  std::memcpy(addr.sun_path, socket_path.data(), socket_path.size());
-  UniqueFd fd(::socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0));
-  if (!fd) return Error::from_errno("control socket: socket");
-  if (::connect(fd.get(), reinterpret_cast<sockaddr*>(&addr), sizeof addr) != 0) {
-    if (errno != EINPROGRESS && errno != EAGAIN)
-      return Error::from_errno("control socket: connecting to " + socket_path);
-    pollfd p{fd.get(), POLLOUT, 0};
-    if (::poll(&p, 1, timeout_ms) <= 0) return Error{"control socket: " + socket_path + ": the daemon did not accept in time", ETIMEDOUT};
-    int err = 0;
-    socklen_t len = sizeof err;
-    ::getsockopt(fd.get(), SOL_SOCKET, SO_ERROR, &err, &len);
-    if (err) return Error::from_errno("control socket: connecting to " + socket_path, err);
-  }
-  return fd;
-}
-
-Status write_all(int fd, std::string_view data, int timeout_ms) {
-  auto deadline = std::chrono::steady_clock::now() + std::chrono::milliseconds(timeout_ms < 0 ? 1 << 30 : timeout_ms);
-  while (!data.empty()) {
-    ssize_t n = ::send(fd, data.data(), data.size(), MSG_NOSIGNAL);
-    if (n > 0) {
-      data.remove_prefix(static_cast<size_t>(n));
-      continue;
-    }
-    if (n < 0 && errno == EINTR) continue;
-    if (n < 0 && errno != EAGAIN) return Error::from_errno("control socket: send");
-    pollfd p{fd, POLLOUT, 0};
-    if (::poll(&p, 1, remaining_ms(deadline)) <= 0) return Error{"control socket: send timed out", ETIMEDOUT};
-  }
-  return {};
-}
-
-Result<std::string> read_line(int fd, std::string& buffer, int timeout_ms, size_t max) {
-  auto deadline = std::chrono::steady_clock::now() + std::chrono::milliseconds(timeout_ms < 0 ? 0 : timeout_ms);
-  for (;;) {
-    if (size_t nl = buffer.find('\n'); nl != std::string::npos) {
-      std::string line = buffer.substr(0, nl);
-      buffer.erase(0, nl + 1);
-      return line;
-    }
-    if (buffer.size() > max) return Error{"control socket: line longer than " + std::to_string(max) + " bytes", EMSGSIZE};
-    pollfd p{fd, POLLIN, 0};
-    int pr = ::poll(&p, 1, timeout_ms < 0 ? -1 : remaining_ms(deadline));
-    if (pr < 0 && errno == EINTR) continue;
-    if (pr <= 0) return Error{"control socket: no answer from the daemon in time", ETIMEDOUT};
-    char chunk[8192];
-    ssize_t n = ::recv(fd, chunk, sizeof chunk, 0);
-    if (n < 0 && (errno == EINTR || errno == EAGAIN)) continue;
-    if (n < 0) return Error::from_errno("control socket: recv");
-    if (n == 0) {
-      if (buffer.empty()) return std::string();
-      return Error{"control socket: the daemon closed the connection mid-line", EPIPE};
-    }
-    buffer.append(chunk, static_cast<size_t>(n));
-  }
-}
-
-Result<json> call(const std::string& socket_path, const json& request, int timeout_ms) {
-  auto fd = connect_control(socket_path, timeout_ms);
-  if (!fd) return fd.error();
-  if (Status st = write_all(fd->get(), request.dump() + "\n", timeout_ms); !st) return st.error();
-  std::string buffer;
-  auto line = read_line(fd->get(), buffer, timeout_ms);
-  if (!line) return line.error();
-  if (line->empty()) return Error{"control socket: the daemon closed the connection without answering", EPIPE};
-  json j = json::parse(*line, nullptr, false);
-  if (!j.is_object()) return Error{"control socket: the daemon's answer is not a JSON object", EPROTO};
-  return j;
-}
-
-}  // namespace agentcage::daemon
+}  // namespace agentcage::control

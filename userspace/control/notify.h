@@ -1,0 +1,30 @@
+// `agentcage run` telling the daemon, when one is running, that a run
+// started and how it ended (for agentcage_runs_total, the run duration
+// histogram, fail-closed counts and run ids in audit events). Best effort: a
+// run never waits more than about a second for the daemon and never fails
+// because of it; without a daemon nothing happens.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+
+#include "core/fail_closed.h"
+#include "core/run_outcome.h"
+
+namespace agentcage::control {
+
+// How a run ended, as the daemon counts it (filled by run/).
+struct RunEnd {
+  std::string run_id;  // "" or malformed: the run failed before it had one
+  std::string policy;  // the policy's name; anything invalid is sent as "unknown"
+  core::RunOutcome outcome = core::RunOutcome::ok;
+  int exit_code = 0;  // agentcage's exit status
+  double duration_seconds = 0;
+  std::optional<core::FailClosedReason> fail_closed;  // why a 125 refused to run
+};
+
+void notify_run_start(const std::string& run_id, const std::string& policy, uint64_t scope_id);
+void notify_run_end(const RunEnd& end);
+
+}  // namespace agentcage::control

@@ -1,0 +1,72 @@
+// SPDX-License-Identifier: Apache-2.0
+// Removing what runs whose agentcage died left behind (run/runner.h).
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <filesystem>
+#include <ostream>
+
+#include "cgroup/cgroup.h"
+#include "run/runner.h"
+#include "run/state.h"
+#include "scope/scope.h"
+
+namespace agentcage::run {
+
+namespace fs = std::filesystem;
+
+void reap_stale_runs(bpf::Enforcer& enforcer, const Paths& paths, std::ostream& err) {
+  auto stale = find_stale_runs(paths.state_dir);
+  if (!stale) {
+    err << "agentcage: warning: looking for stale runs: " << stale.error().message << "\n";
+    return;
+  }
+  for (auto& s : *stale) {
+    if (!s.record) {
+      if (s.record_missing) {
+        s.forget();
+      } else {
+        err << "agentcage: warning: stale run " << s.run_id << ": " << s.problem
+            << " (left in place: " << s.record_path << ")\n";
+      }
+      continue;
+    }
+    const RunRecord& rec = *s.record;
+    std::string problem;
+    if (!rec.cgroup.empty())
+      if (Status st = cgroup::remove_tree(rec.cgroup); !st) problem = st.error().message;
+    if (problem.empty()) {
+      // The cgroup is gone, so the scope goes (scope::Ending::drained checks).
+      scope::Confinement c;
+      c.cgroup_id = rec.cgroup_id;
+      c.cgroup = rec.cgroup;
+      c.slot = rec.policy_slot.value_or(0);
+      c.transient = rec.policy_slot.has_value();
+      auto released = scope::release(enforcer, c, scope::Ending::drained);
+      if (!released)
+        problem = released.error().message;
+      else if (released->kept)
+        problem = "processes remain in " + rec.cgroup + ": its scope stays";
+    }
+    if (problem.empty() && !rec.workspace.empty()) {
+      std::error_code ec;
+      if (rec.remove_workspace)
+        fs::remove_all(rec.workspace, ec);
+      else if (rec.restore_uid && fs::exists(rec.workspace, ec)) {
+        (void)::chown(rec.workspace.c_str(), *rec.restore_uid, *rec.restore_gid);
+        (void)::chmod(rec.workspace.c_str(), static_cast<mode_t>(*rec.restore_mode));
+      }
+      if (ec) problem = "removing " + rec.workspace + ": " + ec.message();
+    }
+    if (!problem.empty()) {
+      err << "agentcage: warning: cannot reap stale run " << s.run_id << ": " << problem << "\n";
+      continue;
+    }
+    err << "agentcage: reaped stale run " << s.run_id << " (its agentcage, pid " << rec.owner_pid
+        << ", died): killed its processes, removed its cgroup, scope"
+        << (rec.remove_workspace ? " and workspace" : "") << "\n";
+    s.forget();
+  }
+}
+
+}  // namespace agentcage::run

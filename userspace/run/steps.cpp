@@ -1,0 +1,371 @@
+// SPDX-License-Identifier: Apache-2.0
+// The setup steps of a run, up to the confined, empty cgroup (run/steps.h).
+#include <pwd.h>
+#include <sys/random.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <chrono>
+#include <filesystem>
+
+#include "bpf/compile.h"
+#include "bpf/lsm.h"
+#include "policy/locate.h"
+#include "run/runner.h"
+#include "run/steps.h"
+
+namespace agentcage::run {
+namespace {
+
+namespace fs = std::filesystem;
+using core::FailClosedReason;
+
+uint64_t random64() {
+  uint64_t v = 0;
+  while (::getrandom(&v, sizeof v, 0) != static_cast<ssize_t>(sizeof v))
+    if (errno != EINTR)
+      return static_cast<uint64_t>(std::chrono::steady_clock::now().time_since_epoch().count()) ^ ::getpid();
+  return v;
+}
+
+uint64_t unix_ms() {
+  using namespace std::chrono;
+  return static_cast<uint64_t>(duration_cast<milliseconds>(system_clock::now().time_since_epoch()).count());
+}
+
+Failure enforcer_failure(const Error& e) {
+  Failure f{
+      kExitSetup, "cannot enforce: " + e.message, {}, e.code, bpf::unavailable_reason(bpf::read_lsm_state())};
+  if (e.code == EPERM)
+    f.fix =
+        "this kernel refuses BPF LSM programs; run on a host whose kernel allows them (Debian 12/13 stock "
+        "kernels do; `agentcage doctor` checks), or in the VM: tests/vm/run -- agentcage run ...";
+  else if (e.code == bpf::kErrNoBpffs)
+    f.fix = "mount -t bpf bpf " + std::string(core::kDefaultBpffs) +
+            ", then re-run (`agentcage doctor` checks everything else)";
+  else if (e.code == ENOTSUP || e.code == EOPNOTSUPP)
+    f.fix = "activate the BPF LSM: " + bpf::lsm_fix_hint(bpf::read_lsm_state());
+  else
+    f.fix = "run `agentcage doctor` for a full diagnosis";
+  return f;
+}
+
+// A 125 that is not a refusal to run unconfined (usage errors, not root):
+// no fail-closed reason.
+Failure failure(std::string reason, std::string fix, int err = 0) {
+  return Failure{kExitSetup, std::move(reason), std::move(fix), err, std::nullopt};
+}
+
+// A 125 because agentcage could not set up enforcement for the run.
+Failure refused(FailClosedReason why, std::string reason, std::string fix = {}, int err = 0) {
+  return Failure{kExitSetup, std::move(reason), std::move(fix), err, why};
+}
+
+// Writes the record again (the reaper's view of what exists so far).
+Step save_record(Run& run, FailClosedReason why) {
+  if (Status st = run.resources.lease->write(run.resources.record); !st)
+    return refused(why, st.error().message);
+  return {};
+}
+
+// The controllers a run's cgroup gets, when the hierarchy offers them.
+const std::vector<std::string> kControllers = {"memory", "pids", "cpu"};
+
+// Creates <root>/<rel> (each level) and enables the controllers each level
+// offers for its children. A controller in `required` that cannot be enabled
+// is an error (its limit could not be enforced).
+Result<fs::path> prepare_cgroup_parent(const fs::path& root, const std::string& rel,
+                                       const std::vector<std::string>& required) {
+  fs::path relp = fs::path(rel).lexically_normal();
+  if (rel.empty() || relp.is_absolute() || (!relp.empty() && *relp.begin() == ".."))
+    return Error{
+        "AGENTCAGE_CGROUP_PARENT must be a relative path below the cgroup2 root, not \"" + rel + "\"",
+        EINVAL};
+  fs::path cur = root;
+  auto enable_here = [&](const fs::path& dir) -> Status {
+    auto available = cgroup::read_controllers(dir / "cgroup.controllers");
+    auto enabled = cgroup::read_controllers(dir / "cgroup.subtree_control");
+    if (!available || !enabled) return (!available ? available.error() : enabled.error()).wrap("cgroup");
+    for (const auto& c : kControllers) {
+      bool is_required = std::find(required.begin(), required.end(), c) != required.end();
+      if (std::find(enabled->begin(), enabled->end(), c) != enabled->end()) continue;
+      if (std::find(available->begin(), available->end(), c) == available->end()) {
+        if (is_required)
+          return Error{"cgroup: the " + c + " controller is not available in " + dir.string() +
+                           " (needed for the " + c + " limit)",
+                       ENOTSUP};
+        continue;
+      }
+      Status st = cgroup::write_file(dir / "cgroup.subtree_control", "+" + c);
+      if (!st && is_required) return st;
+    }
+    return {};
+  };
+  for (const auto& part : relp) {
+    if (part.empty() || part == ".") continue;
+    if (Status st = enable_here(cur); !st) return st.error();
+    cur /= part;
+    if (::mkdir(cur.c_str(), 0755) != 0 && errno != EEXIST)
+      return Error::from_errno("cgroup: creating " + cur.string());
+  }
+  if (Status st = enable_here(cur); !st) return st.error();
+  return cur;
+}
+
+Status write_limits(const cgroup::Cgroup& cg, const policy::Limits& limits) {
+  const fs::path& p = cg.path();
+  if (limits.memory_bytes) {
+    if (Status st = cgroup::write_file(p / "memory.max", std::to_string(*limits.memory_bytes)); !st)
+      return st;
+    // No swapping around the limit. The file is missing when the kernel
+    // does not account swap; then there is nothing to turn off.
+    std::error_code ec;
+    if (fs::exists(p / "memory.swap.max", ec))
+      if (Status st = cgroup::write_file(p / "memory.swap.max", "0"); !st) return st;
+    // An OOM kill takes the whole run, not one arbitrary process of it.
+    if (fs::exists(p / "memory.oom.group", ec))
+      if (Status st = cgroup::write_file(p / "memory.oom.group", "1"); !st) return st;
+  }
+  if (limits.pids)
+    if (Status st = cgroup::write_file(p / "pids.max", std::to_string(*limits.pids)); !st) return st;
+  if (limits.cpus) {
+    constexpr uint64_t kPeriodUs = 100000;
+    auto quota = static_cast<uint64_t>(*limits.cpus * static_cast<double>(kPeriodUs) + 0.5);
+    if (quota < 1000) quota = 1000;  // the kernel's minimum quota is 1 ms
+    if (Status st =
+            cgroup::write_file(p / "cpu.max", std::to_string(quota) + " " + std::to_string(kPeriodUs));
+        !st)
+      return st;
+  }
+  return {};
+}
+
+}  // namespace
+
+Step check_request(Run& run) {
+  const RunOptions& opts = run.opts;
+  RunResult& res = run.res;
+  res.command = opts.command;
+  if (opts.command.empty() || opts.command[0].empty())
+    return failure("no COMMAND given", "agentcage run --policy NAME|FILE -- COMMAND [ARGS...]");
+
+  const auto invalid = FailClosedReason::policy_invalid;
+  auto policy_path = policy::resolve_policy(opts.policy, opts.paths.policy_dir);
+  if (!policy_path) return refused(invalid, policy_path.error().message, "see agentcage run --help");
+  run.policy_path = res.policy_file = *policy_path;
+  std::error_code ec;
+  if (!fs::exists(*policy_path, ec) && *policy_path != opts.policy)
+    return refused(invalid,
+                   "no policy named " + policy::quote(opts.policy) + " (" + *policy_path + " does not exist)",
+                   "pass a policy file path, install NAME.yaml into " + opts.paths.policy_dir +
+                       ", or point AGENTCAGE_POLICY_DIR / --policy-dir at your policies");
+  auto parsed = policy::load_policy_file(*policy_path);
+  if (!parsed.ok()) {
+    for (const auto& d : parsed.errors) run.err << d.format() << "\n";
+    return refused(invalid, "policy " + *policy_path + " is not valid (errors above)",
+                   "correct it; `agentcage policy check FILE` validates without running anything");
+  }
+  run.policy = std::move(*parsed.policy);
+  res.policy_name = run.policy->name;
+
+  // Usage errors: no fail-closed reason.
+  auto limits = effective_limits(run.policy->limits, opts);
+  if (!limits) return failure(limits.error().message, "see agentcage run --help");
+  run.limits = *limits;
+  res.memory_max_bytes = limits->memory_bytes;
+  res.pids_max = limits->pids;
+  res.cpus = limits->cpus;
+  if (limits->timeout) res.timeout_ms = static_cast<uint64_t>(limits->timeout->count());
+  for (const auto& e : opts.env)
+    if (auto kv = parse_env_assignment(e); !kv)
+      return failure(kv.error().message, "see agentcage run --help");
+
+  auto compiled = bpf::compile(*run.policy);
+  if (!compiled) return refused(invalid, "policy " + *policy_path + ": " + compiled.error().message);
+  run.compiled = std::move(*compiled);
+  return {};
+}
+
+Step check_root(Run&) {
+  if (::geteuid() != 0)
+    return failure("agentcage run needs root (BPF LSM programs, cgroups, the sandbox identity)",
+                   "run it as root (sudo agentcage run ...)", EPERM);
+  return {};
+}
+
+Step block_signals(Run& run) {
+  run.signals.emplace();
+  if (run.signals->fd() < 0) return failure("signalfd: " + std::string(std::strerror(errno)), "");
+  return {};
+}
+
+Step open_enforcement(Run& run) {
+  auto enforcer = bpf::Enforcer::open_shared();
+  if (!enforcer) return enforcer_failure(enforcer.error());
+  run.resources.enforcer = std::move(*enforcer);
+  reap_stale_runs(*run.resources.enforcer, run.opts.paths, run.err);
+  return {};
+}
+
+Step create_record(Run& run) {
+  Resources& r = run.resources;
+  run.seed = random64();
+  run.res.run_id = r.record.run_id = format_run_id(run.seed);
+  r.record.owner_pid = ::getpid();
+  r.record.started_unix_ms = unix_ms();
+  auto lease = RunLease::create(run.opts.paths.state_dir, run.res.run_id);
+  if (!lease)
+    return refused(FailClosedReason::internal, lease.error().message,
+                   "run as root with a writable " + run.opts.paths.state_dir);
+  r.lease = std::move(*lease);
+  return save_record(run, FailClosedReason::internal);
+}
+
+Step choose_identity(Run& run) {
+  const RunOptions& opts = run.opts;
+  auto fail = [](const Error& e) {
+    return refused(FailClosedReason::internal, e.message, "pass --user NAME|UID[:GID]", e.code);
+  };
+  if (!opts.user) {
+    auto lease = UidLease::acquire(opts.paths.state_dir, kDynamicUidBase, kDynamicUidCount, run.seed >> 16);
+    if (!lease) return fail(lease.error());
+    uid_t uid = lease->uid();
+    run.resources.uid_lease = std::move(*lease);
+    run.identity = Identity{uid, static_cast<gid_t>(uid), "dynamic uid " + std::to_string(uid)};
+  } else {
+    auto spec = parse_user_spec(*opts.user);
+    if (!spec) return fail(spec.error());
+    if (spec->uid) {
+      run.identity = Identity{*spec->uid, *spec->gid, "uid " + std::to_string(*spec->uid)};
+    } else {
+      struct passwd pw {};
+      struct passwd* found = nullptr;
+      std::vector<char> buf(16384);
+      int rc = ::getpwnam_r(spec->name->c_str(), &pw, buf.data(), buf.size(), &found);
+      if (rc != 0 || found == nullptr)
+        return fail(Error{"--user: no user named " + policy::quote(*spec->name) + " in the passwd database",
+                          rc ? rc : ENOENT});
+      run.identity = Identity{pw.pw_uid, pw.pw_gid, "user " + *spec->name};
+    }
+  }
+  run.res.uid = run.identity->uid;
+  run.res.gid = run.identity->gid;
+  return {};
+}
+
+namespace {
+
+// The workspace: a fresh private directory, or the caller's, handed to the
+// sandbox identity for the run.
+Status make_workspace(const RunOptions& opts, const Identity& id, Resources& r) {
+  if (!opts.workspace) {
+    if (Status st = make_private_dir(opts.paths.workspace_root, 0711); !st)
+      return st.error().wrap("workspace");
+    std::error_code ec;
+    fs::path root = fs::canonical(opts.paths.workspace_root, ec);
+    if (ec)
+      return Error{"workspace: resolving " + opts.paths.workspace_root + ": " + ec.message(), ec.value()};
+    fs::path dir = root / r.record.run_id;
+    if (::mkdir(dir.c_str(), 0700) != 0) return Error::from_errno("workspace: creating " + dir.string());
+    r.workspace_created = true;
+    r.record.workspace = dir.string();
+    r.record.remove_workspace = !opts.keep;
+    if (Status st = r.lease->write(r.record); !st) return st;
+    if (::chown(dir.c_str(), id.uid, id.gid) != 0)
+      return Error::from_errno("workspace: chown " + dir.string());
+    return {};
+  }
+  std::error_code ec;
+  fs::path dir = fs::canonical(*opts.workspace, ec);
+  if (ec) return Error{"--workspace " + *opts.workspace + ": " + ec.message(), ec.value()};
+  struct stat st {};
+  if (::stat(dir.c_str(), &st) != 0) return Error::from_errno("--workspace " + dir.string());
+  if (!S_ISDIR(st.st_mode)) return Error{"--workspace " + dir.string() + " is not a directory", ENOTDIR};
+  if (dir == "/") return Error{"--workspace / would make the whole host writable", EINVAL};
+  r.record.workspace = dir.string();
+  if (st.st_uid != id.uid || st.st_gid != id.gid || (st.st_mode & 0700) != 0700) {
+    // Hand the directory (not its contents) to the sandbox identity for the
+    // run; the record lets a reaper restore it if agentcage dies.
+    r.record.restore_uid = st.st_uid;
+    r.record.restore_gid = st.st_gid;
+    r.record.restore_mode = st.st_mode & 07777;
+    if (Status s = r.lease->write(r.record); !s) return s;
+    if (::chown(dir.c_str(), id.uid, id.gid) != 0 || ::chmod(dir.c_str(), 0700) != 0)
+      return Error::from_errno("--workspace: handing " + dir.string() + " to " + id.name);
+  }
+  return {};
+}
+
+}  // namespace
+
+Step prepare_workspace(Run& run) {
+  const RunOptions& opts = run.opts;
+  if (Status st = make_workspace(opts, *run.identity, run.resources); !st)
+    return refused(FailClosedReason::internal, st.error().message,
+                   opts.workspace ? "pass an existing directory agentcage (root) may chown"
+                                  : "make " + opts.paths.workspace_root +
+                                        " creatable by root, or set AGENTCAGE_WORKSPACE_ROOT",
+                   st.error().code);
+  run.res.workspace = run.resources.record.workspace;
+  return {};
+}
+
+Step create_cgroup(Run& run) {
+  Resources& r = run.resources;
+  RunResult& res = run.res;
+  const policy::Limits& limits = *run.limits;
+  const auto why = FailClosedReason::cgroup;
+  auto root = cgroup::find_cgroup2_root();
+  if (!root)
+    return refused(why, root.error().message, "mount cgroup v2: mount -t cgroup2 none /sys/fs/cgroup");
+  std::vector<std::string> required;
+  if (limits.memory_bytes) required.push_back("memory");
+  if (limits.pids) required.push_back("pids");
+  if (limits.cpus) required.push_back("cpu");
+  auto parent = prepare_cgroup_parent(*root, run.opts.paths.cgroup_parent, required);
+  if (!parent)
+    return refused(why, parent.error().message,
+                   "enable the controller for " + root->string() +
+                       "'s children (echo +memory +pids +cpu > cgroup.subtree_control), or drop the limit",
+                   parent.error().code);
+  r.record.cgroup = (*parent / res.run_id).string();
+  if (Step st = save_record(run, why); !st) return st;
+  auto cg = cgroup::Cgroup::create(*root, *parent, res.run_id);
+  if (!cg)
+    return refused(why, cg.error().message, "run as root on a writable cgroup v2 hierarchy", cg.error().code);
+  r.cg = std::move(*cg);
+  res.cgroup = r.cg->path().string();
+  res.scope_id = r.cg->id();
+  r.record.cgroup_id = r.cg->id();
+  if (Step st = save_record(run, why); !st) return st;
+  if (Status st = write_limits(*r.cg, limits); !st)
+    return refused(why, st.error().message, "check the cgroup controllers (agentcage doctor)",
+                   st.error().code);
+  return {};
+}
+
+Step confine(Run& run) {
+  Resources& r = run.resources;
+  const auto why = FailClosedReason::scope;
+  // share_named: the same policy installed by name (the daemon's policy
+  // directory) with exactly these rules runs on that slot, so the daemon's
+  // hot reloads apply to this run too; otherwise a transient slot.
+  auto confined = scope::confine(*r.enforcer, scope::CgroupRef{r.cg->id(), r.cg->level(), r.cg->path()},
+                                 scope::TransientPolicy{run.policy->name, std::move(*run.compiled), true},
+                                 r.record.workspace);
+  if (!confined)
+    return refused(why, "registering the scope: " + confined.error().message, "run `agentcage doctor`",
+                   confined.error().code);
+  r.confinement = *confined;
+  if (confined->transient) {
+    // For the reaper, should this agentcage die (the scope is found by the
+    // cgroup id already in the record; the slot is released with it).
+    r.record.policy_slot = confined->slot;
+    if (Step st = save_record(run, why); !st) return st;
+  }
+  return {};
+}
+
+}  // namespace agentcage::run

@@ -1,0 +1,154 @@
+// SPDX-License-Identifier: Apache-2.0
+// The steps of one `agentcage run` (run/runner.cpp runs them in order) and
+// the state they share. Internal to run/.
+//
+//   check_request -> check_root -> block_signals -> open_enforcement ->
+//   create_record -> choose_identity -> prepare_workspace -> create_cgroup
+//   -> confine -> spawn -> wait_for_end -> teardown -> result
+//
+// A step either succeeds or returns a Failure: agentcage's exit status, the
+// message, the fix, the errno and, for a refusal to run unconfined (125),
+// the fail-closed reason. Everything a step creates goes into Resources,
+// which teardown() (run/teardown.cpp) releases in one place.
+#pragma once
+
+#include <signal.h>
+#include <sys/types.h>
+
+#include <chrono>
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <ostream>
+#include <string>
+#include <vector>
+
+#include "bpf/compiled.h"
+#include "bpf/enforcer.h"
+#include "cgroup/cgroup.h"
+#include "core/fail_closed.h"
+#include "policy/policy.h"
+#include "run/options.h"
+#include "run/result.h"
+#include "run/sandbox.h"
+#include "run/state.h"
+#include "scope/scope.h"
+#include "util/unique_fd.h"
+
+namespace agentcage::run {
+
+// Why a run stops before its command ran to its end.
+struct Failure {
+  int code = kExitSetup;
+  std::string reason;  // printed as "agentcage: REASON"
+  std::string fix;     // printed as "agentcage: fix: FIX" (when not empty)
+  int err = 0;         // errno, for the result's error_errno
+  // Set for refusals to run unconfined (agentcage_fail_closed_total{reason});
+  // unset for usage errors.
+  std::optional<core::FailClosedReason> closed;
+};
+
+// A step's result: success, or the Failure that ends the run.
+class [[nodiscard]] Step {
+ public:
+  Step() = default;
+  Step(Failure f) : failure_(std::move(f)) {}  // NOLINT(google-explicit-constructor)
+  bool ok() const { return !failure_; }
+  explicit operator bool() const { return ok(); }
+  const Failure& failure() const { return *failure_; }
+
+ private:
+  std::optional<Failure> failure_;
+};
+
+// Blocks the signals that end a run (taken through a signalfd) for the
+// lifetime of the object and ignores SIGPIPE, so agentcage always gets to
+// clean up. The child restores everything before exec.
+class SignalGuard {
+ public:
+  SignalGuard();
+  ~SignalGuard();
+  SignalGuard(const SignalGuard&) = delete;
+  SignalGuard& operator=(const SignalGuard&) = delete;
+  int fd() const { return fd_.get(); }
+  // The first pending signal, or 0.
+  int take() const;
+
+ private:
+  sigset_t set_{}, old_mask_{};
+  struct sigaction old_pipe_ {};
+  UniqueFd fd_;
+};
+
+// Everything a run creates, released in reverse order by teardown().
+struct Resources {
+  std::unique_ptr<bpf::Enforcer> enforcer;
+  std::optional<RunLease> lease;
+  RunRecord record;
+  std::optional<UidLease> uid_lease;
+  bool workspace_created = false;  // by agentcage (else: the caller's --workspace)
+  std::optional<cgroup::Cgroup> cg;
+  std::optional<scope::Confinement> confinement;
+};
+
+// The state the steps share.
+struct Run {
+  Run(const RunOptions& o, RunResult& r, std::ostream& e) : opts(o), res(r), err(e) {}
+
+  const RunOptions& opts;
+  RunResult& res;
+  std::ostream& err;
+  Resources resources;
+
+  // check_request
+  std::string policy_path;
+  std::optional<policy::Policy> policy;
+  std::optional<policy::Limits> limits;
+  std::optional<bpf::CompiledPolicy> compiled;
+  // block_signals
+  std::optional<SignalGuard> signals;
+  // create_record, choose_identity
+  uint64_t seed = 0;
+  std::optional<Identity> identity;
+  // spawn
+  std::optional<pid_t> pid;
+  UniqueFd pidfd;
+  std::chrono::steady_clock::time_point started{};
+  // wait_for_end
+  int wait_status = 0;
+  std::optional<uint64_t> sampled_peak;
+};
+
+// ---- setup (run/steps.cpp) --------------------------------------------------
+// What to run, checked before anything is created: COMMAND, the policy,
+// limits, --env, the compiled rules.
+Step check_request(Run& run);
+Step check_root(Run& run);
+Step block_signals(Run& run);
+// The shared program set; reaps stale runs once it is open.
+Step open_enforcement(Run& run);
+// The run id and its record (for the reaper, should agentcage die).
+Step create_record(Run& run);
+Step choose_identity(Run& run);
+Step prepare_workspace(Run& run);
+// The run's cgroup below the cgroup parent, with its limits.
+Step create_cgroup(Run& run);
+// The cgroup under the run's policy (scope/scope.h).
+Step confine(Run& run);
+
+// ---- the process (run/wait.cpp) -------------------------------------------
+// Tells the daemon the run started, then spawns COMMAND into the cgroup.
+// When the child did not exec, the run is over: `unstarted` holds its exit
+// status (already reported and torn down).
+Step spawn(Run& run, std::optional<int>& unstarted);
+// Waits for the main process to exit, the timeout or a signal to agentcage.
+Step wait_for_end(Run& run);
+
+// ---- teardown (run/teardown.cpp) ------------------------------------------
+// Undo everything in `r`, newest first. With `collect`, first gather the
+// measurements and the denial report into `res`. Returns what could not be
+// removed (empty: nothing left behind). Safe to call again.
+std::vector<std::string> teardown(Resources& r, RunResult& res, bool collect,
+                                  std::optional<uint64_t> sampled_peak, bool keep_workspace);
+
+}  // namespace agentcage::run

@@ -1,0 +1,104 @@
+// SPDX-License-Identifier: Apache-2.0
+// Releasing what a run created, newest first, in one place (run/steps.h).
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
+#include <filesystem>
+#include <sstream>
+
+#include "run/steps.h"
+
+namespace agentcage::run {
+namespace {
+
+namespace fs = std::filesystem;
+
+std::optional<std::string> read_text(const fs::path& p) {
+  auto r = cgroup::read_file(p);
+  if (!r) return std::nullopt;
+  return *r;
+}
+
+void collect_stats(const cgroup::Cgroup& cg, RunResult& res, std::optional<uint64_t> sampled_peak) {
+  const fs::path& p = cg.path();
+  if (auto cpu = read_text(p / "cpu.stat")) {
+    res.cpu_total_us = keyed_value(*cpu, "usage_usec");
+    res.cpu_user_us = keyed_value(*cpu, "user_usec");
+    res.cpu_system_us = keyed_value(*cpu, "system_usec");
+  }
+  if (auto peak = read_text(p / "memory.peak")) {
+    uint64_t v = 0;
+    std::istringstream(*peak) >> v;
+    res.peak_memory_bytes = v;
+    res.peak_memory_source = "memory.peak";
+  } else if (sampled_peak) {
+    res.peak_memory_bytes = sampled_peak;
+    res.peak_memory_source = "memory.current sampled every 100 ms";
+  }
+  if (auto events = read_text(p / "memory.events")) {
+    res.oom_kills = keyed_value(*events, "oom_kill").value_or(0);
+    res.oom_killed = res.oom_kills > 0;
+  }
+}
+
+}  // namespace
+
+std::vector<std::string> teardown(Resources& r, RunResult& res, bool collect,
+                                  std::optional<uint64_t> sampled_peak, bool keep_workspace) {
+  std::vector<std::string> problems;
+  bool drained = true;
+  if (r.cg) {
+    if (Status st = cgroup::kill_and_drain(r.cg->path()); !st) {
+      problems.push_back(st.error().message);
+      drained = false;
+    }
+    if (collect) collect_stats(*r.cg, res, sampled_peak);
+  }
+  if (r.confinement) {
+    // The report, then the scope (only from an empty cgroup: survivors stay
+    // confined), then its slot; scope/scope.h keeps that order.
+    auto released = scope::release(*r.enforcer, *r.confinement, scope::Ending::drained);
+    if (!released) {
+      problems.push_back(released.error().message);
+    } else {
+      if (collect) {
+        if (released->report)
+          res.report = std::move(released->report);
+        else
+          problems.push_back("reading the scope report: " + released->report_error);
+      }
+      if (!released->kept)
+        r.confinement.reset();
+      else if (drained)
+        problems.push_back("processes remain in " + r.cg->path().string() + ": its scope stays");
+    }
+  }
+  if (r.cg && drained && !r.confinement) {
+    if (Status st = r.cg->remove(); !st)
+      problems.push_back(st.error().message);
+    else
+      r.cg.reset();
+  }
+  if (!r.record.workspace.empty() && drained) {
+    std::error_code ec;
+    if (r.workspace_created && !keep_workspace) {
+      fs::remove_all(r.record.workspace, ec);
+      if (ec) problems.push_back("removing workspace " + r.record.workspace + ": " + ec.message());
+    } else if (r.record.restore_uid) {
+      if (::chown(r.record.workspace.c_str(), *r.record.restore_uid, *r.record.restore_gid) != 0 ||
+          ::chmod(r.record.workspace.c_str(), static_cast<mode_t>(*r.record.restore_mode)) != 0)
+        problems.push_back("restoring owner and mode of " + r.record.workspace + ": " + std::strerror(errno));
+    }
+    if (problems.empty()) r.record.workspace.clear();
+  }
+  if (problems.empty()) {
+    if (r.lease) r.lease->finish();
+    r.lease.reset();
+    r.uid_lease.reset();
+  }
+  return problems;
+}
+
+}  // namespace agentcage::run

@@ -1,0 +1,208 @@
+// SPDX-License-Identifier: Apache-2.0
+// The run's process: spawned into the confined cgroup, then waited for
+// until it exits, the timeout fires or agentcage is told to stop (run/steps.h).
+#include <fcntl.h>
+#include <poll.h>
+#include <sys/signalfd.h>
+#include <sys/syscall.h>
+#include <sys/timerfd.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <chrono>
+#include <cstring>
+#include <filesystem>
+#include <sstream>
+
+#include "control/notify.h"
+#include "run/steps.h"
+#include "util/sys_names.h"
+
+namespace agentcage::run {
+namespace {
+
+namespace fs = std::filesystem;
+using Clock = std::chrono::steady_clock;
+
+Failure internal(std::string reason, int err = 0) {
+  return Failure{kExitSetup, std::move(reason), "", err, core::FailClosedReason::internal};
+}
+
+std::string describe_exec_failure(const std::string& command, int err, bool denied_by_policy,
+                                  const std::string& policy_name) {
+  std::string what = command + ": " + std::strerror(err);
+  if (denied_by_policy) return what + " (exec denied by policy " + policy_name + ")";
+  if (err == ENOENT) return what + " (not found in the sandbox PATH " + kSandboxPath + ")";
+  if (err == ENOEXEC) return what + " (not an executable format; add a #! line)";
+  return what;
+}
+
+// The child did not exec: it reported why (`got` bytes of `report`), or
+// died trying. Tears the run down and reports; returns agentcage's status.
+int report_unstarted(Run& run, ssize_t got, const ChildFailure& report) {
+  RunResult& res = run.res;
+  (void)cgroup::wait_for(*run.pid);
+  auto left = teardown(run.resources, res, true, std::nullopt, run.opts.keep);
+  for (const auto& p : left) run.err << "agentcage: cleanup: " << p << "\n";
+  res.wall_time_us = static_cast<uint64_t>(
+      std::chrono::duration_cast<std::chrono::microseconds>(Clock::now() - run.started).count());
+  if (got == static_cast<ssize_t>(sizeof report) && report.step == static_cast<int32_t>(ChildStep::exec)) {
+    // The child did nothing but exec, so any denial in its scope is the
+    // exec's: bprm_check_security (exec) or the open of the program file
+    // (file_open, when the policy does not let it read the file).
+    const bool denied = res.report && res.report->denied_total() > 0;
+    int code = denied ? kExitCannotExec : exit_code_for_exec_errno(report.err);
+    res.exit_code = code;
+    res.error = describe_exec_failure(run.opts.command[0], report.err, denied, run.policy->name);
+    res.error_errno = report.err;
+    run.err << "agentcage: " << res.error << "\n";
+    return code;
+  }
+  // A sandbox setup failure is a 125 without a fail-closed reason, as before
+  // the runner was split into steps.
+  Failure f{kExitSetup, "sandbox setup failed", "", 0, std::nullopt};
+  if (got == static_cast<ssize_t>(sizeof report)) {
+    f.reason += " while " + std::string(describe(static_cast<ChildStep>(report.step))) + ": " +
+                std::strerror(report.err);
+    f.err = report.err;
+  } else {
+    f.reason += ": the child died before reporting";
+  }
+  res.exit_code = f.code;
+  res.error = f.reason;
+  res.error_errno = f.err;
+  run.err << "agentcage: " << f.reason << "\n";
+  return f.code;
+}
+
+std::optional<std::string> read_text(const fs::path& p) {
+  auto r = cgroup::read_file(p);
+  if (!r) return std::nullopt;
+  return *r;
+}
+
+}  // namespace
+
+SignalGuard::SignalGuard() {
+  sigemptyset(&set_);
+  for (int s : {SIGINT, SIGTERM, SIGHUP}) sigaddset(&set_, s);
+  ::sigprocmask(SIG_BLOCK, &set_, &old_mask_);
+  struct sigaction ign {};
+  ign.sa_handler = SIG_IGN;
+  ::sigaction(SIGPIPE, &ign, &old_pipe_);
+  fd_.reset(::signalfd(-1, &set_, SFD_CLOEXEC | SFD_NONBLOCK));
+}
+
+SignalGuard::~SignalGuard() {
+  fd_.reset();
+  ::sigaction(SIGPIPE, &old_pipe_, nullptr);
+  ::sigprocmask(SIG_SETMASK, &old_mask_, nullptr);
+}
+
+int SignalGuard::take() const {
+  signalfd_siginfo si{};
+  if (fd_ && ::read(fd_.get(), &si, sizeof si) == static_cast<ssize_t>(sizeof si))
+    return static_cast<int>(si.ssi_signo);
+  return 0;
+}
+
+Step spawn(Run& run, std::optional<int>& unstarted) {
+  Resources& r = run.resources;
+  RunResult& res = run.res;
+  control::notify_run_start(res.run_id, res.policy_name, res.scope_id);
+
+  auto env = sandbox_environment(r.record.workspace, run.opts.env);
+  if (!env) return internal(env.error().message);
+  ChildPlan plan(run.identity->uid, run.identity->gid, r.record.workspace,
+                 exec_candidates(run.opts.command[0], kSandboxPath), run.opts.command, std::move(*env));
+  if (int sig = run.signals->take()) {
+    res.interrupted_by = sig;
+    return Failure{128 + sig, "interrupted by " + signal_name(sig) + " before COMMAND started", "", 0,
+                   core::FailClosedReason::internal};
+  }
+  int pipefd[2];
+  if (::pipe2(pipefd, O_CLOEXEC) != 0) return internal("pipe2: " + std::string(std::strerror(errno)));
+  UniqueFd report_rd(pipefd[0]), report_wr(pipefd[1]);
+  const pid_t self = ::getpid();
+  run.started = Clock::now();
+  auto pid = cgroup::spawn_in_cgroup(r.cg->fd(), [&]() -> int { child_main(plan, report_wr.get(), self); });
+  if (!pid) return internal(pid.error().message, pid.error().code);
+  run.pid = *pid;
+  report_wr.reset();
+  run.pidfd.reset(static_cast<int>(::syscall(SYS_pidfd_open, *pid, 0)));
+
+  ChildFailure report{};
+  ssize_t got;
+  do got = ::read(report_rd.get(), &report, sizeof report);
+  while (got < 0 && errno == EINTR);
+  report_rd.reset();
+  if (got != 0)
+    unstarted = report_unstarted(run, got, report);
+  else
+    res.started = true;
+  return {};
+}
+
+Step wait_for_end(Run& run) {
+  Resources& r = run.resources;
+  RunResult& res = run.res;
+  const SignalGuard& signals = *run.signals;
+  const pid_t pid = *run.pid;
+  UniqueFd timer;
+  if (run.limits->timeout) {
+    timer.reset(::timerfd_create(CLOCK_MONOTONIC, TFD_CLOEXEC));
+    itimerspec its{};
+    auto ms = run.limits->timeout->count();
+    its.it_value.tv_sec = ms / 1000;
+    its.it_value.tv_nsec = (ms % 1000) * 1000000;
+    if (!timer || ::timerfd_settime(timer.get(), 0, &its, nullptr) != 0) {
+      const int err = errno;
+      (void)r.cg->kill_all();
+      (void)cgroup::wait_for(pid);
+      return internal("timerfd: " + std::string(std::strerror(err)));
+    }
+  }
+  std::error_code peak_ec;
+  const bool have_peak_file = fs::exists(r.cg->path() / "memory.peak", peak_ec);
+  bool reaped = false;
+  while (!reaped) {
+    pollfd fds[3] = {{signals.fd(), POLLIN, 0}, {run.pidfd.get(), POLLIN, 0}, {timer.get(), POLLIN, 0}};
+    // Without a pidfd (kernel < 5.3) poll for the exit every 50 ms.
+    int wait_ms = !run.pidfd ? 50 : have_peak_file ? -1 : 100;
+    int n = ::poll(fds, 3, wait_ms);
+    if (n < 0 && errno != EINTR) {
+      (void)r.cg->kill_all();
+    }
+    if (fds[0].revents & POLLIN) {
+      if (int sig = signals.take(); sig && !res.timed_out && res.interrupted_by == 0) {
+        res.interrupted_by = sig;
+        run.err << "agentcage: " << signal_name(sig) << " received: ending the run\n";
+      }
+      (void)r.cg->kill_all();
+    }
+    if (fds[2].revents & POLLIN) {
+      uint64_t expirations = 0;
+      (void)!::read(timer.get(), &expirations, sizeof expirations);
+      if (res.interrupted_by == 0) res.timed_out = true;
+      (void)r.cg->kill_all();
+    }
+    if (!have_peak_file) {
+      if (auto cur = read_text(r.cg->path() / "memory.current")) {
+        uint64_t v = 0;
+        std::istringstream(*cur) >> v;
+        if (!run.sampled_peak || v > *run.sampled_peak) run.sampled_peak = v;
+      }
+    }
+    pid_t w = ::waitpid(pid, &run.wait_status, WNOHANG);
+    if (w == pid)
+      reaped = true;
+    else if (w < 0 && errno != EINTR) {
+      run.err << "agentcage: waitpid: " << std::strerror(errno) << "\n";
+      break;
+    }
+  }
+  return {};
+}
+
+}  // namespace agentcage::run
