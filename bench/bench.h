@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // agentcage-bench: shared pieces of the benchmark binary.
 //
 // The binary measures, in one process and one kernel boot, side by side:

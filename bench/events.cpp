@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The events section: how many denial records per second `agentcage daemon`
 // (the ring buffer's only consumer) delivers to its audit log with zero loss,
 // and the overflow accounting (produced = delivered + lost). See

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The benchmark's environment: cgroups, workspaces, the policy, and the
 // Enforcer that exists only in phase B.
 #include <unistd.h>

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // agentcage-bench: measures what the LSM programs cost, side by side in one
 // run, and prints a table. Needs root and a kernel that runs BPF LSM
 // programs; bench/run starts it on this host or in the VM. See bench/README.md.

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // BPF program run-time statistics: turning them on, and reading them for the
 // agentcage LSM programs the kernel has loaded.
 #include <bpf/bpf.h>

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The timed loops and the hook-cost workload. Each runs in a child process
 // started directly in a cgroup (clone3 CLONE_INTO_CGROUP), so "unscoped" and
 // "scoped" are properties of where the child lives, not of the bench process.

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // libFuzzer target: parse_policy must never crash, hang, leak or trip a
 // sanitizer on any input, and what it returns must hold the model's
 // invariants (see model.h): a policy XOR errors, normalised paths, ranges

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // `agentcage attach` / `detach` through the real binary: an already running
 // process in an existing cgroup is confined from its next operation on and
 // released by detach; bad requests change nothing.

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The bypass classes of the policy issue, one test each, on a real kernel:
 // every way around a rule that the design claims to close is tried from a
 // scoped process and must be denied, next to a positive control that must

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // `agentcage daemon` end to end, through the real binary: a real Prometheus
 // server scraping it, hot reload of the policy directory proven with real
 // allowed/denied operations, the control socket (validation, permissions,

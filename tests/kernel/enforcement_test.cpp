@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Foundation enforcement, proven with real processes on a real kernel:
 // a process in a scoped cgroup, and every descendant of it, cannot exec,
 // cannot connect and cannot open files outside its allowed set, while the

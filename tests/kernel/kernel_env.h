@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Shared state for kernel tests: one loaded Enforcer for the whole binary
 // (loading verifies every program, which is slow under TCG), and the rule
 // for when a test may skip.

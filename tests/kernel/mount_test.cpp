@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Mount-table tricks by a privileged process inside a scope (a root
 // service confined with `agentcage attach`; the kernel tests run as root).
 // Path rules match the path the kernel walks from a file up to the root of

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The fixture of the kernel tests that enforce a YAML policy on a cgroup of
 // their own: a fresh cgroup under agentcage-kt/, a scratch directory with a
 // workspace/ inside, a policy slot of the test file's own, and the counters

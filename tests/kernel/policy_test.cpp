@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // YAML policies compiled into the maps and enforced on a real kernel: each
 // rule kind, allowed and denied, and the bypasses the design closes.
 #include <arpa/inet.h>

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Probes for kernel tests: small operations a process inside (or outside) a
 // scope performs, each reduced to an exit code the test can compare, plus
 // the sockets and processes the tests set up around them. Shared by every

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // `agentcage run` end to end: the real binary (build/agentcage) with the
 // shipped policies/python-sandbox.yaml, real processes, real limits. Needs
 // root and a kernel that enforces (the VM: tests/vm/run --kernel 6.1|6.12).

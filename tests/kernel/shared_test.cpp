@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The shared, pinned program set: every agentcage process adopts one set of
 // programs and maps, enforcement outlives the process that loaded it, policy
 // slots are shared by content, and concurrent starts load one set only.

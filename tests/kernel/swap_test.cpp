@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Atomic policy swap under load: a scoped process hammers opens that both
 // policies allow and opens that both deny while the test swaps the slot
 // between the two policies as fast as it can. A swap must never leave a

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Host unit tests for the daemon's pure parts: configuration parsing,
 // control-request validation, run outcomes, audit JSON lines, counter
 // bookkeeping, and the metric names the dashboards rely on.

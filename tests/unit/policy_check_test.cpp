@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Reading policy files, `agentcage policy check`, and the shipped policies.
 #include <gtest/gtest.h>
 #include <sys/stat.h>

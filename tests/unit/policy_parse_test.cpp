@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Policy front end: malformed inputs (each with the exact position and the
 // gist of the message), valid policies field by field, and inputs built to
 // make a naive parser slow or deep.

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The standalone value parsers (shared with the CLI's overrides) and the
 // path / CIDR / port helpers.
 #include <gtest/gtest.h>

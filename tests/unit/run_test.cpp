@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // `agentcage run`'s pure logic: options, limits, environment, exec search,
 // exit statuses, the result JSON and the run record.
 #include <gtest/gtest.h>

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Compile-time checks that the shared ABI header has the layout both sides
 // assume. A failure here means bpf/include/agentcage/abi.h changed shape:
 // update the offsets deliberately and bump AC_ABI_VERSION (a field or value

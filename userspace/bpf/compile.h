@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Policy model -> what the kernel maps hold for one policy slot.
 //
 // Longest-prefix matching returns one rule, so the compiler folds into every

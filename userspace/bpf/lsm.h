@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Is the BPF LSM in the kernel's active LSM list?
 #pragma once
 

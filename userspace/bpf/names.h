@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Stable names of the ABI enumerations: metric label values, JSON fields and
 // CLI output use these (documented in the README; never rename one).
 #pragma once

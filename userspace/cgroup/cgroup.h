@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // cgroup v2: locating the hierarchy, identifying cgroups, creating and
 // removing them, and starting a process directly inside one.
 #pragma once

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // `agentcage run` telling the daemon, when one is running, that a run
 // started and how it ended (for agentcage_runs_total, the run duration
 // histogram, fail-closed counts and run ids in audit events). Best effort: a

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The control socket's protocol: one JSON object per line, both ways.
 // Requests come from other processes and are validated like any untrusted
 // input: a size cap, a JSON object, a known "op", exactly the fields that op

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // `agentcage daemon --config FILE`: the daemon's settings. Every key is
 // optional; the defaults work without a file. Errors are located
 // ("FILE:LINE:COL: message") and reject the whole file. The file goes

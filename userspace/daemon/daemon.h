@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // `agentcage daemon`: the long-running host agent. It adopts (or loads and
 // pins) the shared program set, keeps the policy directory's policies in
 // named slots (inotify hot reload), consumes the ring buffer -- as its only

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // `agentcage status`: what is loaded and enforcing, as JSON (the daemon's
 // "status" answer, or gathered directly from the pinned maps when no daemon
 // runs) and as text.

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // `agentcage doctor`: can this host enforce? Each check says what it found
 // and, when it fails, exactly what to change.
 #pragma once

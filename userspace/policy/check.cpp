@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Reading policy files and `agentcage policy check`.
 #include <fcntl.h>
 #include <sys/stat.h>

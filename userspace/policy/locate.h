@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Where `--policy NAME|FILE` points (run, attach).
 //
 // A value with a '/' or ending in .yaml/.yml is a FILE, used as given. Any

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The validated policy model: what a policy file means once every value has
 // been checked. Produced by parse_policy() (policy.h); consumed by the policy
 // compiler and the run lifecycle. Nothing in here needs re-validation.

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Policy validation: walks the yaml-cpp tree of a document that the YAML
 // front end (yaml/document.h) loaded safely and builds the model, reporting
 // every problem with the position of the offending key or value.

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The policy front end: policy YAML -> validated model (model.h), or a list
 // of located diagnostics.
 //

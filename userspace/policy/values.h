@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Parsers for the individual values of a policy, shared with the CLI's
 // overrides (--memory, --timeout, --cpu, --pids). Each takes the text exactly
 // as written (no surrounding whitespace is accepted) and fails with an

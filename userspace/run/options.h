@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // `agentcage run`: what the caller asked for, and the pure decisions made
 // from it (policy lookup, limits, environment, exec candidates, exit codes).
 // Everything here is free of side effects so it is unit-tested on the host.

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The result of one `agentcage run`, and its JSON form (--result FILE).
 // Field names are a user contract: see docs/run.md.
 #pragma once

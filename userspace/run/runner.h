@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // `agentcage run`: one execution in its own cgroup v2, confined by its policy
 // from the first instruction, with limits, a timeout and nothing left behind.
 //

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The child side of `agentcage run`: what happens between clone3 (the new
 // process is already in the scoped cgroup) and exec of COMMAND.
 //

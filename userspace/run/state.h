@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Host state of live runs, so a run whose agentcage was SIGKILLed is cleaned
 // up by the next agentcage (the "reaper"):
 //

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 #include "scope/attach.h"
 
 #include <sys/stat.h>

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // `agentcage attach` / `detach`: put an existing cgroup (a systemd service's,
 // a container's, an agent runner's) under a policy, in the shared pinned
 // program set, and take it out again. Processes already in the cgroup are

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Audit events: one JSON object per line for every decision record the
 // kernel delivered (denials and audit-mode would-be denials): the record's
 // JSON (bpf/record.h) plus what the consumer knows (time, run_id, policy).

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 #include "telemetry/metrics.h"
 
 #include <prometheus/counter.h>

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The daemon's Prometheus metrics (prometheus-cpp, pulled from /metrics).
 // Names and labels are a contract shared with dashboards/ and alert rules:
 // never rename one. Labels are bounded: policy, hook, decision, outcome,

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Minimal leveled logger to stderr. libbpf's own log is routed here too, so
 // a verifier rejection shows up with the rest of agentcage's messages.
 #pragma once

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Errors as values for fallible setup steps (see ARCHITECTURE.md, pattern 6).
 #pragma once
 
