@@ -37,15 +37,15 @@ namespace agentcage::bench {
 namespace fs = std::filesystem;
 
 struct Options {
-  unsigned iterations = 1000;  // ops per timed batch (open/close, connect)
-  unsigned exec_divisor = 40;  // fork+exec batches run iterations/exec_divisor ops
-  unsigned rounds = 10;        // A/B rounds, BAAB order (one program load per two rounds)
-  unsigned batches = 3;        // timed batches per op per phase
-  unsigned scopes = 100;       // live scopes during phase B
-  unsigned run_rounds = 60;    // run section: rounds of bare / bwrap / agentcage run
+  unsigned iterations = 1000;                      // ops per timed batch (open/close, connect)
+  unsigned exec_divisor = 40;                      // fork+exec batches run iterations/exec_divisor ops
+  unsigned rounds = 10;                            // A/B rounds, BAAB order (one program load per two rounds)
+  unsigned batches = 3;                            // timed batches per op per phase
+  unsigned scopes = 100;                           // live scopes during phase B
+  unsigned run_rounds = 60;                        // run section: rounds of bare / bwrap / agentcage run
   std::string run_policy = "bench/run-true.yaml";  // run section: policy allowing /usr/bin/true
-  std::string agentcage;       // run and events sections: agentcage binary ("" = next to this binary's dir)
-  double events_seconds = 5;   // events section: generator time per step
+  std::string agentcage;      // run and events sections: agentcage binary ("" = next to this binary's dir)
+  double events_seconds = 5;  // events section: generator time per step
   double events_start_rate = 500;  // events section: first step's opens/s (doubled per step)
   std::set<std::string> sections;
 };

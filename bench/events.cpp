@@ -35,9 +35,10 @@ constexpr const char* kPolicyName = "evbench";
 constexpr const char* kDeniedPath = "/etc/hostname";
 
 std::string policy_yaml() {
-  return std::string("apiVersion: agentcage/v1\n"
-                     "kind: Policy\n"
-                     "metadata: {name: ") +
+  return std::string(
+             "apiVersion: agentcage/v1\n"
+             "kind: Policy\n"
+             "metadata: {name: ") +
          kPolicyName +
          "}\n"
          "spec:\n"
@@ -127,15 +128,15 @@ class AuditTail {
 };
 
 struct Step {
-  double target = 0;       // opens/s asked of the generator (0: as fast as it can)
+  double target = 0;  // opens/s asked of the generator (0: as fast as it can)
   bool consumer_stopped = false;
-  double seconds = 0;      // the generator's wall time
+  double seconds = 0;  // the generator's wall time
   uint64_t attempts = 0, not_denied = 0;
-  uint64_t produced = 0;   // kernel deny counter delta of the slot
-  uint64_t sent = 0, lost = 0;  // kernel: records submitted / not taken
-  uint64_t delivered = 0;  // audit log lines of the scope
+  uint64_t produced = 0;                        // kernel deny counter delta of the slot
+  uint64_t sent = 0, lost = 0;                  // kernel: records submitted / not taken
+  uint64_t delivered = 0;                       // audit log lines of the scope
   double metric_events = -1, metric_lost = -1;  // /metrics deltas (-1: not scraped)
-  double drain_seconds = 0;  // generator end -> everything sent is in the log
+  double drain_seconds = 0;                     // generator end -> everything sent is in the log
   bool drained = false;
 };
 
@@ -249,7 +250,8 @@ Result<Step> run_step(const Ctx& c, double rate, double seconds, bool stop_consu
       std::string m1 = scrape(c.port);
       s.metric_events = metric_sum(m1, "agentcage_events_total", label) - ev0;
       s.metric_lost = metric_sum(m1, "agentcage_events_lost_total", "") - lo0;
-      if ((s.metric_events == static_cast<double>(s.delivered) && s.metric_lost == static_cast<double>(s.lost)) ||
+      if ((s.metric_events == static_cast<double>(s.delivered) &&
+           s.metric_lost == static_cast<double>(s.lost)) ||
           Clock::now() > mdeadline)
         break;
       std::this_thread::sleep_for(250ms);
@@ -307,9 +309,11 @@ Status EventsBench::setup() {
                                       << "audit_log: " << (dir_ / "audit.jsonl").string() << "\n"
                                       << "state_dir: " << (dir_ / "state").string() << "\n";
 
-  fs::path agentcage = opts_.agentcage.empty() ? fs::read_symlink("/proc/self/exe", ec).parent_path().parent_path() / "agentcage"
-                                               : fs::path(opts_.agentcage);
-  std::string bin = agentcage.string(), cfg = (dir_ / "daemon.yaml").string(), log = (dir_ / "daemon.log").string();
+  fs::path agentcage = opts_.agentcage.empty()
+                           ? fs::read_symlink("/proc/self/exe", ec).parent_path().parent_path() / "agentcage"
+                           : fs::path(opts_.agentcage);
+  std::string bin = agentcage.string(), cfg = (dir_ / "daemon.yaml").string(),
+              log = (dir_ / "daemon.log").string();
   auto t0 = Clock::now();
   daemon_ = ::fork();
   if (daemon_ < 0) return Error::from_errno("bench: fork");
@@ -342,7 +346,8 @@ Status EventsBench::setup() {
             have_slot_ = true;
           }
     if (have_slot_ && !scrape(port_).empty()) break;
-    if (Clock::now() > deadline) return Error{"bench: agentcage daemon not ready after 120 s (log: " + log + ")", ETIMEDOUT};
+    if (Clock::now() > deadline)
+      return Error{"bench: agentcage daemon not ready after 120 s (log: " + log + ")", ETIMEDOUT};
     std::this_thread::sleep_for(200ms);
   }
   daemon_start_seconds_ = std::chrono::duration<double>(Clock::now() - t0).count();
@@ -353,7 +358,8 @@ Status EventsBench::setup() {
   if (!cg) return cg.error().wrap("bench");
   cg_ = std::move(cg).value();
   // An attachment on the daemon's named slot, as `attach` makes one.
-  if (auto st = e_->with_lock([&] { return e_->add_scope(cg_.id(), cg_.level(), cg_.id(), slot_); }); !st.ok())
+  if (auto st = e_->with_lock([&] { return e_->add_scope(cg_.id(), cg_.level(), cg_.id(), slot_); });
+      !st.ok())
     return st.error().wrap("bench: registering the generator's scope");
   scope_added_ = true;
   return Status::success();
@@ -398,16 +404,17 @@ void out(const char* fmt, ...) {
 }
 
 void EventsBench::print(const std::vector<Step>& steps, const Step* forced) const {
-  out("  %-22s %9s %9s %9s %9s %7s %11s %8s %10s %9s\n", "target opens/s", "produced", "produced/s", "delivered",
-      "deliv./s", "lost", "metrics e/l", "drain", "not denied", "p = d + l");
+  out("  %-22s %9s %9s %9s %9s %7s %11s %8s %10s %9s\n", "target opens/s", "produced", "produced/s",
+      "delivered", "deliv./s", "lost", "metrics e/l", "drain", "not denied", "p = d + l");
   out("  %s\n", std::string(118, '-').c_str());
   auto row = [&](const Step& s, const std::string& label) {
     std::string m = s.metric_events < 0 ? "-" : num(s.metric_events) + "/" + num(s.metric_lost);
     out("  %-22s %9llu %9s %9llu %9s %7llu %11s %7.2fs %10llu %9s\n", label.c_str(),
         static_cast<unsigned long long>(s.produced), num(static_cast<double>(s.produced) / s.seconds).c_str(),
-        static_cast<unsigned long long>(s.delivered), num(static_cast<double>(s.delivered) / s.seconds).c_str(),
-        static_cast<unsigned long long>(s.lost), m.c_str(), s.drain_seconds,
-        static_cast<unsigned long long>(s.not_denied), accounting_ok(s) ? "OK" : "MISMATCH");
+        static_cast<unsigned long long>(s.delivered),
+        num(static_cast<double>(s.delivered) / s.seconds).c_str(), static_cast<unsigned long long>(s.lost),
+        m.c_str(), s.drain_seconds, static_cast<unsigned long long>(s.not_denied),
+        accounting_ok(s) ? "OK" : "MISMATCH");
   };
   for (const auto& s : steps) row(s, s.target > 0 ? num(s.target) : "unpaced (max)");
   if (forced) row(*forced, "unpaced, daemon STOPPED");
@@ -416,7 +423,8 @@ void EventsBench::print(const std::vector<Step>& steps, const Step* forced) cons
 int EventsBench::run() {
   const double seconds = opts_.events_seconds;
   out("\n4. Audit events: denial records per second delivered by agentcage daemon with zero loss,\n"
-      "   and the overflow accounting (UNDER TCG EMULATION: absolute rates say nothing about real hardware)\n");
+      "   and the overflow accounting (UNDER TCG EMULATION: absolute rates say nothing about real "
+      "hardware)\n");
   out("   a generator in a scope opens %s (denied) at a target rate for %.0f s per step, doubling;\n"
       "   produced = the slot's kernel deny counter, lost = AC_STAT_EVENTS_LOST, delivered = the daemon's\n"
       "   audit log lines of the scope, read after the generator exited and the daemon drained\n\n",
@@ -459,8 +467,10 @@ int EventsBench::run() {
   if (rc == 0 && generator_limit && steps.back().lost == 0) {
     std::fprintf(stderr, "  .. events: unpaced for %.0f s\n", seconds);
     auto s = run_step(c, 0, seconds, false);
-    if (s) steps.push_back(*s);
-    else rc = 1;
+    if (s)
+      steps.push_back(*s);
+    else
+      rc = 1;
   }
   // The forced overflow: the consumer is SIGSTOPped while the generator runs
   // unpaced, so the ring buffer must fill; SIGCONT after the kernel counters
@@ -479,22 +489,26 @@ int EventsBench::run() {
   }
   print(steps, have_forced ? &forced : nullptr);
   for (const auto& s : steps) {
-    if (s.lost == 0 && s.drained && (!zero_loss || static_cast<double>(s.delivered) / s.seconds >
-                                          static_cast<double>(zero_loss->delivered) / zero_loss->seconds))
+    if (s.lost == 0 && s.drained &&
+        (!zero_loss || static_cast<double>(s.delivered) / s.seconds >
+                           static_cast<double>(zero_loss->delivered) / zero_loss->seconds))
       zero_loss = &s;
     if (s.lost > 0 && !overload) overload = &s;
   }
   out("\n");
   if (zero_loss)
-    out("   highest sustained rate with zero loss: %.0f events/s delivered (%s step; drained %.2f s after the generator)\n",
+    out("   highest sustained rate with zero loss: %.0f events/s delivered (%s step; drained %.2f s after "
+        "the generator)\n",
         static_cast<double>(zero_loss->delivered) / zero_loss->seconds,
-        zero_loss->target > 0 ? (num(zero_loss->target) + "/s").c_str() : "unpaced", zero_loss->drain_seconds);
+        zero_loss->target > 0 ? (num(zero_loss->target) + "/s").c_str() : "unpaced",
+        zero_loss->drain_seconds);
   else
     out("   no step ran without loss\n");
   if (overload)
-    out("   overload at %s opens/s: produced %llu = delivered %llu + lost %llu: %s\n", num(overload->target).c_str(),
-        static_cast<unsigned long long>(overload->produced), static_cast<unsigned long long>(overload->delivered),
-        static_cast<unsigned long long>(overload->lost), accounting_ok(*overload) ? "OK" : "MISMATCH");
+    out("   overload at %s opens/s: produced %llu = delivered %llu + lost %llu: %s\n",
+        num(overload->target).c_str(), static_cast<unsigned long long>(overload->produced),
+        static_cast<unsigned long long>(overload->delivered), static_cast<unsigned long long>(overload->lost),
+        accounting_ok(*overload) ? "OK" : "MISMATCH");
   else if (generator_limit)
     out("   no loss up to the generator's own limit: the consumer kept up with everything one process\n"
         "   could produce here\n");
@@ -504,10 +518,13 @@ int EventsBench::run() {
         static_cast<unsigned long long>(forced.lost), accounting_ok(forced) ? "OK" : "MISMATCH");
   bool all_ok = true;
   for (const auto& s : steps) all_ok = all_ok && accounting_ok(s) && s.drained && s.not_denied == 0;
-  if (have_forced) all_ok = all_ok && accounting_ok(forced) && forced.drained && forced.not_denied == 0 && forced.lost > 0;
-  out("   accounting on every step (produced = delivered + lost, all sent records delivered, every open denied): %s\n",
+  if (have_forced)
+    all_ok = all_ok && accounting_ok(forced) && forced.drained && forced.not_denied == 0 && forced.lost > 0;
+  out("   accounting on every step (produced = delivered + lost, all sent records delivered, every open "
+      "denied): %s\n",
       all_ok ? "OK" : "MISMATCH");
-  out("   metrics e/l: agentcage_events_total{policy=\"%s\"} / agentcage_events_lost_total deltas from /metrics\n",
+  out("   metrics e/l: agentcage_events_total{policy=\"%s\"} / agentcage_events_lost_total deltas from "
+      "/metrics\n",
       kPolicyName);
   if (!all_ok) rc = 1;
   cleanup();

@@ -68,10 +68,13 @@ Result<std::unique_ptr<Fixture>> Fixture::create(const Options& opts) {
   if (!compiled) return compiled.error().wrap("bench: compiling the benchmark policy");
   fx->policy_ = *compiled;
 
-  auto parent = cgroup::Cgroup::create(fx->cg_root_, fx->cg_root_, "agentcage-bench-" + std::to_string(::getpid()));
+  auto parent =
+      cgroup::Cgroup::create(fx->cg_root_, fx->cg_root_, "agentcage-bench-" + std::to_string(::getpid()));
   if (!parent) return parent.error().wrap("bench");
   fx->parent_ = std::move(parent).value();
-  auto mk = [&](const std::string& name) { return cgroup::Cgroup::create(fx->cg_root_, fx->parent_.path(), name); };
+  auto mk = [&](const std::string& name) {
+    return cgroup::Cgroup::create(fx->cg_root_, fx->parent_.path(), name);
+  };
   auto unscoped = mk("unscoped");
   if (!unscoped) return unscoped.error().wrap("bench");
   fx->unscoped_ = std::move(unscoped).value();
@@ -108,9 +111,11 @@ Status Fixture::load() {
   enforcer_ = std::move(e).value();
   load_seconds_ = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
 
-  if (auto st = enforcer_->put_policy(kSlot, policy_); !st.ok()) return st.error().wrap("bench: installing the policy");
+  if (auto st = enforcer_->put_policy(kSlot, policy_); !st.ok())
+    return st.error().wrap("bench: installing the policy");
   uint64_t scope_id = 1;
-  if (auto st = enforcer_->add_scope(scoped_.id(), scoped_.level(), scope_id++, kSlot, workspace_.string()); !st.ok())
+  if (auto st = enforcer_->add_scope(scoped_.id(), scoped_.level(), scope_id++, kSlot, workspace_.string());
+      !st.ok())
     return st.error().wrap("bench: registering the scoped cgroup");
   for (const auto& cg : live_) {
     // A workspace per scope, as real runs have; the directory need not exist.
@@ -125,8 +130,9 @@ Status Fixture::load() {
   for (const auto& [id, stat] : *after)
     if (!before->count(id)) prog_ids_.push_back(id);
   if (prog_ids_.empty())
-    return Error{"bench: the Enforcer loaded but no new ac_* LSM program is visible through bpf_prog_get_next_id",
-                 ENOENT};
+    return Error{
+        "bench: the Enforcer loaded but no new ac_* LSM program is visible through bpf_prog_get_next_id",
+        ENOENT};
   return Status::success();
 }
 

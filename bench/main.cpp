@@ -10,9 +10,9 @@
 #include <cmath>
 #include <cstdarg>
 #include <cstdio>
-#include <sstream>
 #include <functional>
 #include <map>
+#include <sstream>
 #include <string>
 #include <vector>
 
@@ -135,7 +135,8 @@ HookCost measure_hooks(Fixture& fx, unsigned iterations, unsigned windows) {
     return hc;
   }
   // One window: the workload in `cg`, program stats read before and after.
-  auto window = [&](const cgroup::Cgroup& cg, std::map<std::string, HookSide>& out, unsigned& failures) -> Status {
+  auto window = [&](const cgroup::Cgroup& cg, std::map<std::string, HookSide>& out,
+                    unsigned& failures) -> Status {
     auto before = snapshot(fx.prog_ids());
     if (!before) return before.error();
     auto f = run_mixed_workload(cg.fd(), fx.workspace(), iterations);
@@ -217,7 +218,8 @@ void print_overhead(const Overhead& o, const Options& opts) {
   t.print();
   say("\n   goal on real hardware: B/A <= 1.02 (an unscoped process pays about one map lookup per hook)\n");
   say("   A noise: interquartile range of the A batches / their median; a B/A inside it is noise\n");
-  if (o.failures) say("   WARNING: %u operations failed in the loops; the times above are suspect\n", o.failures);
+  if (o.failures)
+    say("   WARNING: %u operations failed in the loops; the times above are suspect\n", o.failures);
 }
 
 // ---- the A/B schedule both kernel sections share -----------------------------------
@@ -275,7 +277,8 @@ int run_kernel_sections(const Options& opts) {
     if (st.ok() && want_loops) st = b_first ? phase(false, r, &a) : phase(true, r, &b);
     if (!st.ok()) {
       say("agentcage-bench: %s\n", st.error().message.c_str());
-      if (!(*fx)->enforcer()) say("agentcage-bench: bench/run measures in the VM when this host cannot enforce\n");
+      if (!(*fx)->enforcer())
+        say("agentcage-bench: bench/run measures in the VM when this host cannot enforce\n");
       return 1;
     }
     if (want_loops)
@@ -320,14 +323,19 @@ bool pinned_set_present(const std::string& pin_root) {
 
 int run_cost_section(const Options& opts) {
   const unsigned rounds = opts.run_rounds;
-  fs::path agentcage = opts.agentcage.empty() ? self_dir().parent_path() / "agentcage" : fs::path(opts.agentcage);
+  fs::path agentcage =
+      opts.agentcage.empty() ? self_dir().parent_path() / "agentcage" : fs::path(opts.agentcage);
   const std::string pin_root = bpf::SharedOptions{}.pin_root;
   std::vector<RunCommand> cmds = {
       {"bare: /usr/bin/true", {"/usr/bin/true"}, {}, {}},
       {"bwrap --unshare-all --die-with-parent --ro-bind / / /usr/bin/true",
-       {"bwrap", "--unshare-all", "--die-with-parent", "--ro-bind", "/", "/", "/usr/bin/true"}, {}, {}},
+       {"bwrap", "--unshare-all", "--die-with-parent", "--ro-bind", "/", "/", "/usr/bin/true"},
+       {},
+       {}},
       {"agentcage run --policy " + opts.run_policy + " -- /usr/bin/true",
-       {agentcage.string(), "run", "--policy", opts.run_policy, "--", "/usr/bin/true"}, {}, {}},
+       {agentcage.string(), "run", "--policy", opts.run_policy, "--", "/usr/bin/true"},
+       {},
+       {}},
   };
   constexpr size_t kBare = 0, kBwrap = 1, kRun = 2;
 
@@ -396,7 +404,8 @@ int run_cost_section(const Options& opts) {
     double bw = median(cmds[kBwrap].ns);
     say("   agentcage run / bwrap: %.2fx   goal: < 1 (below bubblewrap)\n", run / bw);
   }
-  say("   agentcage run over bare: +%s   goal on real hardware: well under 1 ms\n", fmt_ns(run - bare).c_str());
+  say("   agentcage run over bare: +%s   goal on real hardware: well under 1 ms\n",
+      fmt_ns(run - bare).c_str());
   say("   reference points: docker run about 0.5 s, a Firecracker microVM boot about 125 ms\n");
   say("   agentcage run: a cgroup with limits, a registered scope, a workspace, a sandbox uid,\n"
       "   clone3 into the cgroup, wait, cleanup; bwrap as root (namespaces, no setuid needed)\n");
@@ -414,8 +423,10 @@ struct StandaloneSection {
   std::function<int(const Options&)> run;
 };
 std::vector<StandaloneSection> standalone_sections() {
-  return {{"run", "wall time: agentcage run -- true vs true vs bwrap --unshare-all ... true", run_cost_section},
-          {"events", "audit events/s agentcage daemon delivers with zero loss; overflow accounting", events_section}};
+  return {
+      {"run", "wall time: agentcage run -- true vs true vs bwrap --unshare-all ... true", run_cost_section},
+      {"events", "audit events/s agentcage daemon delivers with zero loss; overflow accounting",
+       events_section}};
 }
 
 }  // namespace
@@ -434,14 +445,18 @@ int main(int argc, char** argv) {
   app.add_option("--rounds", opts.rounds, "A/B rounds (BAAB order)")->check(CLI::Range(1u, 100u));
   app.add_option("--batches", opts.batches, "timed batches per op per phase")->check(CLI::Range(1u, 1000u));
   app.add_option("--scopes", opts.scopes, "live scopes in phase B")->check(CLI::Range(0u, 10000u));
-  app.add_option("--sections", sections, "comma-separated: hooks,unscoped,run,events (default: hooks,unscoped,run)");
+  app.add_option("--sections", sections,
+                 "comma-separated: hooks,unscoped,run,events (default: hooks,unscoped,run)");
   app.add_option("--run-rounds", opts.run_rounds, "run section: rounds (one run of each command per round)")
       ->check(CLI::Range(1u, 100000u));
-  app.add_option("--run-policy", opts.run_policy, "run section: the policy for agentcage run (must allow /usr/bin/true)");
-  app.add_option("--agentcage", opts.agentcage, "run/events sections: the agentcage binary (default: ../agentcage next to this binary)");
+  app.add_option("--run-policy", opts.run_policy,
+                 "run section: the policy for agentcage run (must allow /usr/bin/true)");
+  app.add_option("--agentcage", opts.agentcage,
+                 "run/events sections: the agentcage binary (default: ../agentcage next to this binary)");
   app.add_option("--events-seconds", opts.events_seconds, "events section: generator seconds per rate step")
       ->check(CLI::Range(1.0, 600.0));
-  app.add_option("--events-start-rate", opts.events_start_rate, "events section: first step's denied opens/s (doubled each step)")
+  app.add_option("--events-start-rate", opts.events_start_rate,
+                 "events section: first step's denied opens/s (doubled each step)")
       ->check(CLI::Range(1.0, 1e6));
   app.add_option("--environment", environment, "printed in the header (bench/run says e.g. 'qemu TCG')");
   CLI11_PARSE(app, argc, argv);

@@ -86,7 +86,8 @@ Result<std::map<uint32_t, ProgStat>> agentcage_programs() {
     int rc = bpf_obj_get_info_by_fd(fd, &info, &len);
     int err = errno;
     ::close(fd);
-    if (rc != 0) return Error::from_errno("bench: bpf_obj_get_info_by_fd(prog " + std::to_string(id) + ")", err);
+    if (rc != 0)
+      return Error::from_errno("bench: bpf_obj_get_info_by_fd(prog " + std::to_string(id) + ")", err);
     if (info.type != BPF_PROG_TYPE_LSM || std::strncmp(info.name, "ac_", 3) != 0) continue;
     ProgStat s;
     s.hook = hook_name(info.attach_btf_id);

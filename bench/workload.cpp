@@ -150,9 +150,12 @@ Result<std::vector<double>> in_child(int cgroup_fd, const std::function<std::vec
 
 const char* op_name(Op op) {
   switch (op) {
-    case Op::open_close: return "open+close";
-    case Op::connect: return "socket+connect+close";
-    case Op::fork_exec: return "fork+exec true+wait";
+    case Op::open_close:
+      return "open+close";
+    case Op::connect:
+      return "socket+connect+close";
+    case Op::fork_exec:
+      return "fork+exec true+wait";
   }
   return "?";
 }
@@ -198,9 +201,9 @@ constexpr int kResultFd = 3;
 // with the parent's memory. This way A and B time the same process image.
 Result<LoopSamples> run_loops(int cgroup_fd, const fs::path& open_path, const Options& opts) {
   const unsigned n_exec = std::max(1u, opts.iterations / opts.exec_divisor);
-  const std::vector<std::string> args = {"agentcage-bench", std::string(kWorkerFlag), open_path.string(),
-                                         std::to_string(opts.iterations), std::to_string(n_exec),
-                                         std::to_string(opts.batches)};
+  const std::vector<std::string> args = {"agentcage-bench",      std::string(kWorkerFlag),
+                                         open_path.string(),     std::to_string(opts.iterations),
+                                         std::to_string(n_exec), std::to_string(opts.batches)};
   auto out = in_child(cgroup_fd, [&]() -> std::vector<double> {
     std::vector<char*> argv;
     for (const auto& a : args) argv.push_back(const_cast<char*>(a.c_str()));
@@ -228,7 +231,8 @@ int worker_main(int argc, char** argv) {
   if (n == 0 || n_exec == 0 || batches == 0) return 2;
   std::vector<double> out = loops_body(argv[2], n, n_exec, batches);
   uint64_t count = out.size();
-  bool ok = write_all(kResultFd, &count, sizeof count) && write_all(kResultFd, out.data(), count * sizeof(double));
+  bool ok =
+      write_all(kResultFd, &count, sizeof count) && write_all(kResultFd, out.data(), count * sizeof(double));
   return ok ? 0 : 3;
 }
 
@@ -248,7 +252,8 @@ Result<unsigned> run_mixed_workload(int cgroup_fd, const fs::path& workspace, un
     int sink = ::socket(AF_INET, SOCK_DGRAM | SOCK_CLOEXEC, 0);
     sockaddr_in sink_addr = loopback(0);
     socklen_t len = sizeof sink_addr;
-    check(udp >= 0 && sink >= 0 && ::bind(sink, reinterpret_cast<sockaddr*>(&sink_addr), sizeof sink_addr) == 0 &&
+    check(udp >= 0 && sink >= 0 &&
+          ::bind(sink, reinterpret_cast<sockaddr*>(&sink_addr), sizeof sink_addr) == 0 &&
           ::getsockname(sink, reinterpret_cast<sockaddr*>(&sink_addr), &len) == 0);
 
     ::unlink(sock.c_str());
@@ -261,17 +266,18 @@ Result<unsigned> run_mixed_workload(int cgroup_fd, const fs::path& workspace, un
 
     char buf[64];
     for (unsigned i = 0; i < iterations; i++) {
-      check(do_open_close("/usr/lib/os-release", O_RDONLY));  // file_open, read rule
-      check(do_open_close(data.c_str(), O_WRONLY));           // file_open, workspace write rule
+      check(do_open_close("/usr/lib/os-release", O_RDONLY));             // file_open, read rule
+      check(do_open_close(data.c_str(), O_WRONLY));                      // file_open, workspace write rule
       check(do_open_close(fresh.c_str(), O_CREAT | O_EXCL | O_WRONLY));  // path_mknod + file_open
-      check(::truncate(fresh.c_str(), 0) == 0);                // path_truncate
-      check(::chmod(fresh.c_str(), 0600) == 0);                // path_chmod
-      check(::rename(fresh.c_str(), moved.c_str()) == 0);      // path_rename
-      check(::unlink(moved.c_str()) == 0);                     // path_unlink
-      check(::mkdir(dir.c_str(), 0700) == 0);                  // path_mkdir
-      check(::rmdir(dir.c_str()) == 0);                        // path_rmdir
-      check(do_connect(tcp_port));                             // socket_create + socket_connect
-      check(::sendto(udp, "x", 1, 0, reinterpret_cast<sockaddr*>(&sink_addr), sizeof sink_addr) == 1);  // socket_sendmsg
+      check(::truncate(fresh.c_str(), 0) == 0);                          // path_truncate
+      check(::chmod(fresh.c_str(), 0600) == 0);                          // path_chmod
+      check(::rename(fresh.c_str(), moved.c_str()) == 0);                // path_rename
+      check(::unlink(moved.c_str()) == 0);                               // path_unlink
+      check(::mkdir(dir.c_str(), 0700) == 0);                            // path_mkdir
+      check(::rmdir(dir.c_str()) == 0);                                  // path_rmdir
+      check(do_connect(tcp_port));                                       // socket_create + socket_connect
+      check(::sendto(udp, "x", 1, 0, reinterpret_cast<sockaddr*>(&sink_addr), sizeof sink_addr) ==
+            1);  // socket_sendmsg
       (void)::recv(sink, buf, sizeof buf, MSG_DONTWAIT);
       int c = ::socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);  // socket_create (unix)
       check(c >= 0 && ::connect(c, reinterpret_cast<sockaddr*>(&ua), sizeof ua) == 0);  // unix_stream_connect

@@ -22,7 +22,9 @@ namespace {
 
 namespace fs = std::filesystem;
 
-fs::path agentcage_binary() { return fs::canonical("/proc/self/exe").parent_path().parent_path() / "agentcage"; }
+fs::path agentcage_binary() {
+  return fs::canonical("/proc/self/exe").parent_path().parent_path() / "agentcage";
+}
 
 struct Cmd {
   int status = -1;

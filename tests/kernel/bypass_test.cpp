@@ -57,7 +57,8 @@ std::string read_text(const std::string& file) {
 // tests may also run on a real host).
 class SysctlOverride {
  public:
-  SysctlOverride(std::string file, const std::string& value) : file_(std::move(file)), old_(read_text(file_)) {
+  SysctlOverride(std::string file, const std::string& value)
+      : file_(std::move(file)), old_(read_text(file_)) {
     std::ofstream(file_) << value << "\n";
   }
   ~SysctlOverride() {
@@ -90,17 +91,21 @@ int uring_one(const io_uring_sqe& sqe, unsigned setup_flags, int* res) {
   const bool single = (p.features & IORING_FEAT_SINGLE_MMAP) != 0;
   if (single) sq_len = cq_len = std::max(sq_len, cq_len);
   const size_t sqes_len = p.sq_entries * sizeof(io_uring_sqe);
-  void* sq = ::mmap(nullptr, sq_len, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_POPULATE, fd, IORING_OFF_SQ_RING);
+  void* sq =
+      ::mmap(nullptr, sq_len, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_POPULATE, fd, IORING_OFF_SQ_RING);
   void* cq = single ? sq
                     : ::mmap(nullptr, cq_len, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_POPULATE, fd,
                              IORING_OFF_CQ_RING);
-  void* sqes = ::mmap(nullptr, sqes_len, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_POPULATE, fd, IORING_OFF_SQES);
+  void* sqes =
+      ::mmap(nullptr, sqes_len, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_POPULATE, fd, IORING_OFF_SQES);
   if (sq == MAP_FAILED || cq == MAP_FAILED || sqes == MAP_FAILED) {
     int err = errno;
     ::close(fd);
     return err;
   }
-  auto at = [](void* base, unsigned off) { return reinterpret_cast<unsigned*>(static_cast<char*>(base) + off); };
+  auto at = [](void* base, unsigned off) {
+    return reinterpret_cast<unsigned*>(static_cast<char*>(base) + off);
+  };
   unsigned* sq_tail = at(sq, p.sq_off.tail);
   unsigned sq_mask = *at(sq, p.sq_off.ring_mask);
   unsigned* sq_array = at(sq, p.sq_off.array);
@@ -273,7 +278,8 @@ TEST_F(BypassTest, IoUringConnectAndSendmsgAreDecidedLikeTheSyscalls) {
   int u_ok = udp_bound(&udp_ok_port), u_no = udp_bound(&udp_no_port);
   ASSERT_TRUE(l_ok >= 0 && l_no >= 0 && u_ok >= 0 && u_no >= 0);
   ASSERT_NO_FATAL_FAILURE(apply("  network:\n    allow:\n      - {cidr: 127.0.0.1/32, ports: [" +
-                                std::to_string(allowed_port) + "], protocol: tcp}\n      - {cidr: 127.0.0.1/32, ports: [" +
+                                std::to_string(allowed_port) +
+                                "], protocol: tcp}\n      - {cidr: 127.0.0.1/32, ports: [" +
                                 std::to_string(udp_ok_port) + "], protocol: udp}\n"));
   // The denied destinations work for an unscoped process: the denial below is the policy's.
   EXPECT_EQ(in_child(false, [&] { return uring_connect(denied_port); }), kOk);
@@ -340,7 +346,8 @@ TEST_F(BypassTest, TcpFastOpenIsDecidedByDestination) {
   auto fastopen_connect = [](uint16_t port) {
     int s = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
     int one = 1;
-    if (s < 0 || ::setsockopt(s, IPPROTO_TCP, TCP_FASTOPEN_CONNECT, &one, sizeof one) != 0) return kOtherError;
+    if (s < 0 || ::setsockopt(s, IPPROTO_TCP, TCP_FASTOPEN_CONNECT, &one, sizeof one) != 0)
+      return kOtherError;
     sockaddr_in a = loopback(port);
     int r = result(::connect(s, reinterpret_cast<sockaddr*>(&a), sizeof a));
     if (r == kOk && ::write(s, "c", 1) != 1) r = kOtherError;
@@ -398,16 +405,20 @@ TEST_F(BypassTest, MemfdAndExecveatAreDecidedByIdentity) {
     return n == 0 ? fd : -1;
   };
   // The memfd copy itself is a working program outside the scope.
-  EXPECT_EQ(in_child(false, [&] {
-              int fd = memfd_copy();
-              return fd < 0 ? kOtherError : run_exec([&] { ::syscall(SYS_execveat, fd, "", argv, envp, AT_EMPTY_PATH); });
-            }),
+  EXPECT_EQ(in_child(false,
+                     [&] {
+                       int fd = memfd_copy();
+                       return fd < 0 ? kOtherError : run_exec([&] {
+                         ::syscall(SYS_execveat, fd, "", argv, envp, AT_EMPTY_PATH);
+                       });
+                     }),
             kOk);
 
   uint64_t before = denied(AC_HOOK_EXEC), default_before = reason(AC_HOOK_EXEC, AC_REASON_DEFAULT_DENY);
   EXPECT_EQ(scoped([&] {
               int fd = memfd_copy();
-              return fd < 0 ? kOtherError : run_exec([&] { ::syscall(SYS_execveat, fd, "", argv, envp, AT_EMPTY_PATH); });
+              return fd < 0 ? kOtherError
+                            : run_exec([&] { ::syscall(SYS_execveat, fd, "", argv, envp, AT_EMPTY_PATH); });
             }),
             kDenied);
   EXPECT_EQ(scoped([&] {
@@ -427,18 +438,21 @@ TEST_F(BypassTest, MemfdAndExecveatAreDecidedByIdentity) {
   // execveat relative to a directory fd: the allowed program runs, a denied one does not.
   EXPECT_EQ(scoped([&] {
               int dir = ::open("/usr/bin", O_PATH | O_DIRECTORY | O_CLOEXEC);
-              return dir < 0 ? kOtherError : run_exec([&] { ::syscall(SYS_execveat, dir, "true", argv, envp, 0); });
+              return dir < 0 ? kOtherError
+                             : run_exec([&] { ::syscall(SYS_execveat, dir, "true", argv, envp, 0); });
             }),
             kOk);
   EXPECT_EQ(scoped([&] {
               int dir = ::open("/usr/bin", O_PATH | O_DIRECTORY | O_CLOEXEC);
-              return dir < 0 ? kOtherError : run_exec([&] { ::syscall(SYS_execveat, dir, "false", argv, envp, 0); });
+              return dir < 0 ? kOtherError
+                             : run_exec([&] { ::syscall(SYS_execveat, dir, "false", argv, envp, 0); });
             }),
             kDenied);
   // The allowed program by O_PATH fd (what fexecve of the real file does).
   EXPECT_EQ(scoped([&] {
               int fd = ::open("/usr/bin/true", O_PATH);
-              return fd < 0 ? kOtherError : run_exec([&] { ::syscall(SYS_execveat, fd, "", argv, envp, AT_EMPTY_PATH); });
+              return fd < 0 ? kOtherError
+                            : run_exec([&] { ::syscall(SYS_execveat, fd, "", argv, envp, AT_EMPTY_PATH); });
             }),
             kOk);
   EXPECT_EQ(denied(AC_HOOK_EXEC), before + 4);
@@ -453,8 +467,9 @@ TEST_F(BypassTest, MemfdAndExecveatAreDecidedByIdentity) {
 TEST_F(BypassTest, DynamicLoaderCannotRunPrograms) {
   const std::string loader = "/lib64/ld-linux-x86-64.so.2";
   ASSERT_TRUE(fs::exists(loader)) << loader << " missing: this test is written for x86-64 glibc";
-  ASSERT_NO_FATAL_FAILURE(apply("  exec:\n    allow: [/usr/bin/true]\n  files:\n"
-                                "    read: [/usr/lib, /usr/lib64, /usr/bin, /etc/ld.so.cache]\n"));
+  ASSERT_NO_FATAL_FAILURE(
+      apply("  exec:\n    allow: [/usr/bin/true]\n  files:\n"
+            "    read: [/usr/lib, /usr/lib64, /usr/bin, /etc/ld.so.cache]\n"));
   // Outside the scope the loader runs programs fine.
   EXPECT_EQ(in_child(false, [&] { return run_program({loader, "/usr/bin/true"}); }), kOk);
   uint64_t before = denied(AC_HOOK_EXEC);
@@ -475,13 +490,13 @@ TEST_F(BypassTest, AbstractUnixSocketsByExactName) {
   std::string ok = tag + "ok", dgram_ok = tag + "dgram-ok";
   auto l_ok = Listener::unix_abstract(ok, SOCK_STREAM);
   auto l_other = Listener::unix_abstract(tag + "other", SOCK_STREAM);
-  auto l_longer = Listener::unix_abstract(ok + "x", SOCK_STREAM);   // the allowed name is a prefix of it
+  auto l_longer = Listener::unix_abstract(ok + "x", SOCK_STREAM);    // the allowed name is a prefix of it
   auto l_shorter = Listener::unix_abstract(tag + "o", SOCK_STREAM);  // a prefix of the allowed name
   auto d_ok = Listener::unix_abstract(dgram_ok, SOCK_DGRAM);
   auto d_other = Listener::unix_abstract(tag + "dgram-other", SOCK_DGRAM);
   ASSERT_TRUE(l_ok && l_other && l_longer && l_shorter && d_ok && d_other);
-  ASSERT_NO_FATAL_FAILURE(apply("  network:\n    allow:\n      - unix: \"@" + ok + "\"\n      - unix: \"@" +
-                                dgram_ok + "\"\n"));
+  ASSERT_NO_FATAL_FAILURE(
+      apply("  network:\n    allow:\n      - unix: \"@" + ok + "\"\n      - unix: \"@" + dgram_ok + "\"\n"));
   // Outside the scope every one of them is reachable.
   EXPECT_EQ(in_child(false, [&] { return unix_connect_abstract(tag + "other"); }), kOk);
   EXPECT_EQ(in_child(false, [&] { return unix_sendto_abstract(tag + "dgram-other"); }), kOk);
@@ -559,13 +574,15 @@ TEST_F(BypassTest, PathsDeeperThanTheWalkAreDenied) {
   std::ofstream(dir / "d" / "f") << "65\n";
   std::string at_limit = (dir / "f").string(), too_deep = (dir / "d" / "f").string();
   ASSERT_EQ(components(at_limit), static_cast<size_t>(AC_PATH_MAX_DEPTH));
-  ASSERT_LT(too_deep.size() + 1, static_cast<size_t>(AC_PATH_KEY_MAX)) << "keep this test about depth, not length";
+  ASSERT_LT(too_deep.size() + 1, static_cast<size_t>(AC_PATH_KEY_MAX))
+      << "keep this test about depth, not length";
 
   uint64_t deep_before = reason(AC_HOOK_FILE_OPEN, AC_REASON_PATH_TOO_DEEP);
   EXPECT_EQ(scoped([&] { return try_open(at_limit, O_RDONLY); }), kOk);
   EXPECT_EQ(scoped([&] { return try_open(too_deep, O_RDONLY); }), kDenied);
   // Reached relative to a deep working directory: the same file, the same answer.
-  EXPECT_EQ(scoped([&] { return ::chdir(dir.c_str()) == 0 ? try_open("d/f", O_RDONLY) : kOtherError; }), kDenied);
+  EXPECT_EQ(scoped([&] { return ::chdir(dir.c_str()) == 0 ? try_open("d/f", O_RDONLY) : kOtherError; }),
+            kDenied);
   EXPECT_EQ(reason(AC_HOOK_FILE_OPEN, AC_REASON_PATH_TOO_DEEP), deep_before + 2);
 }
 
@@ -583,8 +600,9 @@ TEST_F(BypassTest, LongPathsNeverMatchByTruncation) {
   std::string deep_rel = "/" + std::string(110, 'x') + "/" + std::string(110, 'y') + "/deny";
   ASSERT_LE(deep_rel.size() + 1, static_cast<size_t>(AC_PATH_KEY_MAX));
   ASSERT_GT(ws_.string().size() + deep_rel.size() + 1, static_cast<size_t>(AC_PATH_KEY_MAX));
-  ASSERT_NO_FATAL_FAILURE(apply("  files:\n    read: [" + base("allowed") + "]\n    write: [\"${workspace}\"]\n" +
-                                "    deny: [" + base("allowed/denied") + ", \"${workspace}" + deep_rel + "\"]\n"));
+  ASSERT_NO_FATAL_FAILURE(apply("  files:\n    read: [" + base("allowed") +
+                                "]\n    write: [\"${workspace}\"]\n" + "    deny: [" +
+                                base("allowed/denied") + ", \"${workspace}" + deep_rel + "\"]\n"));
   for (const char* top : {"allowed", "allowed/denied", "outside"}) {
     fs::create_directories(base_ / top / a / b);
     std::ofstream(base_ / top / a / b / "f.txt") << "long\n";
@@ -606,7 +624,8 @@ TEST_F(BypassTest, LongPathsNeverMatchByTruncation) {
   // The workspace: short paths as usual, the long deny rule holds, and a
   // long path is not resolved by a truncated workspace-relative key.
   std::string denied_file = ws_.string() + deep_rel + "/f.txt";
-  std::string sibling = ws_.string() + "/" + std::string(110, 'x') + "/" + std::string(110, 'y') + "/other.txt";
+  std::string sibling =
+      ws_.string() + "/" + std::string(110, 'x') + "/" + std::string(110, 'y') + "/other.txt";
   ASSERT_GT(sibling.size(), static_cast<size_t>(AC_PATH_KEY_MAX));
   auto create = [](const std::string& p) {
     int fd = ::open(p.c_str(), O_CREAT | O_WRONLY | O_CLOEXEC, 0600);
@@ -633,8 +652,9 @@ TEST_F(BypassTest, LongPathsNeverMatchByTruncation) {
 // process cannot build it inside its workspace either: the rename that
 // would make the prefix long is a too-long workspace path.
 TEST_F(BypassTest, LongPathsCannotWrapIntoAnAllowedPath) {
-  ASSERT_NO_FATAL_FAILURE(apply("  exec:\n    allow: [/usr/bin/true]\n  files:\n"
-                                "    read: [/usr/lib, /usr/lib64, /etc/ld.so.cache]\n    write: [\"${workspace}\"]\n"));
+  ASSERT_NO_FATAL_FAILURE(
+      apply("  exec:\n    allow: [/usr/bin/true]\n  files:\n"
+            "    read: [/usr/lib, /usr/lib64, /etc/ld.so.cache]\n    write: [\"${workspace}\"]\n"));
   // <outside>/<pad1>/<pad2> is exactly 256 bytes.
   auto padded = [](const fs::path& top) {
     std::string p1(200, 'p');
@@ -723,15 +743,17 @@ TEST_F(BypassTest, ProcSelfRootAndFdReopenAreDecidedByTheFile) {
 // reach the file through a workspace name: every way to create one is a
 // write of the linked file and denied.
 TEST_F(BypassTest, HardLinksOfDeniedFilesIntoTheWorkspaceAreDenied) {
-  ASSERT_NO_FATAL_FAILURE(apply("  files:\n    read: [" + base("allowed") + "]\n    write: [\"${workspace}\"]\n"));
+  ASSERT_NO_FATAL_FAILURE(
+      apply("  files:\n    read: [" + base("allowed") + "]\n    write: [\"${workspace}\"]\n"));
   std::string secret = base("secret.txt"), ok = base("allowed/ok.txt");
   // Outside the scope, root can link by O_PATH fd (AT_EMPTY_PATH needs CAP_DAC_READ_SEARCH).
-  EXPECT_EQ(in_child(false, [&] {
-              int fd = ::open(secret.c_str(), O_PATH | O_CLOEXEC);
-              int r = result(::linkat(fd, "", AT_FDCWD, ws("control").c_str(), AT_EMPTY_PATH));
-              ::unlink(ws("control").c_str());
-              return r;
-            }),
+  EXPECT_EQ(in_child(false,
+                     [&] {
+                       int fd = ::open(secret.c_str(), O_PATH | O_CLOEXEC);
+                       int r = result(::linkat(fd, "", AT_FDCWD, ws("control").c_str(), AT_EMPTY_PATH));
+                       ::unlink(ws("control").c_str());
+                       return r;
+                     }),
             kOk);
   uint64_t before = denied(AC_HOOK_FILE_CHANGE);
   EXPECT_EQ(scoped([&] { return result(::link(secret.c_str(), ws("l1").c_str())); }), kDenied);

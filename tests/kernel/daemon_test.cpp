@@ -101,7 +101,8 @@ struct Proc {
 };
 
 // fork + exec with stdout/stderr to `out`.
-Proc spawn(const std::vector<std::string>& argv, const fs::path& out, const std::vector<std::string>& env = {}) {
+Proc spawn(const std::vector<std::string>& argv, const fs::path& out,
+           const std::vector<std::string>& env = {}) {
   Proc p;
   p.out = out;
   p.pid = ::fork();
@@ -246,7 +247,8 @@ class Daemon : public ::testing::Test {
   }
 
   void start_daemon() {
-    daemon_ = spawn({agentcage_bin(), "daemon", "--config", (dir_ / "daemon.yaml").string()}, dir_ / "daemon.log");
+    daemon_ =
+        spawn({agentcage_bin(), "daemon", "--config", (dir_ / "daemon.yaml").string()}, dir_ / "daemon.log");
     ASSERT_TRUE(wait_until([&] { return named_slot(status(), "dtest").has_value(); }, 120s))
         << "daemon did not come up with policy dtest:\n"
         << slurp(dir_ / "daemon.log");
@@ -262,9 +264,12 @@ class Daemon : public ::testing::Test {
   std::string log() { return slurp(dir_ / "daemon.log"); }
 
   // `agentcage run --policy dtest` with the test policy directory.
-  Proc start_run(const std::vector<std::string>& cmd, const std::string& tag, const std::vector<std::string>& extra = {}) {
-    std::vector<std::string> argv = {agentcage_bin(), "run", "--policy", "dtest", "--policy-dir",
-                                     (dir_ / "policies").string(), "--result", (dir_ / (tag + ".json")).string()};
+  Proc start_run(const std::vector<std::string>& cmd, const std::string& tag,
+                 const std::vector<std::string>& extra = {}) {
+    std::vector<std::string> argv = {agentcage_bin(), "run",
+                                     "--policy",      "dtest",
+                                     "--policy-dir",  (dir_ / "policies").string(),
+                                     "--result",      (dir_ / (tag + ".json")).string()};
     argv.insert(argv.end(), extra.begin(), extra.end());
     argv.push_back("--");
     argv.insert(argv.end(), cmd.begin(), cmd.end());
@@ -307,10 +312,14 @@ TEST_F(Daemon, PrometheusScrapesDecisionsAfterADeniedRun) {
 
   EXPECT_TRUE(wait_until([&] { return promql(denials) > before; }, 60s))
       << "the deny counter never rose in Prometheus (before " << before << ", now " << promql(denials) << ")";
-  EXPECT_TRUE(wait_until([] { return promql("agentcage_runs_total{policy=\"dtest\",outcome=\"error\"}") >= 1; }, 30s));
-  EXPECT_TRUE(wait_until([] {
-    return promql("sum(agentcage_events_total{decision=\"deny\",policy=\"dtest\",hook=\"file_open\"})") >= 1;
-  }, 30s));
+  EXPECT_TRUE(wait_until(
+      [] { return promql("agentcage_runs_total{policy=\"dtest\",outcome=\"error\"}") >= 1; }, 30s));
+  EXPECT_TRUE(wait_until(
+      [] {
+        return promql("sum(agentcage_events_total{decision=\"deny\",policy=\"dtest\",hook=\"file_open\"})") >=
+               1;
+      },
+      30s));
   EXPECT_GE(promql("agentcage_run_duration_seconds_count{policy=\"dtest\"}"), 1);
 
   // The audit log has the denial, with the run id and the target.
@@ -343,7 +352,8 @@ TEST_F(Daemon, HotReloadAppliesValidChangesRejectsInvalidOnesAndFailsClosedOnDel
   start_daemon();
   auto cg = cgroup::Cgroup::create(root_, root_, "ac-daemon-reload-" + std::to_string(::getpid()));
   ASSERT_TRUE(cg) << cg.error().message;
-  auto att = control({{"op", "attach"}, {"cgroup", cg->path().string()}, {"policy", "dtest"}, {"workspace", "/tmp"}});
+  auto att = control(
+      {{"op", "attach"}, {"cgroup", cg->path().string()}, {"policy", "dtest"}, {"workspace", "/tmp"}});
   ASSERT_TRUE(att && att->value("ok", false)) << (att ? att->dump() : att.error().message);
   EXPECT_EQ(open_in(*cg, "/etc/hostname"), 0);
   EXPECT_EQ(open_in(*cg, "/etc/passwd"), EACCES);
@@ -351,9 +361,11 @@ TEST_F(Daemon, HotReloadAppliesValidChangesRejectsInvalidOnesAndFailsClosedOnDel
   double failures = scrape("agentcage_policy_reloads_total{result=\"failure\"}");
 
   // Invalid: rejected with FILE:LINE:COL, counted, the previous policy enforces.
-  write_file(dir_ / "policies" / "dtest.yaml",
-             "apiVersion: agentcage/v1\nkind: Policy\nmetadata: {name: dtest}\nspec:\n  files:\n    raed: [/etc]\n");
-  ASSERT_TRUE(wait_until([&] { return scrape("agentcage_policy_reloads_total{result=\"failure\"}") > failures; }, 30s))
+  write_file(
+      dir_ / "policies" / "dtest.yaml",
+      "apiVersion: agentcage/v1\nkind: Policy\nmetadata: {name: dtest}\nspec:\n  files:\n    raed: [/etc]\n");
+  ASSERT_TRUE(wait_until(
+      [&] { return scrape("agentcage_policy_reloads_total{result=\"failure\"}") > failures; }, 30s))
       << log();
   const std::string where = (dir_ / "policies" / "dtest.yaml").string() + ":6:5: unknown key 'raed'";
   EXPECT_NE(log().find(where), std::string::npos) << log();
@@ -366,8 +378,10 @@ TEST_F(Daemon, HotReloadAppliesValidChangesRejectsInvalidOnesAndFailsClosedOnDel
   EXPECT_TRUE(rejected);
 
   // A name that does not match the file: rejected too, located.
-  write_file(dir_ / "policies" / "dtest.yaml", "apiVersion: agentcage/v1\nkind: Policy\nmetadata:\n  name: other\nspec: {}\n");
-  ASSERT_TRUE(wait_until([&] { return log().find("dtest.yaml:4:9: metadata.name 'other'") != std::string::npos; }, 30s))
+  write_file(dir_ / "policies" / "dtest.yaml",
+             "apiVersion: agentcage/v1\nkind: Policy\nmetadata:\n  name: other\nspec: {}\n");
+  ASSERT_TRUE(wait_until(
+      [&] { return log().find("dtest.yaml:4:9: metadata.name 'other'") != std::string::npos; }, 30s))
       << log();
   EXPECT_EQ(open_in(*cg, "/etc/hostname"), 0);
 
@@ -408,7 +422,8 @@ TEST_F(Daemon, AttachRefusesACgroupThatIsAlreadyConfined) {
   start_daemon();
   auto cg = cgroup::Cgroup::create(root_, root_, "ac-daemon-twice-" + std::to_string(::getpid()));
   ASSERT_TRUE(cg) << cg.error().message;
-  const json req = {{"op", "attach"}, {"cgroup", cg->path().string()}, {"policy", "dtest"}, {"workspace", "/tmp"}};
+  const json req = {
+      {"op", "attach"}, {"cgroup", cg->path().string()}, {"policy", "dtest"}, {"workspace", "/tmp"}};
   auto first = control(req);
   ASSERT_TRUE(first && first->value("ok", false)) << (first ? first->dump() : first.error().message);
   EXPECT_EQ(open_in(*cg, "/etc/passwd"), EACCES);
@@ -430,10 +445,10 @@ TEST_F(Daemon, AttachRefusesACgroupThatIsAlreadyConfined) {
   fs::path file = dir_ / "passwd-ok.yaml";
   std::ofstream(file) << "apiVersion: agentcage/v1\nkind: Policy\nmetadata: {name: passwd-ok}\n"
                          "spec:\n  files:\n    read: [/etc/passwd]\n";
-  const int attached = wait_exit(
-      spawn({agentcage_bin(), "attach", "--cgroup", cg->path().string(), "--policy", file.string()},
-            dir_ / "cli-attach.out")
-          .pid);
+  const int attached =
+      wait_exit(spawn({agentcage_bin(), "attach", "--cgroup", cg->path().string(), "--policy", file.string()},
+                      dir_ / "cli-attach.out")
+                    .pid);
   ASSERT_EQ(attached, 0) << slurp(dir_ / "cli-attach.out");
   EXPECT_EQ(open_in(*cg, "/etc/passwd"), 0);
   EXPECT_EQ(open_in(*cg, "/etc/hostname"), EACCES);
@@ -462,7 +477,8 @@ TEST_F(Daemon, DetachReportsThePolicyAndWhatWasDecidedPerHook) {
   const json detach = {{"op", "detach"}, {"cgroup", cg->path().string()}};
 
   // Enforcing: two denials of file_open.
-  auto att = control({{"op", "attach"}, {"cgroup", cg->path().string()}, {"policy", "dtest"}, {"workspace", "/tmp"}});
+  auto att = control(
+      {{"op", "attach"}, {"cgroup", cg->path().string()}, {"policy", "dtest"}, {"workspace", "/tmp"}});
   ASSERT_TRUE(att && att->value("ok", false)) << (att ? att->dump() : att.error().message);
   EXPECT_EQ(open_in(*cg, "/etc/passwd"), EACCES);
   EXPECT_EQ(open_in(*cg, "/etc/passwd"), EACCES);
@@ -500,7 +516,8 @@ TEST_F(Daemon, MalformedControlRequestsAreRejectedAndChangeNothing) {
   start_daemon();
   auto cg = cgroup::Cgroup::create(root_, root_, "ac-daemon-malformed-" + std::to_string(::getpid()));
   ASSERT_TRUE(cg);
-  auto att = control({{"op", "attach"}, {"cgroup", cg->path().string()}, {"policy", "dtest"}, {"workspace", "/tmp"}});
+  auto att = control(
+      {{"op", "attach"}, {"cgroup", cg->path().string()}, {"policy", "dtest"}, {"workspace", "/tmp"}});
   ASSERT_TRUE(att && att->value("ok", false));
   json before = status();
 
@@ -521,14 +538,18 @@ TEST_F(Daemon, MalformedControlRequestsAreRejectedAndChangeNothing) {
       {"{\"op\":\"events\",\"follow\":\"yes\"}\n", "\"follow\" must be true or false"},
       {"{\"op\":\"detach\",\"cgroup\":5}\n", "\"cgroup\" must be a string"},
       {"{\"op\":\"detach\"}\n", "missing \"cgroup\""},
-      {"{\"op\":\"attach\",\"cgroup\":\"/sys/fs/cgroup\",\"policy\":\"../etc\"}\n", "\"policy\" must be a policy name"},
+      {"{\"op\":\"attach\",\"cgroup\":\"/sys/fs/cgroup\",\"policy\":\"../etc\"}\n",
+       "\"policy\" must be a policy name"},
       {"{\"op\":\"attach\",\"cgroup\":\"/\",\"policy\":\"dtest\"}\n", "not inside the cgroup v2 hierarchy"},
-      {"{\"op\":\"attach\",\"cgroup\":\"" + cg->path().string() + "\",\"policy\":\"nope\"}\n", "no policy named 'nope'"},
+      {"{\"op\":\"attach\",\"cgroup\":\"" + cg->path().string() + "\",\"policy\":\"nope\"}\n",
+       "no policy named 'nope'"},
       {"{\"op\":\"detach\",\"cgroup\":\"/sys/fs/cgroup\"}\n", "refusing to confine the root cgroup"},
-      {"{\"op\":\"run_end\",\"run_id\":\"0123456789abcdef\",\"policy\":\"dtest\",\"outcome\":\"great\",\"exit_code\":0,"
+      {"{\"op\":\"run_end\",\"run_id\":\"0123456789abcdef\",\"policy\":\"dtest\",\"outcome\":\"great\","
+       "\"exit_code\":0,"
        "\"duration_seconds\":1}\n",
        "\"outcome\" must be one of"},
-      {"{\"op\":\"run_end\",\"run_id\":\"xyz\",\"policy\":\"dtest\",\"outcome\":\"ok\",\"exit_code\":0,\"duration_seconds\":1}\n",
+      {"{\"op\":\"run_end\",\"run_id\":\"xyz\",\"policy\":\"dtest\",\"outcome\":\"ok\",\"exit_code\":0,"
+       "\"duration_seconds\":1}\n",
        "\"run_id\" must be 16 lowercase hex digits"},
       {"{\"op\":\"run_start\",\"run_id\":\"0123456789abcdef\",\"policy\":\"dtest\",\"scope_id\":-1}\n",
        "\"scope_id\" must be a non-negative integer"},
@@ -576,7 +597,9 @@ TEST_F(Daemon, ControlGroupMembersMayReadButNotChangeEnforcement) {
     auto s = control({{"op", "status"}});
     if (!s || !s->value("ok", false)) ::_exit(3);
     auto d = control({{"op", "detach"}, {"cgroup", "/sys/fs/cgroup/x"}});
-    if (!d || d->value("ok", true) || d->value("error", std::string()).find("needs root") == std::string::npos) ::_exit(4);
+    if (!d || d->value("ok", true) ||
+        d->value("error", std::string()).find("needs root") == std::string::npos)
+      ::_exit(4);
     ::_exit(0);
   }
   EXPECT_EQ(wait_exit(child), 0);
@@ -587,15 +610,17 @@ TEST_F(Daemon, SandboxedProcessCannotReachTheControlSocket) {
   // As uid 0 inside the sandbox (no capabilities): the socket file's mode
   // would let the owner connect, so only the policy stops it.
   const std::string policy = std::string(AGENTCAGE_SOURCE_DIR) + "/policies/python-sandbox.yaml";
-  Proc p = spawn({agentcage_bin(), "run", "--policy", policy, "--user", "0:0", "--result", (dir_ / "sock.json").string(),
-                  "--", "python3", "-c",
+  Proc p = spawn({agentcage_bin(), "run", "--policy", policy, "--user", "0:0", "--result",
+                  (dir_ / "sock.json").string(), "--", "python3", "-c",
                   "import socket\n"
                   "s = socket.socket(socket.AF_UNIX)\n"
                   "try:\n"
-                  "    s.connect('" + kSocket + "')\n"
-                  "    print('CONNECTED')\n"
-                  "except OSError as e:\n"
-                  "    print('refused', e.errno)\n"},
+                  "    s.connect('" +
+                      kSocket +
+                      "')\n"
+                      "    print('CONNECTED')\n"
+                      "except OSError as e:\n"
+                      "    print('refused', e.errno)\n"},
                  dir_ / "sock.out");
   EXPECT_EQ(wait_exit(p.pid), 0) << slurp(p.out);
   EXPECT_NE(slurp(p.out).find("refused 13"), std::string::npos) << slurp(p.out);
@@ -611,11 +636,14 @@ TEST_F(Daemon, StatusAndEventsCommands) {
   start_daemon();
   auto cg = cgroup::Cgroup::create(root_, root_, "ac-daemon-cli-" + std::to_string(::getpid()));
   ASSERT_TRUE(cg);
-  ASSERT_TRUE(control({{"op", "attach"}, {"cgroup", cg->path().string()}, {"policy", "dtest"}, {"workspace", "/tmp"}}));
+  ASSERT_TRUE(control(
+      {{"op", "attach"}, {"cgroup", cg->path().string()}, {"policy", "dtest"}, {"workspace", "/tmp"}}));
   Proc follow = spawn({agentcage_bin(), "events", "--follow"}, dir_ / "follow.out");
-  ASSERT_TRUE(wait_until([&] { return status().value("daemon", json::object()).value("clients", 0) >= 1; }, 30s));
+  ASSERT_TRUE(
+      wait_until([&] { return status().value("daemon", json::object()).value("clients", 0) >= 1; }, 30s));
   EXPECT_EQ(open_in(*cg, "/etc/shadow"), EACCES);
-  EXPECT_TRUE(wait_until([&] { return slurp(follow.out).find("\"target\":\"/etc/shadow\"") != std::string::npos; }, 30s))
+  EXPECT_TRUE(wait_until(
+      [&] { return slurp(follow.out).find("\"target\":\"/etc/shadow\"") != std::string::npos; }, 30s))
       << slurp(follow.out);
   ::kill(follow.pid, SIGTERM);
   wait_exit(follow.pid);
@@ -659,7 +687,8 @@ TEST_F(Daemon, SigkilledDaemonKeepsEnforcingAndARestartReadoptsAndReaps) {
   fs::create_directories(dir_ / "ws2");
   // Run A loops on a denied read until told to stop; run B loops forever and
   // loses its agentcage to SIGKILL while the daemon is down.
-  const std::string loop = "while [ ! -e stop ]; do cat /etc/passwd 2>/dev/null; sleep 0.2; done; cat /etc/hostname";
+  const std::string loop =
+      "while [ ! -e stop ]; do cat /etc/passwd 2>/dev/null; sleep 0.2; done; cat /etc/hostname";
   Proc a = start_run({"sh", "-c", loop}, "a", {"--workspace", (dir_ / "ws").string()});
   Proc b = start_run({"sh", "-c", loop}, "b", {"--workspace", (dir_ / "ws2").string()});
   auto e = bpf::Enforcer::open_shared();
@@ -671,7 +700,8 @@ TEST_F(Daemon, SigkilledDaemonKeepsEnforcingAndARestartReadoptsAndReaps) {
       for (const auto& h : c->hooks) n += h.decisions[AC_DECISION_DENY];
     return n;
   };
-  ASSERT_TRUE(wait_until([&] { return status().value("daemon", json::object()).value("runs_active", 0) == 2; }, 60s));
+  ASSERT_TRUE(
+      wait_until([&] { return status().value("daemon", json::object()).value("runs_active", 0) == 2; }, 60s));
   uint64_t d0 = denies();
   ASSERT_TRUE(wait_until([&] { return denies() > d0; }, 60s));
 
@@ -704,12 +734,15 @@ TEST_F(Daemon, SigkilledDaemonKeepsEnforcingAndARestartReadoptsAndReaps) {
   EXPECT_GE(ra["denials"]["by_hook"].value("file_open", 0), 3);
 
   // Nothing leaked: scopes as before, no run records, no run cgroups.
-  EXPECT_TRUE(wait_until([&] { return status()["scopes"].size() == scopes_before; }, 30s)) << status().dump(2);
+  EXPECT_TRUE(wait_until([&] { return status()["scopes"].size() == scopes_before; }, 30s))
+      << status().dump(2);
   std::error_code ec;
   size_t records = 0;
-  for (const auto& entry : fs::directory_iterator("/run/agentcage/runs", ec)) records += entry.path().extension() == ".json";
+  for (const auto& entry : fs::directory_iterator("/run/agentcage/runs", ec))
+    records += entry.path().extension() == ".json";
   EXPECT_EQ(records, 0u);
-  EXPECT_TRUE(wait_until([&] { return status().value("daemon", json::object()).value("runs_active", 1) == 0; }, 30s));
+  EXPECT_TRUE(
+      wait_until([&] { return status().value("daemon", json::object()).value("runs_active", 1) == 0; }, 30s));
 }
 
 // ---- ring buffer overflow ---------------------------------------------------
@@ -718,7 +751,8 @@ TEST_F(Daemon, RingBufferOverflowIsCountedExactlyAndEnforcementIsUnaffected) {
   start_daemon();
   auto cg = cgroup::Cgroup::create(root_, root_, "ac-daemon-overflow-" + std::to_string(::getpid()));
   ASSERT_TRUE(cg);
-  auto att = control({{"op", "attach"}, {"cgroup", cg->path().string()}, {"policy", "dtest"}, {"workspace", "/tmp"}});
+  auto att = control(
+      {{"op", "attach"}, {"cgroup", cg->path().string()}, {"policy", "dtest"}, {"workspace", "/tmp"}});
   ASSERT_TRUE(att && att->value("ok", false));
   const uint32_t slot = *named_slot(status(), "dtest");
   auto e = bpf::Enforcer::open_shared();
@@ -729,11 +763,14 @@ TEST_F(Daemon, RingBufferOverflowIsCountedExactlyAndEnforcementIsUnaffected) {
       for (const auto& h : c->hooks) n += h.decisions[AC_DECISION_DENY];
     return n;
   };
-  auto delivered = [&] { return status().value("daemon", json::object()).value("events_delivered", uint64_t{0}); };
+  auto delivered = [&] {
+    return status().value("daemon", json::object()).value("events_delivered", uint64_t{0});
+  };
   auto lost_metric = [&] { return scrape("agentcage_events_lost_total"); };
   // Let the daemon settle (its tick exports the lost counter).
   std::this_thread::sleep_for(1500ms);
-  const uint64_t deny0 = denies(), sent0 = *(*e)->stat(AC_STAT_EVENTS_SENT), lost0 = *(*e)->stat(AC_STAT_EVENTS_LOST);
+  const uint64_t deny0 = denies(), sent0 = *(*e)->stat(AC_STAT_EVENTS_SENT),
+                 lost0 = *(*e)->stat(AC_STAT_EVENTS_LOST);
   const uint64_t del0 = delivered();
   const double lost_metric0 = lost_metric();
 
@@ -745,8 +782,10 @@ TEST_F(Daemon, RingBufferOverflowIsCountedExactlyAndEnforcementIsUnaffected) {
     int denied = 0;
     for (int i = 0; i < kAttempts; ++i) {
       int fd = ::open("/etc/passwd", O_RDONLY | O_CLOEXEC);
-      if (fd >= 0) ::close(fd);
-      else if (errno == EACCES) ++denied;
+      if (fd >= 0)
+        ::close(fd);
+      else if (errno == EACCES)
+        ++denied;
     }
     return denied == kAttempts ? 0 : 1;
   });
@@ -756,14 +795,16 @@ TEST_F(Daemon, RingBufferOverflowIsCountedExactlyAndEnforcementIsUnaffected) {
   ASSERT_TRUE(st && WIFEXITED(*st));
   EXPECT_EQ(WEXITSTATUS(*st), 0) << "an open was not denied while the ring buffer was full";
 
-  const uint64_t deny1 = denies(), sent1 = *(*e)->stat(AC_STAT_EVENTS_SENT), lost1 = *(*e)->stat(AC_STAT_EVENTS_LOST);
+  const uint64_t deny1 = denies(), sent1 = *(*e)->stat(AC_STAT_EVENTS_SENT),
+                 lost1 = *(*e)->stat(AC_STAT_EVENTS_LOST);
   EXPECT_EQ(deny1 - deny0, static_cast<uint64_t>(kAttempts));
   EXPECT_GT(lost1 - lost0, 0u) << "the ring buffer did not overflow";
   ASSERT_TRUE(wait_until([&] { return delivered() - del0 == sent1 - sent0; }, 60s))
       << "delivered " << delivered() - del0 << " of " << sent1 - sent0 << " sent";
   // produced = delivered + counted lost, exactly.
   EXPECT_EQ(deny1 - deny0, (delivered() - del0) + (lost1 - lost0));
-  EXPECT_TRUE(wait_until([&] { return lost_metric() - lost_metric0 == static_cast<double>(lost1 - lost0); }, 30s))
+  EXPECT_TRUE(
+      wait_until([&] { return lost_metric() - lost_metric0 == static_cast<double>(lost1 - lost0); }, 30s))
       << lost_metric() - lost_metric0 << " vs " << lost1 - lost0;
   // And enforcement went on after the overflow.
   EXPECT_EQ(open_in(*cg, "/etc/passwd"), EACCES);

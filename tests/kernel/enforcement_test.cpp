@@ -84,8 +84,7 @@ class ScopedCgroupTest : public ::testing::Test {
   Status install_policy(uint32_t flags) {
     // /usr is readable so that opening a program for exec passes file_open
     // and the exec tests really exercise the exec hook.
-    std::vector<bpf::PathRule> rules{{(dir_ / "allowed").string(), AC_ACCESS_READ},
-                                     {"/usr", AC_ACCESS_READ}};
+    std::vector<bpf::PathRule> rules{{(dir_ / "allowed").string(), AC_ACCESS_READ}, {"/usr", AC_ACCESS_READ}};
     return kt::enforcer()->put_policy(kSlot, rules, flags);
   }
 
@@ -159,7 +158,8 @@ TEST_F(ScopedCgroupTest, ExecIsDeniedInADescendantCgroup) {
   ASSERT_TRUE(subsub.ok()) << subsub.error().message;
   uint64_t before = denials(AC_HOOK_EXEC);
   EXPECT_EQ(run_in(sub->fd(), [] { return try_exec("/bin/true"); }), kDenied);
-  EXPECT_EQ(run_in(subsub->fd(), [] { return in_child(true, [] { return try_exec("/bin/true"); }); }), kDenied);
+  EXPECT_EQ(run_in(subsub->fd(), [] { return in_child(true, [] { return try_exec("/bin/true"); }); }),
+            kDenied);
   EXPECT_EQ(denials(AC_HOOK_EXEC), before + 2);
   EXPECT_TRUE(subsub->remove().ok());
   EXPECT_TRUE(sub->remove().ok());
@@ -182,7 +182,8 @@ TEST_F(ScopedCgroupTest, TcpConnectIsDenied) {
   uint16_t port = listener->port();
   uint64_t before = denials(AC_HOOK_SOCKET_CONNECT);
   EXPECT_EQ(run_scoped([port] { return tcp_connect_loopback(port); }), kDenied);
-  EXPECT_EQ(run_scoped([port] { return in_child(true, [port] { return tcp_connect_loopback(port); }); }), kDenied);
+  EXPECT_EQ(run_scoped([port] { return in_child(true, [port] { return tcp_connect_loopback(port); }); }),
+            kDenied);
   EXPECT_EQ(denials(AC_HOOK_SOCKET_CONNECT), before + 2);
 }
 
@@ -201,7 +202,9 @@ TEST_F(ScopedCgroupTest, AllowedFileOpensAndOutsideFileIsDenied) {
   EXPECT_EQ(run_scoped([&] { return try_open(path("allowed"), O_RDONLY | O_DIRECTORY); }), kOk);
   EXPECT_EQ(run_scoped([&] { return try_open(path("secret/secret.txt"), O_RDONLY); }), kDenied);
   EXPECT_EQ(run_scoped([] { return try_open("/etc/passwd", O_RDONLY); }), kDenied);
-  EXPECT_EQ(run_scoped([&] { return in_child(true, [&] { return try_open(path("secret/secret.txt"), O_RDONLY); }); }),
+  EXPECT_EQ(run_scoped([&] {
+              return in_child(true, [&] { return try_open(path("secret/secret.txt"), O_RDONLY); });
+            }),
             kDenied);
 }
 
@@ -218,7 +221,8 @@ TEST_F(ScopedCgroupTest, PrefixMatchesWholeComponentsOnly) {
 TEST_F(ScopedCgroupTest, SymlinksAndDotDotDoNotBypassFileRules) {
   EXPECT_EQ(run_scoped([&] { return try_open(path("allowed/link-to-secret"), O_RDONLY); }), kDenied);
   EXPECT_EQ(run_scoped([&] { return try_open(path("allowed/../secret/secret.txt"), O_RDONLY); }), kDenied);
-  EXPECT_EQ(run_scoped([&] { return try_open(path("allowed/sub/../../secret/secret.txt"), O_RDONLY); }), kDenied);
+  EXPECT_EQ(run_scoped([&] { return try_open(path("allowed/sub/../../secret/secret.txt"), O_RDONLY); }),
+            kDenied);
 }
 
 // ---- outside the scope --------------------------------------------------------
@@ -237,7 +241,8 @@ TEST_F(ScopedCgroupTest, ProcessesOutsideTheScopeAreUntouched) {
   EXPECT_EQ(run_unscoped([&] { return try_open(path("secret/secret.txt"), O_RDONLY); }), kOk);
   EXPECT_EQ(run_unscoped([] { return try_open("/etc/passwd", O_RDONLY); }), kOk);
   // A sibling cgroup next to the scope is not covered by it.
-  auto sibling = cgroup::Cgroup::create(root_, cg_.path().parent_path(), "sibling-" + std::to_string(scope_id_));
+  auto sibling =
+      cgroup::Cgroup::create(root_, cg_.path().parent_path(), "sibling-" + std::to_string(scope_id_));
   ASSERT_TRUE(sibling.ok()) << sibling.error().message;
   EXPECT_EQ(run_in(sibling->fd(), [] { return try_exec("/bin/true"); }), kOk);
   EXPECT_EQ(run_in(sibling->fd(), [&] { return try_open(path("secret/secret.txt"), O_RDONLY); }), kOk);

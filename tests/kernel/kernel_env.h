@@ -25,11 +25,11 @@ bool kernel_required();
 }  // namespace agentcage::kt
 
 // In a test body or SetUp: skip or fail when the kernel cannot enforce.
-#define AC_REQUIRE_ENFORCER()                                                        \
-  do {                                                                               \
-    if (::agentcage::kt::enforcer() == nullptr) {                                    \
-      if (::agentcage::kt::kernel_required())                                        \
-        FAIL() << "kernel test cannot run: " << ::agentcage::kt::skip_reason();       \
-      GTEST_SKIP() << "host cannot enforce: " << ::agentcage::kt::skip_reason();      \
-    }                                                                                \
+#define AC_REQUIRE_ENFORCER()                                                    \
+  do {                                                                           \
+    if (::agentcage::kt::enforcer() == nullptr) {                                \
+      if (::agentcage::kt::kernel_required())                                    \
+        FAIL() << "kernel test cannot run: " << ::agentcage::kt::skip_reason();  \
+      GTEST_SKIP() << "host cannot enforce: " << ::agentcage::kt::skip_reason(); \
+    }                                                                            \
   } while (0)

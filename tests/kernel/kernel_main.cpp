@@ -33,7 +33,8 @@ int main(int argc, char** argv) {
   using namespace agentcage;
   log::set_level(log::Level::warn);
   if (::geteuid() != 0) {
-    kt::g_skip_reason = "kernel tests need root (run them in the VM: tests/vm/run -- " + std::string(argv[0]) + ")";
+    kt::g_skip_reason =
+        "kernel tests need root (run them in the VM: tests/vm/run -- " + std::string(argv[0]) + ")";
   } else {
     auto e = bpf::Enforcer::load();
     if (e)
@@ -42,7 +43,8 @@ int main(int argc, char** argv) {
       kt::g_skip_reason = e.error().message;
   }
   if (!kt::g_enforcer)
-    std::fprintf(stderr, "agentcage kernel tests: enforcement unavailable: %s (%s)\n", kt::g_skip_reason.c_str(),
+    std::fprintf(stderr, "agentcage kernel tests: enforcement unavailable: %s (%s)\n",
+                 kt::g_skip_reason.c_str(),
                  kt::kernel_required() ? "required here: tests FAIL" : "tests SKIP");
   int rc = RUN_ALL_TESTS();
   kt::g_enforcer.reset();

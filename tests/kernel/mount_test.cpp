@@ -53,7 +53,8 @@ class Codes {
  public:
   static constexpr int kSlots = 16;
   Codes() {
-    void* p = ::mmap(nullptr, sizeof(int) * kSlots, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
+    void* p =
+        ::mmap(nullptr, sizeof(int) * kSlots, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
     codes_ = p == MAP_FAILED ? nullptr : static_cast<int*>(p);
     for (int i = 0; codes_ && i < kSlots; ++i) codes_[i] = -1;
   }
@@ -154,7 +155,8 @@ TEST_F(MountTest, MountIsDeniedInAScope) {
               // Had the bind succeeded, this would read "secret" (and be allowed).
               codes_[4] = scoped([&] { return first_line(ok) == "ok" ? kOk : kOtherError; });
               codes_[5] = scoped(new_tmpfs);
-              codes_[6] = scoped([] { return result(::mount(nullptr, "/", nullptr, MS_REC | MS_SHARED, nullptr)); });
+              codes_[6] =
+                  scoped([] { return result(::mount(nullptr, "/", nullptr, MS_REC | MS_SHARED, nullptr)); });
               codes_[7] = scoped([&] {
                 if (::unshare(CLONE_NEWNS) != 0) return kSetupFailed;  // no hook: a copy changes nothing
                 return bind_secret();
@@ -238,7 +240,8 @@ TEST_F(MountTest, MoveMountNewFilesystemsAndRootChangesAreDeniedInAScope) {
   fs::create_directories(newroot);
   auto before = hook(AC_HOOK_SCOPE_ESCAPE);  // the controls run unscoped: never counted
   EXPECT_EQ(in_private_ns([&] {
-              if (::mount("none", newroot.c_str(), "tmpfs", 0, nullptr) != 0 || ::mkdir((newroot + "/old").c_str(), 0700) != 0)
+              if (::mount("none", newroot.c_str(), "tmpfs", 0, nullptr) != 0 ||
+                  ::mkdir((newroot + "/old").c_str(), 0700) != 0)
                 return kSetupFailed;
               // Outside the scope every one of them works.
               codes_[0] = attach_clone();
@@ -358,7 +361,8 @@ TEST_F(MountTest, FilesInDetachedTreesAreDenied) {
               if (dir < 0 || ::umount2(lazy.c_str(), MNT_DETACH) != 0) return kSetupFailed;
               codes_[0] = open_at(dir, "usr/lib/f.txt");
               codes_[1] = scoped([&] { return open_at(dir, "usr/lib/f.txt"); });
-              codes_[2] = scoped([&] { return ::fchdir(dir) == 0 ? try_open("usr/lib/f.txt", O_RDONLY) : kSetupFailed; });
+              codes_[2] = scoped(
+                  [&] { return ::fchdir(dir) == 0 ? try_open("usr/lib/f.txt", O_RDONLY) : kSetupFailed; });
               return kOk;
             }),
             kOk);

@@ -26,9 +26,9 @@
 #include "bpf/compile.h"
 #include "cgroup/cgroup.h"
 #include "kernel_env.h"
+#include "policy/policy.h"
 #include "policy_fixture.h"
 #include "probes.h"
-#include "policy/policy.h"
 
 namespace agentcage {
 namespace {
@@ -54,44 +54,54 @@ class PolicyTest : public kt::PolicyScopeTest {
   void apply(const std::string& yaml) { apply_yaml(yaml, ws_.string()); }
 };
 
-constexpr const char* kRuntime =
-    "    read: [/usr/lib, /usr/lib64, /etc/ld.so.cache]\n";
+constexpr const char* kRuntime = "    read: [/usr/lib, /usr/lib64, /etc/ld.so.cache]\n";
 
 std::string policy_yaml(const std::string& spec) {
   return "apiVersion: agentcage/v1\nkind: Policy\nmetadata:\n  name: kt\nspec:\n" + spec;
 }
 
 TEST_F(PolicyTest, WorkspaceIsWritableAndNothingElse) {
-  ASSERT_NO_FATAL_FAILURE(apply(policy_yaml("  files:\n    write: [\"${workspace}\"]\n    deny: [\"${workspace}/.git/hooks\"]\n" +
-                    std::string("    read: [") + base_.string() + "/outside]\n")));
-  EXPECT_EQ(scoped([&] { return result(::open(ws("new.txt").c_str(), O_CREAT | O_WRONLY, 0600) >= 0 ? 0 : -1); }),
-            kOk);
+  ASSERT_NO_FATAL_FAILURE(
+      apply(policy_yaml("  files:\n    write: [\"${workspace}\"]\n    deny: [\"${workspace}/.git/hooks\"]\n" +
+                        std::string("    read: [") + base_.string() + "/outside]\n")));
+  EXPECT_EQ(
+      scoped([&] { return result(::open(ws("new.txt").c_str(), O_CREAT | O_WRONLY, 0600) >= 0 ? 0 : -1); }),
+      kOk);
   EXPECT_EQ(scoped([&] { return result(::mkdir(ws("dir").c_str(), 0700)); }), kOk);
-  EXPECT_EQ(scoped([&] { return result(::rename(ws("new.txt").c_str(), ws("dir/moved.txt").c_str())); }), kOk);
+  EXPECT_EQ(scoped([&] { return result(::rename(ws("new.txt").c_str(), ws("dir/moved.txt").c_str())); }),
+            kOk);
   EXPECT_EQ(scoped([&] { return result(::unlink(ws("dir/moved.txt").c_str())); }), kOk);
   // read-only rule: readable, not writable, not creatable
-  EXPECT_EQ(scoped([&] { return result(::open(base("outside/data.txt").c_str(), O_RDONLY) >= 0 ? 0 : -1); }), kOk);
+  EXPECT_EQ(scoped([&] { return result(::open(base("outside/data.txt").c_str(), O_RDONLY) >= 0 ? 0 : -1); }),
+            kOk);
   EXPECT_EQ(scoped([&] { return result(::open(base("outside/data.txt").c_str(), O_WRONLY) >= 0 ? 0 : -1); }),
             kDenied);
-  EXPECT_EQ(scoped([&] { return result(::open(base("outside/x").c_str(), O_CREAT | O_WRONLY, 0600) >= 0 ? 0 : -1); }),
+  EXPECT_EQ(scoped([&] {
+              return result(::open(base("outside/x").c_str(), O_CREAT | O_WRONLY, 0600) >= 0 ? 0 : -1);
+            }),
             kDenied);
   EXPECT_EQ(scoped([&] { return result(::unlink(base("outside/data.txt").c_str())); }), kDenied);
   EXPECT_EQ(scoped([&] { return result(::truncate(base("outside/data.txt").c_str(), 0)); }), kDenied);
   EXPECT_EQ(scoped([&] { return result(::chmod(base("outside/data.txt").c_str(), 0777)); }), kDenied);
   // moving data out of the workspace, or a read-only file in, is a write on both names
   std::ofstream(ws_ / "w.txt") << "w\n";
-  EXPECT_EQ(scoped([&] { return result(::rename(ws("w.txt").c_str(), base("outside/w.txt").c_str())); }), kDenied);
-  EXPECT_EQ(scoped([&] { return result(::link(base("outside/data.txt").c_str(), ws("hard").c_str())); }), kDenied);
-  // deny wins inside the writable workspace
-  EXPECT_EQ(scoped([&] { return result(::open(ws(".git/hooks/pre-commit").c_str(), O_CREAT | O_WRONLY, 0700) >= 0 ? 0 : -1); }),
+  EXPECT_EQ(scoped([&] { return result(::rename(ws("w.txt").c_str(), base("outside/w.txt").c_str())); }),
             kDenied);
+  EXPECT_EQ(scoped([&] { return result(::link(base("outside/data.txt").c_str(), ws("hard").c_str())); }),
+            kDenied);
+  // deny wins inside the writable workspace
+  EXPECT_EQ(
+      scoped([&] {
+        return result(::open(ws(".git/hooks/pre-commit").c_str(), O_CREAT | O_WRONLY, 0700) >= 0 ? 0 : -1);
+      }),
+      kDenied);
   EXPECT_EQ(fs::exists(base_ / "outside" / "data.txt"), true);
   EXPECT_EQ(fs::file_size(base_ / "outside" / "data.txt"), 5u);
 }
 
 TEST_F(PolicyTest, OnlyAllowedProgramsRunByIdentity) {
-  ASSERT_NO_FATAL_FAILURE(apply(policy_yaml("  exec:\n    allow: [/usr/bin/true]\n  files:\n" + std::string(kRuntime) +
-                    "    write: [\"${workspace}\"]\n")));
+  ASSERT_NO_FATAL_FAILURE(apply(policy_yaml("  exec:\n    allow: [/usr/bin/true]\n  files:\n" +
+                                            std::string(kRuntime) + "    write: [\"${workspace}\"]\n")));
   EXPECT_EQ(scoped([] { return run_program("/usr/bin/true"); }), kOk);
   EXPECT_EQ(scoped([] { return run_program("/usr/bin/false"); }), kDenied);
   // a copy of an allowed program is not the allowed program
@@ -106,7 +116,8 @@ TEST_F(PolicyTest, OnlyAllowedProgramsRunByIdentity) {
 }
 
 TEST_F(PolicyTest, ExecutableMappingsOfWritableFilesAreDenied) {
-  ASSERT_NO_FATAL_FAILURE(apply(policy_yaml(std::string("  files:\n") + kRuntime + "    write: [\"${workspace}\"]\n")));
+  ASSERT_NO_FATAL_FAILURE(
+      apply(policy_yaml(std::string("  files:\n") + kRuntime + "    write: [\"${workspace}\"]\n")));
   std::ofstream(ws_ / "code.bin") << std::string(4096, '\xc3');
   EXPECT_EQ(scoped([&] {
               int fd = ::open(ws("code.bin").c_str(), O_RDONLY);
@@ -136,9 +147,10 @@ TEST_F(PolicyTest, NetworkAllowlistByAddressPortAndProtocol) {
   uint16_t port4 = 0, port6 = 0;
   int l4 = listen_tcp(AF_INET, &port4);
   int l6 = listen_tcp(AF_INET6, &port6);
-  ASSERT_NO_FATAL_FAILURE(apply(policy_yaml("  network:\n    allow:\n      - {cidr: 127.0.0.1/32, ports: [" + std::to_string(port4) +
-                    "], protocol: tcp}\n      - {cidr: ::1/128, ports: [" + std::to_string(port6) +
-                    "], protocol: tcp}\n")));
+  ASSERT_NO_FATAL_FAILURE(
+      apply(policy_yaml("  network:\n    allow:\n      - {cidr: 127.0.0.1/32, ports: [" +
+                        std::to_string(port4) + "], protocol: tcp}\n      - {cidr: ::1/128, ports: [" +
+                        std::to_string(port6) + "], protocol: tcp}\n")));
   EXPECT_EQ(scoped([&] { return tcp_connect(AF_INET, "127.0.0.1", port4); }), kOk);
   EXPECT_EQ(scoped([&] { return tcp_connect(AF_INET, "127.0.0.2", port4); }), kDenied);
   EXPECT_EQ(scoped([&] { return tcp_connect(AF_INET, "127.0.0.1", port6); }), kDenied);
@@ -201,14 +213,17 @@ TEST_F(PolicyTest, ScopeCannotBeLeft) {
   // cgroupfs stays closed even under a read rule that covers it
   std::string procs = (root_ / "cgroup.procs").string();
   EXPECT_EQ(scoped([&] { return result(::open(procs.c_str(), O_WRONLY) >= 0 ? 0 : -1); }), kDenied);
-  EXPECT_EQ(scoped([&] { return result(::open(root.c_str(), O_RDONLY | O_DIRECTORY) >= 0 ? 0 : -1); }), kDenied);
+  EXPECT_EQ(scoped([&] { return result(::open(root.c_str(), O_RDONLY | O_DIRECTORY) >= 0 ? 0 : -1); }),
+            kDenied);
   // no new user namespace (capabilities inside it would allow mounts, chroot)
   EXPECT_EQ(scoped([] { return result(::unshare(CLONE_NEWUSER)); }), kDenied);
 }
 
 TEST_F(PolicyTest, PolicySwapTakesEffectAtomically) {
-  ASSERT_NO_FATAL_FAILURE(apply(policy_yaml(std::string("  files:\n    read: [") + base_.string() + "/outside]\n")));
-  EXPECT_EQ(scoped([&] { return result(::open(base("outside/data.txt").c_str(), O_RDONLY) >= 0 ? 0 : -1); }), kOk);
+  ASSERT_NO_FATAL_FAILURE(
+      apply(policy_yaml(std::string("  files:\n    read: [") + base_.string() + "/outside]\n")));
+  EXPECT_EQ(scoped([&] { return result(::open(base("outside/data.txt").c_str(), O_RDONLY) >= 0 ? 0 : -1); }),
+            kOk);
   ASSERT_NO_FATAL_FAILURE(apply(policy_yaml("  files:\n    read: [/usr]\n")));
   EXPECT_EQ(scoped([&] { return result(::open(base("outside/data.txt").c_str(), O_RDONLY) >= 0 ? 0 : -1); }),
             kDenied);

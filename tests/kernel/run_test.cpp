@@ -74,8 +74,8 @@ Started start(const std::vector<std::string>& args, const SpawnOptions& o = {}) 
   Started s;
   char tmpl[] = "/tmp/ac-run-test-XXXXXX";
   s.dir = ::mkdtemp(tmpl);
-  std::vector<std::string> argv = {agentcage_bin(), "run", "--policy", kPolicy, "--result",
-                                   (s.dir / "result.json").string()};
+  std::vector<std::string> argv = {agentcage_bin(), "run",      "--policy",
+                                   kPolicy,         "--result", (s.dir / "result.json").string()};
   argv.insert(argv.end(), args.begin(), args.end());
   s.t0 = Clock::now();
   s.pid = ::fork();
@@ -102,7 +102,9 @@ struct Ran {
   double seconds = 0;
   std::string out, err;
   json result;
-  std::string describe() const { return "exit " + std::to_string(code) + "\nstdout: " + out + "\nstderr: " + err; }
+  std::string describe() const {
+    return "exit " + std::to_string(code) + "\nstdout: " + out + "\nstderr: " + err;
+  }
 };
 
 Ran finish(const Started& s) {
@@ -117,7 +119,8 @@ Ran finish(const Started& s) {
   std::error_code ec;
   if (fs::exists(s.dir / "result.json", ec)) {
     r.result = json::parse(slurp(s.dir / "result.json"), nullptr, false);
-    if (r.result.is_object() && r.result.contains("scope_id")) all_scopes().insert(r.result["scope_id"].get<uint64_t>());
+    if (r.result.is_object() && r.result.contains("scope_id"))
+      all_scopes().insert(r.result["scope_id"].get<uint64_t>());
   }
   fs::remove_all(s.dir, ec);
   return r;
@@ -184,14 +187,15 @@ class Run : public ::testing::Test {
 
 TEST_F(Run, MatplotlibSavesPngIntoWorkspace) {
   // A fresh workspace means a fresh font cache: ~30 s under TCG.
-  Ran r = run(py("import matplotlib\n"
-                 "matplotlib.use('Agg')\n"
-                 "import matplotlib.pyplot as plt\n"
-                 "plt.plot([1, 4, 9, 16])\n"
-                 "plt.title('agentcage')\n"
-                 "plt.savefig('plot.png')\n"
-                 "print('saved')\n",
-                 {"--keep", "--timeout", "10m", "--memory", "1Gi"}));
+  Ran r =
+      run(py("import matplotlib\n"
+             "matplotlib.use('Agg')\n"
+             "import matplotlib.pyplot as plt\n"
+             "plt.plot([1, 4, 9, 16])\n"
+             "plt.title('agentcage')\n"
+             "plt.savefig('plot.png')\n"
+             "print('saved')\n",
+             {"--keep", "--timeout", "10m", "--memory", "1Gi"}));
   ASSERT_EQ(r.code, 0) << r.describe();
   EXPECT_EQ(r.out, "saved\n");
   ASSERT_TRUE(r.result.is_object()) << r.describe();
@@ -225,11 +229,12 @@ TEST_F(Run, OtherProgramsCannotBeExecuted) {
   EXPECT_EQ(c.code, 126) << c.describe();
 
   // From inside python: every spawn is denied.
-  Ran p = run(py("import subprocess, sys\n"
-                 "try:\n"
-                 "    subprocess.run(['/usr/bin/id'])\n"
-                 "except PermissionError:\n"
-                 "    sys.exit(42)\n"));
+  Ran p =
+      run(py("import subprocess, sys\n"
+             "try:\n"
+             "    subprocess.run(['/usr/bin/id'])\n"
+             "except PermissionError:\n"
+             "    sys.exit(42)\n"));
   EXPECT_EQ(p.code, 42) << p.describe();
   EXPECT_TRUE(has_record(p, "exec", "/usr/bin/id") || has_record(p, "file_open", "/usr/bin/id"))
       << p.result.dump(2);
@@ -247,44 +252,49 @@ TEST_F(Run, DirectSocketConnectionFails) {
   socklen_t len = sizeof a;
   ASSERT_EQ(::getsockname(srv, reinterpret_cast<sockaddr*>(&a), &len), 0);
   const int port = ntohs(a.sin_port);
-  Ran r = run(py("import socket, sys\n"
-                 "try:\n"
-                 "    socket.create_connection(('127.0.0.1', " + std::to_string(port) + "), timeout=5)\n"
-                 "except PermissionError:\n"
-                 "    sys.exit(42)\n"
-                 "print('connected')\n"));
+  Ran r =
+      run(py("import socket, sys\n"
+             "try:\n"
+             "    socket.create_connection(('127.0.0.1', " +
+             std::to_string(port) +
+             "), timeout=5)\n"
+             "except PermissionError:\n"
+             "    sys.exit(42)\n"
+             "print('connected')\n"));
   ::close(srv);
   EXPECT_EQ(r.code, 42) << r.describe();
   EXPECT_TRUE(has_record(r, "socket_connect", "127.0.0.1:" + std::to_string(port))) << r.result.dump(2);
 }
 
 TEST_F(Run, HostFilesCannotBeRead) {
-  Ran r = run(py("import os, sys\n"
-                 "denied = 0\n"
-                 "for f in ['/etc/passwd', '/etc/shadow', '/root/.bashrc']:\n"
-                 "    try:\n"
-                 "        open(f).read()\n"
-                 "    except (PermissionError, FileNotFoundError):\n"
-                 "        denied += 1\n"
-                 "for d in ['/etc', '/home', '/root', '/var/lib/agentcage/workspaces']:\n"
-                 "    try:\n"
-                 "        os.listdir(d)\n"
-                 "    except PermissionError:\n"
-                 "        denied += 1\n"
-                 "sys.exit(42 if denied == 7 else denied)\n"));
+  Ran r =
+      run(py("import os, sys\n"
+             "denied = 0\n"
+             "for f in ['/etc/passwd', '/etc/shadow', '/root/.bashrc']:\n"
+             "    try:\n"
+             "        open(f).read()\n"
+             "    except (PermissionError, FileNotFoundError):\n"
+             "        denied += 1\n"
+             "for d in ['/etc', '/home', '/root', '/var/lib/agentcage/workspaces']:\n"
+             "    try:\n"
+             "        os.listdir(d)\n"
+             "    except PermissionError:\n"
+             "        denied += 1\n"
+             "sys.exit(42 if denied == 7 else denied)\n"));
   EXPECT_EQ(r.code, 42) << r.describe();
   EXPECT_TRUE(has_record(r, "file_open", "/etc/passwd")) << r.result.dump(2);
   EXPECT_GE(denied(r, "file_open"), 3u);
 }
 
 TEST_F(Run, ForkBombIsHeldByPidsMaxAndEndedAtTimeout) {
-  Started s = start(py("import os\n"
-                       "while True:\n"
-                       "    try:\n"
-                       "        os.fork()\n"
-                       "    except OSError:\n"
-                       "        pass\n",
-                       {"--pids", "32", "--timeout", "15s"}));
+  Started s =
+      start(py("import os\n"
+               "while True:\n"
+               "    try:\n"
+               "        os.fork()\n"
+               "    except OSError:\n"
+               "        pass\n",
+               {"--pids", "32", "--timeout", "15s"}));
   // While the bomb runs, the host must still start processes quickly.
   std::this_thread::sleep_for(std::chrono::seconds(8));
   auto t0 = Clock::now();
@@ -315,10 +325,11 @@ TEST_F(Run, InfiniteLoopEndsAtTimeout) {
 }
 
 TEST_F(Run, MemoryBombIsOomKilled) {
-  Ran r = run(py("chunks = []\n"
-                 "while True:\n"
-                 "    chunks.append(bytearray(4 << 20))\n",
-                 {"--memory", "96Mi", "--timeout", "5m"}));
+  Ran r =
+      run(py("chunks = []\n"
+             "while True:\n"
+             "    chunks.append(bytearray(4 << 20))\n",
+             {"--memory", "96Mi", "--timeout", "5m"}));
   EXPECT_EQ(r.code, 137) << r.describe();
   EXPECT_TRUE(r.result["oom_killed"].get<bool>()) << r.result.dump(2);
   EXPECT_EQ(r.result["signal"], "SIGKILL");
@@ -359,19 +370,20 @@ TEST_F(Run, ExitStatusContract) {
 // ---- lifecycle -----------------------------------------------------------------
 
 TEST_F(Run, DaemonizedChildIgnoringSigtermIsGoneAfterTheRun) {
-  Ran r = run(py("import os, signal, sys, time\n"
-                 "r, w = os.pipe()\n"
-                 "if os.fork() == 0:\n"
-                 "    os.setsid()\n"
-                 "    if os.fork() == 0:\n"
-                 "        signal.signal(signal.SIGTERM, signal.SIG_IGN)\n"
-                 "        os.write(w, str(os.getpid()).encode())\n"
-                 "        os.close(w)\n"
-                 "        while True:\n"
-                 "            time.sleep(1)\n"
-                 "    os._exit(0)\n"
-                 "os.close(w)\n"
-                 "print(os.read(r, 32).decode())\n"));
+  Ran r =
+      run(py("import os, signal, sys, time\n"
+             "r, w = os.pipe()\n"
+             "if os.fork() == 0:\n"
+             "    os.setsid()\n"
+             "    if os.fork() == 0:\n"
+             "        signal.signal(signal.SIGTERM, signal.SIG_IGN)\n"
+             "        os.write(w, str(os.getpid()).encode())\n"
+             "        os.close(w)\n"
+             "        while True:\n"
+             "            time.sleep(1)\n"
+             "    os._exit(0)\n"
+             "os.close(w)\n"
+             "print(os.read(r, 32).decode())\n"));
   ASSERT_EQ(r.code, 0) << r.describe();
   pid_t daemon = std::stoi(r.out);
   ASSERT_GT(daemon, 1);
@@ -423,10 +435,11 @@ TEST_F(Run, CallerEnvironmentAndFdsAreInvisible) {
 }
 
 TEST_F(Run, ConcurrentRunsCannotTouchEachOthersWorkspace) {
-  Started a = start(py("import os, time\n"
-                       "open('secret.txt', 'w').write('a')\n"
-                       "print(os.getcwd(), flush=True)\n"
-                       "time.sleep(600)\n"));
+  Started a =
+      start(py("import os, time\n"
+               "open('secret.txt', 'w').write('a')\n"
+               "print(os.getcwd(), flush=True)\n"
+               "time.sleep(600)\n"));
   for (int i = 0; i < 600 && slurp(a.dir / "stdout").empty(); ++i)
     std::this_thread::sleep_for(std::chrono::milliseconds(100));
   std::string ws_a = slurp(a.dir / "stdout");
@@ -456,13 +469,14 @@ TEST_F(Run, StaleRunOfKilledAgentcageIsReapedByNextRun) {
   auto before = run_cgroups();
   // The grandchild outlives its parent (PR_SET_PDEATHSIG only covers the
   // direct child): only the reaper can end it.
-  Started s = start(py("import os, time\n"
-                       "if os.fork() == 0:\n"
-                       "    os.setsid()\n"
-                       "    while True:\n"
-                       "        time.sleep(1)\n"
-                       "print('up', flush=True)\n"
-                       "time.sleep(600)\n"));
+  Started s =
+      start(py("import os, time\n"
+               "if os.fork() == 0:\n"
+               "    os.setsid()\n"
+               "    while True:\n"
+               "        time.sleep(1)\n"
+               "print('up', flush=True)\n"
+               "time.sleep(600)\n"));
   for (int i = 0; i < 600 && slurp(s.dir / "stdout").empty(); ++i)
     std::this_thread::sleep_for(std::chrono::milliseconds(100));
   ASSERT_EQ(slurp(s.dir / "stdout"), "up\n");
@@ -485,9 +499,9 @@ TEST_F(Run, StaleRunOfKilledAgentcageIsReapedByNextRun) {
   ASSERT_TRUE(shared) << shared.error().message;
   auto scopes_before = (*shared)->scopes();
   ASSERT_TRUE(scopes_before);
-  EXPECT_TRUE(std::any_of(scopes_before->begin(), scopes_before->end(),
-                          [&](const bpf::ScopeInfo& i) { return i.scope_id == *stale_scope; }))
-      << "the stale run's scope must stay registered until it is reaped";
+  EXPECT_TRUE(std::any_of(scopes_before->begin(), scopes_before->end(), [&](const bpf::ScopeInfo& i) {
+    return i.scope_id == *stale_scope;
+  })) << "the stale run's scope must stay registered until it is reaped";
 
   Ran next = run(py("pass"));
   EXPECT_EQ(next.code, 0) << next.describe();
@@ -510,10 +524,12 @@ TEST_F(Run, ZzNothingLeftBehind) {
   ASSERT_TRUE(shared) << shared.error().message;
   auto scopes = (*shared)->scopes();
   ASSERT_TRUE(scopes) << scopes.error().message;
-  for (const auto& s : *scopes) EXPECT_EQ(all_scopes().count(s.scope_id), 0u) << "scope " << s.scope_id << " left";
+  for (const auto& s : *scopes)
+    EXPECT_EQ(all_scopes().count(s.scope_id), 0u) << "scope " << s.scope_id << " left";
   EXPECT_TRUE(processes_of_dynamic_uids().empty());
   std::error_code ec;
-  for (const auto& e : fs::directory_iterator("/run/agentcage/runs", ec)) ADD_FAILURE() << "run record left: " << e.path();
+  for (const auto& e : fs::directory_iterator("/run/agentcage/runs", ec))
+    ADD_FAILURE() << "run record left: " << e.path();
 }
 
 }  // namespace

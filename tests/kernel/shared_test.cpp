@@ -228,8 +228,9 @@ TEST_F(SharedTest, SlotsAreSharedByContentCachedAndBounded) {
   auto pols = enf.policies();
   ASSERT_TRUE(pols.ok());
   EXPECT_EQ(pols->size(), scope::kCachedTransient);
-  EXPECT_TRUE(std::any_of(pols->begin(), pols->end(), [](const bpf::PolicyInfo& p) { return p.name == "many-23"; }))
-      << "the most recently released one is kept";
+  EXPECT_TRUE(std::any_of(pols->begin(), pols->end(), [](const bpf::PolicyInfo& p) {
+    return p.name == "many-23";
+  })) << "the most recently released one is kept";
 
   // A named (daemon/test) policy is never dropped by a release.
   ASSERT_TRUE(enf.put_policy(7, "named", usr_only()).ok());

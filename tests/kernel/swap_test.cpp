@@ -10,11 +10,11 @@
 #include <unistd.h>
 
 #include <atomic>
-#include <cstdio>
-#include <new>
 #include <cerrno>
+#include <cstdio>
 #include <filesystem>
 #include <fstream>
+#include <new>
 #include <string>
 #include <vector>
 
@@ -60,7 +60,8 @@ class SwapTest : public kt::PolicyScopeTest {
   }
 
   bpf::CompiledPolicy compile(const std::string& spec) {
-    auto compiled = compile_yaml("apiVersion: agentcage/v1\nkind: Policy\nmetadata:\n  name: kt-swap\nspec:\n" + spec);
+    auto compiled =
+        compile_yaml("apiVersion: agentcage/v1\nkind: Policy\nmetadata:\n  name: kt-swap\nspec:\n" + spec);
     return compiled ? *compiled : bpf::CompiledPolicy{};
   }
 };
@@ -69,13 +70,16 @@ TEST_F(SwapTest, HammeredDecisionsNeverSeeAGapOrAMix) {
   // Both policies: the shared tree readable except its secret, the workspace
   // writable except .git/hooks. They differ in everything else, so every
   // swap writes a different set of rules under a fresh rules id.
-  const std::string common = "    read: [" + base("shared") + "]\n    write: [\"${workspace}\"]\n    deny: [" +
-                             base("shared/secret") + ", \"${workspace}/.git/hooks\"]\n";
-  auto a = compile("  files:\n" + common + "  network:\n    allow:\n"
+  const std::string common = "    read: [" + base("shared") +
+                             "]\n    write: [\"${workspace}\"]\n    deny: [" + base("shared/secret") +
+                             ", \"${workspace}/.git/hooks\"]\n";
+  auto a = compile("  files:\n" + common +
+                   "  network:\n    allow:\n"
                    "      - {cidr: 10.1.0.0/16, ports: [443], protocol: tcp}\n");
-  auto b = compile("  mode: enforce\n  exec:\n    allow: [/usr/bin/true]\n  files:\n" + common +
-                   "  network:\n    allow:\n      - {cidr: 10.2.0.0/16, ports: [80, 8000-8100], protocol: any}\n"
-                   "      - {unix: /run/kt-swap.sock}\n");
+  auto b =
+      compile("  mode: enforce\n  exec:\n    allow: [/usr/bin/true]\n  files:\n" + common +
+              "  network:\n    allow:\n      - {cidr: 10.2.0.0/16, ports: [80, 8000-8100], protocol: any}\n"
+              "      - {unix: /run/kt-swap.sock}\n");
   ASSERT_FALSE(a.paths.empty());
   ASSERT_FALSE(b.paths.empty());
   ASSERT_TRUE(kt::enforcer()->put_policy(kSlot, a).ok());
@@ -91,8 +95,8 @@ TEST_F(SwapTest, HammeredDecisionsNeverSeeAGapOrAMix) {
   auto* h = new (mem) Hammer{};
 
   const std::vector<std::string> allowed = {base("shared/ok.txt"), base("workspace/w.txt")};
-  const std::vector<std::string> denied = {base("shared/secret/s.txt"), base("workspace/.git/hooks/pre-commit"),
-                                           base("other.txt")};
+  const std::vector<std::string> denied = {base("shared/secret/s.txt"),
+                                           base("workspace/.git/hooks/pre-commit"), base("other.txt")};
   auto pid = cgroup::spawn_in_cgroup(cg_.fd(), [&] {
     while (!h->go.load()) {
     }
@@ -163,7 +167,8 @@ TEST_F(SwapTest, HammeredDecisionsNeverSeeAGapOrAMix) {
   EXPECT_GE(fo_a.decisions[AC_DECISION_DENY] - fo_b.decisions[AC_DECISION_DENY], 3 * during_swaps);
   EXPECT_GE(fo_a.decisions[AC_DECISION_ALLOW] - fo_b.decisions[AC_DECISION_ALLOW], 2 * during_swaps);
   std::printf("swap hammer: %d swaps, %llu iterations (%llu during swaps)\n", swaps,
-              static_cast<unsigned long long>(h->iterations.load()), static_cast<unsigned long long>(during_swaps));
+              static_cast<unsigned long long>(h->iterations.load()),
+              static_cast<unsigned long long>(during_swaps));
   ::munmap(mem, sizeof(Hammer));
 }
 

@@ -102,8 +102,8 @@ TEST(Compile, AuditModeSetsTheFlag) {
   EXPECT_TRUE(c->net.empty());
 }
 
-policy::NetRule v4(uint8_t a, uint8_t b, uint8_t c, uint8_t d, uint8_t len, std::vector<policy::PortRange> ports,
-                   policy::Protocol proto) {
+policy::NetRule v4(uint8_t a, uint8_t b, uint8_t c, uint8_t d, uint8_t len,
+                   std::vector<policy::PortRange> ports, policy::Protocol proto) {
   policy::NetRule r;
   r.kind = policy::NetRule::Kind::cidr;
   r.family = AF_INET;

@@ -9,8 +9,8 @@
 
 #include <nlohmann/json.hpp>
 
-#include "daemon/config.h"
 #include "control/protocol.h"
+#include "daemon/config.h"
 #include "telemetry/audit.h"
 #include "telemetry/metrics.h"
 
@@ -37,8 +37,10 @@ TEST(DaemonConfig, EmptyFileGivesDefaults) {
 TEST(DaemonConfig, EverySetting) {
   auto r = daemon::parse_config(
       "policy_dir: /srv/policies\nmetrics_address: \"[::1]:9000\"\ncontrol_socket: /run/x.sock\n"
-      "control_group: agentcage\naudit_log: /var/log/agentcage/audit.jsonl\ncgroup_parent: system.slice/runs\n"
-      "pin_root: /sys/fs/bpf/ac\nstate_dir: /run/ac\nrecent_events: 10\nclient_buffer_bytes: 65536\nmax_clients: 8\n",
+      "control_group: agentcage\naudit_log: /var/log/agentcage/audit.jsonl\ncgroup_parent: "
+      "system.slice/runs\n"
+      "pin_root: /sys/fs/bpf/ac\nstate_dir: /run/ac\nrecent_events: 10\nclient_buffer_bytes: "
+      "65536\nmax_clients: 8\n",
       "d.yaml");
   ASSERT_TRUE(r.ok()) << r.errors.front().format();
   EXPECT_EQ(r.config->policy_dir, "/srv/policies");
@@ -72,21 +74,28 @@ std::string first_error(const std::string& text) {
 TEST(DaemonConfig, ErrorsAreLocated) {
   EXPECT_EQ(first_error("policy_dir: /x\nmetrics_adress: 1.2.3.4:5\n"),
             "d.yaml:2:1: unknown setting 'metrics_adress' (did you mean 'metrics_address'?)");
-  EXPECT_EQ(first_error("policy_dir: relative/dir\n"), "d.yaml:1:13: policy_dir: expected an absolute path, got 'relative/dir'");
+  EXPECT_EQ(first_error("policy_dir: relative/dir\n"),
+            "d.yaml:1:13: policy_dir: expected an absolute path, got 'relative/dir'");
   EXPECT_EQ(first_error("metrics_address: 127.0.0.1:99999\n"),
-            "d.yaml:1:18: metrics_address: expected HOST:PORT (e.g. 127.0.0.1:9477) or \"off\", got '127.0.0.1:99999'");
+            "d.yaml:1:18: metrics_address: expected HOST:PORT (e.g. 127.0.0.1:9477) or \"off\", got "
+            "'127.0.0.1:99999'");
   EXPECT_EQ(first_error("audit_log: log.txt\n"),
             "d.yaml:1:12: audit_log: expected an absolute file path or \"-\" (stdout), got 'log.txt'");
   EXPECT_EQ(first_error("cgroup_parent: ../escape\n"),
-            "d.yaml:1:16: cgroup_parent: expected a path relative to the cgroup2 mount (e.g. agentcage/runs), got '../escape'");
-  EXPECT_EQ(first_error("max_clients: 0\n"), "d.yaml:1:14: max_clients: expected a whole number from 1 to 1024, got '0'");
+            "d.yaml:1:16: cgroup_parent: expected a path relative to the cgroup2 mount (e.g. "
+            "agentcage/runs), got '../escape'");
+  EXPECT_EQ(first_error("max_clients: 0\n"),
+            "d.yaml:1:14: max_clients: expected a whole number from 1 to 1024, got '0'");
   EXPECT_EQ(first_error("policy_dir: [/a]\n"), "d.yaml:1:13: policy_dir: expected a single value");
-  EXPECT_EQ(first_error("control_group: \"a b\"\n"), "d.yaml:1:16: control_group: expected a group name or number, got 'a b'");
-  EXPECT_EQ(first_error("- a\n"), "d.yaml:1:1: the daemon configuration must be a mapping of settings (see docs/daemon.md)");
+  EXPECT_EQ(first_error("control_group: \"a b\"\n"),
+            "d.yaml:1:16: control_group: expected a group name or number, got 'a b'");
+  EXPECT_EQ(first_error("- a\n"),
+            "d.yaml:1:1: the daemon configuration must be a mapping of settings (see docs/daemon.md)");
   EXPECT_NE(first_error("a: &x 1\nb: *x\n").find("d.yaml:1:"), std::string::npos);  // anchors refused
   // The policy parser's form wins: it also gives the column (the config's own
   // copy said "first set at line 1").
-  EXPECT_EQ(first_error("policy_dir: /a\npolicy_dir: /b\n"), "d.yaml:2:1: duplicate setting 'policy_dir' (first at 1:1)");
+  EXPECT_EQ(first_error("policy_dir: /a\npolicy_dir: /b\n"),
+            "d.yaml:2:1: duplicate setting 'policy_dir' (first at 1:1)");
   // Likewise for a key that is not a string: say what it is (the config's
   // copy said "setting names must be plain words").
   EXPECT_EQ(first_error("[a]: 1\n"), "d.yaml:1:1: keys must be strings, got a list");
@@ -98,16 +107,21 @@ TEST(DaemonConfig, InputGuard) {
   using namespace std::string_literals;
   // A file of only comments skipped the guard before (it meant "defaults"
   // without being looked at), so binary or non-UTF-8 bytes in it passed.
-  EXPECT_EQ(first_error("# a\0b\n"s), "d.yaml:1:4: NUL byte: configuration files are UTF-8 text (is this a binary file?)");
-  EXPECT_EQ(first_error("# caf\xe9\n"), "d.yaml:1:6: invalid UTF-8 (byte 0xe9): configuration files must be UTF-8 text");
-  EXPECT_EQ(first_error("# \x1b[31m red\n"),
-            "d.yaml:1:3: control character 0x1b: configuration files are UTF-8 text (is this a binary file?)");
-  EXPECT_EQ(first_error("\n  \n# x\x7f\n"),
-            "d.yaml:3:4: control character 0x7f: configuration files are UTF-8 text (is this a binary file?)");
+  EXPECT_EQ(first_error("# a\0b\n"s),
+            "d.yaml:1:4: NUL byte: configuration files are UTF-8 text (is this a binary file?)");
+  EXPECT_EQ(first_error("# caf\xe9\n"),
+            "d.yaml:1:6: invalid UTF-8 (byte 0xe9): configuration files must be UTF-8 text");
+  EXPECT_EQ(
+      first_error("# \x1b[31m red\n"),
+      "d.yaml:1:3: control character 0x1b: configuration files are UTF-8 text (is this a binary file?)");
+  EXPECT_EQ(
+      first_error("\n  \n# x\x7f\n"),
+      "d.yaml:3:4: control character 0x7f: configuration files are UTF-8 text (is this a binary file?)");
   // Messages used to say "policy"/"policies" here.
   EXPECT_EQ(first_error("a: &x 1\nb: *x\n"),
             "d.yaml:1:4: anchor '&x': anchors and aliases are not allowed in the daemon configuration");
-  EXPECT_EQ(first_error("policy_dir: !!str /x\n"), "d.yaml:1:13: YAML tag '!!str' is not allowed in the daemon configuration");
+  EXPECT_EQ(first_error("policy_dir: !!str /x\n"),
+            "d.yaml:1:13: YAML tag '!!str' is not allowed in the daemon configuration");
   EXPECT_EQ(first_error("policy_dir: /a\n---\npolicy_dir: /b\n"),
             "d.yaml:2:1: a second YAML document: a configuration file holds exactly one document");
   EXPECT_EQ(first_error("# only a comment\n" + std::string(70 * 1024, '#') + "\n"),
@@ -145,7 +159,8 @@ TEST(ControlRequest, ValidRequests) {
   auto e = control::parse_request(R"({"op":"events","follow":true})");
   ASSERT_TRUE(e.ok());
   EXPECT_TRUE(e->follow);
-  auto a = control::parse_request(R"({"op":"attach","cgroup":"system.slice/x.service","policy":"python-sandbox","workspace":"/srv/w"})");
+  auto a = control::parse_request(
+      R"({"op":"attach","cgroup":"system.slice/x.service","policy":"python-sandbox","workspace":"/srv/w"})");
   ASSERT_TRUE(a.ok()) << a.error().message;
   EXPECT_EQ(a->cgroup, "system.slice/x.service");
   EXPECT_EQ(a->workspace, "/srv/w");
@@ -159,7 +174,8 @@ TEST(ControlRequest, ValidRequests) {
   auto again = control::parse_request(control::to_json(*end).dump());
   ASSERT_TRUE(again.ok());
   EXPECT_EQ(control::to_json(*again), control::to_json(*end));
-  auto start = control::parse_request(R"({"op":"run_start","run_id":"0123456789abcdef","policy":"p","scope_id":18446744073709551615})");
+  auto start = control::parse_request(
+      R"({"op":"run_start","run_id":"0123456789abcdef","policy":"p","scope_id":18446744073709551615})");
   ASSERT_TRUE(start.ok());
   EXPECT_EQ(start->scope_id, UINT64_MAX);
 }
@@ -173,9 +189,10 @@ TEST(ControlRequest, InvalidRequests) {
   EXPECT_EQ(rejection("{\"op\":\"status\",\"x\":1}"), "request: unknown field \"x\" for op status");
   // The one policy-name rule (policy/name.h), stated in full; this message
   // said "1-63 of a-z, 0-9, -" and the check accepted a leading '-'.
-  EXPECT_EQ(rejection("{\"op\":\"attach\",\"cgroup\":\"a\",\"policy\":\"Bad_Name\"}"),
-            "request: \"policy\" must be a policy name (1 to 63 lowercase letters, digits and '-', starting and "
-            "ending with a letter or digit)");
+  EXPECT_EQ(
+      rejection("{\"op\":\"attach\",\"cgroup\":\"a\",\"policy\":\"Bad_Name\"}"),
+      "request: \"policy\" must be a policy name (1 to 63 lowercase letters, digits and '-', starting and "
+      "ending with a letter or digit)");
   EXPECT_EQ(rejection("{\"op\":\"attach\",\"cgroup\":\"a\",\"policy\":\"p\",\"workspace\":\"rel\"}"),
             "request: \"workspace\" must be an absolute path");
   EXPECT_EQ(rejection("{\"op\":\"attach\",\"policy\":\"p\"}"), "request: missing \"cgroup\"");
@@ -184,10 +201,14 @@ TEST(ControlRequest, InvalidRequests) {
   EXPECT_EQ(rejection("{\"op\":\"detach\",\"cgroup\":\"" + std::string(5000, 'a') + "\"}"),
             "request: \"cgroup\" must be a cgroup path (under 4096 bytes)");
   const std::string end = R"({"op":"run_end","run_id":"0123456789abcdef","policy":"p","outcome":"ok",)";
-  EXPECT_EQ(rejection(end + R"("exit_code":256,"duration_seconds":1})"), "request: \"exit_code\" must be 0..255");
-  EXPECT_EQ(rejection(end + R"("exit_code":1.5,"duration_seconds":1})"), "request: \"exit_code\" must be an integer");
-  EXPECT_EQ(rejection(end + R"("exit_code":0,"duration_seconds":-1})"), "request: \"duration_seconds\" must be between 0 and 1e8");
-  EXPECT_EQ(rejection(end + R"("exit_code":0,"duration_seconds":1,"fail_closed":"nope"})").rfind("request: \"fail_closed\" must be one of", 0),
+  EXPECT_EQ(rejection(end + R"("exit_code":256,"duration_seconds":1})"),
+            "request: \"exit_code\" must be 0..255");
+  EXPECT_EQ(rejection(end + R"("exit_code":1.5,"duration_seconds":1})"),
+            "request: \"exit_code\" must be an integer");
+  EXPECT_EQ(rejection(end + R"("exit_code":0,"duration_seconds":-1})"),
+            "request: \"duration_seconds\" must be between 0 and 1e8");
+  EXPECT_EQ(rejection(end + R"("exit_code":0,"duration_seconds":1,"fail_closed":"nope"})")
+                .rfind("request: \"fail_closed\" must be one of", 0),
             0u);
   EXPECT_EQ(rejection(R"({"op":"run_start","run_id":"0123456789ABCDEF","policy":"p","scope_id":1})"),
             "request: \"run_id\" must be 16 lowercase hex digits");
@@ -199,7 +220,8 @@ TEST(ControlRequest, InvalidRequests) {
 TEST(ControlRequest, GroupMayOnlyRead) {
   EXPECT_TRUE(control::op_allowed_for_group(control::Op::status));
   EXPECT_TRUE(control::op_allowed_for_group(control::Op::events));
-  for (auto op : {control::Op::attach, control::Op::detach, control::Op::run_start, control::Op::run_end, control::Op::reload})
+  for (auto op : {control::Op::attach, control::Op::detach, control::Op::run_start, control::Op::run_end,
+                  control::Op::reload})
     EXPECT_FALSE(control::op_allowed_for_group(op)) << control::op_name(op);
 }
 
@@ -209,7 +231,8 @@ TEST(RunOutcome, FromExitStatus) {
   EXPECT_EQ(core::name(core::run_outcome(124, true, false, 9)), "timeout");
   EXPECT_EQ(core::name(core::run_outcome(137, false, true, 9)), "oom");
   EXPECT_EQ(core::name(core::run_outcome(137, false, false, 9)), "signal");
-  EXPECT_EQ(core::name(core::run_outcome(143, false, false, std::nullopt)), "signal");  // agentcage got SIGTERM
+  EXPECT_EQ(core::name(core::run_outcome(143, false, false, std::nullopt)),
+            "signal");  // agentcage got SIGTERM
   EXPECT_EQ(core::name(core::run_outcome(126, false, false, std::nullopt)), "denied");
   EXPECT_EQ(core::name(core::run_outcome(127, false, false, std::nullopt)), "denied");
   EXPECT_EQ(core::name(core::run_outcome(125, false, false, std::nullopt)), "setup_failed");
@@ -243,12 +266,13 @@ TEST(AuditLine, StableFieldNames) {
   std::string line = telemetry::event_line(sample_event(), ctx);
   ASSERT_EQ(line.back(), '\n');
   EXPECT_EQ(line.find('\n'), line.size() - 1);
-  EXPECT_EQ(line,
-            R"({"cgroup_id":4321,"comm":"python3","decision":"deny","errno":13,"errno_name":"EACCES","hook":"file_open",)"
-            R"("pid":42,"policy":"python-sandbox","policy_slot":3,"reason":"default_deny","run_id":"0123456789abcdef",)"
-            R"("scope_id":1234,"target":"/etc/passwd","target_kind":"path","tid":43,"time":"2025-01-02T03:04:05.123456789Z",)"
-            R"("uid":1879048192})"
-            "\n");
+  EXPECT_EQ(
+      line,
+      R"({"cgroup_id":4321,"comm":"python3","decision":"deny","errno":13,"errno_name":"EACCES","hook":"file_open",)"
+      R"("pid":42,"policy":"python-sandbox","policy_slot":3,"reason":"default_deny","run_id":"0123456789abcdef",)"
+      R"("scope_id":1234,"target":"/etc/passwd","target_kind":"path","tid":43,"time":"2025-01-02T03:04:05.123456789Z",)"
+      R"("uid":1879048192})"
+      "\n");
 }
 
 TEST(AuditLine, InetTargetUnknownRunAndHostileBytes) {
@@ -319,10 +343,11 @@ TEST(Metrics, ExportsTheContractNames) {
         "agentcage_events_total{decision=\"deny\",hook=\"file_open\",policy=\"p\"} 1",
         "agentcage_events_lost_total 2", "agentcage_runs_total{outcome=\"ok\",policy=\"p\"} 1",
         "agentcage_run_duration_seconds_count{policy=\"p\"} 1", "agentcage_runs_active 1",
-        "agentcage_policy_reloads_total{result=\"success\"} 1", "agentcage_policy_reloads_total{result=\"failure\"} 0",
-        "agentcage_policies_loaded 1", "agentcage_scopes_active 2", "agentcage_enforcement_ready 1",
-        "agentcage_fail_closed_total{reason=\"policy_invalid\"} 1", "agentcage_fail_closed_total{reason=\"lsm_inactive\"} 0",
-        "agentcage_build_info{version=\""})
+        "agentcage_policy_reloads_total{result=\"success\"} 1",
+        "agentcage_policy_reloads_total{result=\"failure\"} 0", "agentcage_policies_loaded 1",
+        "agentcage_scopes_active 2", "agentcage_enforcement_ready 1",
+        "agentcage_fail_closed_total{reason=\"policy_invalid\"} 1",
+        "agentcage_fail_closed_total{reason=\"lsm_inactive\"} 0", "agentcage_build_info{version=\""})
     EXPECT_NE(text.find(series), std::string::npos) << series << "\n" << text;
 }
 

@@ -42,7 +42,8 @@ TEST(CheckLsm, FailsWithBootParameterFixWhenBpfMissing) {
 }
 
 TEST(CheckCgroup, NeedsMemoryPidsAndCpu) {
-  EXPECT_EQ(check_cgroup("/sys/fs/cgroup", "", {"cpuset", "cpu", "io", "memory", "pids"}).status, Outcome::ok);
+  EXPECT_EQ(check_cgroup("/sys/fs/cgroup", "", {"cpuset", "cpu", "io", "memory", "pids"}).status,
+            Outcome::ok);
   Check missing = check_cgroup("/sys/fs/cgroup/unified", "", {"hugetlb"});
   EXPECT_EQ(missing.status, Outcome::fail);
   EXPECT_NE(missing.detail.find("memory, pids, cpu"), std::string::npos) << missing.detail;

@@ -22,15 +22,15 @@ TEST_P(LsmListTest, DetectsBpfAsAWholeName) {
   EXPECT_EQ(st.list, c.list);
 }
 
-INSTANTIATE_TEST_SUITE_P(
-    Lists, LsmListTest,
-    ::testing::Values(LsmCase{"lockdown,capability,landlock,bpf", true, "lockdown,capability,landlock,bpf"},
-                      LsmCase{"capability,bpf,yama\n", true, "capability,bpf,yama"},
-                      LsmCase{"bpf", true, "bpf"},
-                      LsmCase{"capability,apparmor", false, "capability,apparmor"},
-                      // names that merely contain "bpf" are not the BPF LSM
-                      LsmCase{"capability,bpfx,xbpf", false, "capability,bpfx,xbpf"},
-                      LsmCase{"", false, ""}));
+INSTANTIATE_TEST_SUITE_P(Lists, LsmListTest,
+                         ::testing::Values(LsmCase{"lockdown,capability,landlock,bpf", true,
+                                                   "lockdown,capability,landlock,bpf"},
+                                           LsmCase{"capability,bpf,yama\n", true, "capability,bpf,yama"},
+                                           LsmCase{"bpf", true, "bpf"},
+                                           LsmCase{"capability,apparmor", false, "capability,apparmor"},
+                                           // names that merely contain "bpf" are not the BPF LSM
+                                           LsmCase{"capability,bpfx,xbpf", false, "capability,bpfx,xbpf"},
+                                           LsmCase{"", false, ""}));
 
 TEST(LsmState, UnreadableFileExplainsSecurityfs) {
   LsmState st = read_lsm_state("/nonexistent/agentcage/lsm");

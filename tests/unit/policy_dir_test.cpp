@@ -84,7 +84,9 @@ class RecordingListener final : public PolicyDirListener {
  public:
   explicit RecordingListener(std::vector<std::string>& log) : log_(log) {}
   void reloaded(bool success) override { (success ? reloads_ok : reloads_failed)++; }
-  void rejected(core::FailClosedReason reason) override { fail_closed.push_back(std::string(core::name(reason))); }
+  void rejected(core::FailClosedReason reason) override {
+    fail_closed.push_back(std::string(core::name(reason)));
+  }
   void policies_loaded(size_t count) override { loaded = count; }
   void slot_named(uint32_t slot, const std::string& name) override { names[slot] = name; }
   void slot_fresh(uint32_t slot, const std::string& name) override {

@@ -349,8 +349,9 @@ TEST(PolicyParse, DynamicLoaderIsNotAProgramToAllow) {
   // By name (no file system access) and by what a symlink resolves to.
   ParseOptions lexical;
   lexical.check_exec_exists = false;
-  for (const char* loader : {"/lib64/ld-linux-x86-64.so.2", "/lib/ld-linux-aarch64.so.1", "/lib/ld-musl-x86_64.so.1",
-                             "/usr/lib/ld.so", "/lib/x86_64-linux-gnu/ld-2.36.so"}) {
+  for (const char* loader :
+       {"/lib64/ld-linux-x86-64.so.2", "/lib/ld-linux-aarch64.so.1", "/lib/ld-musl-x86_64.so.1",
+        "/usr/lib/ld.so", "/lib/x86_64-linux-gnu/ld-2.36.so"}) {
     const ParseResult r = parse_policy(kSpec + "  exec: {allow: [" + loader + "]}\n", "p.yaml", lexical);
     ASSERT_EQ(r.errors.size(), 1u) << loader;
     EXPECT_NE(r.errors[0].message.find("is the dynamic loader"), std::string::npos) << r.errors[0].message;
@@ -359,10 +360,12 @@ TEST(PolicyParse, DynamicLoaderIsNotAProgramToAllow) {
   const std::filesystem::path dir = std::filesystem::temp_directory_path() / "agentcage-policy-test-ldso";
   std::filesystem::remove_all(dir);
   std::filesystem::create_directories(dir);
-  std::ofstream(dir / "ld-linux-x86-64.so.2") << "\x7f" "ELF";
+  std::ofstream(dir / "ld-linux-x86-64.so.2") << "\x7f"
+                                                 "ELF";
   std::filesystem::permissions(dir / "ld-linux-x86-64.so.2", std::filesystem::perms::owner_all);
   std::filesystem::create_symlink("ld-linux-x86-64.so.2", dir / "innocent");
-  const ParseResult r = parse_policy(kSpec + "  exec: {allow: [" + (dir / "innocent").string() + "]}\n", "p.yaml");
+  const ParseResult r =
+      parse_policy(kSpec + "  exec: {allow: [" + (dir / "innocent").string() + "]}\n", "p.yaml");
   ASSERT_EQ(r.errors.size(), 1u) << dump(r.errors);
   EXPECT_NE(r.errors[0].message.find("is the dynamic loader"), std::string::npos) << r.errors[0].message;
   // A program whose name merely starts with "ld" is fine.

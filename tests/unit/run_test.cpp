@@ -29,8 +29,13 @@ TEST(RunOptions, PolicyNamesResolveInThePolicyDirFilesAsGiven) {
 }
 
 TEST(RunOptions, PathsFromEnvironment) {
-  const char* env[] = {"AGENTCAGE_POLICY_DIR=/pol", "AGENTCAGE_WORKSPACE_ROOT=/ws", "AGENTCAGE_CGROUP_PARENT=x/y",
-                       "AGENTCAGE_STATE_DIR=/st", "AGENTCAGE_OTHER=1", "PATH=/bin", nullptr};
+  const char* env[] = {"AGENTCAGE_POLICY_DIR=/pol",
+                       "AGENTCAGE_WORKSPACE_ROOT=/ws",
+                       "AGENTCAGE_CGROUP_PARENT=x/y",
+                       "AGENTCAGE_STATE_DIR=/st",
+                       "AGENTCAGE_OTHER=1",
+                       "PATH=/bin",
+                       nullptr};
   Paths p = paths_from_env(env);
   EXPECT_EQ(p.policy_dir, "/pol");
   EXPECT_EQ(p.workspace_root, "/ws");
@@ -86,8 +91,8 @@ TEST(RunOptions, EnvAssignments) {
 TEST(RunOptions, SandboxEnvironmentIsScrubbed) {
   auto env = sandbox_environment("/ws/r1", {});
   ASSERT_TRUE(env);
-  EXPECT_EQ(*env, (std::vector<std::string>{"PATH=/usr/local/bin:/usr/bin:/bin", "HOME=/ws/r1", "TMPDIR=/ws/r1",
-                                            "LANG=C.UTF-8"}));
+  EXPECT_EQ(*env, (std::vector<std::string>{"PATH=/usr/local/bin:/usr/bin:/bin", "HOME=/ws/r1",
+                                            "TMPDIR=/ws/r1", "LANG=C.UTF-8"}));
   auto extra = sandbox_environment("/ws", {"MPLBACKEND=Agg", "LANG=en_US.UTF-8", "MPLBACKEND=pdf"});
   ASSERT_TRUE(extra);
   EXPECT_EQ(*extra, (std::vector<std::string>{"PATH=/usr/local/bin:/usr/bin:/bin", "HOME=/ws", "TMPDIR=/ws",
@@ -200,10 +205,32 @@ TEST(RunResult, JsonShape) {
   r.report->records_taken = 4;
   r.report->records = {path_record(AC_HOOK_FILE_OPEN, "/etc/passwd")};
   auto j = to_json(r);
-  for (const char* key : {"run_id", "scope_id", "policy", "policy_file", "command", "workspace", "workspace_kept",
-                          "cgroup", "uid", "gid", "limits", "exit_code", "started", "exit_status", "signal",
-                          "signal_number", "timed_out", "oom_killed", "oom_kills", "interrupted_by", "error",
-                          "error_errno", "wall_time_ms", "cpu_time_ms", "peak_memory_bytes", "peak_memory_source",
+  for (const char* key : {"run_id",
+                          "scope_id",
+                          "policy",
+                          "policy_file",
+                          "command",
+                          "workspace",
+                          "workspace_kept",
+                          "cgroup",
+                          "uid",
+                          "gid",
+                          "limits",
+                          "exit_code",
+                          "started",
+                          "exit_status",
+                          "signal",
+                          "signal_number",
+                          "timed_out",
+                          "oom_killed",
+                          "oom_kills",
+                          "interrupted_by",
+                          "error",
+                          "error_errno",
+                          "wall_time_ms",
+                          "cpu_time_ms",
+                          "peak_memory_bytes",
+                          "peak_memory_source",
                           "denials"})
     EXPECT_TRUE(j.contains(key)) << key;
   EXPECT_EQ(j["exit_code"], 137);

@@ -28,8 +28,8 @@ TEST(Suggest, EditDistanceCountsTranspositionsAsOne) {
 TEST(Suggest, ClosestWordWithinTwoEdits) {
   EXPECT_EQ(closest_word("enforc", kModes), "enforce");
   EXPECT_EQ(closest_word("audti", kModes), "audit");
-  EXPECT_EQ(closest_word("xyzzy", kModes), std::nullopt);       // too far from all
-  EXPECT_EQ(closest_word("audit", kModes), std::nullopt);       // not a typo
+  EXPECT_EQ(closest_word("xyzzy", kModes), std::nullopt);  // too far from all
+  EXPECT_EQ(closest_word("audit", kModes), std::nullopt);  // not a typo
   EXPECT_EQ(closest_word(std::string(200, 'a'), kModes), std::nullopt);
   // Ties go to the first candidate; "reat" is one edit from both.
   EXPECT_EQ(closest_word("reat", kModes), "read");
@@ -48,18 +48,21 @@ TEST(Suggest, PolicyAndDaemonConfigAgree) {
   policy::ParseOptions po;
   po.check_exec_exists = false;
   auto pol = policy::parse_policy(
-      "apiVersion: agentcage/v1\nkind: Policy\nmetadata: {name: p}\nspec:\n  mode: enforce\n  fiels: {}\n", "p.yaml",
-      po);
+      "apiVersion: agentcage/v1\nkind: Policy\nmetadata: {name: p}\nspec:\n  mode: enforce\n  fiels: {}\n",
+      "p.yaml", po);
   ASSERT_FALSE(pol.ok());
-  EXPECT_NE(pol.errors.at(0).message.find("(did you mean 'files'?)"), std::string::npos) << pol.errors[0].message;
+  EXPECT_NE(pol.errors.at(0).message.find("(did you mean 'files'?)"), std::string::npos)
+      << pol.errors[0].message;
 
   // Two transpositions: two edits, so suggested (plain Levenshtein counts 4).
   auto cfg = daemon::parse_config("plociy_dir: /srv/p\n", "d.yaml");
   ASSERT_FALSE(cfg.ok());
-  EXPECT_EQ(cfg.errors.at(0).format(), "d.yaml:1:1: unknown setting 'plociy_dir' (did you mean 'policy_dir'?)");
+  EXPECT_EQ(cfg.errors.at(0).format(),
+            "d.yaml:1:1: unknown setting 'plociy_dir' (did you mean 'policy_dir'?)");
   auto upper = daemon::parse_config("Policy_Dir: /srv/p\n", "d.yaml");
   ASSERT_FALSE(upper.ok());
-  EXPECT_EQ(upper.errors.at(0).format(), "d.yaml:1:1: unknown setting 'Policy_Dir' (did you mean 'policy_dir'?)");
+  EXPECT_EQ(upper.errors.at(0).format(),
+            "d.yaml:1:1: unknown setting 'Policy_Dir' (did you mean 'policy_dir'?)");
 }
 
 }  // namespace

@@ -11,8 +11,7 @@ namespace agentcage::bpf {
 LsmState parse_lsm_list(std::string_view content) {
   LsmState st;
   st.readable = true;
-  while (!content.empty() && (content.back() == '\n' || content.back() == '\0'))
-    content.remove_suffix(1);
+  while (!content.empty() && (content.back() == '\n' || content.back() == '\0')) content.remove_suffix(1);
   st.list = std::string(content);
   size_t pos = 0;
   while (pos <= content.size()) {

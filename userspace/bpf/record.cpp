@@ -10,8 +10,8 @@
 #include <string_view>
 
 #include "bpf/names.h"
-#include "util/text.h"
 #include "util/sys_names.h"
+#include "util/text.h"
 
 namespace agentcage::bpf {
 namespace {

@@ -65,8 +65,7 @@ Result<fs::path> find_cgroup2_root() {
   if (!text) return text.error().wrap("cgroup");
   auto mounts = parse_cgroup2_mounts(*text);
   if (mounts.empty())
-    return Error{"cgroup: no cgroup v2 hierarchy is mounted (mount -t cgroup2 none /sys/fs/cgroup)",
-                 ENOENT};
+    return Error{"cgroup: no cgroup v2 hierarchy is mounted (mount -t cgroup2 none /sys/fs/cgroup)", ENOENT};
   for (const auto& m : mounts)
     if (m == "/sys/fs/cgroup") return m;
   return mounts.front();
@@ -118,9 +117,9 @@ Status write_file(const fs::path& file, std::string_view content) {
   ssize_t n = ::write(fd, content.data(), content.size());
   int err = errno;
   ::close(fd);
-  if (n < 0) return Error::from_errno("cgroup: writing \"" + std::string(content) + "\" to " + file.string(), err);
-  if (static_cast<size_t>(n) != content.size())
-    return Error{"cgroup: short write to " + file.string(), EIO};
+  if (n < 0)
+    return Error::from_errno("cgroup: writing \"" + std::string(content) + "\" to " + file.string(), err);
+  if (static_cast<size_t>(n) != content.size()) return Error{"cgroup: short write to " + file.string(), EIO};
   return {};
 }
 
@@ -268,7 +267,7 @@ Status remove_tree(const fs::path& dir) {
 }
 
 Result<pid_t> spawn_in_cgroup(int cgroup_fd, const std::function<int()>& child) {
-  struct clone_args args{};
+  struct clone_args args {};
   args.flags = CLONE_INTO_CGROUP;
   args.exit_signal = SIGCHLD;
   args.cgroup = static_cast<uint64_t>(cgroup_fd);

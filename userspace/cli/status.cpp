@@ -11,8 +11,8 @@
 
 #include "bpf/enforcer.h"
 #include "cli/command.h"
-#include "core/paths.h"
 #include "control/client.h"
+#include "core/paths.h"
 #include "daemon/status.h"
 #include "util/log.h"
 

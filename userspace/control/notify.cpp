@@ -18,8 +18,10 @@ void send(const Request& r) {
   struct stat st {};
   if (::stat(path.c_str(), &st) != 0 || !S_ISSOCK(st.st_mode)) return;  // no daemon
   auto answer = call(path, to_json(r), kNotifyTimeoutMs);
-  if (!answer) log::debug("daemon notification: " + answer.error().message);
-  else if (!answer->value("ok", false)) log::warn("the daemon refused a run notification: " + answer->dump());
+  if (!answer)
+    log::debug("daemon notification: " + answer.error().message);
+  else if (!answer->value("ok", false))
+    log::warn("the daemon refused a run notification: " + answer->dump());
 }
 
 }  // namespace

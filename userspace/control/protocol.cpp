@@ -42,13 +42,20 @@ std::string names_of(const Set& set) {
 
 std::string_view op_name(Op op) {
   switch (op) {
-    case Op::status: return "status";
-    case Op::events: return "events";
-    case Op::attach: return "attach";
-    case Op::detach: return "detach";
-    case Op::run_start: return "run_start";
-    case Op::run_end: return "run_end";
-    case Op::reload: return "reload";
+    case Op::status:
+      return "status";
+    case Op::events:
+      return "events";
+    case Op::attach:
+      return "attach";
+    case Op::detach:
+      return "detach";
+    case Op::run_start:
+      return "run_start";
+    case Op::run_end:
+      return "run_end";
+    case Op::reload:
+      return "reload";
   }
   return "unknown";
 }
@@ -65,15 +72,24 @@ Result<Request> parse_request(std::string_view line) {
   const std::string op = j["op"].get<std::string>();
   Request r;
   std::set<std::string> allowed = {"op"};
-  if (op == "status") r.op = Op::status;
-  else if (op == "events") r.op = Op::events, allowed = {"op", "follow"};
-  else if (op == "attach") r.op = Op::attach, allowed = {"op", "cgroup", "policy", "workspace"};
-  else if (op == "detach") r.op = Op::detach, allowed = {"op", "cgroup"};
-  else if (op == "run_start") r.op = Op::run_start, allowed = {"op", "run_id", "policy", "scope_id"};
+  if (op == "status")
+    r.op = Op::status;
+  else if (op == "events")
+    r.op = Op::events, allowed = {"op", "follow"};
+  else if (op == "attach")
+    r.op = Op::attach, allowed = {"op", "cgroup", "policy", "workspace"};
+  else if (op == "detach")
+    r.op = Op::detach, allowed = {"op", "cgroup"};
+  else if (op == "run_start")
+    r.op = Op::run_start, allowed = {"op", "run_id", "policy", "scope_id"};
   else if (op == "run_end")
-    r.op = Op::run_end, allowed = {"op", "run_id", "policy", "outcome", "exit_code", "duration_seconds", "fail_closed"};
-  else if (op == "reload") r.op = Op::reload;
-  else return bad("unknown op \"" + op.substr(0, 32) + "\" (status, events, attach, detach, run_start, run_end, reload)");
+    r.op = Op::run_end,
+    allowed = {"op", "run_id", "policy", "outcome", "exit_code", "duration_seconds", "fail_closed"};
+  else if (op == "reload")
+    r.op = Op::reload;
+  else
+    return bad("unknown op \"" + op.substr(0, 32) +
+               "\" (status, events, attach, detach, run_start, run_end, reload)");
 
   for (const auto& [key, value] : j.items())
     if (!allowed.count(key)) return bad("unknown field \"" + key.substr(0, 64) + "\" for op " + op);
@@ -103,7 +119,8 @@ Result<Request> parse_request(std::string_view line) {
       [[fallthrough]];
     case Op::detach:
       if (Status s = need_string("cgroup", r.cgroup, true); !s) return s.error();
-      if (!valid_path_text(r.cgroup, false)) return bad("\"cgroup\" must be a cgroup path (under 4096 bytes)");
+      if (!valid_path_text(r.cgroup, false))
+        return bad("\"cgroup\" must be a cgroup path (under 4096 bytes)");
       break;
     case Op::run_start:
     case Op::run_end:
@@ -124,7 +141,8 @@ Result<Request> parse_request(std::string_view line) {
         if (!parsed) return bad("\"outcome\" must be one of " + names_of(core::kRunOutcomes));
         r.outcome = *parsed;
       }
-      if (!j.contains("exit_code") || !j["exit_code"].is_number_integer()) return bad("\"exit_code\" must be an integer");
+      if (!j.contains("exit_code") || !j["exit_code"].is_number_integer())
+        return bad("\"exit_code\" must be an integer");
       {
         auto code = j["exit_code"].get<int64_t>();
         if (code < 0 || code > 255) return bad("\"exit_code\" must be 0..255");
@@ -139,7 +157,8 @@ Result<Request> parse_request(std::string_view line) {
         std::string reason;
         if (Status s = need_string("fail_closed", reason, true); !s) return s.error();
         r.fail_closed = core::parse_fail_closed_reason(reason);
-        if (!r.fail_closed) return bad("\"fail_closed\" must be one of " + names_of(core::kFailClosedReasons));
+        if (!r.fail_closed)
+          return bad("\"fail_closed\" must be one of " + names_of(core::kFailClosedReasons));
       }
       break;
   }
@@ -151,14 +170,19 @@ json to_json(const Request& r) {
   j["op"] = std::string(op_name(r.op));
   switch (r.op) {
     case Op::status:
-    case Op::reload: break;
-    case Op::events: j["follow"] = r.follow; break;
+    case Op::reload:
+      break;
+    case Op::events:
+      j["follow"] = r.follow;
+      break;
     case Op::attach:
       j["cgroup"] = r.cgroup;
       j["policy"] = r.policy;
       if (!r.workspace.empty()) j["workspace"] = r.workspace;
       break;
-    case Op::detach: j["cgroup"] = r.cgroup; break;
+    case Op::detach:
+      j["cgroup"] = r.cgroup;
+      break;
     case Op::run_start:
       j["run_id"] = r.run_id;
       j["policy"] = r.policy;

@@ -31,15 +31,15 @@ bool op_allowed_for_group(Op op);
 
 struct Request {
   Op op = Op::status;
-  bool follow = false;      // events
-  std::string cgroup;       // attach, detach
-  std::string policy;       // attach, run_start, run_end: a policy name
-  std::string workspace;    // attach (optional)
-  std::string run_id;       // run_start, run_end
-  uint64_t scope_id = 0;    // run_start
-  core::RunOutcome outcome = core::RunOutcome::ok;  // run_end
-  int exit_code = 0;        // run_end
-  double duration_seconds = 0;            // run_end
+  bool follow = false;                                // events
+  std::string cgroup;                                 // attach, detach
+  std::string policy;                                 // attach, run_start, run_end: a policy name
+  std::string workspace;                              // attach (optional)
+  std::string run_id;                                 // run_start, run_end
+  uint64_t scope_id = 0;                              // run_start
+  core::RunOutcome outcome = core::RunOutcome::ok;    // run_end
+  int exit_code = 0;                                  // run_end
+  double duration_seconds = 0;                        // run_end
   std::optional<core::FailClosedReason> fail_closed;  // run_end
 };
 

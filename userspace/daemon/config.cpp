@@ -22,8 +22,10 @@ using yaml::Reporter;
 constexpr size_t kMaxConfigBytes = 64 * 1024;
 // The same input guard as policies; an empty file (or only comments) is
 // valid and means "all defaults".
-constexpr yaml::InputKind kConfigInput{
-    .noun = "configuration", .place = "the daemon configuration", .max_bytes = kMaxConfigBytes, .empty_is_valid = true};
+constexpr yaml::InputKind kConfigInput{.noun = "configuration",
+                                       .place = "the daemon configuration",
+                                       .max_bytes = kMaxConfigBytes,
+                                       .empty_is_valid = true};
 
 bool parse_port(std::string_view text) {
   if (text.empty() || text.size() > 5) return false;
@@ -65,7 +67,8 @@ ConfigResult parse_config(std::string_view text, const std::string& filename) {
     return out;
   }
   if (!root->IsMap()) {
-    rep.error(pos_of(root->Mark()), "the daemon configuration must be a mapping of settings (see docs/daemon.md)");
+    rep.error(pos_of(root->Mark()),
+              "the daemon configuration must be a mapping of settings (see docs/daemon.md)");
     out.errors = rep.take();
     return out;
   }
@@ -80,8 +83,10 @@ ConfigResult parse_config(std::string_view text, const std::string& filename) {
   auto path_setting = [&](std::string& field) {
     return [&](const YAML::Node& v, const std::string& key) {
       if (auto s = scalar(v, key)) {
-        if (!absolute_path(*s)) rep.error(pos_of(v.Mark()), key + ": expected an absolute path, got " + quote(*s));
-        else field = *s;
+        if (!absolute_path(*s))
+          rep.error(pos_of(v.Mark()), key + ": expected an absolute path, got " + quote(*s));
+        else
+          field = *s;
       }
     };
   };
@@ -109,35 +114,48 @@ ConfigResult parse_config(std::string_view text, const std::string& filename) {
        [&](const YAML::Node& v, const std::string& key) {
          auto s = scalar(v, key);
          if (!s) return;
-         if (s->empty() || *s == "off") cfg.metrics_address.clear();
+         if (s->empty() || *s == "off")
+           cfg.metrics_address.clear();
          else if (!valid_listen_address(*s))
-           rep.error(pos_of(v.Mark()), key + ": expected HOST:PORT (e.g. 127.0.0.1:9477) or \"off\", got " + quote(*s));
-         else cfg.metrics_address = *s;
+           rep.error(pos_of(v.Mark()),
+                     key + ": expected HOST:PORT (e.g. 127.0.0.1:9477) or \"off\", got " + quote(*s));
+         else
+           cfg.metrics_address = *s;
        }},
       {"control_group",
        [&](const YAML::Node& v, const std::string& key) {
          auto s = scalar(v, key);
          if (!s) return;
          bool ok = !s->empty() && s->size() <= 32;
-         for (char c : *s) ok = ok && ((c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '_' || c == '-' || c == '.');
-         if (!ok) rep.error(pos_of(v.Mark()), key + ": expected a group name or number, got " + quote(*s));
-         else cfg.control_group = *s;
+         for (char c : *s)
+           ok = ok && ((c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') ||
+                       c == '_' || c == '-' || c == '.');
+         if (!ok)
+           rep.error(pos_of(v.Mark()), key + ": expected a group name or number, got " + quote(*s));
+         else
+           cfg.control_group = *s;
        }},
       {"audit_log",
        [&](const YAML::Node& v, const std::string& key) {
          auto s = scalar(v, key);
          if (!s) return;
          if (*s != "-" && !absolute_path(*s))
-           rep.error(pos_of(v.Mark()), key + ": expected an absolute file path or \"-\" (stdout), got " + quote(*s));
-         else cfg.audit_log = *s;
+           rep.error(pos_of(v.Mark()),
+                     key + ": expected an absolute file path or \"-\" (stdout), got " + quote(*s));
+         else
+           cfg.audit_log = *s;
        }},
       {"cgroup_parent",
        [&](const YAML::Node& v, const std::string& key) {
          auto s = scalar(v, key);
          if (!s) return;
          bool ok = !s->empty() && s->front() != '/' && s->find("..") == std::string::npos && s->size() < 1024;
-         if (!ok) rep.error(pos_of(v.Mark()), key + ": expected a path relative to the cgroup2 mount (e.g. agentcage/runs), got " + quote(*s));
-         else cfg.cgroup_parent = *s;
+         if (!ok)
+           rep.error(pos_of(v.Mark()),
+                     key + ": expected a path relative to the cgroup2 mount (e.g. agentcage/runs), got " +
+                         quote(*s));
+         else
+           cfg.cgroup_parent = *s;
        }},
       {"recent_events", count_setting(cfg.recent_events, 0, 65536)},
       {"client_buffer_bytes", count_setting(cfg.client_buffer_bytes, 4096, 64u << 20)},

@@ -18,8 +18,8 @@
 
 #include <nlohmann/json.hpp>
 
-#include "daemon/loop.h"
 #include "control/protocol.h"
+#include "daemon/loop.h"
 #include "util/result.h"
 #include "util/unique_fd.h"
 

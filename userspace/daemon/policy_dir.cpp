@@ -199,7 +199,8 @@ void PolicyDirectory::install(PolicyFile& pf, const std::string& path) {
                   core::FailClosedReason::policy_invalid);
   }
   auto compiled = bpf::compile(*parsed.policy);
-  if (!compiled) return reject(pf, {path + ": " + compiled.error().message}, core::FailClosedReason::policy_invalid);
+  if (!compiled)
+    return reject(pf, {path + ": " + compiled.error().message}, core::FailClosedReason::policy_invalid);
   const uint64_t digest = bpf::policy_digest(pf.name, *compiled);
   pf.uses_workspace = std::any_of(compiled->paths.begin(), compiled->paths.end(), [](const bpf::PathRule& r) {
     return r.space == bpf::RuleSpace::workspace;
@@ -210,7 +211,8 @@ void PolicyDirectory::install(PolicyFile& pf, const std::string& path) {
     slot = *pf.slot;
     if (!(pf.loaded && pf.digest == digest)) {
       if (Status put = slots_->put(slot, pf.name, *compiled); !put)
-        return reject(pf, {path + ": installing the policy: " + put.error().message}, core::FailClosedReason::internal);
+        return reject(pf, {path + ": installing the policy: " + put.error().message},
+                      core::FailClosedReason::internal);
     }
   } else {
     std::vector<uint32_t> reserved;
@@ -221,7 +223,9 @@ void PolicyDirectory::install(PolicyFile& pf, const std::string& path) {
       put = slots_->put(fresh, pf.name, *compiled);
       return put;
     });
-    if (!put) return reject(pf, {path + ": installing the policy: " + put.error().message}, core::FailClosedReason::internal);
+    if (!put)
+      return reject(pf, {path + ": installing the policy: " + put.error().message},
+                    core::FailClosedReason::internal);
     if (!s) return reject(pf, {path + ": " + s.error().message}, core::FailClosedReason::internal);
     slot = *s;
   }

@@ -22,7 +22,8 @@ Readiness check_ready(const bpf::Enforcer& enforcer) {
   if (!enforcer.shared()) return {true, ""};  // a private set: this process holds the links
   const std::string& dir = enforcer.pin_dir();
   struct stat st {};
-  if (::stat((dir + "/ready").c_str(), &st) != 0) return {false, dir + "/ready is missing (the pinned set was removed)"};
+  if (::stat((dir + "/ready").c_str(), &st) != 0)
+    return {false, dir + "/ready is missing (the pinned set was removed)"};
   for (const auto& prog : enforcer.programs()) {
     const std::string link = dir + "/links/" + prog.name;
     UniqueFd fd(bpf_obj_get(link.c_str()));
@@ -108,28 +109,32 @@ json kernel_status(const bpf::Enforcer& enforcer, const std::map<uint64_t, std::
 
 std::string format_status_text(const json& s) {
   std::ostringstream o;
-  auto str = [](const json& v) { return v.is_string() ? v.get<std::string>() : v.is_null() ? std::string("-") : v.dump(); };
+  auto str = [](const json& v) {
+    return v.is_string() ? v.get<std::string>() : v.is_null() ? std::string("-") : v.dump();
+  };
   const json& d = s.value("daemon", json::object());
   if (d.value("running", false)) {
-    o << "daemon:      running (pid " << str(d.value("pid", json())) << ", version " << str(d.value("version", json()))
-      << ")\n";
-    o << "  policy dir " << str(d.value("policy_dir", json())) << ", metrics " << str(d.value("metrics_address", json()))
-      << ", audit log " << str(d.value("audit_log", json())) << "\n";
+    o << "daemon:      running (pid " << str(d.value("pid", json())) << ", version "
+      << str(d.value("version", json())) << ")\n";
+    o << "  policy dir " << str(d.value("policy_dir", json())) << ", metrics "
+      << str(d.value("metrics_address", json())) << ", audit log " << str(d.value("audit_log", json()))
+      << "\n";
     o << "  events delivered " << str(d.value("events_delivered", json())) << ", runs active "
       << str(d.value("runs_active", json())) << "\n";
   } else {
-    o << "daemon:      not running (" << str(d.value("detail", json("no answer on the control socket"))) << ")\n";
+    o << "daemon:      not running (" << str(d.value("detail", json("no answer on the control socket")))
+      << ")\n";
   }
   if (!s.contains("enforcement")) return o.str();
   const json& e = s["enforcement"];
   o << "enforcement: " << (e.value("ready", false) ? "ready" : "NOT ready");
   if (!e.value("detail", std::string()).empty()) o << " (" << e.value("detail", std::string()) << ")";
-  o << "\n  programs: " << e.value("programs", json::array()).size() << " attached from " << str(e.value("pin_dir", json()))
-    << "\n";
+  o << "\n  programs: " << e.value("programs", json::array()).size() << " attached from "
+    << str(e.value("pin_dir", json())) << "\n";
   o << "policies:\n";
   for (const auto& p : s.value("policies", json::array()))
-    o << "  slot " << p.value("slot", 0) << "  " << str(p.value("name", json())) << "  (" << str(p.value("owner", json()))
-      << ", " << str(p.value("mode", json())) << ")\n";
+    o << "  slot " << p.value("slot", 0) << "  " << str(p.value("name", json())) << "  ("
+      << str(p.value("owner", json())) << ", " << str(p.value("mode", json())) << ")\n";
   for (const auto& f : s.value("policy_files", json::array()))
     if (f.value("state", std::string()) != "loaded")
       o << "  file " << str(f.value("file", json())) << ": " << str(f.value("state", json())) << ": "
@@ -137,12 +142,13 @@ std::string format_status_text(const json& s) {
   o << "scopes: " << s.value("scopes", json::array()).size() << "\n";
   for (const auto& sc : s.value("scopes", json::array()))
     o << "  cgroup " << sc.value("cgroup_id", uint64_t{0}) << "  policy " << str(sc.value("policy", json()))
-      << (sc.value("run_id", json()).is_string() ? "  run " + sc["run_id"].get<std::string>() : std::string()) << "\n";
+      << (sc.value("run_id", json()).is_string() ? "  run " + sc["run_id"].get<std::string>() : std::string())
+      << "\n";
   o << "decisions (allow/deny/audit):\n";
   for (const auto& c : s.value("counters", json::array()))
     o << "  " << str(c.value("policy", json())) << " " << str(c.value("hook", json())) << ": "
-      << c.value("allow", uint64_t{0}) << "/" << c.value("deny", uint64_t{0}) << "/" << c.value("audit", uint64_t{0})
-      << "\n";
+      << c.value("allow", uint64_t{0}) << "/" << c.value("deny", uint64_t{0}) << "/"
+      << c.value("audit", uint64_t{0}) << "\n";
   const json& ev = s.value("events", json::object());
   o << "events: " << ev.value("sent", uint64_t{0}) << " sent, " << ev.value("lost", uint64_t{0}) << " lost\n";
   return o.str();

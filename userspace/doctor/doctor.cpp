@@ -30,9 +30,12 @@ Check make(std::string name, Outcome st, std::string detail, std::string fix = {
 
 const char* tag(Outcome st) {
   switch (st) {
-    case Outcome::ok: return " ok ";
-    case Outcome::warn: return "warn";
-    case Outcome::fail: return "FAIL";
+    case Outcome::ok:
+      return " ok ";
+    case Outcome::warn:
+      return "warn";
+    case Outcome::fail:
+      return "FAIL";
   }
   return "?";
 }
@@ -70,11 +73,13 @@ Check check_kernel(std::string_view release) {
   if (!parse_kernel_release(release, v))
     return make("kernel version", Outcome::fail, "cannot parse kernel release \"" + rel + "\"",
                 "run on Linux 5.17 or newer (6.1 and 6.12 are tested)");
-  bool new_enough = v.major > kMinKernel.major || (v.major == kMinKernel.major && v.minor >= kMinKernel.minor);
+  bool new_enough =
+      v.major > kMinKernel.major || (v.major == kMinKernel.major && v.minor >= kMinKernel.minor);
   if (!new_enough)
     return make("kernel version", Outcome::fail, "Linux " + rel + " is older than 5.17",
                 "upgrade the kernel to 5.17 or newer (Debian 12's 6.1 and Debian 13's 6.12 are tested)");
-  return make("kernel version", Outcome::ok, "Linux " + rel + " (5.17 or newer needed; 6.1 and 6.12 are tested)");
+  return make("kernel version", Outcome::ok,
+              "Linux " + rel + " (5.17 or newer needed; 6.1 and 6.12 are tested)");
 }
 
 Check check_btf(bool present) {
@@ -111,10 +116,11 @@ Check check_cgroup(const std::string& root, const std::string& root_error,
   if (!missing.empty()) {
     std::string m;
     for (const auto& c : missing) m += (m.empty() ? "" : ", ") + c;
-    return make("cgroup v2", Outcome::fail,
-                "cgroup2 at " + root + " lacks controller(s) " + m + " (has: " + (have.empty() ? "none" : have) + ")",
-                "give cgroup v2 the controllers: boot with systemd.unified_cgroup_hierarchy=1 "
-                "(or cgroup_no_v1=all) so memory, pids and cpu are not held by cgroup v1");
+    return make(
+        "cgroup v2", Outcome::fail,
+        "cgroup2 at " + root + " lacks controller(s) " + m + " (has: " + (have.empty() ? "none" : have) + ")",
+        "give cgroup v2 the controllers: boot with systemd.unified_cgroup_hierarchy=1 "
+        "(or cgroup_no_v1=all) so memory, pids and cpu are not held by cgroup v1");
   }
   return make("cgroup v2", Outcome::ok, "cgroup2 at " + root + " with controllers " + have);
 }
@@ -149,11 +155,12 @@ Check check_bpffs(std::string_view mountinfo) {
   }
   // Every agentcage process shares one program set pinned under
   // /sys/fs/bpf/agentcage: runs and attach refuse to start without it.
-  return make("bpffs", Outcome::fail,
-              elsewhere.empty() ? "no bpf filesystem mounted at " + bpffs + " (agentcage pins its programs there)"
-                                : "bpffs is mounted at " + elsewhere + ", not at " + bpffs +
-                                      " (agentcage pins its programs there)",
-              "mount -t bpf bpf " + bpffs);
+  return make(
+      "bpffs", Outcome::fail,
+      elsewhere.empty()
+          ? "no bpf filesystem mounted at " + bpffs + " (agentcage pins its programs there)"
+          : "bpffs is mounted at " + elsewhere + ", not at " + bpffs + " (agentcage pins its programs there)",
+      "mount -t bpf bpf " + bpffs);
 }
 
 Check check_enforcement() {
@@ -175,7 +182,8 @@ Check check_enforcement() {
     return make(name, Outcome::fail, "cannot create " + parent.string() + ": " + ec.message(),
                 "run as root on a writable cgroup v2 hierarchy");
   auto cg = cgroup::Cgroup::create(*root, parent, "doctor-" + std::to_string(::getpid()));
-  if (!cg) return make(name, Outcome::fail, cg.error().message, "run as root on a writable cgroup v2 hierarchy");
+  if (!cg)
+    return make(name, Outcome::fail, cg.error().message, "run as root on a writable cgroup v2 hierarchy");
 
   // A probe slot with no rules: every open in the scope must be denied.
   constexpr uint32_t kProbeSlot = AC_MAX_POLICIES - 1;
@@ -201,21 +209,24 @@ Check check_enforcement() {
 
   if (!pid) return make(name, Outcome::fail, pid.error().message, "the kernel must support clone3 (5.7+)");
   if (!WIFEXITED(status) || WEXITSTATUS(status) != 0) {
-    std::string what = WIFEXITED(status) && WEXITSTATUS(status) == 10
-                           ? "a process in a scoped cgroup opened \"/\": the programs are attached but not enforcing"
-                           : "the probe process failed unexpectedly (wait status " + std::to_string(status) + ")";
+    std::string what =
+        WIFEXITED(status) && WEXITSTATUS(status) == 10
+            ? "a process in a scoped cgroup opened \"/\": the programs are attached but not enforcing"
+            : "the probe process failed unexpectedly (wait status " + std::to_string(status) + ")";
     return make(name, Outcome::fail, what, "check that the bpf LSM is active and nothing else overrides it");
   }
   uint64_t denied = counts ? counts->hooks[AC_HOOK_FILE_OPEN].decisions[AC_DECISION_DENY] : 0;
   if (denied == 0)
-    return make(name, Outcome::fail, "the denial was not counted", "report a bug: decision counters are not updated");
+    return make(name, Outcome::fail, "the denial was not counted",
+                "report a bug: decision counters are not updated");
   return make(name, Outcome::ok,
-              "programs loaded and attached; a process in a scoped cgroup was denied (EACCES) and the denial counted");
+              "programs loaded and attached; a process in a scoped cgroup was denied (EACCES) and the denial "
+              "counted");
 }
 
 Report run() {
   Report r;
-  struct utsname u{};
+  struct utsname u {};
   ::uname(&u);
   r.checks.push_back(check_kernel(u.release));
   r.checks.push_back(check_btf(::access("/sys/kernel/btf/vmlinux", R_OK) == 0));
@@ -250,7 +261,8 @@ std::string format_text(const Report& report) {
   else
     out << "Enforcement is NOT available (" << failed << " check" << (failed == 1 ? "" : "s")
         << " failed): agentcage run refuses to start commands here (exit 125).\n"
-        << "To develop or test on such a host, run inside the project's VM: tests/vm/run -- build/agentcage doctor\n";
+        << "To develop or test on such a host, run inside the project's VM: tests/vm/run -- build/agentcage "
+           "doctor\n";
   return out.str();
 }
 

@@ -63,7 +63,8 @@ ParseResult load_policy_dir_file(const std::string& path, const ParseOptions& op
   const std::string rename =
       guess && *guess != stem ? " (rename it to " + quote(*guess + file.extension().string()) + ")" : "";
   result.errors.insert(result.errors.begin(),
-                       yaml::Diagnostic{path, {},
+                       yaml::Diagnostic{path,
+                                        {},
                                         "the file name " + quote(file.filename().string()) +
                                             " does not name a policy: the daemon names a policy by its file "
                                             "(NAME.yaml), and a policy name is " +

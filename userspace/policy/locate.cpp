@@ -36,7 +36,8 @@ Result<std::string> resolve_policy(const std::string& ref, const std::string& po
   // cannot name a policy there.
   if (!valid_policy_name(ref)) {
     return Error{"--policy: " + quote(ref) + " is neither a policy name (" + std::string(kPolicyNameRule) +
-                     ") nor a file path (one with a '/' or ending in .yaml or .yml)" + did_you_mean_policy_name(ref),
+                     ") nor a file path (one with a '/' or ending in .yaml or .yml)" +
+                     did_you_mean_policy_name(ref),
                  EINVAL};
   }
   std::string dir = policy_dir.empty() ? std::string(".") : policy_dir;
@@ -47,12 +48,13 @@ Result<std::string> resolve_policy(const std::string& ref, const std::string& po
 Result<std::string> locate_policy(const std::string& ref, const std::string& policy_dir) {
   auto path = resolve_policy(ref, policy_dir);
   if (!path) return path.error();
-  struct stat st{};
+  struct stat st {};
   if (::stat(path->c_str(), &st) == 0 && S_ISREG(st.st_mode)) return *path;
   if (is_file_ref(ref)) return Error{"--policy: no policy file " + ref, ENOENT};
-  return Error{"--policy: no policy named " + quote(ref) + " (" + *path +
-                   " does not exist; install it there, point AGENTCAGE_POLICY_DIR elsewhere, or pass a file path)",
-               ENOENT};
+  return Error{
+      "--policy: no policy named " + quote(ref) + " (" + *path +
+          " does not exist; install it there, point AGENTCAGE_POLICY_DIR elsewhere, or pass a file path)",
+      ENOENT};
 }
 
 }  // namespace agentcage::policy

@@ -21,6 +21,7 @@ Result<std::string> resolve_policy(const std::string& ref, const std::string& po
 
 // resolve_policy, then check that the file exists; the error says where a
 // NAME was looked for and how to point elsewhere.
-Result<std::string> locate_policy(const std::string& ref, const std::string& policy_dir = default_policy_dir());
+Result<std::string> locate_policy(const std::string& ref,
+                                  const std::string& policy_dir = default_policy_dir());
 
 }  // namespace agentcage::policy

@@ -42,7 +42,7 @@ struct ParseOptions {
 };
 
 struct ParseResult {
-  std::optional<Policy> policy;    // set exactly when errors is empty
+  std::optional<Policy> policy;          // set exactly when errors is empty
   std::vector<yaml::Diagnostic> errors;  // sorted by position; line 0 = the whole file
   bool ok() const { return policy.has_value() && errors.empty(); }
 };

@@ -43,10 +43,14 @@ Paths paths_from_env(const char* const* env) {
     if (eq == std::string_view::npos || eq + 1 == kv.size()) continue;
     std::string_view key = kv.substr(0, eq);
     std::string value(kv.substr(eq + 1));
-    if (key == "AGENTCAGE_POLICY_DIR") p.policy_dir = value;
-    else if (key == "AGENTCAGE_CGROUP_PARENT") p.cgroup_parent = value;
-    else if (key == "AGENTCAGE_WORKSPACE_ROOT") p.workspace_root = value;
-    else if (key == "AGENTCAGE_STATE_DIR") p.state_dir = value;
+    if (key == "AGENTCAGE_POLICY_DIR")
+      p.policy_dir = value;
+    else if (key == "AGENTCAGE_CGROUP_PARENT")
+      p.cgroup_parent = value;
+    else if (key == "AGENTCAGE_WORKSPACE_ROOT")
+      p.workspace_root = value;
+    else if (key == "AGENTCAGE_STATE_DIR")
+      p.state_dir = value;
   }
   return p;
 }
@@ -116,8 +120,8 @@ std::vector<std::string> exec_candidates(const std::string& command, std::string
   size_t start = 0;
   while (true) {
     size_t colon = path_value.find(':', start);
-    std::string_view dir = path_value.substr(start, colon == std::string_view::npos ? std::string_view::npos
-                                                                                     : colon - start);
+    std::string_view dir =
+        path_value.substr(start, colon == std::string_view::npos ? std::string_view::npos : colon - start);
     out.push_back(dir.empty() ? command : std::string(dir) + "/" + command);
     if (colon == std::string_view::npos) break;
     start = colon + 1;
@@ -126,7 +130,8 @@ std::vector<std::string> exec_candidates(const std::string& command, std::string
 }
 
 bool exec_search_continues(int err) {
-  return err == ENOENT || err == ENOTDIR || err == ESTALE || err == ENODEV || err == ETIMEDOUT || err == EACCES;
+  return err == ENOENT || err == ENOTDIR || err == ESTALE || err == ENODEV || err == ETIMEDOUT ||
+         err == EACCES;
 }
 
 int combine_exec_errors(const std::vector<int>& errors_in_order) {
@@ -176,7 +181,8 @@ std::optional<uint64_t> keyed_value(std::string_view text, std::string_view key)
   size_t pos = 0;
   while (pos < text.size()) {
     size_t nl = text.find('\n', pos);
-    std::string_view line = text.substr(pos, nl == std::string_view::npos ? std::string_view::npos : nl - pos);
+    std::string_view line =
+        text.substr(pos, nl == std::string_view::npos ? std::string_view::npos : nl - pos);
     if (line.size() > key.size() && line.substr(0, key.size()) == key && line[key.size()] == ' ')
       return parse_uint<uint64_t>(line.substr(key.size() + 1));
     if (nl == std::string_view::npos) break;

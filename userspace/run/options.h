@@ -21,16 +21,16 @@
 namespace agentcage::run {
 
 // Exit statuses of `agentcage run` other than the command's own.
-inline constexpr int kExitTimeout = 124;      // wall-clock timeout
-inline constexpr int kExitSetup = 125;        // agentcage could not set up or enforce
-inline constexpr int kExitCannotExec = 126;   // COMMAND denied or not executable
-inline constexpr int kExitNotFound = 127;     // COMMAND not found
+inline constexpr int kExitTimeout = 124;     // wall-clock timeout
+inline constexpr int kExitSetup = 125;       // agentcage could not set up or enforce
+inline constexpr int kExitCannotExec = 126;  // COMMAND denied or not executable
+inline constexpr int kExitNotFound = 127;    // COMMAND not found
 
 // Host locations, each overridable by an environment variable (documented in
 // `agentcage run --help`).
 struct Paths {
-  std::string policy_dir = core::kDefaultPolicyDir;          // AGENTCAGE_POLICY_DIR
-  std::string cgroup_parent = core::kDefaultCgroupParent;    // AGENTCAGE_CGROUP_PARENT (below the cgroup2 root)
+  std::string policy_dir = core::kDefaultPolicyDir;        // AGENTCAGE_POLICY_DIR
+  std::string cgroup_parent = core::kDefaultCgroupParent;  // AGENTCAGE_CGROUP_PARENT (below the cgroup2 root)
   std::string workspace_root = core::kDefaultWorkspaceRoot;  // AGENTCAGE_WORKSPACE_ROOT
   std::string state_dir = core::kDefaultStateDir;            // AGENTCAGE_STATE_DIR (run records, uid locks)
 };
@@ -59,7 +59,6 @@ struct RunOptions {
   std::vector<std::string> command;
   Paths paths;
 };
-
 
 // Limits from the command line (each may be unset) over the policy's.
 Result<policy::Limits> effective_limits(const policy::Limits& from_policy, const RunOptions& opts);

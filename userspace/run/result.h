@@ -41,10 +41,10 @@ struct RunResult {
   std::optional<int> exit_status;  // COMMAND's exit status when it exited
   std::optional<int> signal;       // signal that killed COMMAND
   bool timed_out = false;
-  bool oom_killed = false;         // memory.events oom_kill > 0
+  bool oom_killed = false;  // memory.events oom_kill > 0
   uint64_t oom_kills = 0;
-  int interrupted_by = 0;          // signal that made agentcage end the run
-  std::string error;               // why agentcage failed (exit 125/126/127)
+  int interrupted_by = 0;  // signal that made agentcage end the run
+  std::string error;       // why agentcage failed (exit 125/126/127)
   // For the daemon's agentcage_fail_closed_total{reason} (not in the JSON):
   // why a 125 refused to run (unset for usage errors).
   std::optional<core::FailClosedReason> fail_closed_reason;

@@ -21,21 +21,36 @@ namespace agentcage::run {
 
 const char* describe(ChildStep step) {
   switch (step) {
-    case ChildStep::signals: return "resetting signal handling";
-    case ChildStep::session: return "starting a new session (setsid)";
-    case ChildStep::close_fds: return "closing inherited file descriptors";
-    case ChildStep::chdir: return "entering the workspace";
-    case ChildStep::rlimit_core: return "disabling core dumps";
-    case ChildStep::bounding_set: return "dropping the capability bounding set";
-    case ChildStep::ambient_caps: return "clearing ambient capabilities";
-    case ChildStep::securebits: return "locking the securebits";
-    case ChildStep::setgroups: return "dropping supplementary groups";
-    case ChildStep::setgid: return "switching to the sandbox group";
-    case ChildStep::setuid: return "switching to the sandbox user";
-    case ChildStep::capabilities: return "dropping all capabilities";
-    case ChildStep::no_new_privs: return "setting no_new_privs";
-    case ChildStep::parent_death: return "arming the parent-death signal";
-    case ChildStep::exec: return "executing the command";
+    case ChildStep::signals:
+      return "resetting signal handling";
+    case ChildStep::session:
+      return "starting a new session (setsid)";
+    case ChildStep::close_fds:
+      return "closing inherited file descriptors";
+    case ChildStep::chdir:
+      return "entering the workspace";
+    case ChildStep::rlimit_core:
+      return "disabling core dumps";
+    case ChildStep::bounding_set:
+      return "dropping the capability bounding set";
+    case ChildStep::ambient_caps:
+      return "clearing ambient capabilities";
+    case ChildStep::securebits:
+      return "locking the securebits";
+    case ChildStep::setgroups:
+      return "dropping supplementary groups";
+    case ChildStep::setgid:
+      return "switching to the sandbox group";
+    case ChildStep::setuid:
+      return "switching to the sandbox user";
+    case ChildStep::capabilities:
+      return "dropping all capabilities";
+    case ChildStep::no_new_privs:
+      return "setting no_new_privs";
+    case ChildStep::parent_death:
+      return "arming the parent-death signal";
+    case ChildStep::exec:
+      return "executing the command";
   }
   return "setting up the sandbox";
 }

@@ -8,8 +8,8 @@
 #include <unistd.h>
 
 #include <cerrno>
-#include <filesystem>
 #include <ctime>
+#include <filesystem>
 #include <fstream>
 
 namespace agentcage::run {
@@ -64,7 +64,8 @@ Status make_private_dir(const std::string& dir, mode_t mode) {
     return Error{dir + " is owned by uid " + std::to_string(st.st_uid) + ", not by agentcage (uid " +
                      std::to_string(::geteuid()) + "); remove it",
                  EPERM};
-  if ((st.st_mode & 07777) != mode && ::chmod(dir.c_str(), mode) != 0) return Error::from_errno("chmod " + dir);
+  if ((st.st_mode & 07777) != mode && ::chmod(dir.c_str(), mode) != 0)
+    return Error::from_errno("chmod " + dir);
   return {};
 }
 
@@ -127,7 +128,8 @@ Status RunLease::write(const RunRecord& record) {
   if (!fd) return Error::from_errno("run state: creating " + tmp);
   if (Status st = write_all(fd.get(), to_json(record).dump() + "\n", tmp); !st) return st;
   if (::fsync(fd.get()) != 0) return Error::from_errno("run state: fsync " + tmp);
-  if (::rename(tmp.c_str(), record_path_.c_str()) != 0) return Error::from_errno("run state: renaming " + tmp);
+  if (::rename(tmp.c_str(), record_path_.c_str()) != 0)
+    return Error::from_errno("run state: renaming " + tmp);
   return {};
 }
 
@@ -204,8 +206,10 @@ Result<std::vector<StaleRun>> find_stale_runs(const std::string& state_dir) {
       try {
         std::ifstream in(s.record_path);
         auto rec = record_from_json(nlohmann::json::parse(in));
-        if (rec) s.record = *rec;
-        else s.problem = rec.error().message;
+        if (rec)
+          s.record = *rec;
+        else
+          s.problem = rec.error().message;
       } catch (const nlohmann::json::exception& e) {
         s.problem = std::string("unreadable record: ") + e.what();
       }

@@ -32,8 +32,8 @@ struct RunRecord {
   std::string run_id;
   pid_t owner_pid = 0;
   uint64_t started_unix_ms = 0;
-  std::string cgroup;       // absolute path of the run's cgroup ("" before it exists)
-  uint64_t cgroup_id = 0;   // also the scope id; 0 before the cgroup exists
+  std::string cgroup;                   // absolute path of the run's cgroup ("" before it exists)
+  uint64_t cgroup_id = 0;               // also the scope id; 0 before the cgroup exists
   std::optional<uint32_t> policy_slot;  // set once a slot was acquired
   std::string workspace;
   bool remove_workspace = false;  // agentcage created it and --keep was not given
@@ -81,8 +81,8 @@ class UidLease {
 struct StaleRun {
   std::optional<RunRecord> record;  // unset when the record is missing or unreadable
   std::string run_id, lock_path, record_path;
-  std::string problem;              // why `record` is unset
-  bool record_missing = false;      // no record file: the run created nothing
+  std::string problem;          // why `record` is unset
+  bool record_missing = false;  // no record file: the run created nothing
   UniqueFd lock_fd;
   // Deletes record and lock file.
   void forget();

@@ -44,31 +44,42 @@ std::vector<CounterTracker::Delta> CounterTracker::observe(uint32_t slot, const 
 
 Metrics::Metrics() : registry_(std::make_shared<prometheus::Registry>()) {
   using namespace prometheus;
-  decisions_ = &BuildCounter()
-                    .Name("agentcage_decisions_total")
-                    .Help("Decisions of the BPF LSM programs on scoped tasks, by hook, decision and policy (exact, "
-                          "from the kernel's per-CPU counters)")
-                    .Register(*registry_);
-  events_ = &BuildCounter()
-                 .Name("agentcage_events_total")
-                 .Help("Decision records delivered through the ring buffer (denials and audit-mode would-be denials)")
-                 .Register(*registry_);
-  events_lost_ = &BuildCounter()
-                      .Name("agentcage_events_lost_total")
-                      .Help("Decision records the ring buffer could not take (counted in the kernel; the decision was "
-                            "made regardless)")
-                      .Register(*registry_)
-                      .Add({});
+  decisions_ =
+      &BuildCounter()
+           .Name("agentcage_decisions_total")
+           .Help(
+               "Decisions of the BPF LSM programs on scoped tasks, by hook, decision and policy (exact, "
+               "from the kernel's per-CPU counters)")
+           .Register(*registry_);
+  events_ =
+      &BuildCounter()
+           .Name("agentcage_events_total")
+           .Help(
+               "Decision records delivered through the ring buffer (denials and audit-mode would-be denials)")
+           .Register(*registry_);
+  events_lost_ =
+      &BuildCounter()
+           .Name("agentcage_events_lost_total")
+           .Help(
+               "Decision records the ring buffer could not take (counted in the kernel; the decision was "
+               "made regardless)")
+           .Register(*registry_)
+           .Add({});
   runs_ = &BuildCounter()
                .Name("agentcage_runs_total")
-               .Help("Finished agentcage runs by policy and outcome (ok, error, timeout, oom, signal, denied, "
-                     "setup_failed)")
+               .Help(
+                   "Finished agentcage runs by policy and outcome (ok, error, timeout, oom, signal, denied, "
+                   "setup_failed)")
                .Register(*registry_);
   run_duration_ = &BuildHistogram()
                        .Name("agentcage_run_duration_seconds")
                        .Help("Wall-clock duration of finished runs")
                        .Register(*registry_);
-  runs_active_ = &BuildGauge().Name("agentcage_runs_active").Help("Runs in progress on this host").Register(*registry_).Add({});
+  runs_active_ = &BuildGauge()
+                      .Name("agentcage_runs_active")
+                      .Help("Runs in progress on this host")
+                      .Register(*registry_)
+                      .Add({});
   reloads_ = &BuildCounter()
                   .Name("agentcage_policy_reloads_total")
                   .Help("Policy file loads and reloads by result (success, failure)")
@@ -83,15 +94,17 @@ Metrics::Metrics() : registry_(std::make_shared<prometheus::Registry>()) {
                         .Help("Cgroups currently confined (runs and attachments)")
                         .Register(*registry_)
                         .Add({});
-  enforcement_ready_ = &BuildGauge()
-                            .Name("agentcage_enforcement_ready")
-                            .Help("1 while the BPF LSM programs are attached and the BPF LSM is active, else 0")
-                            .Register(*registry_)
-                            .Add({});
-  fail_closed_ = &BuildCounter()
-                      .Name("agentcage_fail_closed_total")
-                      .Help("Times agentcage refused to run or apply something because it could not enforce, by reason")
-                      .Register(*registry_);
+  enforcement_ready_ =
+      &BuildGauge()
+           .Name("agentcage_enforcement_ready")
+           .Help("1 while the BPF LSM programs are attached and the BPF LSM is active, else 0")
+           .Register(*registry_)
+           .Add({});
+  fail_closed_ =
+      &BuildCounter()
+           .Name("agentcage_fail_closed_total")
+           .Help("Times agentcage refused to run or apply something because it could not enforce, by reason")
+           .Register(*registry_);
   BuildGauge()
       .Name("agentcage_build_info")
       .Help("agentcage version (always 1)")
@@ -101,7 +114,8 @@ Metrics::Metrics() : registry_(std::make_shared<prometheus::Registry>()) {
   // Series that exist from the start, so rate() and absent() work before the
   // first event of their kind.
   for (bool ok : {true, false}) reloads_->Add({{"result", ok ? "success" : "failure"}});
-  for (core::FailClosedReason r : core::kFailClosedReasons) fail_closed_->Add({{"reason", std::string(core::name(r))}});
+  for (core::FailClosedReason r : core::kFailClosedReasons)
+    fail_closed_->Add({{"reason", std::string(core::name(r))}});
 }
 
 Metrics::~Metrics() = default;
@@ -143,12 +157,15 @@ void Metrics::events_lost(uint64_t n) { events_lost_->Increment(static_cast<doub
 
 void Metrics::run_finished(const std::string& policy, core::RunOutcome outcome, double seconds) {
   runs_->Add({{"policy", policy}, {"outcome", std::string(core::name(outcome))}}).Increment();
-  static const prometheus::Histogram::BucketBoundaries kBuckets = {0.1, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300, 600, 1800, 3600};
+  static const prometheus::Histogram::BucketBoundaries kBuckets = {0.1, 0.5, 1,   2.5, 5,    10,  30,
+                                                                   60,  120, 300, 600, 1800, 3600};
   run_duration_->Add({{"policy", policy}}, kBuckets).Observe(seconds);
 }
 
 void Metrics::runs_active(double n) { runs_active_->Set(n); }
-void Metrics::policy_reload(bool success) { reloads_->Add({{"result", success ? "success" : "failure"}}).Increment(); }
+void Metrics::policy_reload(bool success) {
+  reloads_->Add({{"result", success ? "success" : "failure"}}).Increment();
+}
 void Metrics::policies_loaded(double n) { policies_loaded_->Set(n); }
 void Metrics::scopes_active(double n) { scopes_active_->Set(n); }
 void Metrics::enforcement_ready(bool ready) { enforcement_ready_->Set(ready ? 1 : 0); }

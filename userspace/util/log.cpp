@@ -15,11 +15,16 @@ std::atomic<Level> g_level{Level::warn};
 
 const char* prefix(Level level) {
   switch (level) {
-    case Level::debug: return "debug";
-    case Level::info: return "info";
-    case Level::warn: return "warning";
-    case Level::error: return "error";
-    case Level::off: break;
+    case Level::debug:
+      return "debug";
+    case Level::info:
+      return "info";
+    case Level::warn:
+      return "warning";
+    case Level::error:
+      return "error";
+    case Level::off:
+      break;
   }
   return "";
 }

@@ -33,7 +33,8 @@ size_t distance(std::string_view a, std::string_view b, bool fold_case) {
 
 size_t edit_distance(std::string_view a, std::string_view b) { return distance(a, b, false); }
 
-std::optional<std::string_view> closest_word(std::string_view typo, std::span<const std::string_view> candidates) {
+std::optional<std::string_view> closest_word(std::string_view typo,
+                                             std::span<const std::string_view> candidates) {
   if (typo.size() > kMaxSuggestLength) return std::nullopt;
   std::optional<std::string_view> best;
   size_t best_distance = kMaxSuggestEdits + 1;

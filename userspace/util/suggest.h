@@ -26,7 +26,8 @@ size_t edit_distance(std::string_view a, std::string_view b);
 // The candidate closest to `typo` within kMaxSuggestEdits edits (the first
 // one on a tie), compared case-insensitively as well: "Audit" suggests
 // "audit". Nothing when `typo` is itself a candidate.
-std::optional<std::string_view> closest_word(std::string_view typo, std::span<const std::string_view> candidates);
+std::optional<std::string_view> closest_word(std::string_view typo,
+                                             std::span<const std::string_view> candidates);
 
 // " (did you mean 'WORD'?)" for closest_word, or "".
 std::string did_you_mean(std::string_view typo, std::span<const std::string_view> candidates);
