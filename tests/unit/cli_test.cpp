@@ -15,6 +15,8 @@
 #include <string>
 #include <vector>
 
+#include "core/paths.h"
+
 namespace agentcage {
 namespace {
 
@@ -117,6 +119,33 @@ TEST(Cli, HelpCommandPrintsWhatDashDashHelpPrints) {
   Output run = agentcage({"help", "run"});
   EXPECT_TRUE(contains(run.out, "Usage: agentcage run [OPTIONS] [--] COMMAND [ARGS...]\n")) << run.out;
   EXPECT_TRUE(contains(run.out, "EXIT STATUS")) << run.out;  // the manual follows the options
+}
+
+// Help texts take every default location from core/paths.h: none is left as
+// a placeholder, and the ones each command documents are the code's own.
+TEST(Cli, HelpShowsTheDefaultPathsTheCodeUses) {
+  const std::vector<std::pair<std::vector<std::string>, std::vector<std::string>>> expected = {
+      {{"run"},
+       {core::kDefaultPolicyDir, core::kDefaultWorkspaceRoot, core::kDefaultStateDir,
+        core::kDefaultCgroupParent, core::kDefaultPinRoot}},
+      {{"attach"}, {core::kDefaultPolicyDir, core::kDefaultPinRoot}},
+      {{"daemon"}, {core::kDefaultControlSocket}},
+      {{"status"}, {core::kDefaultControlSocket}},
+  };
+  for (const auto& [command, paths] : expected) {
+    std::vector<std::string> args = command;
+    args.push_back("--help");
+    Output help = agentcage(args);
+    EXPECT_EQ(help.status, 0) << help.err;
+    EXPECT_FALSE(contains(help.out, "@")) << "a placeholder is left in\n" << help.out;
+    for (const std::string& path : paths)
+      EXPECT_TRUE(contains(help.out, path)) << "'" << path << "' missing from\n" << help.out;
+  }
+  for (const std::string& command : kCommands) {
+    Output help = agentcage({command, "--help"});
+    EXPECT_EQ(help.status, 0) << command << ": " << help.err;
+    EXPECT_FALSE(contains(help.out, "@")) << "a placeholder is left in\n" << help.out;
+  }
 }
 
 // Every option names what it takes; CLI11's TEXT/INT appear nowhere.

@@ -10,6 +10,7 @@
 
 #include "bpf/names.h"
 #include "cli/command.h"
+#include "cli/help.h"
 #include "policy/policy.h"
 #include "scope/attach.h"
 
@@ -62,19 +63,19 @@ int detach_command(const std::string& cgroup) {
 
 void add_attach(CLI::App& app, const Globals& /*globals*/, Commands& commands) {
   auto* attach = app.add_subcommand("attach", "Confine an existing cgroup under a policy");
-  attach->footer(
+  attach->footer(with_defaults(
       "Put an existing cgroup v2 -- a systemd service's, an agent runner's -- and everything in and\n"
       "below it under POLICY, enforced in the kernel by the shared BPF LSM programs (loaded and\n"
-      "pinned in /sys/fs/bpf/agentcage on first use; enforcement continues after this command\n"
+      "pinned in @PIN_ROOT@ on first use; enforcement continues after this command\n"
       "exits). Processes already in the cgroup are confined from their next operation on; files\n"
       "and connections they opened before stay open. The cgroup cannot be left: its processes\n"
       "cannot move themselves or children out of it. The policy's limits are not applied: the\n"
       "cgroup's owner sets those (systemd: MemoryMax=, TasksMax=, CPUQuota=).\n\n"
       "POLICY is a file path, or a NAME looked up as NAME.yaml in the policy directory\n"
-      "(--policy-dir, else $AGENTCAGE_POLICY_DIR, else /etc/agentcage/policies).\n\n"
+      "(--policy-dir, else $AGENTCAGE_POLICY_DIR, else @POLICY_DIR@).\n\n"
       "Example: agentcage attach --cgroup system.slice/agent.service --policy python-sandbox \\\n"
       "           --workspace /var/lib/agent/work\n\n"
-      "Exit status: 0 attached, 1 failed (nothing changed), 2 usage error.");
+      "Exit status: 0 attached, 1 failed (nothing changed), 2 usage error."));
   auto request = std::make_shared<scope::AttachRequest>();
   attach
       ->add_option("--cgroup", request->cgroup,
@@ -85,7 +86,7 @@ void add_attach(CLI::App& app, const Globals& /*globals*/, Commands& commands) {
   attach
       ->add_option(
           "--policy-dir", request->policy_dir,
-          "Where --policy NAME is looked up (default: $AGENTCAGE_POLICY_DIR or /etc/agentcage/policies)")
+          with_defaults("Where --policy NAME is looked up (default: $AGENTCAGE_POLICY_DIR or @POLICY_DIR@)"))
       ->type_name("DIR");
   attach
       ->add_option("--workspace", request->workspace,

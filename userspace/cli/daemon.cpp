@@ -4,6 +4,7 @@
 #include <string>
 
 #include "cli/command.h"
+#include "cli/help.h"
 #include "daemon/daemon.h"
 #include "util/log.h"
 
@@ -12,22 +13,25 @@ namespace agentcage::cli {
 void add_daemon(CLI::App& app, const Globals& globals, Commands& commands) {
   auto* daemon = app.add_subcommand(
       "daemon", "Run the host agent: policy directory, metrics, audit log, control socket");
-  daemon->footer(
-      "Run agentcage as a long-running host agent (normally under systemd: "
-      "packaging/systemd/agentcage.service).\n"
-      "It adopts (or loads and pins) the BPF LSM programs, installs every *.yaml of the policy directory as "
-      "a named\n"
-      "policy and hot-reloads it on change (an invalid file is rejected with FILE:LINE:COL and the previous "
-      "version\n"
-      "keeps enforcing), writes every denial as a JSON line to the audit log, serves Prometheus metrics\n"
-      "(default http://127.0.0.1:9477/metrics) and the control socket (default /run/agentcage/control.sock) "
-      "used by\n"
-      "`agentcage status`, `agentcage events` and `agentcage run`, and reaps runs whose agentcage died.\n"
-      "Enforcement does not depend on it: the programs stay pinned while it is down or restarting.\n\n"
-      "FILE is YAML (see docs/daemon.md); without --config the defaults apply.\n"
-      "Signals: SIGTERM/SIGINT stop it (enforcement continues), SIGHUP reopens the audit log and rescans "
-      "policies.\n\n"
-      "Exit status: 0 stopped by a signal, 1 could not start.");
+  daemon->footer(with_defaults(
+      R"(Run agentcage as a long-running host agent (normally under systemd:
+packaging/systemd/agentcage.service).
+
+It adopts (or loads and pins) the BPF LSM programs, installs every *.yaml of
+the policy directory as a named policy and hot-reloads it on change (an
+invalid file is rejected with FILE:LINE:COL and the previous version keeps
+enforcing), writes every denial as a JSON line to the audit log, serves
+Prometheus metrics (default http://127.0.0.1:9477/metrics) and the control
+socket (default @CONTROL_SOCKET@) used by `agentcage status`,
+`agentcage events` and `agentcage run`, and reaps runs whose agentcage died.
+Enforcement does not depend on it: the programs stay pinned while it is down
+or restarting.
+
+FILE is YAML (see docs/daemon.md); without --config the defaults apply.
+Signals: SIGTERM/SIGINT stop it (enforcement continues), SIGHUP reopens the
+audit log and rescans policies.
+
+Exit status: 0 stopped by a signal, 1 could not start.)"));
   auto config = std::make_shared<std::string>();
   daemon->add_option("--config", *config, "Configuration file (YAML)")->type_name("FILE");
   commands.add(daemon, [config, &globals] {

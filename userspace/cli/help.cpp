@@ -6,11 +6,13 @@
 #include <iostream>
 #include <memory>
 #include <sstream>
+#include <stdexcept>
 #include <string_view>
 #include <utility>
 #include <vector>
 
 #include "cli/command.h"
+#include "core/paths.h"
 #include "util/suggest.h"
 
 #ifndef AGENTCAGE_VERSION
@@ -118,6 +120,37 @@ std::string help_text(const CLI::App& command) {
   // What CLI11 prints for `COMMAND --help`; App::help() itself would follow
   // the command the parser selected (`help`) instead.
   return command.get_formatter()->make_help(&command, command_path(command), CLI::AppFormatMode::Normal);
+}
+
+std::string with_defaults(std::string_view text) {
+  static constexpr std::pair<std::string_view, const char*> kDefaults[] = {
+      {"POLICY_DIR", core::kDefaultPolicyDir},
+      {"STATE_DIR", core::kDefaultStateDir},
+      {"CONTROL_SOCKET", core::kDefaultControlSocket},
+      {"WORKSPACE_ROOT", core::kDefaultWorkspaceRoot},
+      {"PIN_ROOT", core::kDefaultPinRoot},
+      {"CGROUP_PARENT", core::kDefaultCgroupParent},
+  };
+  std::string out;
+  out.reserve(text.size());
+  for (size_t i = 0; i < text.size();) {
+    size_t at = text.find('@', i);
+    if (at == std::string_view::npos) {
+      out.append(text.substr(i));
+      break;
+    }
+    out.append(text.substr(i, at - i));
+    size_t end = text.find('@', at + 1);
+    std::string_view name = end == std::string_view::npos ? "" : text.substr(at + 1, end - at - 1);
+    const char* value = nullptr;
+    for (const auto& [key, path] : kDefaults)
+      if (key == name) value = path;
+    if (value == nullptr)
+      throw std::logic_error("help text names no known default at: " + std::string(text.substr(at, 40)));
+    out.append(value);
+    i = end + 1;
+  }
+  return out;
 }
 
 std::string version_text() { return std::string("agentcage ") + AGENTCAGE_VERSION; }

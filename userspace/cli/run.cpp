@@ -50,7 +50,7 @@ THE SANDBOX
 
 WORKSPACE
   The one place the policy's ${workspace} rules apply to. Without --workspace
-  a fresh directory /var/lib/agentcage/workspaces/<run id> (mode 0700, owned
+  a fresh directory @WORKSPACE_ROOT@/<run id> (mode 0700, owned
   by the sandbox identity) is created and removed after the run unless --keep
   is given. A --workspace DIR must exist; agentcage hands the directory itself
   (not its contents) to the sandbox identity for the run (owner + mode 0700)
@@ -85,19 +85,20 @@ RESULT
 
 ENVIRONMENT
   AGENTCAGE_POLICY_DIR      where --policy NAME is looked up (NAME.yaml);
-                            default /etc/agentcage/policies (--policy-dir wins)
+                            default @POLICY_DIR@ (--policy-dir wins)
   AGENTCAGE_WORKSPACE_ROOT  parent of generated workspaces;
-                            default /var/lib/agentcage/workspaces
+                            default @WORKSPACE_ROOT@
   AGENTCAGE_CGROUP_PARENT   run cgroups' parent, relative to the cgroup2 mount;
-                            default agentcage/runs (/sys/fs/cgroup/agentcage/runs)
-  AGENTCAGE_STATE_DIR       run records and uid leases; default /run/agentcage
+                            default @CGROUP_PARENT@ (under /sys/fs/cgroup)
+  AGENTCAGE_STATE_DIR       run records and uid leases; default @STATE_DIR@
 
 FILES
-  /run/agentcage/runs/<id>.{lock,json}  a live run's record. A run whose
-      agentcage was killed (SIGKILL, crash) is reaped by the next
-      `agentcage run`: its processes are killed and its cgroup, scope and
-      workspace removed.
-  /sys/fs/bpf/agentcage/                the shared, pinned BPF programs and maps
+  @STATE_DIR@/runs/<id>.{lock,json}
+      A live run's record. A run whose agentcage was killed (SIGKILL, crash)
+      is reaped by the next `agentcage run`: its processes are killed and its
+      cgroup, scope and workspace removed.
+  @PIN_ROOT@/
+      The shared, pinned BPF programs and maps.
 
 EXAMPLES
   agentcage run --policy python-sandbox --timeout 60s --memory 512Mi \
@@ -163,7 +164,7 @@ std::vector<std::string> take_run_command(int& argc, char** argv) {
 
 void add_run(CLI::App& app, const Globals& globals, Commands& commands, std::vector<std::string> command) {
   auto* run = app.add_subcommand("run", "Run a command confined by a policy in a cgroup of its own");
-  run->footer(kRunHelp);
+  run->footer(with_defaults(kRunHelp));
   auto formatter = std::make_shared<Formatter>();
   formatter->operands("[--] COMMAND [ARGS...]", "COMMAND [ARGS...]",
                       "The program to run (searched in the sandbox PATH) and its arguments");
@@ -200,7 +201,7 @@ void add_run(CLI::App& app, const Globals& globals, Commands& commands, std::vec
       ->type_name("NAME|UID[:GID]");
   run->add_option(
          "--policy-dir", args->policy_dir,
-         "Where --policy NAME is looked up (default: $AGENTCAGE_POLICY_DIR or /etc/agentcage/policies)")
+         with_defaults("Where --policy NAME is looked up (default: $AGENTCAGE_POLICY_DIR or @POLICY_DIR@)"))
       ->type_name("DIR");
   commands.add(run, [args, run, &globals] { return run_action(*args, *run, globals); });
 }

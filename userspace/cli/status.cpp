@@ -11,6 +11,7 @@
 
 #include "bpf/enforcer.h"
 #include "cli/command.h"
+#include "cli/help.h"
 #include "control/client.h"
 #include "core/paths.h"
 #include "daemon/status.h"
@@ -69,9 +70,9 @@ void add_status(CLI::App& app, const Globals& globals, Commands& commands) {
   auto args = std::make_shared<StatusArgs>();
   status->add_flag("--json", args->json, "Print JSON");
   status
-      ->add_option(
-          "--socket", args->socket,
-          "The daemon's control socket (default $AGENTCAGE_CONTROL_SOCKET or /run/agentcage/control.sock)")
+      ->add_option("--socket", args->socket,
+                   with_defaults(
+                       "The daemon's control socket (default $AGENTCAGE_CONTROL_SOCKET or @CONTROL_SOCKET@)"))
       ->type_name("PATH");
   commands.add(status, [args, &globals] {
     if (globals.verbosity == 0) log::set_level(log::Level::error);

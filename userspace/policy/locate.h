@@ -4,7 +4,7 @@
 // A value with a '/' or ending in .yaml/.yml is a FILE, used as given. Any
 // other value must be a valid policy NAME (name.h: so it cannot leave the
 // directory either), looked up as NAME.yaml in the policy directory:
-// $AGENTCAGE_POLICY_DIR, else /etc/agentcage/policies.
+// $AGENTCAGE_POLICY_DIR, else core::kDefaultPolicyDir.
 #pragma once
 
 #include <string>
