@@ -16,6 +16,7 @@
 #include "bpf/enforcer.h"
 #include "cgroup/cgroup.h"
 #include "core/paths.h"
+#include "scope/scope.h"
 
 namespace agentcage::doctor {
 namespace {
@@ -185,12 +186,15 @@ Check check_enforcement() {
   if (!cg)
     return make(name, Outcome::fail, cg.error().message, "run as root on a writable cgroup v2 hierarchy");
 
-  // A probe slot with no rules: every open in the scope must be denied.
-  constexpr uint32_t kProbeSlot = AC_MAX_POLICIES - 1;
-  if (Status st = (*enforcer)->put_policy(kProbeSlot, bpf::CompiledPolicy{}); !st)
-    return make(name, Outcome::fail, st.error().message, "re-run with -v");
-  if (Status st = (*enforcer)->add_scope(cg->id(), cg->level(), 0, kProbeSlot); !st)
-    return make(name, Outcome::fail, st.error().message, "re-run with -v");
+  // A transient policy with no rules: every open in the scope must be
+  // denied. The probe's program set is private (load(), not the pinned one),
+  // and it is confined through the scope lifecycle like every other caller.
+  scope::TransientPolicy probe{"doctor-probe", bpf::CompiledPolicy{}};
+  auto confined = scope::confine(**enforcer, scope::CgroupRef{cg->id(), cg->level(), cg->path()}, probe, "");
+  if (!confined) {
+    (void)cg->remove();
+    return make(name, Outcome::fail, confined.error().message, "re-run with -v");
+  }
 
   auto pid = cgroup::spawn_in_cgroup(cg->fd(), [] {
     int fd = ::open("/", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
@@ -202,10 +206,14 @@ Check check_enforcement() {
     auto ws = cgroup::wait_for(*pid);
     status = ws ? *ws : -1;
   }
-  auto counts = (*enforcer)->counters(kProbeSlot);
-  (void)(*enforcer)->remove_scope(cg->id());
-  (void)(*enforcer)->remove_policy(kProbeSlot);
+  auto released = scope::release(**enforcer, *confined, scope::Ending::drained);
   (void)cg->remove();
+  if (!released)
+    return make(name, Outcome::fail, "could not remove the probe's scope: " + released.error().message,
+                "re-run with -v; `agentcage status` lists scopes left behind");
+  if (released->kept)
+    return make(name, Outcome::fail, "the probe's cgroup " + cg->path().string() + " still has processes",
+                "kill them (echo 1 > cgroup.kill) and re-run");
 
   if (!pid) return make(name, Outcome::fail, pid.error().message, "the kernel must support clone3 (5.7+)");
   if (!WIFEXITED(status) || WEXITSTATUS(status) != 0) {
@@ -215,7 +223,7 @@ Check check_enforcement() {
             : "the probe process failed unexpectedly (wait status " + std::to_string(status) + ")";
     return make(name, Outcome::fail, what, "check that the bpf LSM is active and nothing else overrides it");
   }
-  uint64_t denied = counts ? counts->hooks[AC_HOOK_FILE_OPEN].decisions[AC_DECISION_DENY] : 0;
+  uint64_t denied = released && released->report ? released->report->denied[AC_HOOK_FILE_OPEN] : 0;
   if (denied == 0)
     return make(name, Outcome::fail, "the denial was not counted",
                 "report a bug: decision counters are not updated");
