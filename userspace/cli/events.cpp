@@ -19,31 +19,23 @@ struct EventsArgs {
 };
 
 int events_command(bool follow, const std::string& socket_path) {
-  auto fd = control::connect_control(socket_path, 5000);
-  if (!fd) {
+  auto stream = control::open_stream(socket_path, {{"op", "events"}, {"follow", follow}}, 5000);
+  if (!stream) {
     std::cerr
-        << "agentcage events: the daemon is not reachable (" << fd.error().message
+        << "agentcage events: the daemon is not reachable (" << stream.error().message
         << "); events come only through it (the ring buffer has one consumer): start `agentcage daemon`\n";
     return 1;
   }
-  nlohmann::json req{{"op", "events"}, {"follow", follow}};
-  if (auto st = control::write_all(fd->get(), req.dump() + "\n", 5000); !st) {
-    std::cerr << "agentcage events: " << st.error().message << "\n";
-    return 1;
-  }
-  std::string buffer;
-  auto first = control::read_line(fd->get(), buffer, 5000);
-  if (!first || first->empty()) {
-    std::cerr << "agentcage events: no answer from the daemon\n";
-    return 1;
-  }
-  auto head = nlohmann::json::parse(*first, nullptr, false);
-  if (!head.is_object() || !head.value("ok", false)) {
-    std::cerr << "agentcage events: " << (head.is_object() ? head.value("error", *first) : *first) << "\n";
+  if (!stream->head.value("ok", false)) {
+    const auto error = stream->head.find("error");
+    std::cerr << "agentcage events: "
+              << (error != stream->head.end() && error->is_string() ? error->get<std::string>()
+                                                                    : stream->head.dump())
+              << "\n";
     return 1;
   }
   for (;;) {
-    auto line = control::read_line(fd->get(), buffer, -1);
+    auto line = control::read_line(stream->fd.get(), stream->buffer, -1);
     if (!line) {
       std::cerr << "agentcage events: " << line.error().message << "\n";
       return 1;

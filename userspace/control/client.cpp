@@ -10,6 +10,7 @@
 #include <chrono>
 #include <cstdlib>
 #include <cstring>
+#include <utility>
 
 #include "core/paths.h"
 
@@ -99,18 +100,26 @@ Result<std::string> read_line(int fd, std::string& buffer, int timeout_ms, size_
   }
 }
 
-Result<json> call(const std::string& socket_path, const json& request, int timeout_ms) {
+Result<Stream> open_stream(const std::string& socket_path, const json& request, int timeout_ms) {
+  Stream stream;
   auto fd = connect_control(socket_path, timeout_ms);
   if (!fd) return fd.error();
-  if (Status st = write_all(fd->get(), request.dump() + "\n", timeout_ms); !st) return st.error();
-  std::string buffer;
-  auto line = read_line(fd->get(), buffer, timeout_ms);
+  stream.fd = std::move(*fd);
+  if (Status st = write_all(stream.fd.get(), request.dump() + "\n", timeout_ms); !st) return st.error();
+  auto line = read_line(stream.fd.get(), stream.buffer, timeout_ms);
   if (!line) return line.error();
   if (line->empty())
     return Error{"control socket: the daemon closed the connection without answering", EPIPE};
-  json j = json::parse(*line, nullptr, false);
-  if (!j.is_object()) return Error{"control socket: the daemon's answer is not a JSON object", EPROTO};
-  return j;
+  stream.head = json::parse(*line, nullptr, false);
+  if (!stream.head.is_object())
+    return Error{"control socket: the daemon's answer is not a JSON object", EPROTO};
+  return stream;
+}
+
+Result<json> call(const std::string& socket_path, const json& request, int timeout_ms) {
+  auto stream = open_stream(socket_path, request, timeout_ms);
+  if (!stream) return stream.error();
+  return std::move(stream->head);
 }
 
 }  // namespace agentcage::control

@@ -19,6 +19,18 @@ namespace agentcage::control {
 Result<UniqueFd> connect_control(const std::string& socket_path, int timeout_ms);
 // Sends one request and reads one response line.
 Result<nlohmann::json> call(const std::string& socket_path, const nlohmann::json& request, int timeout_ms);
+
+// A streaming answer (events): the connection, the first line (the daemon's
+// accepting reply, an object with "ok": true) and what was read past it.
+struct Stream {
+  UniqueFd fd;
+  nlohmann::json head;
+  std::string buffer;  // pass to read_line for the lines that follow
+};
+// Sends one request and reads the daemon's first answer line. A refusal
+// ("ok": false) is an error carrying the daemon's message; so is a daemon
+// that cannot be reached, closes the connection, or answers something else.
+Result<Stream> open_stream(const std::string& socket_path, const nlohmann::json& request, int timeout_ms);
 // Reads one line from fd (blocking up to timeout_ms; -1: forever), at most
 // max bytes. An empty result with ok() means EOF.
 Result<std::string> read_line(int fd, std::string& buffer, int timeout_ms, size_t max = 1u << 20);
