@@ -184,5 +184,51 @@ TEST_F(AttachTest, BadRequestsChangeNothing) {
   EXPECT_EQ(resident.probe(), 0) << "still unconfined";
 }
 
+// Scopes do not nest: the kernel applies a task's outermost scope, so a
+// scope above a confined cgroup would replace its policy (here: an empty,
+// looser-looking one that is not), and one below an attached cgroup would be
+// ignored. Both attaches are refused and the confined process keeps its
+// policy; a sibling is fine.
+TEST_F(AttachTest, ScopesDoNotNest) {
+  auto child = cgroup::Cgroup::create(root_, cg_.path(), "worker");
+  ASSERT_TRUE(child.ok()) << child.error().message;
+  auto sibling = cgroup::Cgroup::create(root_, root_ / "agentcage-kt", "sibling");
+  ASSERT_TRUE(sibling.ok()) << sibling.error().message;
+  const std::string open_all = dir_ + "/open-all.yaml";
+  std::ofstream(open_all) << "apiVersion: agentcage/v1\nkind: Policy\nmetadata: {name: open-all}\n"
+                             "spec:\n  files:\n    read: [/]\n";
+  Resident resident(child->fd(), dir_ + "/secret.txt");
+  ASSERT_TRUE(resident.running());
+
+  Cmd inner = run("attach --cgroup " + child->path().string() + " --policy " + policy_);
+  ASSERT_EQ(inner.status, 0) << inner.output;
+  EXPECT_EQ(resident.probe(), 1) << "confined by usr-only";
+  const size_t confined = scope_count();
+
+  Cmd outer = run("attach --cgroup " + cg_.path().string() + " --policy " + open_all);
+  EXPECT_EQ(outer.status, 1) << outer.output;
+  EXPECT_NE(outer.output.find(cg_.path().string() + " contains " + child->path().string() +
+                              ", which agentcage confines (policy usr-only)"),
+            std::string::npos)
+      << outer.output;
+  EXPECT_EQ(resident.probe(), 1) << "an attach above it replaced the confined cgroup's policy";
+  EXPECT_EQ(scope_count(), confined);
+
+  Cmd side = run("attach --cgroup " + sibling->path().string() + " --policy " + open_all);
+  EXPECT_EQ(side.status, 0) << side.output;
+  EXPECT_EQ(run("detach --cgroup " + sibling->path().string()).status, 0);
+
+  // The other way round: the parent confined first, then the child.
+  ASSERT_EQ(run("detach --cgroup " + child->path().string()).status, 0);
+  ASSERT_EQ(run("attach --cgroup " + cg_.path().string() + " --policy " + policy_).status, 0);
+  Cmd below = run("attach --cgroup " + child->path().string() + " --policy " + open_all);
+  EXPECT_EQ(below.status, 1) << below.output;
+  EXPECT_NE(below.output.find(child->path().string() + " is inside " + cg_.path().string() +
+                              ", which agentcage confines (policy usr-only)"),
+            std::string::npos)
+      << below.output;
+  EXPECT_EQ(resident.probe(), 1) << "still under the parent's usr-only";
+}
+
 }  // namespace
 }  // namespace agentcage

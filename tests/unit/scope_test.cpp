@@ -214,6 +214,14 @@ class FakeBackend : public Backend {
     return it->second;
   }
   bool populated(const std::filesystem::path& cgroup) override { return busy.count(cgroup.string()) > 0; }
+  Result<std::vector<cgroup::CgroupNode>> ancestors(const std::filesystem::path& path, unsigned) override {
+    auto it = above.find(path.string());
+    return it == above.end() ? std::vector<cgroup::CgroupNode>{} : it->second;
+  }
+  Result<std::vector<cgroup::CgroupNode>> descendants(const std::filesystem::path& path) override {
+    auto it = below.find(path.string());
+    return it == below.end() ? std::vector<cgroup::CgroupNode>{} : it->second;
+  }
 
   void log(const std::string& op) {
     EXPECT_GT(depth, 0) << op << " outside the lock";
@@ -228,7 +236,8 @@ class FakeBackend : public Backend {
   std::map<uint64_t, bpf::ScopeInfo> scps;
   std::map<uint64_t, bpf::ScopeReport> reports;
   std::map<uint64_t, std::string> workspaces;
-  std::set<std::string> busy;  // populated cgroups
+  std::set<std::string> busy;                                           // populated cgroups
+  std::map<std::string, std::vector<cgroup::CgroupNode>> above, below;  // by cgroup path
   std::vector<std::string> ops;
   bool fail_add_scope = false;
   int depth = 0;
@@ -276,6 +285,48 @@ TEST(Confine, RefusesAnAlreadyConfinedCgroupAndChangesNothing) {
   auto named_again = confine(b, cgroup_ref(77), NamedPolicy{"daemon", 9}, "");
   ASSERT_FALSE(named_again);
   EXPECT_EQ(named_again.error().code, EEXIST);
+}
+
+// The kernel applies a task's outermost scope: a scope above a confined
+// cgroup would replace its policy, one below an attached cgroup would be
+// ignored. Both are refused, and nothing is written.
+TEST(Confine, RefusesToNestScopesEitherWay) {
+  FakeBackend b;
+  ASSERT_TRUE(confine(b, cgroup_ref(77), TransientPolicy{"run", usr_only(), false}, ""));
+  b.ops.clear();
+
+  // Above the run's cgroup.
+  CgroupRef parent{70, 2, "/sys/fs/cgroup/test"};
+  b.below[parent.path.string()] = {{77, "/sys/fs/cgroup/test/77"}, {78, "/sys/fs/cgroup/test/78"}};
+  auto outer = confine(b, parent, TransientPolicy{"loose", bpf::CompiledPolicy{}, false}, "");
+  ASSERT_FALSE(outer);
+  EXPECT_EQ(outer.error().code, EEXIST);
+  EXPECT_NE(outer.error().message.find("/sys/fs/cgroup/test contains /sys/fs/cgroup/test/77, which agentcage "
+                                       "confines (policy run)"),
+            std::string::npos)
+      << outer.error().message;
+  EXPECT_NE(outer.error().message.find("agentcage detach --cgroup /sys/fs/cgroup/test/77"),
+            std::string::npos);
+
+  // Below it.
+  CgroupRef child{79, 4, "/sys/fs/cgroup/test/77/sub"};
+  b.above[child.path.string()] = {{77, "/sys/fs/cgroup/test/77"}, {70, "/sys/fs/cgroup/test"}};
+  auto inner = confine(b, child, TransientPolicy{"other", usr_only(), false}, "");
+  ASSERT_FALSE(inner);
+  EXPECT_EQ(inner.error().code, EEXIST);
+  EXPECT_NE(inner.error().message.find("/sys/fs/cgroup/test/77/sub is inside /sys/fs/cgroup/test/77, which "
+                                       "agentcage confines (policy run)"),
+            std::string::npos)
+      << inner.error().message;
+
+  EXPECT_TRUE(b.ops.empty()) << "nothing written";
+  EXPECT_EQ(b.scps.size(), 1u);
+  EXPECT_EQ(b.pols.size(), 1u);
+
+  // A sibling is no nesting.
+  CgroupRef sibling{78, 3, "/sys/fs/cgroup/test/78"};
+  b.above[sibling.path.string()] = {{70, "/sys/fs/cgroup/test"}};
+  EXPECT_TRUE(confine(b, sibling, TransientPolicy{"other", usr_only(), false}, ""));
 }
 
 TEST(Confine, ANamedPolicyMustStillBeInItsSlot) {

@@ -97,6 +97,44 @@ Result<unsigned> cgroup_level(const fs::path& root, const fs::path& cgroup_dir) 
   return level;
 }
 
+Result<std::vector<CgroupNode>> cgroup_ancestors(const fs::path& cgroup_dir, unsigned level) {
+  std::vector<CgroupNode> out;
+  fs::path dir = cgroup_dir.lexically_normal();
+  if (!dir.has_filename()) dir = dir.parent_path();  // a trailing slash
+  for (unsigned i = 0; i < level; ++i) {
+    dir = dir.parent_path();
+    auto id = cgroup_id(dir);
+    if (!id) return id.error();
+    out.push_back({*id, dir});
+  }
+  return out;
+}
+
+Result<std::vector<CgroupNode>> cgroup_descendants(const fs::path& cgroup_dir) {
+  std::vector<CgroupNode> out;
+  std::error_code ec;
+  fs::recursive_directory_iterator it(cgroup_dir, fs::directory_options::none, ec), end;
+  if (ec) return Error{"cgroup: listing " + cgroup_dir.string() + ": " + ec.message(), ec.value()};
+  for (; it != end; it.increment(ec)) {
+    if (ec) {
+      if (ec == std::errc::no_such_file_or_directory) {  // removed meanwhile
+        ec.clear();
+        continue;
+      }
+      return Error{"cgroup: listing " + cgroup_dir.string() + ": " + ec.message(), ec.value()};
+    }
+    std::error_code type_ec;
+    if (!it->is_directory(type_ec) || it->is_symlink(type_ec)) continue;
+    auto id = cgroup_id(it->path());
+    if (!id) {
+      if (id.error().code == ENOENT) continue;
+      return id.error();
+    }
+    out.push_back({*id, it->path()});
+  }
+  return out;
+}
+
 std::vector<std::string> parse_controllers(std::string_view text) {
   std::vector<std::string> out;
   std::istringstream in{std::string(text)};

@@ -32,6 +32,18 @@ Result<uint64_t> cgroup_id(const fs::path& cgroup_dir);
 // Depth below the hierarchy root (the root is level 0).
 Result<unsigned> cgroup_level(const fs::path& root, const fs::path& cgroup_dir);
 
+// A cgroup directory and its id.
+struct CgroupNode {
+  uint64_t id = 0;
+  fs::path path;
+};
+// The `level` cgroups above `cgroup_dir` (a cgroup at that level), the
+// hierarchy root included, nearest first.
+Result<std::vector<CgroupNode>> cgroup_ancestors(const fs::path& cgroup_dir, unsigned level);
+// Every cgroup below `cgroup_dir`, at any depth (not following symlinks;
+// cgroupfs has none). A cgroup removed during the walk is skipped.
+Result<std::vector<CgroupNode>> cgroup_descendants(const fs::path& cgroup_dir);
+
 // Whitespace-separated controller names from cgroup.controllers or
 // cgroup.subtree_control.
 std::vector<std::string> parse_controllers(std::string_view text);

@@ -31,4 +31,13 @@ Result<bpf::ScopeReport> EnforcerBackend::scope_report(uint64_t scope_id) {
 
 bool EnforcerBackend::populated(const std::filesystem::path& cgroup) { return cgroup::populated(cgroup); }
 
+Result<std::vector<cgroup::CgroupNode>> EnforcerBackend::ancestors(const std::filesystem::path& path,
+                                                                   unsigned level) {
+  return cgroup::cgroup_ancestors(path, level);
+}
+
+Result<std::vector<cgroup::CgroupNode>> EnforcerBackend::descendants(const std::filesystem::path& path) {
+  return cgroup::cgroup_descendants(path);
+}
+
 }  // namespace agentcage::scope

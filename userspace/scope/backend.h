@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "bpf/enforcer.h"
+#include "cgroup/cgroup.h"
 #include "util/result.h"
 
 namespace agentcage::scope {
@@ -32,6 +33,11 @@ class Backend {
   virtual Result<bpf::ScopeReport> scope_report(uint64_t scope_id) = 0;
   // Any process left in the cgroup's subtree (false when it is gone).
   virtual bool populated(const std::filesystem::path& cgroup) = 0;
+  // The cgroups above `path` (a cgroup at `level`), the root included, and
+  // every cgroup below it: where a scope would nest with this one.
+  virtual Result<std::vector<cgroup::CgroupNode>> ancestors(const std::filesystem::path& path,
+                                                            unsigned level) = 0;
+  virtual Result<std::vector<cgroup::CgroupNode>> descendants(const std::filesystem::path& path) = 0;
 };
 
 class EnforcerBackend final : public Backend {
@@ -48,6 +54,9 @@ class EnforcerBackend final : public Backend {
   Status remove_scope(uint64_t cgroup_id) override;
   Result<bpf::ScopeReport> scope_report(uint64_t scope_id) override;
   bool populated(const std::filesystem::path& cgroup) override;
+  Result<std::vector<cgroup::CgroupNode>> ancestors(const std::filesystem::path& path,
+                                                    unsigned level) override;
+  Result<std::vector<cgroup::CgroupNode>> descendants(const std::filesystem::path& path) override;
 
  private:
   bpf::Enforcer& enf_;

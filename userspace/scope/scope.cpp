@@ -38,6 +38,38 @@ Error already_confined(const SlotView& view, const CgroupRef& cg, const bpf::Sco
                EEXIST};
 }
 
+std::string confined_by(const SlotView& view, const bpf::ScopeInfo& scope) {
+  const bpf::PolicyInfo* p = policy_in(view, scope.policy_slot);
+  return p ? "policy " + p->name : "policy slot " + std::to_string(scope.policy_slot);
+}
+
+// Scopes do not nest: the kernel applies the outermost scope of a task, so a
+// scope above `cg` would silently govern it instead of its own policy, and a
+// new scope above a confined cgroup would replace that one's policy.
+Status refuse_nesting(Backend& b, const SlotView& view, const CgroupRef& cg) {
+  auto above = b.ancestors(cg.path, cg.level);
+  if (!above) return above.error();
+  for (const auto& node : *above)
+    if (const bpf::ScopeInfo* outer = scope_of(view, node.id))
+      return Error{cg.path.string() + " is inside " + node.path.string() + ", which agentcage confines (" +
+                       confined_by(view, *outer) +
+                       "); scopes do not nest (the outer policy would govern both): confine a cgroup "
+                       "outside it, or detach it first: agentcage detach --cgroup " +
+                       node.path.string(),
+                   EEXIST};
+  auto below = b.descendants(cg.path);
+  if (!below) return below.error();
+  for (const auto& node : *below)
+    if (const bpf::ScopeInfo* inner = scope_of(view, node.id))
+      return Error{cg.path.string() + " contains " + node.path.string() + ", which agentcage confines (" +
+                       confined_by(view, *inner) +
+                       "); scopes do not nest (this policy would replace that one): confine a cgroup "
+                       "that contains no confined cgroup, or detach it first: agentcage detach --cgroup " +
+                       node.path.string(),
+                   EEXIST};
+  return {};
+}
+
 }  // namespace
 
 Result<SlotChoice> acquire_slot(Backend& b, const TransientPolicy& policy) {
@@ -77,6 +109,7 @@ Result<Confinement> confine(Backend& b, const CgroupRef& cg, const PolicyRef& po
     if (!view) return view.error();
     if (const bpf::ScopeInfo* existing = scope_of(*view, cg.id))
       return already_confined(*view, cg, *existing);
+    if (Status s = refuse_nesting(b, *view, cg); !s) return s;
 
     SlotChoice choice;
     if (const auto* named = std::get_if<NamedPolicy>(&policy)) {

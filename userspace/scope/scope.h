@@ -90,7 +90,10 @@ struct Released {
 
 // Confine `cgroup` under `policy`. `workspace`: the absolute directory the
 // policy's ${workspace} rules mean for this scope ("" : none). EEXIST when the
-// cgroup is confined already; nothing is changed then, or on any failure.
+// cgroup is confined already, or when a cgroup above or below it is: scopes
+// do not nest, because the kernel applies a task's outermost scope, so one
+// would silently override the other. Nothing is changed then, or on any
+// failure.
 Result<Confinement> confine(Backend& backend, const CgroupRef& cgroup, const PolicyRef& policy,
                             const std::string& workspace);
 Result<Confinement> confine(bpf::Enforcer& enforcer, const CgroupRef& cgroup, const PolicyRef& policy,
