@@ -31,7 +31,7 @@ TEST(CoreFailClosedReason, NamesAreTheContract) {
     EXPECT_EQ(core::parse_fail_closed_reason(core::name(r)), r);
   }
   EXPECT_EQ(names, (std::set<std::string>{"bpf_unavailable", "lsm_inactive", "cgroup", "scope",
-                                          "policy_invalid", "internal"}));
+                                          "policy_invalid", "sandbox", "internal"}));
   EXPECT_FALSE(core::parse_fail_closed_reason("nope"));
 }
 

@@ -15,6 +15,8 @@ std::string_view name(FailClosedReason reason) {
       return "scope";
     case FailClosedReason::policy_invalid:
       return "policy_invalid";
+    case FailClosedReason::sandbox:
+      return "sandbox";
     case FailClosedReason::internal:
       return "internal";
   }

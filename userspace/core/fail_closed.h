@@ -17,12 +17,14 @@ enum class FailClosedReason {
   cgroup,           // the run's cgroup or its limits could not be set up
   scope,            // the cgroup could not be put under its policy
   policy_invalid,   // the policy could not be read, validated or compiled
+  sandbox,          // the run's process could not take on its restrictions before exec
   internal,         // anything else on the way to a confined process
 };
 
 inline constexpr std::array kFailClosedReasons = {
     FailClosedReason::bpf_unavailable, FailClosedReason::lsm_inactive,   FailClosedReason::cgroup,
-    FailClosedReason::scope,           FailClosedReason::policy_invalid, FailClosedReason::internal};
+    FailClosedReason::scope,           FailClosedReason::policy_invalid, FailClosedReason::sandbox,
+    FailClosedReason::internal};
 
 std::string_view name(FailClosedReason reason);
 // The reason named `text`; unset for anything else.

@@ -59,9 +59,9 @@ int report_unstarted(Run& run, ssize_t got, const ChildFailure& report) {
     run.err << "agentcage: " << res.error << "\n";
     return code;
   }
-  // A sandbox setup failure is a 125 without a fail-closed reason, as before
-  // the runner was split into steps.
-  Failure f{kExitSetup, "sandbox setup failed", "", 0, std::nullopt};
+  // The child could not take on its restrictions (identity, capabilities,
+  // no_new_privs, ...): COMMAND never ran, and the refusal is counted.
+  Failure f{kExitSetup, "sandbox setup failed", "", 0, core::FailClosedReason::sandbox};
   if (got == static_cast<ssize_t>(sizeof report)) {
     f.reason += " while " + std::string(describe(static_cast<ChildStep>(report.step))) + ": " +
                 std::strerror(report.err);
@@ -72,6 +72,7 @@ int report_unstarted(Run& run, ssize_t got, const ChildFailure& report) {
   res.exit_code = f.code;
   res.error = f.reason;
   res.error_errno = f.err;
+  res.fail_closed_reason = f.closed;
   run.err << "agentcage: " << f.reason << "\n";
   return f.code;
 }
