@@ -106,19 +106,9 @@ int run_main(const RunOptions& opts, std::ostream& err) {
   int code = run_command(opts, res, err);
   res.exit_code = code;
   control::notify_run_end(run_end_notice(res));
-  if (res.report && res.report->denied_total() > 0) {
-    err << "agentcage: policy " << res.policy_name << " denied " << res.report->denied_total()
-        << " operation(s)";
-    const char* sep = ": ";
-    for (const auto& rec : res.report->records) {
-      err << sep << bpf::hook_name(rec.hook) << " " << bpf::record_target(rec);
-      sep = ", ";
-    }
-    if (res.report->records_taken > res.report->records.size()) err << ", ...";
-    err << "\n";
-  }
+  err << denial_summary(res);
   if (out) {
-    const std::string text = to_json(res).dump(2) + "\n";
+    const std::string text = result_text(res);
     size_t off = 0;
     while (off < text.size()) {
       ssize_t n = ::write(out.get(), text.data() + off, text.size() - off);
