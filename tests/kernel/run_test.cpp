@@ -19,6 +19,7 @@
 #include <sstream>
 #include <string>
 #include <thread>
+#include <utility>
 #include <vector>
 
 #include <nlohmann/json.hpp>
@@ -513,6 +514,83 @@ TEST_F(Run, StaleRunOfKilledAgentcageIsReapedByNextRun) {
   ASSERT_TRUE(scopes) << scopes.error().message;
   for (const auto& i : *scopes) EXPECT_NE(i.scope_id, *stale_scope) << "stale scope not removed";
   EXPECT_TRUE(run_cgroups().empty());
+}
+
+// ---- the result's records come from the run's own storage ------------------
+
+// Python that tries to open `path` for `seconds` (or `times` times) and
+// prints how often it was refused.
+std::vector<std::string> deny_loop(const std::string& path, int times, double seconds = 0) {
+  return py(
+      "import time\n"
+      "path, times, seconds = '" +
+      path + "', " + std::to_string(times) + ", " + std::to_string(seconds) +
+      "\n"
+      "end = time.time() + seconds\n"
+      "refused = tries = 0\n"
+      "while tries < times or time.time() < end:\n"
+      "    tries += 1\n"
+      "    try:\n"
+      "        open(path).close()\n"
+      "    except PermissionError:\n"
+      "        refused += 1\n"
+      "print(refused, tries)\n");
+}
+
+// With nobody draining the shared ring buffer (no daemon), it fills up; a
+// run's result must still carry its own denial records. (Before records were
+// built in the task's storage they were kept only when the shared buffer had
+// room: every later run's result had counts and no records.)
+TEST_F(Run, ResultKeepsItsRecordsWhenTheSharedRingBufferIsFull) {
+  auto e = bpf::Enforcer::open_shared();
+  ASSERT_TRUE(e) << e.error().message;
+  const uint64_t lost0 = *(*e)->stat(AC_STAT_EVENTS_LOST);
+  // 1 MiB holds about 2900 records: 6000 denials overflow it.
+  Ran flood = run(deny_loop("/etc/passwd", 6000));
+  ASSERT_EQ(flood.code, 0) << flood.describe();
+  EXPECT_EQ(flood.out, "6000 6000\n") << flood.describe();
+  const uint64_t lost1 = *(*e)->stat(AC_STAT_EVENTS_LOST);
+  ASSERT_GT(lost1, lost0) << "the shared ring buffer did not overflow (is a daemon draining it?)";
+  EXPECT_EQ(flood.result["denials"]["records"].size(), static_cast<size_t>(AC_REPORT_RECORDS));
+
+  Ran later = run(deny_loop("/etc/group", 3));
+  ASSERT_EQ(later.code, 0) << later.describe();
+  EXPECT_EQ(later.out, "3 3\n");
+  EXPECT_GT(*(*e)->stat(AC_STAT_EVENTS_LOST), lost1)
+      << "the ring buffer had room again: the test proves nothing";
+  EXPECT_GE(denied(later, "file_open"), 3u) << later.result.dump(2);
+  int group_records = 0;
+  for (const auto& rec : later.result["denials"]["records"]) {
+    EXPECT_EQ(rec["scope_id"], later.result["scope_id"]);
+    if (rec["target"] == "/etc/group") {
+      ++group_records;
+      EXPECT_EQ(rec["comm"], "python3");
+      EXPECT_EQ(rec["hook"], "file_open");
+    }
+  }
+  EXPECT_EQ(group_records, 3) << later.result.dump(2);
+}
+
+// Two runs denying at the same time: each result holds its own records only.
+TEST_F(Run, ConcurrentRunsReportOnlyTheirOwnRecords) {
+  Started a = start(deny_loop("/etc/passwd", 0, 2.0));
+  Started b = start(deny_loop("/etc/group", 0, 2.0));
+  Ran ra = finish(a), rb = finish(b);
+  ASSERT_EQ(ra.code, 0) << ra.describe();
+  ASSERT_EQ(rb.code, 0) << rb.describe();
+  for (const auto& [r, target] :
+       {std::pair<const Ran&, std::string>{ra, "/etc/passwd"}, {rb, "/etc/group"}}) {
+    const auto& records = r.result["denials"]["records"];
+    const std::string other = target == "/etc/passwd" ? "/etc/group" : "/etc/passwd";
+    int own = 0;
+    for (const auto& rec : records) {
+      EXPECT_NE(rec["target"], other) << r.result.dump(2);
+      EXPECT_EQ(rec["scope_id"], r.result["scope_id"]);
+      own += rec["target"] == target;
+    }
+    EXPECT_GE(own, 1) << r.result.dump(2);
+  }
+  EXPECT_NE(ra.result["scope_id"], rb.result["scope_id"]);
 }
 
 // Last in this file (gtest keeps declaration order): nothing of any run here
