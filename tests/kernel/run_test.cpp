@@ -516,6 +516,115 @@ TEST_F(Run, StaleRunOfKilledAgentcageIsReapedByNextRun) {
   EXPECT_TRUE(run_cgroups().empty());
 }
 
+// ---- where the result goes ---------------------------------------------------
+
+// Runs agentcage with exactly `args` (no --result added); stdout and stderr
+// are captured; `fd3` (if >= 0) is passed down as descriptor 3.
+struct Plain {
+  int code = -1;
+  std::string out, err;
+};
+Plain run_plain(const std::vector<std::string>& args, int fd3 = -1) {
+  char tmpl[] = "/tmp/ac-run-plain-XXXXXX";
+  const fs::path dir = ::mkdtemp(tmpl);
+  std::vector<std::string> argv = {agentcage_bin()};
+  argv.insert(argv.end(), args.begin(), args.end());
+  pid_t pid = ::fork();
+  if (pid == 0) {
+    int out = ::open((dir / "stdout").c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+    int err = ::open((dir / "stderr").c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+    ::dup2(out, 1);
+    ::dup2(err, 2);
+    if (fd3 >= 0) ::dup2(fd3, 3);  // dup2 clears close-on-exec
+    std::vector<char*> cargv;
+    for (auto& a : argv) cargv.push_back(a.data());
+    cargv.push_back(nullptr);
+    ::execv(cargv[0], cargv.data());
+    ::_exit(99);
+  }
+  if (fd3 >= 0) ::close(fd3);
+  Plain r;
+  int status = 0;
+  while (::waitpid(pid, &status, 0) < 0 && errno == EINTR) {
+  }
+  r.code = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+  r.out = slurp(dir / "stdout");
+  r.err = slurp(dir / "stderr");
+  std::error_code ec;
+  fs::remove_all(dir, ec);
+  return r;
+}
+
+// --result-fd: the document arrives on the caller's pipe, then end-of-file;
+// COMMAND never holds the descriptor. --result -: on stdout after COMMAND's.
+TEST_F(Run, ResultReachesAPipeAndStdout) {
+  int p[2];
+  ASSERT_EQ(::pipe2(p, O_CLOEXEC), 0);
+  const std::string probe =
+      "import os\n"
+      "try:\n"
+      "    os.fstat(3)\n"
+      "    print('fd 3 open')\n"
+      "except OSError:\n"
+      "    print('fd 3 closed')\n";
+  Plain r = run_plain({"run", "--policy", kPolicy, "--result-fd", "3", "--", "python3", "-c", probe}, p[1]);
+  std::string doc;
+  char buf[4096];
+  ssize_t n;
+  while ((n = ::read(p[0], buf, sizeof buf)) > 0) doc.append(buf, static_cast<size_t>(n));
+  ::close(p[0]);
+  EXPECT_EQ(r.code, 0) << r.err;
+  EXPECT_EQ(r.out, "fd 3 closed\n");
+  json j = json::parse(doc, nullptr, false);
+  ASSERT_TRUE(j.is_object()) << doc;
+  EXPECT_EQ(j["exit_code"], 0);
+  EXPECT_TRUE(j["started"].get<bool>());
+  all_scopes().insert(j["scope_id"].get<uint64_t>());
+
+  Plain s = run_plain({"run", "--policy", kPolicy, "--result", "-", "--", "python3", "-c", "print('hello')"});
+  EXPECT_EQ(s.code, 0) << s.err;
+  ASSERT_EQ(s.out.rfind("hello\n", 0), 0u) << s.out;
+  json k = json::parse(s.out.substr(6), nullptr, false);
+  ASSERT_TRUE(k.is_object()) << s.out;
+  EXPECT_EQ(k["exit_status"], 0);
+  all_scopes().insert(k["scope_id"].get<uint64_t>());
+
+  // Not a descriptor the caller opened: refused before anything runs.
+  Plain bad = run_plain({"run", "--policy", kPolicy, "--result-fd", "9", "--", "true"});
+  EXPECT_EQ(bad.code, 125);
+  EXPECT_NE(bad.err.find("--result-fd 9"), std::string::npos) << bad.err;
+}
+
+// A --result path that is a symbolic link is refused (125, COMMAND never
+// runs) and the link and its target stay as they were; a plain path is
+// replaced atomically, with nothing left beside it.
+TEST_F(Run, ResultFileIsNeverASymlinkAndIsReplacedWhole) {
+  char tmpl[] = "/tmp/ac-run-result-XXXXXX";
+  const fs::path dir = ::mkdtemp(tmpl);
+  std::ofstream(dir / "target") << "mine";
+  fs::create_symlink(dir / "target", dir / "link");
+  Plain r = run_plain({"run", "--policy", kPolicy, "--result", (dir / "link").string(), "--", "python3", "-c",
+                       "open('ran', 'w')"});
+  EXPECT_EQ(r.code, 125);
+  EXPECT_NE(r.err.find("symbolic link"), std::string::npos) << r.err;
+  EXPECT_TRUE(fs::is_symlink(dir / "link"));
+  EXPECT_EQ(slurp(dir / "target"), "mine");
+
+  std::ofstream(dir / "out.json") << "old";
+  Plain ok = run_plain(
+      {"run", "--policy", kPolicy, "--result", (dir / "out.json").string(), "--", "python3", "-c", "pass"});
+  EXPECT_EQ(ok.code, 0) << ok.err;
+  json j = json::parse(slurp(dir / "out.json"), nullptr, false);
+  ASSERT_TRUE(j.is_object());
+  all_scopes().insert(j["scope_id"].get<uint64_t>());
+  std::vector<std::string> names;
+  for (const auto& e : fs::directory_iterator(dir)) names.push_back(e.path().filename().string());
+  std::sort(names.begin(), names.end());
+  EXPECT_EQ(names, (std::vector<std::string>{"link", "out.json", "target"}));
+  std::error_code ec;
+  fs::remove_all(dir, ec);
+}
+
 // ---- the result's records come from the run's own storage ------------------
 
 // Python that tries to open `path` for `seconds` (or `times` times) and
