@@ -516,7 +516,7 @@ TEST_F(Run, StaleRunOfKilledAgentcageIsReapedByNextRun) {
   EXPECT_TRUE(run_cgroups().empty());
 }
 
-// ---- where the result goes ---------------------------------------------------
+// ---- where the result goes, and what a kept workspace hands back ------------
 
 // Runs agentcage with exactly `args` (no --result added); stdout and stderr
 // are captured; `fd3` (if >= 0) is passed down as descriptor 3.
@@ -623,6 +623,43 @@ TEST_F(Run, ResultFileIsNeverASymlinkAndIsReplacedWhole) {
   EXPECT_EQ(names, (std::vector<std::string>{"link", "out.json", "target"}));
   std::error_code ec;
   fs::remove_all(dir, ec);
+}
+
+// Whatever way the run makes a set-id file or directory in its workspace,
+// the kept workspace has none; a link it planted to a host set-uid program is
+// not followed (the program keeps its bits).
+TEST_F(Run, KeptWorkspaceCarriesNoSetIdBits) {
+  struct stat host {};
+  ASSERT_EQ(::stat("/usr/bin/passwd", &host), 0);
+  ASSERT_TRUE(host.st_mode & S_ISUID) << "the test needs a set-uid program at /usr/bin/passwd";
+  Ran r =
+      run(py("import os\n"
+             "open('chmodded', 'w').close()\n"
+             "os.chmod('chmodded', 0o4755)\n"
+             "os.close(os.open('created', os.O_CREAT | os.O_WRONLY, 0o6755))\n"
+             "os.mkdir('dir')\n"
+             "os.chmod('dir', 0o2775)\n"
+             "os.mkdir('dir/inherits')\n"
+             "open('dir/inherits/f', 'w').close()\n"
+             "os.chmod('dir/inherits/f', 0o2700)\n"
+             "os.symlink('/usr/bin/passwd', 'passwd')\n"
+             "modes = [os.stat(p).st_mode & 0o7000 for p in ('chmodded', 'created', 'dir', 'dir/inherits')]\n"
+             "print(sum(1 for m in modes if m))\n",
+             {"--keep"}));
+  ASSERT_EQ(r.code, 0) << r.describe();
+  EXPECT_EQ(r.out, "4\n") << "the run could not make set-id files: the test proves nothing";
+  const fs::path ws = r.result["workspace"].get<std::string>();
+  for (const char* name : {"chmodded", "created", "dir", "dir/inherits", "dir/inherits/f"}) {
+    struct stat st {};
+    ASSERT_EQ(::lstat((ws / name).c_str(), &st), 0) << name;
+    EXPECT_EQ(st.st_mode & (S_ISUID | S_ISGID), 0u) << name << " mode " << std::oct << st.st_mode;
+  }
+  EXPECT_TRUE(fs::is_symlink(ws / "passwd"));
+  struct stat after {};
+  ASSERT_EQ(::stat("/usr/bin/passwd", &after), 0);
+  EXPECT_EQ(after.st_mode, host.st_mode);
+  std::error_code ec;
+  fs::remove_all(ws, ec);
 }
 
 // ---- the result's records come from the run's own storage ------------------

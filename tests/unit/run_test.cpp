@@ -18,6 +18,7 @@
 #include <vector>
 
 #include "policy/locate.h"
+#include "run/artifacts.h"
 #include "run/options.h"
 #include "run/result.h"
 #include "run/result_sink.h"
@@ -432,6 +433,57 @@ TEST(ResultSink, BadDescriptorsAreRefusedAndAClosedReaderIsAnError) {
   Status st = sink->write("{}\n");
   ASSERT_FALSE(st);
   EXPECT_EQ(st.error().code, EPIPE);
+}
+
+// ---- a kept workspace is handed back without set-id bits -------------------
+
+mode_t mode_of(const std::string& p) {
+  struct stat st {};
+  EXPECT_EQ(::lstat(p.c_str(), &st), 0) << p;
+  return st.st_mode & 07777;
+}
+
+TEST(Artifacts, SetIdBitsAreClearedWithoutFollowingLinks) {
+  TempDir ws, outside;
+  const std::string w = ws.path;
+  ASSERT_EQ(::mkdir((w + "/sub").c_str(), 0755), 0);
+  ASSERT_EQ(::mkdir((w + "/sub/deeper").c_str(), 0700), 0);
+  std::ofstream(w + "/suid") << "x";
+  std::ofstream(w + "/sub/deeper/sgid") << "x";
+  std::ofstream(w + "/plain") << "x";
+  std::ofstream(outside.path + "/host-suid") << "x";
+  ASSERT_EQ(::chmod((w + "/suid").c_str(), 04755), 0);
+  ASSERT_EQ(::chmod((w + "/sub/deeper/sgid").c_str(), 02711), 0);
+  ASSERT_EQ(::chmod((w + "/sub").c_str(), 02775), 0);
+  ASSERT_EQ(::chmod(w.c_str(), 06700), 0);
+  ASSERT_EQ(::chmod((w + "/plain").c_str(), 0640), 0);
+  ASSERT_EQ(::chmod((outside.path + "/host-suid").c_str(), 04755), 0);
+  // Links out of the workspace (to a file and to a directory) are not followed.
+  ASSERT_EQ(::symlink((outside.path + "/host-suid").c_str(), (w + "/link").c_str()), 0);
+  ASSERT_EQ(::symlink(outside.path.c_str(), (w + "/sub/dirlink").c_str()), 0);
+  ASSERT_EQ(::mkfifo((w + "/fifo").c_str(), 0600), 0);
+
+  ASSERT_TRUE(run::strip_setid_bits(w));
+  EXPECT_EQ(mode_of(w), 0700u);
+  EXPECT_EQ(mode_of(w + "/suid"), 0755u);
+  EXPECT_EQ(mode_of(w + "/sub"), 0775u);
+  EXPECT_EQ(mode_of(w + "/sub/deeper/sgid"), 0711u);
+  EXPECT_EQ(mode_of(w + "/plain"), 0640u);
+  EXPECT_EQ(mode_of(outside.path + "/host-suid"), 04755u);
+  EXPECT_TRUE(std::filesystem::is_symlink(w + "/link"));
+}
+
+TEST(Artifacts, TooDeepATreeIsRefusedNotSkipped) {
+  TempDir ws;
+  std::string p = ws.path;
+  for (int i = 0; i <= run::kMaxArtifactDepth + 1; ++i) {
+    p += "/d";
+    ASSERT_EQ(::mkdir(p.c_str(), 0755), 0) << i;
+  }
+  Status st = run::strip_setid_bits(ws.path);
+  ASSERT_FALSE(st);
+  EXPECT_NE(st.error().message.find("directory levels"), std::string::npos) << st.error().message;
+  EXPECT_FALSE(run::strip_setid_bits(ws.path + "/missing"));
 }
 
 }  // namespace
