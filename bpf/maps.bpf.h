@@ -66,7 +66,7 @@ struct {
 
 struct {
 	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
-	__uint(max_entries, AC_MAX_POLICIES * AC_HOOK_COUNT);
+	__uint(max_entries, AC_MAX_POLICIES *AC_HOOK_COUNT);
 	__type(key, __u32); /* policy_slot * AC_HOOK_COUNT + hook */
 	__type(value, struct ac_counters);
 } ac_decision_counts SEC(".maps");
@@ -95,6 +95,27 @@ struct {
 	__type(key, __u64); /* scope_id */
 	__type(value, struct ac_scope_report);
 } ac_scope_reports SEC(".maps");
+
+/* Where a decision record is built before it is copied into the scope's
+ * report and offered to ac_events: the deciding task's own storage, so the
+ * report's records never depend on room in the shared ring buffer (which
+ * only the daemon drains) and no other task, on this CPU or any, can write
+ * into a record being built. busy guards against an interrupt on the same
+ * task building a record meanwhile (interrupts nest, so a plain flag is
+ * enough). Created on a task's first reported decision, freed with the task;
+ * the allow path never touches it. */
+struct ac_task_record {
+	__u32 busy;
+	__u32 pad;
+	struct ac_event_decision rec;
+};
+
+struct {
+	__uint(type, BPF_MAP_TYPE_TASK_STORAGE);
+	__uint(map_flags, BPF_F_NO_PREALLOC);
+	__type(key, int);
+	__type(value, struct ac_task_record);
+} ac_task_records SEC(".maps");
 
 /* Per-CPU scratch for path resolution: too big for the 512-byte BPF stack.
  * LSM programs here are non-sleepable, so a program keeps its CPU for its

@@ -23,8 +23,8 @@ struct ac_ctx {
 
 /* Whether the current task is in a scope, and under which policy. */
 enum ac_scope_state {
-	AC_SCOPE_NONE = 0,      /* in no scope: the fast path, allow */
-	AC_SCOPE_POLICY = 1,    /* in a scope whose slot holds a policy */
+	AC_SCOPE_NONE = 0,	/* in no scope: the fast path, allow */
+	AC_SCOPE_POLICY = 1,	/* in a scope whose slot holds a policy */
 	AC_SCOPE_NO_POLICY = 2, /* in a scope whose slot is empty: fail closed */
 };
 
@@ -102,16 +102,21 @@ static __always_inline void ac_count(const struct ac_ctx *c, __u8 decision, __u8
 		__sync_fetch_and_add(&cnt->reasons[reason], 1);
 }
 
-/* Start a decision record. NULL when the ring buffer is full: the loss is
- * counted and the decision goes ahead without waiting. */
+/* Start a decision record in the task's own storage (struct
+ * ac_task_record): NULL only when that storage cannot be had (no memory, or
+ * an interrupt on this task is building one): the loss is counted and the
+ * decision goes ahead without waiting. Process context only. */
 static __always_inline struct ac_event_decision *
 ac_event_begin(const struct ac_ctx *c, __u8 decision, __u8 reason, __s32 error)
 {
-	struct ac_event_decision *e = bpf_ringbuf_reserve(&ac_events, sizeof(*e), 0);
-	if (!e) {
+	struct ac_task_record *t = bpf_task_storage_get(
+		&ac_task_records, bpf_get_current_task_btf(), 0, BPF_LOCAL_STORAGE_GET_F_CREATE);
+	if (!t || t->busy) {
 		ac_stat_inc(AC_STAT_EVENTS_LOST);
 		return NULL;
 	}
+	t->busy = 1;
+	struct ac_event_decision *e = &t->rec;
 	__u64 pid_tgid = bpf_get_current_pid_tgid();
 	e->hdr.type = AC_EVENT_DECISION;
 	e->hdr.size = sizeof(*e);
@@ -134,7 +139,9 @@ ac_event_begin(const struct ac_ctx *c, __u8 decision, __u8 reason, __s32 error)
 	e->target_len = 0;
 	__builtin_memset(e->addr, 0, sizeof(e->addr));
 	bpf_get_current_comm(e->comm, sizeof(e->comm));
-	e->target[0] = 0;
+	/* The whole text, not just its first byte: the storage holds the task's
+	 * previous record, and every byte of this one is copied out. */
+	__builtin_memset(e->target, 0, sizeof(e->target));
 	return e;
 }
 
@@ -153,8 +160,8 @@ static __always_inline void ac_event_text(struct ac_event_decision *e, __u8 kind
 
 static __always_inline void ac_event_submit(struct ac_event_decision *e)
 {
-	/* Keep the scope's first few records for its report (the run's result)
-	 * before handing the record to the ring buffer. */
+	/* Keep the scope's first few records for its report (the run's
+	 * result), whatever the state of the shared ring buffer. */
 	__u64 scope_id = e->scope_id;
 	struct ac_scope_report *r = bpf_map_lookup_elem(&ac_scope_reports, &scope_id);
 	if (r) {
@@ -167,8 +174,14 @@ static __always_inline void ac_event_submit(struct ac_event_decision *e)
 			__builtin_memcpy(&r->records[idx & (AC_REPORT_RECORDS - 1)], e, sizeof(*e));
 		__sync_fetch_and_add(&r->records_taken, 1);
 	}
-	bpf_ringbuf_submit(e, 0);
-	ac_stat_inc(AC_STAT_EVENTS_SENT);
+	/* Then a copy for the daemon's audit log; a full ring buffer is
+	 * counted, never waited on. */
+	if (bpf_ringbuf_output(&ac_events, e, sizeof(*e), 0))
+		ac_stat_inc(AC_STAT_EVENTS_LOST);
+	else
+		ac_stat_inc(AC_STAT_EVENTS_SENT);
+	struct ac_task_record *t = (void *)e - __builtin_offsetof(struct ac_task_record, rec);
+	t->busy = 0;
 }
 
 /*
@@ -205,8 +218,9 @@ static __always_inline int ac_verdict(const struct ac_ctx *c, int allowed, __u8 
  * (ac_verdict); when it is reported (a denial, or audit mode's would-be
  * denial), reserve its record and fill what every record carries. Returns
  * that record, for the caller to add its target to and hand to
- * ac_event_submit, or NULL (allowed, or the ring buffer is full: counted,
- * never waited on). *ret gets the hook's return value either way.
+ * ac_event_submit (always: it also releases the task's record), or NULL
+ * (allowed, or no record could be had: counted, never waited on). *ret gets the hook's return value
+ * either way.
  */
 static __always_inline struct ac_event_decision *ac_finish(const struct ac_ctx *c, int allowed,
 							   __u8 reason, int *ret)

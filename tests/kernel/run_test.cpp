@@ -19,6 +19,7 @@
 #include <sstream>
 #include <string>
 #include <thread>
+#include <utility>
 #include <vector>
 
 #include <nlohmann/json.hpp>
@@ -513,6 +514,229 @@ TEST_F(Run, StaleRunOfKilledAgentcageIsReapedByNextRun) {
   ASSERT_TRUE(scopes) << scopes.error().message;
   for (const auto& i : *scopes) EXPECT_NE(i.scope_id, *stale_scope) << "stale scope not removed";
   EXPECT_TRUE(run_cgroups().empty());
+}
+
+// ---- where the result goes, and what a kept workspace hands back ------------
+
+// Runs agentcage with exactly `args` (no --result added); stdout and stderr
+// are captured; `fd3` (if >= 0) is passed down as descriptor 3.
+struct Plain {
+  int code = -1;
+  std::string out, err;
+};
+Plain run_plain(const std::vector<std::string>& args, int fd3 = -1) {
+  char tmpl[] = "/tmp/ac-run-plain-XXXXXX";
+  const fs::path dir = ::mkdtemp(tmpl);
+  std::vector<std::string> argv = {agentcage_bin()};
+  argv.insert(argv.end(), args.begin(), args.end());
+  pid_t pid = ::fork();
+  if (pid == 0) {
+    int out = ::open((dir / "stdout").c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+    int err = ::open((dir / "stderr").c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+    ::dup2(out, 1);
+    ::dup2(err, 2);
+    if (fd3 >= 0) ::dup2(fd3, 3);  // dup2 clears close-on-exec
+    std::vector<char*> cargv;
+    for (auto& a : argv) cargv.push_back(a.data());
+    cargv.push_back(nullptr);
+    ::execv(cargv[0], cargv.data());
+    ::_exit(99);
+  }
+  if (fd3 >= 0) ::close(fd3);
+  Plain r;
+  int status = 0;
+  while (::waitpid(pid, &status, 0) < 0 && errno == EINTR) {
+  }
+  r.code = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+  r.out = slurp(dir / "stdout");
+  r.err = slurp(dir / "stderr");
+  std::error_code ec;
+  fs::remove_all(dir, ec);
+  return r;
+}
+
+// --result-fd: the document arrives on the caller's pipe, then end-of-file;
+// COMMAND never holds the descriptor. --result -: on stdout after COMMAND's.
+TEST_F(Run, ResultReachesAPipeAndStdout) {
+  int p[2];
+  ASSERT_EQ(::pipe2(p, O_CLOEXEC), 0);
+  const std::string probe =
+      "import os\n"
+      "try:\n"
+      "    os.fstat(3)\n"
+      "    print('fd 3 open')\n"
+      "except OSError:\n"
+      "    print('fd 3 closed')\n";
+  Plain r = run_plain({"run", "--policy", kPolicy, "--result-fd", "3", "--", "python3", "-c", probe}, p[1]);
+  std::string doc;
+  char buf[4096];
+  ssize_t n;
+  while ((n = ::read(p[0], buf, sizeof buf)) > 0) doc.append(buf, static_cast<size_t>(n));
+  ::close(p[0]);
+  EXPECT_EQ(r.code, 0) << r.err;
+  EXPECT_EQ(r.out, "fd 3 closed\n");
+  json j = json::parse(doc, nullptr, false);
+  ASSERT_TRUE(j.is_object()) << doc;
+  EXPECT_EQ(j["exit_code"], 0);
+  EXPECT_TRUE(j["started"].get<bool>());
+  all_scopes().insert(j["scope_id"].get<uint64_t>());
+
+  Plain s = run_plain({"run", "--policy", kPolicy, "--result", "-", "--", "python3", "-c", "print('hello')"});
+  EXPECT_EQ(s.code, 0) << s.err;
+  ASSERT_EQ(s.out.rfind("hello\n", 0), 0u) << s.out;
+  json k = json::parse(s.out.substr(6), nullptr, false);
+  ASSERT_TRUE(k.is_object()) << s.out;
+  EXPECT_EQ(k["exit_status"], 0);
+  all_scopes().insert(k["scope_id"].get<uint64_t>());
+
+  // Not a descriptor the caller opened: refused before anything runs.
+  Plain bad = run_plain({"run", "--policy", kPolicy, "--result-fd", "9", "--", "true"});
+  EXPECT_EQ(bad.code, 125);
+  EXPECT_NE(bad.err.find("--result-fd 9"), std::string::npos) << bad.err;
+}
+
+// A --result path that is a symbolic link is refused (125, COMMAND never
+// runs) and the link and its target stay as they were; a plain path is
+// replaced atomically, with nothing left beside it.
+TEST_F(Run, ResultFileIsNeverASymlinkAndIsReplacedWhole) {
+  char tmpl[] = "/tmp/ac-run-result-XXXXXX";
+  const fs::path dir = ::mkdtemp(tmpl);
+  std::ofstream(dir / "target") << "mine";
+  fs::create_symlink(dir / "target", dir / "link");
+  Plain r = run_plain({"run", "--policy", kPolicy, "--result", (dir / "link").string(), "--", "python3", "-c",
+                       "open('ran', 'w')"});
+  EXPECT_EQ(r.code, 125);
+  EXPECT_NE(r.err.find("symbolic link"), std::string::npos) << r.err;
+  EXPECT_TRUE(fs::is_symlink(dir / "link"));
+  EXPECT_EQ(slurp(dir / "target"), "mine");
+
+  std::ofstream(dir / "out.json") << "old";
+  Plain ok = run_plain(
+      {"run", "--policy", kPolicy, "--result", (dir / "out.json").string(), "--", "python3", "-c", "pass"});
+  EXPECT_EQ(ok.code, 0) << ok.err;
+  json j = json::parse(slurp(dir / "out.json"), nullptr, false);
+  ASSERT_TRUE(j.is_object());
+  all_scopes().insert(j["scope_id"].get<uint64_t>());
+  std::vector<std::string> names;
+  for (const auto& e : fs::directory_iterator(dir)) names.push_back(e.path().filename().string());
+  std::sort(names.begin(), names.end());
+  EXPECT_EQ(names, (std::vector<std::string>{"link", "out.json", "target"}));
+  std::error_code ec;
+  fs::remove_all(dir, ec);
+}
+
+// Whatever way the run makes a set-id file or directory in its workspace,
+// the kept workspace has none; a link it planted to a host set-uid program is
+// not followed (the program keeps its bits).
+TEST_F(Run, KeptWorkspaceCarriesNoSetIdBits) {
+  struct stat host {};
+  ASSERT_EQ(::stat("/usr/bin/passwd", &host), 0);
+  ASSERT_TRUE(host.st_mode & S_ISUID) << "the test needs a set-uid program at /usr/bin/passwd";
+  Ran r =
+      run(py("import os\n"
+             "open('chmodded', 'w').close()\n"
+             "os.chmod('chmodded', 0o4755)\n"
+             "os.close(os.open('created', os.O_CREAT | os.O_WRONLY, 0o6755))\n"
+             "os.mkdir('dir')\n"
+             "os.chmod('dir', 0o2775)\n"
+             "os.mkdir('dir/inherits')\n"
+             "open('dir/inherits/f', 'w').close()\n"
+             "os.chmod('dir/inherits/f', 0o2700)\n"
+             "os.symlink('/usr/bin/passwd', 'passwd')\n"
+             "modes = [os.stat(p).st_mode & 0o7000 for p in ('chmodded', 'created', 'dir', 'dir/inherits')]\n"
+             "print(sum(1 for m in modes if m))\n",
+             {"--keep"}));
+  ASSERT_EQ(r.code, 0) << r.describe();
+  EXPECT_EQ(r.out, "4\n") << "the run could not make set-id files: the test proves nothing";
+  const fs::path ws = r.result["workspace"].get<std::string>();
+  for (const char* name : {"chmodded", "created", "dir", "dir/inherits", "dir/inherits/f"}) {
+    struct stat st {};
+    ASSERT_EQ(::lstat((ws / name).c_str(), &st), 0) << name;
+    EXPECT_EQ(st.st_mode & (S_ISUID | S_ISGID), 0u) << name << " mode " << std::oct << st.st_mode;
+  }
+  EXPECT_TRUE(fs::is_symlink(ws / "passwd"));
+  struct stat after {};
+  ASSERT_EQ(::stat("/usr/bin/passwd", &after), 0);
+  EXPECT_EQ(after.st_mode, host.st_mode);
+  std::error_code ec;
+  fs::remove_all(ws, ec);
+}
+
+// ---- the result's records come from the run's own storage ------------------
+
+// Python that tries to open `path` for `seconds` (or `times` times) and
+// prints how often it was refused.
+std::vector<std::string> deny_loop(const std::string& path, int times, double seconds = 0) {
+  return py(
+      "import time\n"
+      "path, times, seconds = '" +
+      path + "', " + std::to_string(times) + ", " + std::to_string(seconds) +
+      "\n"
+      "end = time.time() + seconds\n"
+      "refused = tries = 0\n"
+      "while tries < times or time.time() < end:\n"
+      "    tries += 1\n"
+      "    try:\n"
+      "        open(path).close()\n"
+      "    except PermissionError:\n"
+      "        refused += 1\n"
+      "print(refused, tries)\n");
+}
+
+// With nobody draining the shared ring buffer (no daemon), it fills up; a
+// run's result must still carry its own denial records. (Before records were
+// built in the task's storage they were kept only when the shared buffer had
+// room: every later run's result had counts and no records.)
+TEST_F(Run, ResultKeepsItsRecordsWhenTheSharedRingBufferIsFull) {
+  auto e = bpf::Enforcer::open_shared();
+  ASSERT_TRUE(e) << e.error().message;
+  const uint64_t lost0 = *(*e)->stat(AC_STAT_EVENTS_LOST);
+  // 1 MiB holds about 2900 records: 6000 denials overflow it.
+  Ran flood = run(deny_loop("/etc/passwd", 6000));
+  ASSERT_EQ(flood.code, 0) << flood.describe();
+  EXPECT_EQ(flood.out, "6000 6000\n") << flood.describe();
+  const uint64_t lost1 = *(*e)->stat(AC_STAT_EVENTS_LOST);
+  ASSERT_GT(lost1, lost0) << "the shared ring buffer did not overflow (is a daemon draining it?)";
+  EXPECT_EQ(flood.result["denials"]["records"].size(), static_cast<size_t>(AC_REPORT_RECORDS));
+
+  Ran later = run(deny_loop("/etc/group", 3));
+  ASSERT_EQ(later.code, 0) << later.describe();
+  EXPECT_EQ(later.out, "3 3\n");
+  EXPECT_GT(*(*e)->stat(AC_STAT_EVENTS_LOST), lost1)
+      << "the ring buffer had room again: the test proves nothing";
+  EXPECT_GE(denied(later, "file_open"), 3u) << later.result.dump(2);
+  int group_records = 0;
+  for (const auto& rec : later.result["denials"]["records"]) {
+    EXPECT_EQ(rec["scope_id"], later.result["scope_id"]);
+    if (rec["target"] == "/etc/group") {
+      ++group_records;
+      EXPECT_EQ(rec["comm"], "python3");
+      EXPECT_EQ(rec["hook"], "file_open");
+    }
+  }
+  EXPECT_EQ(group_records, 3) << later.result.dump(2);
+}
+
+// Two runs denying at the same time: each result holds its own records only.
+TEST_F(Run, ConcurrentRunsReportOnlyTheirOwnRecords) {
+  Started a = start(deny_loop("/etc/passwd", 0, 2.0));
+  Started b = start(deny_loop("/etc/group", 0, 2.0));
+  Ran ra = finish(a), rb = finish(b);
+  ASSERT_EQ(ra.code, 0) << ra.describe();
+  ASSERT_EQ(rb.code, 0) << rb.describe();
+  for (const auto& [r, target] :
+       {std::pair<const Ran&, std::string>{ra, "/etc/passwd"}, {rb, "/etc/group"}}) {
+    const auto& records = r.result["denials"]["records"];
+    const std::string other = target == "/etc/passwd" ? "/etc/group" : "/etc/passwd";
+    int own = 0;
+    for (const auto& rec : records) {
+      EXPECT_NE(rec["target"], other) << r.result.dump(2);
+      EXPECT_EQ(rec["scope_id"], r.result["scope_id"]);
+      own += rec["target"] == target;
+    }
+    EXPECT_GE(own, 1) << r.result.dump(2);
+  }
+  EXPECT_NE(ra.result["scope_id"], rb.result["scope_id"]);
 }
 
 // Last in this file (gtest keeps declaration order): nothing of any run here

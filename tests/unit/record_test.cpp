@@ -18,6 +18,7 @@
 #include "run/result.h"
 #include "telemetry/audit.h"
 #include "util/sys_names.h"
+#include "util/text.h"
 
 namespace agentcage {
 namespace {
@@ -194,6 +195,85 @@ TEST(DecisionRecord, HostileBytes) {
   EXPECT_EQ(o["errno_name"], "E2147483648");
   odd.target_kind = 77;
   EXPECT_EQ(bpf::record_json(odd)["target_kind"], "unknown");
+}
+
+// The one decoder of record bytes (the ring buffer's, the fuzzer's): the
+// header is checked before the body, nothing short or of another kind passes.
+TEST(DecisionRecord, DecodeChecksHeaderAndSize) {
+  ac_event_decision r = record(AC_TARGET_PATH, "/etc/passwd");
+  std::string bytes(reinterpret_cast<const char*>(&r), sizeof r);
+  auto ok = bpf::decode_record(bytes.data(), bytes.size());
+  ASSERT_TRUE(ok.has_value());
+  EXPECT_EQ(bpf::record_target(*ok), "/etc/passwd");
+  EXPECT_TRUE(bpf::decode_record((bytes + "extra").data(), bytes.size() + 5).has_value());
+  EXPECT_FALSE(bpf::decode_record(bytes.data(), sizeof r - 1).has_value());
+  EXPECT_FALSE(bpf::decode_record(bytes.data(), 3).has_value());
+  EXPECT_FALSE(bpf::decode_record(nullptr, 0).has_value());
+  ac_event_decision other = r;
+  other.hdr.type = 2;
+  EXPECT_FALSE(bpf::decode_record(&other, sizeof other).has_value());
+  other = r;
+  other.hdr.size = sizeof r - 8;
+  EXPECT_FALSE(bpf::decode_record(&other, sizeof other).has_value());
+}
+
+// What the run names (files, sockets, its comm) reaches the caller's
+// terminal only escaped: no escape sequence, no C1 control, no bidi override,
+// no NUL; and a long name is cut.
+TEST(DecisionRecord, DenialLineOnStderrIsEscaped) {
+  run::RunResult result;
+  result.policy_name = "python-sandbox";
+  EXPECT_EQ(run::denial_summary(result), "");  // no report, nothing to say
+  result.report.emplace();
+  EXPECT_EQ(run::denial_summary(result), "");  // nothing denied
+  result.report->denied[AC_HOOK_FILE_OPEN] = 3;
+  result.report->records_taken = 3;
+  result.report->records = {record(AC_TARGET_PATH,
+                                   "/tmp/\x1b]0;owned\x07\x1b[2J\xc2\x9b"
+                                   "31m\xe2\x80\xae"
+                                   "evil"),
+                            record(AC_TARGET_UNIX_ABSTRACT, std::string("\0sock\x7f", 6))};
+  const std::string line = run::denial_summary(result);
+  EXPECT_EQ(line,
+            "agentcage: policy python-sandbox denied 3 operation(s): file_open "
+            "/tmp/\\x1b]0;owned\\x07\\x1b[2J\\xc2\\x9b31m\\xe2\\x80\\xaeevil, "
+            "unix_connect @\\x00sock\\x7f, ...\n");
+  result.report->records = {record(AC_TARGET_PATH, "/" + std::string(240, 'a'))};
+  const std::string cut = run::denial_summary(result);
+  EXPECT_NE(cut.find("/" + std::string(159, 'a') + "..."), std::string::npos) << cut;
+  EXPECT_EQ(cut.find(std::string(160, 'a')), std::string::npos) << cut;
+}
+
+TEST(Text, EscapeLeavesOrdinaryTextAlone) {
+  EXPECT_EQ(escape("/home/\xc3\xa9t\xc3\xa9/\xe2\x82\xac \xf0\x9f\x98\x80", 100),
+            "/home/\xc3\xa9t\xc3\xa9/\xe2\x82\xac \xf0\x9f\x98\x80");
+  EXPECT_EQ(escape("\xc2\xa0nbsp", 100), "\xc2\xa0nbsp");  // U+00A0 is printable
+  EXPECT_EQ(escape("a\xe2\x81\xa6"
+                   "b\xe2\x81\xa9",
+                   100),
+            "a\\xe2\\x81\\xa6b\\xe2\\x81\\xa9");
+  EXPECT_EQ(escape("\xc2\x80\xc2\x9f", 100), "\\xc2\\x80\\xc2\\x9f");
+}
+
+// Strings of the result that the caller or the run chose (COMMAND's
+// arguments, an error naming a run's file) may be any bytes: the result file
+// is still written, valid JSON in valid UTF-8. (to_json(...).dump(2) threw
+// on them, so agentcage ended without writing the result.)
+TEST(RunResult, ResultTextSurvivesInvalidUtf8) {
+  run::RunResult result;
+  result.command = {"python3", "-c", "print('\xff\xfe')"};
+  result.error = "cannot execute /tmp/\xc0\xaf: Permission denied";
+  result.workspace = "/w/\xed\xa0\x80";
+  std::string text;
+  ASSERT_NO_THROW(text = run::result_text(result));
+  for (size_t i = 0; i < text.size();) {
+    const size_t n = utf8_sequence_length(text, i);
+    ASSERT_GT(n, 0u) << "ill-formed UTF-8 at byte " << i;
+    i += n;
+  }
+  json j = json::parse(text);
+  EXPECT_EQ(j["command"][2], "print('\uFFFD\uFFFD')");
+  EXPECT_EQ(text.back(), '\n');
 }
 
 }  // namespace

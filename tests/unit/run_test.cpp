@@ -1,16 +1,27 @@
 // SPDX-License-Identifier: Apache-2.0
 // `agentcage run`'s pure logic: options, limits, environment, exec search,
 // exit statuses, the result JSON and the run record.
+#include <fcntl.h>
 #include <gtest/gtest.h>
 #include <signal.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
+#include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <iterator>
+#include <string>
+#include <vector>
 
 #include "policy/locate.h"
+#include "run/artifacts.h"
 #include "run/options.h"
 #include "run/result.h"
+#include "run/result_sink.h"
 #include "run/state.h"
 
 namespace agentcage::run {
@@ -314,6 +325,165 @@ TEST(RunRecord, JsonRoundTrip) {
   ASSERT_TRUE(b);
   EXPECT_FALSE(b->policy_slot);
   EXPECT_FALSE(record_from_json(nlohmann::json::object()));
+}
+
+// ---- where the result goes (--result FILE|-, --result-fd N) ----------------
+
+struct TempDir {
+  std::string path;
+  TempDir() {
+    char tmpl[] = "/tmp/ac-sink-test-XXXXXX";
+    path = ::mkdtemp(tmpl);
+  }
+  ~TempDir() {
+    std::error_code ec;
+    std::filesystem::remove_all(path, ec);
+  }
+  std::vector<std::string> entries() const {
+    std::vector<std::string> out;
+    for (const auto& e : std::filesystem::directory_iterator(path))
+      out.push_back(e.path().filename().string());
+    std::sort(out.begin(), out.end());
+    return out;
+  }
+};
+
+std::string read_all(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  return std::string(std::istreambuf_iterator<char>(in), {});
+}
+
+TEST(ResultSink, FileIsReplacedAtomicallyAndNothingElseIsLeft) {
+  TempDir d;
+  const std::string file = d.path + "/out.json";
+  std::ofstream(file) << "old";
+  auto sink = run::ResultSink::to_file(file);
+  ASSERT_TRUE(sink) << sink.error().message;
+  // Until the end the caller's file is untouched; the document goes to a
+  // temporary file beside it.
+  EXPECT_EQ(read_all(file), "old");
+  ASSERT_EQ(d.entries().size(), 2u);
+  ASSERT_TRUE(sink->write("{\"new\":1}\n"));
+  EXPECT_EQ(read_all(file), "{\"new\":1}\n");
+  EXPECT_EQ(d.entries(), std::vector<std::string>{"out.json"});
+}
+
+TEST(ResultSink, UnwrittenSinkLeavesNoTemporaryFile) {
+  TempDir d;
+  {
+    auto sink = run::ResultSink::to_file(d.path + "/out.json");
+    ASSERT_TRUE(sink);
+  }
+  EXPECT_TRUE(d.entries().empty());
+}
+
+// A symbolic link the caller chose is never replaced: refused before the
+// run starts, with the fix.
+TEST(ResultSink, SymlinkAndNonRegularFilesAreRefused) {
+  TempDir d;
+  const std::string target = d.path + "/real.json", link = d.path + "/link.json";
+  std::ofstream(target) << "keep";
+  ASSERT_EQ(::symlink(target.c_str(), link.c_str()), 0);
+  auto sink = run::ResultSink::to_file(link);
+  ASSERT_FALSE(sink);
+  EXPECT_NE(sink.error().message.find("symbolic link"), std::string::npos) << sink.error().message;
+  EXPECT_NE(sink.error().message.find("realpath"), std::string::npos) << sink.error().message;
+  ASSERT_EQ(::symlink("/nonexistent/x", (d.path + "/dangling").c_str()), 0);
+  EXPECT_FALSE(run::ResultSink::to_file(d.path + "/dangling"));
+  EXPECT_FALSE(run::ResultSink::to_file(d.path));  // a directory
+  ASSERT_EQ(::mkfifo((d.path + "/fifo").c_str(), 0600), 0);
+  auto fifo = run::ResultSink::to_file(d.path + "/fifo");
+  ASSERT_FALSE(fifo);
+  EXPECT_NE(fifo.error().message.find("--result-fd"), std::string::npos);
+  EXPECT_FALSE(run::ResultSink::to_file(""));
+  EXPECT_FALSE(run::ResultSink::to_file(d.path + "/missing-dir/out.json"));
+  EXPECT_TRUE(std::filesystem::is_symlink(link));
+  EXPECT_EQ(read_all(target), "keep");
+  EXPECT_EQ(d.entries(), (std::vector<std::string>{"dangling", "fifo", "link.json", "real.json"}));
+}
+
+TEST(ResultSink, DescriptorGetsTheDocumentThenEndOfFile) {
+  int p[2];
+  ASSERT_EQ(::pipe(p), 0);
+  auto sink = run::ResultSink::to_fd(p[1]);
+  ASSERT_TRUE(sink) << sink.error().message;
+  EXPECT_EQ(::fcntl(p[1], F_GETFD) & FD_CLOEXEC, FD_CLOEXEC);  // COMMAND does not inherit it
+  ASSERT_TRUE(sink->write("{\"x\":2}\n"));
+  std::string got;
+  char buf[64];
+  ssize_t n;
+  while ((n = ::read(p[0], buf, sizeof buf)) > 0) got.append(buf, static_cast<size_t>(n));
+  EXPECT_EQ(n, 0);  // the write end was closed
+  EXPECT_EQ(got, "{\"x\":2}\n");
+  ::close(p[0]);
+}
+
+TEST(ResultSink, BadDescriptorsAreRefusedAndAClosedReaderIsAnError) {
+  EXPECT_FALSE(run::ResultSink::to_fd(-1));
+  EXPECT_FALSE(run::ResultSink::to_fd(987));
+  int p[2];
+  ASSERT_EQ(::pipe(p), 0);
+  auto ro = run::ResultSink::to_fd(p[0]);  // the read end
+  ASSERT_FALSE(ro);
+  EXPECT_NE(ro.error().message.find("read-only"), std::string::npos);
+  ::close(p[0]);
+  // The reader is gone: an error, not a SIGPIPE that kills agentcage.
+  auto sink = run::ResultSink::to_fd(p[1]);
+  ASSERT_TRUE(sink);
+  Status st = sink->write("{}\n");
+  ASSERT_FALSE(st);
+  EXPECT_EQ(st.error().code, EPIPE);
+}
+
+// ---- a kept workspace is handed back without set-id bits -------------------
+
+mode_t mode_of(const std::string& p) {
+  struct stat st {};
+  EXPECT_EQ(::lstat(p.c_str(), &st), 0) << p;
+  return st.st_mode & 07777;
+}
+
+TEST(Artifacts, SetIdBitsAreClearedWithoutFollowingLinks) {
+  TempDir ws, outside;
+  const std::string w = ws.path;
+  ASSERT_EQ(::mkdir((w + "/sub").c_str(), 0755), 0);
+  ASSERT_EQ(::mkdir((w + "/sub/deeper").c_str(), 0700), 0);
+  std::ofstream(w + "/suid") << "x";
+  std::ofstream(w + "/sub/deeper/sgid") << "x";
+  std::ofstream(w + "/plain") << "x";
+  std::ofstream(outside.path + "/host-suid") << "x";
+  ASSERT_EQ(::chmod((w + "/suid").c_str(), 04755), 0);
+  ASSERT_EQ(::chmod((w + "/sub/deeper/sgid").c_str(), 02711), 0);
+  ASSERT_EQ(::chmod((w + "/sub").c_str(), 02775), 0);
+  ASSERT_EQ(::chmod(w.c_str(), 06700), 0);
+  ASSERT_EQ(::chmod((w + "/plain").c_str(), 0640), 0);
+  ASSERT_EQ(::chmod((outside.path + "/host-suid").c_str(), 04755), 0);
+  // Links out of the workspace (to a file and to a directory) are not followed.
+  ASSERT_EQ(::symlink((outside.path + "/host-suid").c_str(), (w + "/link").c_str()), 0);
+  ASSERT_EQ(::symlink(outside.path.c_str(), (w + "/sub/dirlink").c_str()), 0);
+  ASSERT_EQ(::mkfifo((w + "/fifo").c_str(), 0600), 0);
+
+  ASSERT_TRUE(run::strip_setid_bits(w));
+  EXPECT_EQ(mode_of(w), 0700u);
+  EXPECT_EQ(mode_of(w + "/suid"), 0755u);
+  EXPECT_EQ(mode_of(w + "/sub"), 0775u);
+  EXPECT_EQ(mode_of(w + "/sub/deeper/sgid"), 0711u);
+  EXPECT_EQ(mode_of(w + "/plain"), 0640u);
+  EXPECT_EQ(mode_of(outside.path + "/host-suid"), 04755u);
+  EXPECT_TRUE(std::filesystem::is_symlink(w + "/link"));
+}
+
+TEST(Artifacts, TooDeepATreeIsRefusedNotSkipped) {
+  TempDir ws;
+  std::string p = ws.path;
+  for (int i = 0; i <= run::kMaxArtifactDepth + 1; ++i) {
+    p += "/d";
+    ASSERT_EQ(::mkdir(p.c_str(), 0755), 0) << i;
+  }
+  Status st = run::strip_setid_bits(ws.path);
+  ASSERT_FALSE(st);
+  EXPECT_NE(st.error().message.find("directory levels"), std::string::npos) << st.error().message;
+  EXPECT_FALSE(run::strip_setid_bits(ws.path + "/missing"));
 }
 
 }  // namespace

@@ -6,9 +6,11 @@
 #include <cerrno>
 #include <cstring>
 #include <exception>
+#include <optional>
 #include <string>
 
 #include "bpf/enforcer_internal.h"
+#include "bpf/record.h"
 #include "util/log.h"
 
 namespace agentcage::bpf {
@@ -27,23 +29,14 @@ EventReader::~EventReader() { ring_buffer__free(rb_); }
 
 int EventReader::on_record(void* ctx, void* data, size_t size) {
   auto* self = static_cast<EventReader*>(ctx);
-  // Check the header before reading the body; never trust the size.
-  if (size < sizeof(ac_event_header)) {
+  const std::optional<ac_event_decision> ev = decode_record(data, size);
+  if (!ev) {
     ++self->malformed_;
     return 0;
   }
-  ac_event_header hdr;
-  std::memcpy(&hdr, data, sizeof hdr);
-  if (hdr.type != AC_EVENT_DECISION || hdr.size != sizeof(ac_event_decision) ||
-      size < sizeof(ac_event_decision)) {
-    ++self->malformed_;
-    return 0;
-  }
-  ac_event_decision ev;
-  std::memcpy(&ev, data, sizeof ev);
   // An exception must not unwind through libbpf's C frames.
   try {
-    self->handler_(ev);
+    self->handler_(*ev);
   } catch (const std::exception& e) {
     log::error(std::string("events: handler failed: ") + e.what());
   } catch (...) {

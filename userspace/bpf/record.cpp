@@ -38,6 +38,18 @@ std::string valid_utf8(std::string_view bytes) {
 
 }  // namespace
 
+std::optional<ac_event_decision> decode_record(const void* data, size_t size) {
+  if (!data || size < sizeof(ac_event_header)) return std::nullopt;
+  ac_event_header hdr;
+  std::memcpy(&hdr, data, sizeof hdr);
+  if (hdr.type != AC_EVENT_DECISION || hdr.size != sizeof(ac_event_decision) ||
+      size < sizeof(ac_event_decision))
+    return std::nullopt;
+  ac_event_decision ev;
+  std::memcpy(&ev, data, sizeof ev);
+  return ev;
+}
+
 std::string record_target(const ac_event_decision& r) {
   const size_t len = r.target_len < sizeof r.target ? r.target_len : sizeof r.target;
   switch (r.target_kind) {

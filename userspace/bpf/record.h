@@ -8,11 +8,20 @@
 
 #include <agentcage/abi.h>
 
+#include <cstddef>
+#include <optional>
 #include <string>
 
 #include <nlohmann/json.hpp>
 
 namespace agentcage::bpf {
+
+// Bytes from the ring buffer (or anywhere else) as a decision record: the
+// header is checked before the body is read, and a record whose type or size
+// is not a decision record's is refused (nullopt). Never trusts `size` or
+// the header beyond that; every other field may hold any value, which
+// record_target and record_json accept.
+std::optional<ac_event_decision> decode_record(const void* data, size_t size);
 
 // The record's target as text, by its target_kind: a path (files, programs,
 // unix sockets bound at a path), "@name" for an abstract unix socket,

@@ -81,7 +81,15 @@ RESULT
   run_id, policy, command, exit_code, exit_status, signal, timed_out,
   oom_killed, wall_time_ms, cpu_time_ms, peak_memory_bytes, workspace and the
   denials (counts by hook and the first records with their target and
-  errno). See docs/run.md for every field.
+  errno). See docs/run.md for every field. FILE is written to a temporary
+  file beside it and renamed into place, so a reader never sees half of it;
+  a FILE that is a symbolic link or not a regular file is refused (125).
+  --result - writes the report to stdout after COMMAND's own output;
+  --result-fd N writes it to descriptor N, inherited from the caller (a pipe
+  an agent framework reads: `--result-fd 3 3>&1 1>cmd.log`), and closes it.
+  COMMAND never inherits N. Text the run chose (file names, its process
+  name) is valid UTF-8 in the report (ill-formed bytes become U+FFFD) and
+  escaped in the one-line denial summary on stderr.
 
 ENVIRONMENT
   AGENTCAGE_POLICY_DIR      where --policy NAME is looked up (NAME.yaml);
@@ -196,7 +204,12 @@ void add_run(CLI::App& app, const Globals& globals, Commands& commands, std::vec
       ->allow_extra_args(false)
       ->type_name("KEY=VALUE")
       ->option_text("KEY=VALUE");
-  run->add_option("--result", args->result, "Write the result as JSON to FILE")->type_name("FILE");
+  run->add_option("--result", args->result,
+                  "Write the result as JSON to FILE (replaced atomically; - for stdout)")
+      ->type_name("FILE");
+  run->add_option("--result-fd", args->options.result_fd,
+                  "Write the result as JSON to inherited descriptor N (e.g. a pipe), then close it")
+      ->type_name("N");
   run->add_option("--user", args->user, "Run as NAME, UID or UID:GID instead of a per-run uid")
       ->type_name("NAME|UID[:GID]");
   run->add_option(

@@ -54,7 +54,8 @@ struct RunOptions {
   bool keep = false;
   std::optional<std::string> timeout, memory, pids, cpu;  // as written on the command line
   std::vector<std::string> env;                           // KEY=VALUE
-  std::optional<std::string> result_file;
+  std::optional<std::string> result_file;                 // --result FILE ("-": stdout)
+  std::optional<int> result_fd;                           // --result-fd N
   std::optional<std::string> user;
   std::vector<std::string> command;
   Paths paths;

@@ -7,6 +7,7 @@
 #include <ostream>
 
 #include "cgroup/cgroup.h"
+#include "run/artifacts.h"
 #include "run/runner.h"
 #include "run/state.h"
 #include "scope/scope.h"
@@ -50,9 +51,20 @@ void reap_stale_runs(bpf::Enforcer& enforcer, const Paths& paths, std::ostream& 
     }
     if (problem.empty() && !rec.workspace.empty()) {
       std::error_code ec;
+      // A kept workspace is handed back only without set-id bits, as at
+      // the end of a run (run/artifacts.h); otherwise it is left to root.
+      bool handed_back = true;
+      if (!rec.remove_workspace && fs::exists(rec.workspace, ec))
+        if (Status st = strip_setid_bits(rec.workspace); !st) {
+          err << "agentcage: warning: stale run " << s.run_id << ": " << st.error().message
+              << "; its workspace is left to root only (mode 0700)\n";
+          (void)::chown(rec.workspace.c_str(), 0, 0);
+          (void)::chmod(rec.workspace.c_str(), 0700);
+          handed_back = false;
+        }
       if (rec.remove_workspace)
         fs::remove_all(rec.workspace, ec);
-      else if (rec.restore_uid && fs::exists(rec.workspace, ec)) {
+      else if (rec.restore_uid && handed_back && fs::exists(rec.workspace, ec)) {
         (void)::chown(rec.workspace.c_str(), *rec.restore_uid, *rec.restore_gid);
         (void)::chmod(rec.workspace.c_str(), static_cast<mode_t>(*rec.restore_mode));
       }

@@ -5,6 +5,7 @@
 #include "bpf/record.h"
 #include "core/run_outcome.h"
 #include "util/sys_names.h"
+#include "util/text.h"
 
 namespace agentcage::run {
 namespace {
@@ -74,6 +75,28 @@ nlohmann::json to_json(const RunResult& r) {
   denials["records"] = std::move(records);
   j["denials"] = std::move(denials);
   return j;
+}
+
+std::string result_text(const RunResult& r) {
+  return to_json(r).dump(2, ' ', false, nlohmann::json::error_handler_t::replace) + "\n";
+}
+
+std::string denial_summary(const RunResult& r) {
+  if (!r.report || r.report->denied_total() == 0) return "";
+  // Long enough for a real path, short enough that a flood stays one line.
+  constexpr size_t kTargetMax = 160;
+  std::string line = "agentcage: policy " + escape(r.policy_name, 64) + " denied " +
+                     std::to_string(r.report->denied_total()) + " operation(s)";
+  const char* sep = ": ";
+  for (const auto& rec : r.report->records) {
+    line += sep;
+    line += bpf::hook_name(rec.hook);
+    line += " ";
+    line += escape(bpf::record_target(rec), kTargetMax);
+    sep = ", ";
+  }
+  if (r.report->records_taken > r.report->records.size()) line += ", ...";
+  return line + "\n";
 }
 
 control::RunEnd run_end_notice(const RunResult& res) {

@@ -62,6 +62,17 @@ struct RunResult {
 };
 
 nlohmann::json to_json(const RunResult& result);
+// The result document as written (--result): to_json indented, one newline
+// at the end. Always valid JSON in valid UTF-8, whatever bytes the run put in
+// names and paths (ill-formed UTF-8 becomes U+FFFD); never throws for them.
+std::string result_text(const RunResult& result);
+
+// The one line `agentcage run` prints to stderr when the policy denied
+// something ("agentcage: policy P denied N operation(s): hook target, ...\n"),
+// or "" when it denied nothing. Targets and names come from the run, so
+// control characters and ill-formed UTF-8 are escaped (\xNN) and each target
+// is cut short: nothing the run chose reaches the caller's terminal raw.
+std::string denial_summary(const RunResult& result);
 
 // What the daemon is told about this run's end (control/notify.h).
 control::RunEnd run_end_notice(const RunResult& result);

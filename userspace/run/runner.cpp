@@ -14,6 +14,7 @@
 #include "bpf/names.h"
 #include "bpf/record.h"
 #include "control/notify.h"
+#include "run/result_sink.h"
 #include "run/steps.h"
 #include "util/unique_fd.h"
 
@@ -88,49 +89,30 @@ int run_main(const RunOptions& opts, std::ostream& err) {
   // land there and be handed to COMMAND as its stdin/stdout/stderr.
   for (int fd = 0; fd <= 2; ++fd)
     if (::fcntl(fd, F_GETFD) < 0 && errno == EBADF && ::open("/dev/null", O_RDWR) < 0) return kExitSetup;
-  // The result file is opened before anything runs: a run whose result
-  // cannot be delivered does not start (125). It is written to a temporary
-  // name next to it and renamed into place at the end.
-  std::string tmp;
-  UniqueFd out;
-  if (opts.result_file) {
-    tmp = *opts.result_file + ".tmp." + std::to_string(::getpid());
-    out.reset(::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC | O_NOFOLLOW, 0666));
-    if (!out) {
-      err << "agentcage: --result " << *opts.result_file << ": cannot create " << tmp << ": "
-          << std::strerror(errno) << "\n";
+  // Where the result goes is settled before anything runs: a run whose
+  // result cannot be delivered does not start.
+  ResultSink sink;
+  if (opts.result_file && opts.result_fd) {
+    err << "agentcage: --result and --result-fd are alternatives: give one\n";
+    return kExitSetup;
+  }
+  if (opts.result_file || opts.result_fd) {
+    auto opened =
+        opts.result_file ? ResultSink::to_file(*opts.result_file) : ResultSink::to_fd(*opts.result_fd);
+    if (!opened) {
+      err << "agentcage: " << opened.error().message << "\n";
       return kExitSetup;
     }
+    sink = std::move(*opened);
   }
   RunResult res;
   int code = run_command(opts, res, err);
   res.exit_code = code;
   control::notify_run_end(run_end_notice(res));
-  if (res.report && res.report->denied_total() > 0) {
-    err << "agentcage: policy " << res.policy_name << " denied " << res.report->denied_total()
-        << " operation(s)";
-    const char* sep = ": ";
-    for (const auto& rec : res.report->records) {
-      err << sep << bpf::hook_name(rec.hook) << " " << bpf::record_target(rec);
-      sep = ", ";
-    }
-    if (res.report->records_taken > res.report->records.size()) err << ", ...";
-    err << "\n";
-  }
-  if (out) {
-    const std::string text = to_json(res).dump(2) + "\n";
-    size_t off = 0;
-    while (off < text.size()) {
-      ssize_t n = ::write(out.get(), text.data() + off, text.size() - off);
-      if (n < 0 && errno == EINTR) continue;
-      if (n <= 0) break;
-      off += static_cast<size_t>(n);
-    }
-    bool ok = off == text.size() && ::close(out.release()) == 0;
-    if (!ok || ::rename(tmp.c_str(), opts.result_file->c_str()) != 0) {
-      err << "agentcage: writing the result to " << *opts.result_file << ": " << std::strerror(errno) << "\n";
-      ::unlink(tmp.c_str());
-    }
+  err << denial_summary(res);
+  if (opts.result_file || opts.result_fd) {
+    if (Status st = sink.write(result_text(res)); !st)
+      err << "agentcage: writing the result to " << sink.name() << ": " << st.error().message << "\n";
   }
   return code;
 }

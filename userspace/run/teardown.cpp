@@ -8,6 +8,7 @@
 #include <filesystem>
 #include <sstream>
 
+#include "run/artifacts.h"
 #include "run/steps.h"
 
 namespace agentcage::run {
@@ -83,10 +84,23 @@ std::vector<std::string> teardown(Resources& r, RunResult& res, bool collect,
   }
   if (!r.record.workspace.empty() && drained) {
     std::error_code ec;
-    if (r.workspace_created && !keep_workspace) {
+    const bool kept = !r.workspace_created || keep_workspace;
+    bool handed_back = true;
+    if (kept) {
+      // Nothing of the run runs any more (drained): make what it left safe
+      // to hand back. If that cannot be done, nobody but root may enter.
+      if (Status st = strip_setid_bits(r.record.workspace); !st) {
+        problems.push_back("workspace " + r.record.workspace + ": " + st.error().message +
+                           "; the workspace is left to root only (mode 0700)");
+        if (::chown(r.record.workspace.c_str(), 0, 0) != 0 || ::chmod(r.record.workspace.c_str(), 0700) != 0)
+          problems.push_back("restricting " + r.record.workspace + ": " + std::strerror(errno));
+        handed_back = false;
+      }
+    }
+    if (!kept) {
       fs::remove_all(r.record.workspace, ec);
       if (ec) problems.push_back("removing workspace " + r.record.workspace + ": " + ec.message());
-    } else if (r.record.restore_uid) {
+    } else if (r.record.restore_uid && handed_back) {
       if (::chown(r.record.workspace.c_str(), *r.record.restore_uid, *r.record.restore_gid) != 0 ||
           ::chmod(r.record.workspace.c_str(), static_cast<mode_t>(*r.record.restore_mode)) != 0)
         problems.push_back("restoring owner and mode of " + r.record.workspace + ": " + std::strerror(errno));

@@ -33,6 +33,24 @@ size_t utf8_sequence_length(std::string_view s, size_t i) {
   return len;
 }
 
+namespace {
+
+// A well-formed n-byte sequence at s[i] that a terminal or a text renderer
+// treats as a control: C1 controls U+0080..U+009F (some terminals read U+009B
+// as CSI) and the bidirectional overrides and isolates U+202A..U+202E,
+// U+2066..U+2069 (they reorder what is displayed after them).
+bool is_terminal_control(std::string_view s, size_t i, size_t n) {
+  auto byte = [&](size_t k) { return static_cast<uint8_t>(s[i + k]); };
+  if (n == 2) return byte(0) == 0xC2 && byte(1) <= 0x9F;
+  if (n == 3 && byte(0) == 0xE2) {
+    if (byte(1) == 0x80) return byte(2) >= 0xAA && byte(2) <= 0xAE;
+    if (byte(1) == 0x81) return byte(2) >= 0xA6 && byte(2) <= 0xA9;
+  }
+  return false;
+}
+
+}  // namespace
+
 std::string escape(std::string_view text, size_t max) {
   std::string out;
   size_t i = 0;
@@ -43,11 +61,17 @@ std::string escape(std::string_view text, size_t max) {
     }
     const auto b = static_cast<unsigned char>(text[i]);
     const size_t n = utf8_sequence_length(text, i);
-    if (n == 0 || b < 0x20 || b == 0x7f) {
-      char buf[8];
-      std::snprintf(buf, sizeof buf, "\\x%02x", static_cast<unsigned>(b));
-      out += buf;
-      ++i;
+    if (n == 0 || b < 0x20 || b == 0x7f || is_terminal_control(text, i, n)) {
+      // A terminal control sequence is escaped byte by byte, so none of it
+      // reaches a terminal raw.
+      const size_t k = n == 0 ? 1 : n;
+      for (size_t j = 0; j < k; ++j) {
+        char buf[8];
+        std::snprintf(buf, sizeof buf, "\\x%02x",
+                      static_cast<unsigned>(static_cast<unsigned char>(text[i + j])));
+        out += buf;
+      }
+      i += k;
       continue;
     }
     out.append(text.substr(i, n));

@@ -17,8 +17,9 @@ namespace agentcage {
 // Follows the table in the Unicode standard, section 3.9 (Table 3-7).
 size_t utf8_sequence_length(std::string_view s, size_t i);
 
-// `text` made safe to print in a message: control characters and bytes that
-// are not well-formed UTF-8 become \xNN, and the text is cut after `max`
+// `text` made safe to print in a message or on a terminal: control
+// characters (C0, DEL, C1), bidirectional overrides and bytes that are not
+// well-formed UTF-8 become \xNN (each byte), and the text is cut after `max`
 // bytes with "...".
 std::string escape(std::string_view text, size_t max);
 

@@ -234,7 +234,8 @@ struct ac_counters {
 /* ac_stats: PERCPU_ARRAY, index enum ac_stat. */
 enum ac_stat {
 	AC_STAT_EVENTS_SENT = 0,
-	AC_STAT_EVENTS_LOST = 1, /* ring buffer full: counted, never waited on */
+	/* ring buffer full (or no memory to build the record): counted, never waited on */
+	AC_STAT_EVENTS_LOST = 1,
 	AC_STAT_COUNT = 2,
 };
 
@@ -303,7 +304,9 @@ struct ac_scope_report {
 	__u64 audited[AC_HOOK_COUNT]; /* audit-mode would-be denials by hook */
 	__u32 records_taken; /* records offered; > AC_REPORT_RECORDS: later ones not kept */
 	__u32 pad;
-	/* The first AC_REPORT_RECORDS records that reached the ring buffer.
+	/* The first AC_REPORT_RECORDS records of the scope, kept whether or not
+	 * the shared ring buffer had room for them (records are built in the
+	 * deciding task's storage, then copied here and to the ring buffer).
 	 * Best effort under concurrency: two CPUs denying in one scope at the
 	 * same instant may claim the same place (records_taken stays exact). */
 	struct ac_event_decision records[AC_REPORT_RECORDS];
