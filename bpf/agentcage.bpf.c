@@ -18,7 +18,10 @@
  *             symlink, truncate, chmod, chown).
  *   network   socket_connect, socket_sendmsg with an address (UDP sendto,
  *             TCP fast open, io_uring), unix_stream_connect/unix_may_send
- *             (unix sockets by identity), socket_create (raw, packet, ...).
+ *             (unix sockets by identity), socket_create (unix, TCP, UDP and
+ *             route netlink only).
+ *   ingress   socket_bind (off loopback, abstract names), socket_listen,
+ *             netlink_send (route sockets read only): see ingress.bpf.h.
  *   scope     task_alloc (clone3 into another cgroup), ptrace attach,
  *             userns_create, and cgroupfs (cgroup.procs writes).
  *   mounts    sb_mount, sb_umount, move_mount, sb_pivotroot, sb_kern_mount,
@@ -36,6 +39,7 @@
 #include "path.bpf.h"
 #include "rules.bpf.h"
 #include "net.bpf.h"
+#include "ingress.bpf.h"
 
 char LICENSE[] SEC("license") = "GPL";
 
@@ -367,6 +371,51 @@ int BPF_PROG(ac_socket_create, int family, int type, int protocol, int kern, int
 	if (scoped == AC_SCOPE_NONE)
 		return 0;
 	return ac_decide_socket_create(&c, scoped, family, type, protocol);
+}
+
+SEC("lsm/socket_bind")
+int BPF_PROG(ac_socket_bind, struct socket *sock, struct sockaddr *address, int addrlen, int ret)
+{
+	struct ac_ctx c = {};
+	enum ac_scope_state scoped;
+
+	if (ret)
+		return ret;
+	scoped = ac_current_scope(&c, AC_HOOK_SOCKET_BIND);
+	if (scoped == AC_SCOPE_NONE)
+		return 0;
+	return ac_decide_bind(&c, scoped, sock, address, addrlen);
+}
+
+SEC("lsm/socket_listen")
+int BPF_PROG(ac_socket_listen, struct socket *sock, int backlog, int ret)
+{
+	struct ac_ctx c = {};
+	enum ac_scope_state scoped;
+
+	if (ret)
+		return ret;
+	scoped = ac_current_scope(&c, AC_HOOK_SOCKET_LISTEN);
+	if (scoped == AC_SCOPE_NONE)
+		return 0;
+	return ac_decide_listen(&c, scoped, sock);
+}
+
+/* Called in sendmsg on every netlink socket, before the kernel acts on the
+ * messages; the socket's protocol is read from it, so a socket created
+ * before `attach` or passed in is decided too. */
+SEC("lsm/netlink_send")
+int BPF_PROG(ac_netlink_send, struct sock *sk, struct sk_buff *skb, int ret)
+{
+	struct ac_ctx c = {};
+	enum ac_scope_state scoped;
+
+	if (ret)
+		return ret;
+	scoped = ac_current_scope(&c, AC_HOOK_NETLINK_SEND);
+	if (scoped == AC_SCOPE_NONE)
+		return 0;
+	return ac_decide_netlink_send(&c, scoped, sk, skb);
 }
 
 /* Unix sockets are matched by the socket they reach (its bound inode's path,

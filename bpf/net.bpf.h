@@ -18,10 +18,13 @@
 #define AF_INET 2
 #define AF_INET6 10
 #define AF_NETLINK 16
+#define SOCK_STREAM 1
+#define SOCK_DGRAM 2
 #define SOCK_RAW 3
 #define SOCK_TYPE_MASK 0xf
 #define IPPROTO_TCP 6
 #define IPPROTO_UDP 17
+#define NETLINK_ROUTE 0
 
 /* Report an inet target in an event. */
 static __always_inline void ac_event_inet(struct ac_event_decision *e, __u16 family, __u16 port,
@@ -35,6 +38,62 @@ static __always_inline void ac_event_inet(struct ac_event_decision *e, __u16 fam
 		bpf_probe_read_kernel(e->addr, 4, addr16 + 12);
 	else
 		bpf_probe_read_kernel(e->addr, 16, addr16);
+}
+
+/* Read an inet address into scratch.net.addr (IPv4 as ::ffff:a.b.c.d) and
+ * its port. 0 when the address is too short to hold one: the caller then
+ * fails closed. `family` is the socket's or the address's, as the caller
+ * decides what the kernel will use. */
+static __always_inline int ac_load_inet(struct ac_scratch *s, __u16 family,
+					struct sockaddr *address, int addrlen, __u16 *port)
+{
+	if (family == AF_INET && addrlen >= (int)sizeof(struct sockaddr_in)) {
+		struct sockaddr_in *in = (struct sockaddr_in *)address;
+		*port = bpf_ntohs(BPF_CORE_READ(in, sin_port));
+		__builtin_memset(s->net.addr, 0, 10);
+		s->net.addr[10] = 0xff;
+		s->net.addr[11] = 0xff;
+		bpf_probe_read_kernel(&s->net.addr[12], 4, &in->sin_addr);
+		return 1;
+	}
+	if (family == AF_INET6 && addrlen >= (int)sizeof(struct sockaddr_in6)) {
+		struct sockaddr_in6 *in6 = (struct sockaddr_in6 *)address;
+		*port = bpf_ntohs(BPF_CORE_READ(in6, sin6_port));
+		bpf_probe_read_kernel(s->net.addr, 16, &in6->sin6_addr);
+		return 1;
+	}
+	return 0;
+}
+
+static __always_inline __u8 ac_proto_bit(__u16 protocol)
+{
+	return protocol == IPPROTO_TCP ? AC_PROTO_TCP :
+	       protocol == IPPROTO_UDP ? AC_PROTO_UDP : AC_PROTO_OTHER;
+}
+
+/*
+ * connect/sendmsg to a netlink address. Talking to the kernel (nl_pid 0, no
+ * groups) is what socket_create allowed the socket for; a unicast to another
+ * process's netlink socket or a multicast to a group is a channel to the
+ * host (the kernel lets only privileged senders do it on route sockets, and
+ * a privileged process may be attached to a scope).
+ */
+static __always_inline int ac_decide_netlink_peer(struct ac_ctx *c, enum ac_scope_state scoped,
+						  struct sockaddr *address, int addrlen)
+{
+	struct sockaddr_nl *nl = (struct sockaddr_nl *)address;
+	if (addrlen < (int)sizeof(struct sockaddr_nl) ||
+	    (BPF_CORE_READ(nl, nl_pid) == 0 && BPF_CORE_READ(nl, nl_groups) == 0))
+		return 0; /* the kernel refuses a short address itself */
+	int ret;
+	struct ac_event_decision *e =
+		ac_finish(c, 0, scoped == AC_SCOPE_POLICY ? AC_REASON_PROTECTED : AC_REASON_NO_POLICY,
+			  &ret);
+	if (e) {
+		e->family = AF_NETLINK;
+		ac_event_submit(e);
+	}
+	return ret;
 }
 
 /*
@@ -52,39 +111,28 @@ static __always_inline int ac_decide_inet(struct ac_ctx *c, enum ac_scope_state 
 	__u16 protocol = BPF_CORE_READ(sock, sk, sk_protocol);
 	__u16 port = 0;
 
-	if (family == AF_UNIX || family == AF_NETLINK || (is_connect && family == AF_UNSPEC))
+	if (family == AF_UNIX || (is_connect && family == AF_UNSPEC))
 		return 0;
+	if (family == AF_NETLINK)
+		return ac_decide_netlink_peer(c, scoped, address, addrlen);
 
 	/* The destination goes into scratch.net.addr whatever the scope's
 	 * state: the record reports it, and must never show an address an
 	 * earlier decision on this CPU left there. */
 	struct ac_scratch *s = bpf_map_lookup_elem(&ac_scratch_buf, &zero);
-	if (!s) {
+	if (!s)
 		reason = AC_REASON_INTERNAL;
-	} else if (family == AF_INET && addrlen >= (int)sizeof(struct sockaddr_in)) {
-		struct sockaddr_in *in = (struct sockaddr_in *)address;
-		port = bpf_ntohs(BPF_CORE_READ(in, sin_port));
-		__builtin_memset(s->net.addr, 0, 10);
-		s->net.addr[10] = 0xff;
-		s->net.addr[11] = 0xff;
-		bpf_probe_read_kernel(&s->net.addr[12], 4, &in->sin_addr);
-	} else if (family == AF_INET6 && addrlen >= (int)sizeof(struct sockaddr_in6)) {
-		struct sockaddr_in6 *in6 = (struct sockaddr_in6 *)address;
-		port = bpf_ntohs(BPF_CORE_READ(in6, sin6_port));
-		bpf_probe_read_kernel(s->net.addr, 16, &in6->sin6_addr);
-	} else {
-		/* other families, or an address too short to read */
-		s = NULL;
-	}
+	else if (!ac_load_inet(s, family, address, addrlen, &port))
+		s = NULL; /* other families, or an address too short to read */
 
 	if (scoped != AC_SCOPE_POLICY) {
 		reason = AC_REASON_NO_POLICY;
 	} else if (s) {
 		s->net.prefixlen = 32 + 128;
-		__u8 proto_bit = protocol == IPPROTO_TCP ? AC_PROTO_TCP :
-				 protocol == IPPROTO_UDP ? AC_PROTO_UDP : AC_PROTO_OTHER;
 		__u32 access;
-		struct ac_lookup q = { .kind = AC_RULES_NET, .proto_bit = proto_bit, .port = port };
+		struct ac_lookup q = { .kind = AC_RULES_NET,
+				       .proto_bit = ac_proto_bit(protocol),
+				       .port = port };
 		enum ac_policy_state state = ac_rules_lookup(c, s, q, &access);
 		if (state != AC_POLICY_HELD) {
 			reason = ac_policy_reason(state);
@@ -106,8 +154,33 @@ static __always_inline int ac_decide_inet(struct ac_ctx *c, enum ac_scope_state 
 	return ret;
 }
 
-/* Raw and packet sockets bypass connect/sendmsg addressing: only unix, inet
- * (not SOCK_RAW) and netlink (glibc's getaddrinfo uses it) may be created. */
+/*
+ * What a scope may create. Every other family and protocol reaches peers or
+ * the host in ways connect/sendmsg never see (raw and packet sockets, SCTP's
+ * connectx socket options, MPTCP subflows, ICMP "ping" sockets, vsock,
+ * bluetooth, ...), and refusing it here also keeps its module from being
+ * autoloaded: __sock_create() asks this hook before it loads a missing
+ * family's module, and inet_create() loads a missing protocol's only after.
+ *   AF_UNIX     any type: peers are decided by the unix hooks
+ *   AF_INET(6)  SOCK_STREAM with protocol 0 or TCP, SOCK_DGRAM with 0 or UDP
+ *   AF_NETLINK  NETLINK_ROUTE only (glibc's getaddrinfo reads addresses over
+ *               it); netlink_send keeps it read-only. Socket diagnostics
+ *               (the host's connections and listeners), uevents, audit,
+ *               user sockets, generic netlink and the rest are refused.
+ */
+static __always_inline int ac_socket_allowed(int family, int type, int protocol)
+{
+	int t = type & SOCK_TYPE_MASK;
+	if (family == AF_UNIX)
+		return 1;
+	if (family == AF_INET || family == AF_INET6)
+		return (t == SOCK_STREAM && (protocol == 0 || protocol == IPPROTO_TCP)) ||
+		       (t == SOCK_DGRAM && (protocol == 0 || protocol == IPPROTO_UDP));
+	if (family == AF_NETLINK)
+		return protocol == NETLINK_ROUTE;
+	return 0;
+}
+
 static __always_inline int ac_decide_socket_create(struct ac_ctx *c, enum ac_scope_state scoped,
 						   int family, int type, int protocol)
 {
@@ -116,12 +189,7 @@ static __always_inline int ac_decide_socket_create(struct ac_ctx *c, enum ac_sco
 	if (scoped != AC_SCOPE_POLICY) {
 		allowed = 0;
 		reason = AC_REASON_NO_POLICY;
-	} else if (family == AF_INET || family == AF_INET6) {
-		if ((type & SOCK_TYPE_MASK) == SOCK_RAW) {
-			allowed = 0;
-			reason = AC_REASON_PROTECTED;
-		}
-	} else if (family != AF_UNIX && family != AF_NETLINK) {
+	} else if (!ac_socket_allowed(family, type, protocol)) {
 		allowed = 0;
 		reason = AC_REASON_PROTECTED;
 	}

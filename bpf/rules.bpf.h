@@ -79,14 +79,15 @@ enum ac_rules_kind {
 	AC_RULES_PATH = 0,     /* scratch.key: a resolved path (absolute + workspace rules) */
 	AC_RULES_NET = 1,      /* scratch.net: an inet destination */
 	AC_RULES_ABSTRACT = 2, /* scratch.key: an abstract unix name */
+	AC_RULES_LISTEN = 3,   /* scratch.net: a local inet address to bind or listen on */
 };
 
 /* One request. Callers pass a literal, so after inlining `kind` is a
  * constant and only its branch of ac_rules_access is compiled in. */
 struct ac_lookup {
 	__u8 kind;           /* enum ac_rules_kind */
-	__u8 proto_bit;      /* NET: AC_PROTO_* of the socket */
-	__u16 port;          /* NET: destination port, host order */
+	__u8 proto_bit;      /* NET, LISTEN: AC_PROTO_* of the socket */
+	__u16 port;          /* NET: destination port, LISTEN: local port, host order */
 	__u32 workspace_tag; /* PATH: the scope's workspace (0: absolute rules only) */
 	__u32 text_len;      /* PATH: as ac_resolve reported; ABSTRACT: the name's length */
 };
@@ -94,8 +95,8 @@ struct ac_lookup {
 /*
  * The access bits the rules under c->rules_id grant for the request (0: no
  * rule). An inet destination gets AC_ACCESS_CONNECT when a CIDR rule allows
- * its port and protocol; an abstract name the bits of the rule for exactly
- * that name.
+ * its port and protocol, a local address AC_ACCESS_BIND when a network.listen
+ * rule does; an abstract name the bits of the rule for exactly that name.
  */
 static __always_inline __u32 ac_rules_access(const struct ac_ctx *c, struct ac_scratch *s,
 					     const struct ac_lookup *q)
@@ -104,6 +105,12 @@ static __always_inline __u32 ac_rules_access(const struct ac_ctx *c, struct ac_s
 		s->net.rules_id_be = bpf_htonl(c->rules_id & AC_RULES_ID_MASK);
 		struct ac_net_rule *rule = bpf_map_lookup_elem(&ac_net_rules, &s->net);
 		return rule && ac_port_allowed(rule, q->port, q->proto_bit) ? AC_ACCESS_CONNECT : 0;
+	}
+	if (q->kind == AC_RULES_LISTEN) {
+		s->net.rules_id_be =
+			bpf_htonl((c->rules_id & AC_RULES_ID_MASK) | AC_RULES_NS_LISTEN);
+		struct ac_net_rule *rule = bpf_map_lookup_elem(&ac_net_rules, &s->net);
+		return rule && ac_port_allowed(rule, q->port, q->proto_bit) ? AC_ACCESS_BIND : 0;
 	}
 	if (q->kind == AC_RULES_ABSTRACT) {
 		s->key.rules_id_be =

@@ -181,3 +181,35 @@ TEST(Compile, UnixRulesGrantConnect) {
 
 }  // namespace
 }  // namespace agentcage::bpf
+
+namespace agentcage::bpf {
+namespace {
+
+TEST(Compile, ListenRulesLiveInTheirOwnSpace) {
+  policy::Policy p;
+  p.name = "t";
+  p.network_allow = {v4(127, 0, 0, 1, 32, {{443, 443}}, policy::Protocol::tcp)};
+  p.network_listen = {v4(127, 0, 0, 1, 32, {{8000, 8000}}, policy::Protocol::tcp)};
+  policy::NetRule name;
+  name.kind = policy::NetRule::Kind::unix_abstract;
+  name.unix_name = "dev";
+  p.network_listen.push_back(name);
+  name.kind = policy::NetRule::Kind::unix_abstract;
+  p.network_allow.push_back(name);
+  auto c = compile(p);
+  ASSERT_TRUE(c.ok()) << c.error().message;
+  ASSERT_EQ(c->net.size(), 2u);
+  // Same network, separate entries: a listen port is never a destination.
+  EXPECT_EQ(c->net[0].space, NetSpace::allow);
+  ASSERT_EQ(c->net[0].ranges.size(), 1u);
+  EXPECT_EQ(c->net[0].ranges[0].first, 443);
+  EXPECT_EQ(c->net[1].space, NetSpace::listen);
+  ASSERT_EQ(c->net[1].ranges.size(), 1u);
+  EXPECT_EQ(c->net[1].ranges[0].first, 8000);
+  // One abstract entry with both bits.
+  EXPECT_EQ(by_path(*c, RuleSpace::abstract_unix),
+            (std::map<std::string, uint32_t>{{"dev", AC_ACCESS_CONNECT | AC_ACCESS_BIND}}));
+}
+
+}  // namespace
+}  // namespace agentcage::bpf

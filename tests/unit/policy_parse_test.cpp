@@ -670,3 +670,50 @@ TEST(PolicyBounded, LongKeysGetNoSuggestionWork) {
 
 }  // namespace
 }  // namespace agentcage::policy
+
+namespace agentcage::policy {
+namespace {
+
+TEST(PolicyParse, NetworkListenEntries) {
+  const ParseResult r = parse_policy(
+      "apiVersion: agentcage/v1\nkind: Policy\nmetadata: {name: dev}\nspec:\n  network:\n    listen:\n"
+      "      - {cidr: 127.0.0.1/32, ports: [8000], protocol: tcp}\n"
+      "      - {unix: \"@dev-server\"}\n",
+      "l.yaml");
+  ASSERT_TRUE(r.ok()) << (r.errors.empty() ? "" : r.errors[0].format());
+  ASSERT_EQ(r.policy->network_listen.size(), 2u);
+  EXPECT_TRUE(r.policy->network_allow.empty());
+  const NetRule& inet = r.policy->network_listen[0];
+  EXPECT_EQ(inet.kind, NetRule::Kind::cidr);
+  EXPECT_EQ(inet.prefix_len, 32);
+  ASSERT_EQ(inet.ports.size(), 1u);
+  EXPECT_EQ(inet.ports[0].first, 8000);
+  EXPECT_EQ(inet.protocol, Protocol::tcp);
+  EXPECT_EQ(r.policy->network_listen[1].kind, NetRule::Kind::unix_abstract);
+  EXPECT_EQ(r.policy->network_listen[1].unix_name, "dev-server");
+}
+
+TEST(PolicyParse, NetworkListenErrorsAreLocated) {
+  const ParseResult r = parse_policy(
+      "apiVersion: agentcage/v1\nkind: Policy\nmetadata: {name: dev}\nspec:\n  network:\n    listen:\n"
+      "      - {unix: /run/dev.sock}\n"
+      "      - {cidr: 127.0.0.1/33}\n"
+      "      - 8000\n"
+      "    lisen: []\n",
+      "l.yaml");
+  ASSERT_FALSE(r.ok());
+  ASSERT_EQ(r.errors.size(), 4u);
+  EXPECT_EQ(r.errors[0].format(),
+            "l.yaml:7:9: network.listen[0]: a unix socket at a path is a file; allow creating it with "
+            "files.write (network.listen takes a cidr or an abstract name \"@name\")");
+  EXPECT_NE(r.errors[1].format().find("l.yaml:8:16: network.listen[1].cidr: "), std::string::npos)
+      << r.errors[1].format();
+  EXPECT_NE(r.errors[2].format().find("l.yaml:9:9: network.listen[2] must be a mapping"), std::string::npos)
+      << r.errors[2].format();
+  EXPECT_NE(r.errors[3].format().find("l.yaml:10:5: unknown key 'lisen' in network (did you mean 'listen'?)"),
+            std::string::npos)
+      << r.errors[3].format();
+}
+
+}  // namespace
+}  // namespace agentcage::policy

@@ -50,54 +50,18 @@ bool covers(const CompiledNetRule& outer, const CompiledNetRule& inner) {
   return true;
 }
 
-}  // namespace
-
-Result<CompiledPolicy> compile(const policy::Policy& policy) {
-  CompiledPolicy out;
-  out.flags = policy.mode == policy::Mode::audit ? AC_POLICY_F_AUDIT : 0;
-
-  std::map<std::string, uint32_t> abs, ws;
-  auto add = [&](const policy::PathEntry& e, uint32_t access) {
-    (e.in_workspace ? ws[ws_key(e.path)] : abs[e.path]) |= access;
-  };
-  for (const auto& e : policy.read) add(e, AC_ACCESS_READ);
-  for (const auto& e : policy.write) add(e, AC_ACCESS_READ | AC_ACCESS_WRITE);
-  for (const auto& e : policy.deny) add(e, AC_ACCESS_DENY);
-  // An allowed program stays readable and mappable: it is matched by the
-  // file it resolves to, so a symlink to it or a copy elsewhere is not it.
-  for (const auto& e : policy.exec_allow) abs[e.resolved] |= AC_ACCESS_READ | AC_ACCESS_EXEC;
-
-  std::vector<PathRule> unix_abstract;
-  for (const auto& r : policy.network_allow) {
-    if (r.kind == policy::NetRule::Kind::unix_path) abs[r.unix_name] |= AC_ACCESS_CONNECT;
-    if (r.kind == policy::NetRule::Kind::unix_abstract)
-      unix_abstract.push_back(PathRule{r.unix_name, AC_ACCESS_CONNECT, RuleSpace::abstract_unix});
-  }
-
-  out.paths = fold(abs, RuleSpace::absolute);
-  for (const auto& r : out.paths) {
-    // A program the run could overwrite is no longer the program allowed.
-    if ((r.access & AC_ACCESS_EXEC) && (r.access & AC_ACCESS_WRITE))
-      return Error{"policy " + policy.name + ": exec.allow " + r.path +
-                       " lies under a files.write rule; a run could replace the program",
-                   EINVAL};
-    if (auto key = make_path_key(0, r); !key) return key.error().wrap("policy " + policy.name);
-  }
-  for (auto& r : fold(ws, RuleSpace::workspace)) {
-    if (auto key = make_path_key(0, r); !key) return key.error().wrap("policy " + policy.name);
-    out.paths.push_back(std::move(r));
-  }
-  for (auto& r : unix_abstract) {
-    if (auto key = make_path_key(0, r); !key) return key.error().wrap("policy " + policy.name);
-    out.paths.push_back(std::move(r));
-  }
-
-  // CIDRs: one entry per distinct network, IPv4 as ::ffff:0:0/96.
+// The CIDR entries of one rule list as LPM entries in `space`: one entry per
+// distinct network (IPv4 as ::ffff:0:0/96), each carrying the port ranges of
+// every entry whose network covers it.
+Result<std::vector<CompiledNetRule>> compile_cidrs(const policy::Policy& policy,
+                                                   const std::vector<policy::NetRule>& rules,
+                                                   NetSpace space) {
   std::vector<CompiledNetRule> nets;
   std::vector<std::vector<ac_port_range>> own;
-  for (const auto& r : policy.network_allow) {
+  for (const auto& r : rules) {
     if (r.kind != policy::NetRule::Kind::cidr) continue;
     CompiledNetRule n;
+    n.space = space;
     if (r.family == AF_INET) {
       n.addr[10] = 0xff;
       n.addr[11] = 0xff;
@@ -137,7 +101,63 @@ Result<CompiledPolicy> compile(const policy::Policy& policy) {
     for (const auto& [first, last, protocols] : merged)
       nets[i].ranges.push_back(ac_port_range{first, last, protocols, {}});
   }
-  out.net = std::move(nets);
+  return nets;
+}
+
+}  // namespace
+
+Result<CompiledPolicy> compile(const policy::Policy& policy) {
+  CompiledPolicy out;
+  out.flags = policy.mode == policy::Mode::audit ? AC_POLICY_F_AUDIT : 0;
+
+  std::map<std::string, uint32_t> abs, ws;
+  auto add = [&](const policy::PathEntry& e, uint32_t access) {
+    (e.in_workspace ? ws[ws_key(e.path)] : abs[e.path]) |= access;
+  };
+  for (const auto& e : policy.read) add(e, AC_ACCESS_READ);
+  for (const auto& e : policy.write) add(e, AC_ACCESS_READ | AC_ACCESS_WRITE);
+  for (const auto& e : policy.deny) add(e, AC_ACCESS_DENY);
+  // An allowed program stays readable and mappable: it is matched by the
+  // file it resolves to, so a symlink to it or a copy elsewhere is not it.
+  for (const auto& e : policy.exec_allow) abs[e.resolved] |= AC_ACCESS_READ | AC_ACCESS_EXEC;
+
+  // Abstract unix names: exact, one entry per name with every bit it gets
+  // (connect from network.allow, bind from network.listen).
+  std::map<std::string, uint32_t> abstract;
+  for (const auto& r : policy.network_allow) {
+    if (r.kind == policy::NetRule::Kind::unix_path) abs[r.unix_name] |= AC_ACCESS_CONNECT;
+    if (r.kind == policy::NetRule::Kind::unix_abstract) abstract[r.unix_name] |= AC_ACCESS_CONNECT;
+  }
+  for (const auto& r : policy.network_listen)
+    if (r.kind == policy::NetRule::Kind::unix_abstract) abstract[r.unix_name] |= AC_ACCESS_BIND;
+  std::vector<PathRule> unix_abstract;
+  for (const auto& [name, access] : abstract)
+    unix_abstract.push_back(PathRule{name, access, RuleSpace::abstract_unix});
+
+  out.paths = fold(abs, RuleSpace::absolute);
+  for (const auto& r : out.paths) {
+    // A program the run could overwrite is no longer the program allowed.
+    if ((r.access & AC_ACCESS_EXEC) && (r.access & AC_ACCESS_WRITE))
+      return Error{"policy " + policy.name + ": exec.allow " + r.path +
+                       " lies under a files.write rule; a run could replace the program",
+                   EINVAL};
+    if (auto key = make_path_key(0, r); !key) return key.error().wrap("policy " + policy.name);
+  }
+  for (auto& r : fold(ws, RuleSpace::workspace)) {
+    if (auto key = make_path_key(0, r); !key) return key.error().wrap("policy " + policy.name);
+    out.paths.push_back(std::move(r));
+  }
+  for (auto& r : unix_abstract) {
+    if (auto key = make_path_key(0, r); !key) return key.error().wrap("policy " + policy.name);
+    out.paths.push_back(std::move(r));
+  }
+
+  auto allow = compile_cidrs(policy, policy.network_allow, NetSpace::allow);
+  if (!allow) return allow.error();
+  auto listen = compile_cidrs(policy, policy.network_listen, NetSpace::listen);
+  if (!listen) return listen.error();
+  out.net = std::move(*allow);
+  out.net.insert(out.net.end(), listen->begin(), listen->end());
   return out;
 }
 

@@ -30,6 +30,12 @@ struct PathRule {
   RuleSpace space = RuleSpace::absolute;
 };
 
+// Which rules a network entry belongs to.
+enum class NetSpace : uint32_t {
+  allow = 0,                    // network.allow: destinations
+  listen = AC_RULES_NS_LISTEN,  // network.listen: local addresses to bind and listen on
+};
+
 // One entry of the network LPM map: an IPv6 network (IPv4 as
 // ::ffff:a.b.c.d), its prefix length in IPv6 bits, and the merged port
 // ranges of every network.allow CIDR that covers it. This is not a
@@ -40,6 +46,7 @@ struct CompiledNetRule {
   std::array<uint8_t, 16> addr{};
   uint8_t prefix_len = 0;
   std::vector<ac_port_range> ranges;
+  NetSpace space = NetSpace::allow;
 };
 
 // Everything a policy slot holds in the kernel.

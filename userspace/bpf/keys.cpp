@@ -40,7 +40,8 @@ Result<ac_net_key> make_net_key(uint32_t rules_id, const CompiledNetRule& rule) 
   if (rule.ranges.empty() || rule.ranges.size() > AC_NET_MAX_RANGES)
     return Error{"bpf: a CIDR rule needs 1.." + std::to_string(AC_NET_MAX_RANGES) + " port ranges", EINVAL};
   ac_net_key key{};
-  key.rules_id_be = htonl(rules_id & AC_RULES_ID_MASK);
+  if (rules_id & ~AC_RULES_ID_MASK) return Error{"bpf: rules id out of range", EINVAL};
+  key.rules_id_be = htonl(rules_id | static_cast<uint32_t>(rule.space));
   std::memcpy(key.addr, rule.addr.data(), 16);
   key.prefixlen = 32u + rule.prefix_len;
   return key;
@@ -74,6 +75,7 @@ uint64_t policy_digest(const std::string& name, const CompiledPolicy& policy) {
   for (const auto& r : policy.net) {
     bytes(r.addr.data(), r.addr.size());
     u64(r.prefix_len);
+    u64(static_cast<uint32_t>(r.space));
     u64(r.ranges.size());
     for (const auto& pr : r.ranges) {
       u64(pr.first);

@@ -11,7 +11,8 @@
 namespace agentcage::bpf {
 
 // "exec", "file_open", "socket_connect", "file_change", "mmap_exec",
-// "socket_send", "socket_create", "unix_connect", "scope_escape"; "unknown".
+// "socket_send", "socket_create", "unix_connect", "scope_escape", "socket_bind",
+// "socket_listen", "netlink_send"; "unknown".
 std::string_view hook_name(uint32_t hook);
 // "allow", "deny", "audit"; "unknown".
 std::string_view decision_name(uint32_t decision);

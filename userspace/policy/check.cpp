@@ -89,7 +89,9 @@ int check_command(const std::vector<std::string>& files, std::ostream& out, std:
     const Policy& p = *result.policy;
     out << file << ": ok (policy " << p.name << ", mode " << to_string(p.mode) << ", " << p.exec_allow.size()
         << " exec, " << p.read.size() << " read, " << p.write.size() << " write, " << p.deny.size()
-        << " deny, " << p.network_allow.size() << " network rules)\n";
+        << " deny, " << p.network_allow.size() << " network rules";
+    if (!p.network_listen.empty()) out << ", " << p.network_listen.size() << " listen rules";
+    out << ")\n";
   }
   return status;
 }

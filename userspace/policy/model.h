@@ -47,7 +47,9 @@ struct PortRange {
 
 enum class Protocol { any, tcp, udp };
 
-// One network.allow entry.
+// One network.allow entry, or one network.listen entry (cidr: the local
+// address and ports a socket may be bound to and listen on; unix_abstract:
+// a name that may be bound; never unix_path).
 struct NetRule {
   enum class Kind { cidr, unix_path, unix_abstract } kind = Kind::cidr;
   // cidr rules: AF_INET or AF_INET6, the network address in network byte
@@ -80,6 +82,7 @@ struct Policy {
   std::vector<ExecEntry> exec_allow;
   std::vector<PathEntry> read, write, deny;
   std::vector<NetRule> network_allow;
+  std::vector<NetRule> network_listen;
   Limits limits;
   std::string source;  // the file name the policy was parsed from
 };

@@ -45,7 +45,7 @@ constexpr std::string_view kMetadataKeys[] = {"name"};
 constexpr std::string_view kSpecKeys[] = {"mode", "exec", "files", "network", "limits"};
 constexpr std::string_view kExecKeys[] = {"allow"};
 constexpr std::string_view kFilesKeys[] = {"read", "write", "deny"};
-constexpr std::string_view kNetworkKeys[] = {"allow"};
+constexpr std::string_view kNetworkKeys[] = {"allow", "listen"};
 constexpr std::string_view kRuleKeys[] = {"cidr", "ports", "protocol", "unix"};
 constexpr std::string_view kLimitsKeys[] = {"memory", "pids", "cpu", "timeout"};
 
@@ -291,18 +291,35 @@ class Validator {
   void network(const Field& f, Policy& policy) {
     if (!expect(f, YAML::NodeType::Map, "network")) return;
     const Fields keys = fields(f.value, kNetworkKeys, "in network");
-    const Field* allow = find(keys, "allow");
-    if (!allow || !expect(*allow, YAML::NodeType::Sequence, "network.allow")) return;
+    if (const Field* allow = find(keys, "allow")) net_rules(*allow, "network.allow", policy.network_allow);
+    if (const Field* listen = find(keys, "listen"))
+      net_rules(*listen, "network.listen", policy.network_listen);
+  }
+
+  // network.allow (destinations) or network.listen (local addresses): the
+  // same entry shape; listen entries name what a run may bind and listen
+  // on, so a unix path there is refused (files.write decides socket files).
+  void net_rules(const Field& list, const std::string& key, std::vector<NetRule>& out) {
+    if (!expect(list, YAML::NodeType::Sequence, key)) return;
+    const bool listen = key == "network.listen";
     size_t index = 0;
-    for (const auto& item : allow->value) {
-      const std::string name = "network.allow[" + std::to_string(index++) + "]";
+    for (const auto& item : list.value) {
+      const std::string name = key + "[" + std::to_string(index++) + "]";
       if (item.IsNull()) {
-        error(null_item_pos(allow->value, item), name + " is empty (null)");
+        error(null_item_pos(list.value, item), name + " is empty (null)");
       } else if (!item.IsMap()) {
-        error(pos_of(item.Mark()), name + " must be a mapping such as {cidr: 10.0.0.0/8, ports: [443]} or " +
-                                       "{unix: /run/app.sock}, got " + describe(item));
+        error(pos_of(item.Mark()),
+              name + " must be a mapping such as " +
+                  (listen ? "{cidr: 127.0.0.1/32, ports: [8000], protocol: tcp} or {unix: \"@name\"}"
+                          : "{cidr: 10.0.0.0/8, ports: [443]} or {unix: /run/app.sock}") +
+                  ", got " + describe(item));
       } else if (auto rule = net_rule(item, name)) {
-        policy.network_allow.push_back(std::move(*rule));
+        if (listen && rule->kind == NetRule::Kind::unix_path) {
+          error(rule->pos, name + ": a unix socket at a path is a file; allow creating it with files.write " +
+                               "(network.listen takes a cidr or an abstract name \"@name\")");
+        } else {
+          out.push_back(std::move(*rule));
+        }
       }
     }
   }

@@ -19,7 +19,7 @@
 #include <linux/types.h>
 #endif
 
-#define AC_ABI_VERSION 4
+#define AC_ABI_VERSION 5
 
 /* ---- capacities ------------------------------------------------------- */
 
@@ -58,10 +58,13 @@ enum ac_hook {
 	AC_HOOK_FILE_CHANGE = 3,    /* path_{mknod,mkdir,rmdir,unlink,symlink,link,rename,truncate,chmod,chown} */
 	AC_HOOK_MMAP_EXEC = 4,      /* mmap_file, file_mprotect with PROT_EXEC */
 	AC_HOOK_SOCKET_SEND = 5,    /* socket_sendmsg to an explicit address */
-	AC_HOOK_SOCKET_CREATE = 6,  /* socket_create (raw, packet, other families) */
+	AC_HOOK_SOCKET_CREATE = 6,  /* socket_create (families and protocols other than unix, TCP, UDP, route netlink) */
 	AC_HOOK_UNIX_CONNECT = 7,   /* unix_stream_connect, unix_may_send */
 	AC_HOOK_SCOPE_ESCAPE = 8,   /* ptrace attach, user namespaces, cgroupfs, mounts, chroot */
-	AC_HOOK_COUNT = 9,
+	AC_HOOK_SOCKET_BIND = 9,    /* socket_bind: inet off loopback, abstract unix names */
+	AC_HOOK_SOCKET_LISTEN = 10, /* socket_listen on inet sockets */
+	AC_HOOK_NETLINK_SEND = 11,  /* netlink_send (route changes), netlink connect/sendmsg to a peer */
+	AC_HOOK_COUNT = 12,
 };
 
 enum ac_decision {
@@ -100,6 +103,8 @@ enum ac_reason {
 /* A unix socket bound at this path (or with this abstract name) may be
  * connected to / sent to. */
 #define AC_ACCESS_CONNECT (1u << 3)
+/* An abstract unix name (network.listen) this scope may bind. */
+#define AC_ACCESS_BIND (1u << 4)
 /* Rule only: matching paths are denied whatever else allows them. */
 #define AC_ACCESS_DENY (1u << 7)
 
@@ -108,6 +113,10 @@ enum ac_reason {
 #define AC_RULES_NS_WORKSPACE 0x80000000u
 #define AC_RULES_NS_ABSTRACT 0x40000000u
 #define AC_RULES_ID_MASK 0x3fffffffu
+/* In ac_net_rules keys: the network.listen entries (local address and port
+ * a socket may be bound to or listen on) rather than network.allow's
+ * destinations. */
+#define AC_RULES_NS_LISTEN 0x80000000u
 
 /* ---- maps ------------------------------------------------------------- */
 

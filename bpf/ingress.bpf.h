@@ -1,0 +1,255 @@
+/* SPDX-License-Identifier: GPL-2.0 */
+/*
+ * Ingress: what a scope may offer to others. A socket bound to an address
+ * the host's network reaches, a listening socket, or an abstract unix name
+ * (one namespace shared with the host, where a run could squat a name host
+ * programs connect to) lets the outside reach the run; a "no network" run
+ * that listens on 0.0.0.0 is a bind shell. Also netlink: route sockets stay
+ * read-only.
+ *
+ *   socket_bind    inet: loopback addresses (only this host reaches them;
+ *                  UDP on 127.0.0.1 for a test's own traffic) or what a
+ *                  network.listen rule allows (address, port, protocol);
+ *                  unix: abstract names only when network.listen names
+ *                  them, path sockets are files (files.write decides),
+ *                  autobind (a name the kernel picks) is fine
+ *   socket_listen  inet: only on an address and port a network.listen rule
+ *                  allows for TCP (the socket's bound address is read from
+ *                  the socket: listen() on an unbound socket binds the
+ *                  wildcard with a random port and is refused)
+ *   netlink_send   route messages that only read (the kernel's own rule for
+ *                  unprivileged senders: type & 3 == 2, RTM_GET*); any
+ *                  message on another netlink protocol (a socket passed in
+ *                  or created before `attach`)
+ */
+#ifndef AGENTCAGE_INGRESS_BPF_H
+#define AGENTCAGE_INGRESS_BPF_H
+
+#include "net.bpf.h"
+
+/* Messages of one netlink sendmsg checked before the send is refused as
+ * too many to check (the kernel processes every message of the buffer). */
+#define AC_NETLINK_MAX_MSGS 32
+#define NLMSG_HDRLEN 16
+#define NLMSG_MIN_TYPE 0x10
+
+/* Is scratch.net.addr (IPv4 as ::ffff:a.b.c.d) a loopback address? */
+static __always_inline int ac_is_loopback(const struct ac_scratch *s)
+{
+	const __u8 *a = s->net.addr;
+	__u8 zeros = 0;
+	for (int i = 0; i < 10; i++)
+		zeros |= a[i];
+	if (zeros)
+		return 0;
+	if (a[10] == 0xff && a[11] == 0xff)
+		return a[12] == 127;				       /* 127.0.0.0/8 */
+	return !(a[10] | a[11] | a[12] | a[13] | a[14]) && a[15] == 1; /* ::1 */
+}
+
+/* The decision tail of bind and listen on an inet socket: report the local
+ * address in the record. */
+static __always_inline int ac_ingress_finish(struct ac_ctx *c, int allowed, __u8 reason,
+					     struct ac_scratch *s, __u16 family, __u16 port,
+					     __u16 protocol)
+{
+	int ret;
+	struct ac_event_decision *e = ac_finish(c, allowed, reason, &ret);
+	if (e) {
+		e->family = family;
+		e->protocol = protocol;
+		if (s)
+			ac_event_inet(e, family, port, protocol, s->net.addr);
+		ac_event_submit(e);
+	}
+	return ret;
+}
+
+/* Is (scratch.net.addr, port) of this protocol allowed by network.listen?
+ * Sets *reason either way. */
+static __always_inline int ac_listen_rule(struct ac_ctx *c, struct ac_scratch *s, __u16 port,
+					  __u16 protocol, __u8 *reason)
+{
+	__u32 access;
+	s->net.prefixlen = 32 + 128;
+	struct ac_lookup q = {
+		.kind = AC_RULES_LISTEN, .proto_bit = ac_proto_bit(protocol), .port = port};
+	enum ac_policy_state state = ac_rules_lookup(c, s, q, &access);
+	if (state != AC_POLICY_HELD) {
+		*reason = ac_policy_reason(state);
+		return 0;
+	}
+	*reason = access & AC_ACCESS_BIND ? AC_REASON_RULE_ALLOW : AC_REASON_DEFAULT_DENY;
+	return !!(access & AC_ACCESS_BIND);
+}
+
+/* bind() of an abstract unix name: only a name network.listen lists. */
+static __always_inline int ac_decide_bind_abstract(struct ac_ctx *c, enum ac_scope_state scoped,
+						   struct sockaddr *address, int addrlen)
+{
+	__u32 zero = 0, access;
+	__u8 reason = AC_REASON_DEFAULT_DENY;
+	int allowed = 0, name_len = addrlen - 3; /* sa_family_t + the leading NUL */
+	struct ac_scratch *s = bpf_map_lookup_elem(&ac_scratch_buf, &zero);
+	struct sockaddr_un *un = (struct sockaddr_un *)address;
+
+	if (scoped != AC_SCOPE_POLICY) {
+		reason = AC_REASON_NO_POLICY;
+	} else if (!s) {
+		reason = AC_REASON_INTERNAL;
+	} else if (name_len > 0 && name_len <= 107) {
+		/* `address` is the kernel's sockaddr_storage copy: 128 bytes
+		 * are readable whatever addrlen says. */
+		bpf_probe_read_kernel(s->key.path, 108, &un->sun_path[1]);
+		s->key.prefixlen = 32 + 8 * name_len;
+		struct ac_lookup q = {.kind = AC_RULES_ABSTRACT, .text_len = name_len};
+		enum ac_policy_state state = ac_rules_lookup(c, s, q, &access);
+		if (state != AC_POLICY_HELD) {
+			reason = ac_policy_reason(state);
+		} else if (access & AC_ACCESS_BIND) {
+			allowed = 1;
+			reason = AC_REASON_RULE_ALLOW;
+		}
+	}
+	int ret;
+	struct ac_event_decision *e = ac_finish(c, allowed, reason, &ret);
+	if (e) {
+		e->family = AF_UNIX;
+		if (s && name_len > 0 && name_len <= 107)
+			ac_event_text(e, AC_TARGET_UNIX_ABSTRACT, s, name_len);
+		ac_event_submit(e);
+	}
+	return ret;
+}
+
+/*
+ * bind(). The socket's family decides, not the address's: an AF_INET socket
+ * accepts an AF_UNSPEC address as INADDR_ANY.
+ */
+static __always_inline int ac_decide_bind(struct ac_ctx *c, enum ac_scope_state scoped,
+					  struct socket *sock, struct sockaddr *address,
+					  int addrlen)
+{
+	__u32 zero = 0;
+	__u16 family = BPF_CORE_READ(sock, sk, __sk_common.skc_family);
+	__u16 protocol = BPF_CORE_READ(sock, sk, sk_protocol);
+	__u16 port = 0;
+	__u8 reason = AC_REASON_DEFAULT_DENY;
+	int allowed = 0;
+
+	if (family == AF_UNIX) {
+		/* addrlen == sizeof(sa_family_t): autobind, the kernel picks
+		 * a free name; a path: a file, decided by path_mknod. */
+		if (addrlen <= 2 || BPF_CORE_READ((struct sockaddr_un *)address, sun_path[0]))
+			return 0;
+		return ac_decide_bind_abstract(c, scoped, address, addrlen);
+	}
+	if (family != AF_INET && family != AF_INET6)
+		return 0; /* netlink: socket_create allowed route sockets only */
+
+	struct ac_scratch *s = bpf_map_lookup_elem(&ac_scratch_buf, &zero);
+	if (!s)
+		reason = AC_REASON_INTERNAL;
+	else if (!ac_load_inet(s, family, address, addrlen, &port))
+		s = NULL; /* too short to read: fail closed */
+
+	if (scoped != AC_SCOPE_POLICY) {
+		reason = AC_REASON_NO_POLICY;
+	} else if (s && ac_is_loopback(s)) {
+		allowed = 1;
+		reason = AC_REASON_RULE_ALLOW;
+	} else if (s) {
+		allowed = ac_listen_rule(c, s, port, protocol, &reason);
+	}
+	return ac_ingress_finish(c, allowed, reason, s, family, port, protocol);
+}
+
+/* listen(): the address and port the socket is bound to, read from it. */
+static __always_inline int ac_decide_listen(struct ac_ctx *c, enum ac_scope_state scoped,
+					    struct socket *sock)
+{
+	__u32 zero = 0;
+	struct sock *sk = BPF_CORE_READ(sock, sk);
+	__u16 family = BPF_CORE_READ(sk, __sk_common.skc_family);
+	__u16 protocol = BPF_CORE_READ(sk, sk_protocol);
+	__u16 port = BPF_CORE_READ(sk, __sk_common.skc_num);
+	__u8 reason = AC_REASON_DEFAULT_DENY;
+	int allowed = 0;
+
+	if (family != AF_INET && family != AF_INET6)
+		return 0; /* unix: bind decided the name */
+
+	struct ac_scratch *s = bpf_map_lookup_elem(&ac_scratch_buf, &zero);
+	if (s) {
+		if (family == AF_INET) {
+			__builtin_memset(s->net.addr, 0, 10);
+			s->net.addr[10] = 0xff;
+			s->net.addr[11] = 0xff;
+			__be32 a4 = BPF_CORE_READ(sk, __sk_common.skc_rcv_saddr);
+			__builtin_memcpy(&s->net.addr[12], &a4, 4);
+		} else {
+			BPF_CORE_READ_INTO(&s->net.addr, sk, __sk_common.skc_v6_rcv_saddr);
+		}
+	}
+	if (scoped != AC_SCOPE_POLICY)
+		reason = AC_REASON_NO_POLICY;
+	else if (!s)
+		reason = AC_REASON_INTERNAL;
+	else if (port) /* unbound: listen() would bind the wildcard */
+		allowed = ac_listen_rule(c, s, port, protocol, &reason);
+	return ac_ingress_finish(c, allowed, reason, s, family, port, protocol);
+}
+
+/*
+ * A netlink message sent from a scope. Only route sockets can be created in
+ * one; their messages may only read (RTM_GET*: the type's low two bits are
+ * 2, the same rule rtnetlink applies to unprivileged senders). The buffer
+ * may carry several messages, and the kernel acts on each, so each is
+ * checked; more than AC_NETLINK_MAX_MSGS fail closed.
+ */
+static __always_inline int ac_decide_netlink_send(struct ac_ctx *c, enum ac_scope_state scoped,
+						  struct sock *sk, struct sk_buff *skb)
+{
+	__u8 reason = AC_REASON_PROTECTED;
+	int allowed = 0;
+
+	if (scoped != AC_SCOPE_POLICY) {
+		reason = AC_REASON_NO_POLICY;
+	} else if (BPF_CORE_READ(sk, sk_protocol) == NETLINK_ROUTE) {
+		const unsigned char *data = BPF_CORE_READ(skb, data);
+		__u32 len = BPF_CORE_READ(skb, len), off = 0;
+		int done = 0, write = 0;
+		for (int i = 0; i < AC_NETLINK_MAX_MSGS; i++) {
+			struct nlmsghdr h = {};
+			if (len < NLMSG_HDRLEN || off > len - NLMSG_HDRLEN ||
+			    bpf_probe_read_kernel(&h, sizeof(h), data + off)) {
+				done = 1;
+				break;
+			}
+			/* where the kernel stops processing the buffer */
+			if (h.nlmsg_len < NLMSG_HDRLEN || h.nlmsg_len > len - off) {
+				done = 1;
+				break;
+			}
+			if (h.nlmsg_type >= NLMSG_MIN_TYPE && (h.nlmsg_type & 3) != 2) {
+				write = 1;
+				break;
+			}
+			off += (h.nlmsg_len + 3) & ~3u;
+		}
+		if (done && !write) {
+			allowed = 1;
+			reason = AC_REASON_RULE_ALLOW;
+		}
+	}
+	int ret;
+	struct ac_event_decision *e = ac_finish(c, allowed, reason, &ret);
+	if (e) {
+		e->family = AF_NETLINK;
+		e->protocol = BPF_CORE_READ(sk, sk_protocol);
+		ac_event_submit(e);
+	}
+	return ret;
+}
+
+#endif /* AGENTCAGE_INGRESS_BPF_H */
