@@ -19,7 +19,7 @@
 #include <linux/types.h>
 #endif
 
-#define AC_ABI_VERSION 4
+#define AC_ABI_VERSION 5
 
 /* ---- capacities ------------------------------------------------------- */
 
@@ -61,7 +61,10 @@ enum ac_hook {
 	AC_HOOK_SOCKET_CREATE = 6,  /* socket_create (raw, packet, other families) */
 	AC_HOOK_UNIX_CONNECT = 7,   /* unix_stream_connect, unix_may_send */
 	AC_HOOK_SCOPE_ESCAPE = 8,   /* ptrace attach, user namespaces, cgroupfs, mounts, chroot */
-	AC_HOOK_COUNT = 9,
+	/* 9..11: reserved for the ingress hooks */
+	AC_HOOK_IPC = 12,           /* System V IPC (ipc_permission, *_alloc_security, *ctl), POSIX mqueues */
+	AC_HOOK_KEY = 13,           /* key_permission, key_alloc: kernel keyrings */
+	AC_HOOK_COUNT = 14,
 };
 
 enum ac_decision {
@@ -119,11 +122,17 @@ enum ac_reason {
  * the old value or the new one, never a mix. (A preallocated hash recycles
  * a replaced or deleted element at once: a hook still reading it could see
  * fields of two different entries.) */
+/* The scope's processes run in an IPC namespace of their own, made for them
+ * (agentcage run starts its command with CLONE_NEWIPC): System V IPC and
+ * POSIX message queues of that namespace are theirs and allowed. Without the
+ * flag (an attached cgroup shares its IPC namespace with others) every System
+ * V IPC operation and every message queue is denied in the scope. */
+#define AC_SCOPE_F_OWN_IPC (1u << 0)
 struct ac_scope {
 	__u64 scope_id;    /* userspace's id for the run/attachment; in events */
 	__u32 policy_slot; /* key into the policies map */
 	__u16 level;       /* cgroup level of the registered cgroup (root: 0) */
-	__u16 flags;       /* reserved, 0 */
+	__u16 flags;       /* AC_SCOPE_F_* */
 	__u32 workspace_tag; /* key of this scope's entry in ac_workspaces; 0: none */
 	__u32 pad;
 };
