@@ -28,6 +28,9 @@
  *             path_chroot, capable(CAP_SYS_CHROOT): a privileged process
  *             in a scope cannot change what a path leads to, nor enter
  *             another mount namespace.
+ *   ipc, keys (ipc.bpf.h) System V IPC and POSIX message queues only in
+ *             the run's own IPC namespace; no per-uid keyring and no key
+ *             the scope does not possess.
  */
 #include "vmlinux.h"
 #include <bpf/bpf_helpers.h>
@@ -40,6 +43,7 @@
 #include "rules.bpf.h"
 #include "net.bpf.h"
 #include "ingress.bpf.h"
+#include "ipc.bpf.h"
 
 char LICENSE[] SEC("license") = "GPL";
 
@@ -218,6 +222,11 @@ int BPF_PROG(ac_file_open, struct file *file, int ret)
 	scoped = ac_current_scope(&c, AC_HOOK_FILE_OPEN);
 	if (scoped == AC_SCOPE_NONE)
 		return 0;
+	/* Message queues (mq_open opens the queue's file on an internal mount,
+	 * which no path rule can name) are decided as IPC. */
+	struct super_block *sb = BPF_CORE_READ(file, f_path.mnt, mnt_sb);
+	if (ac_is_mqueue(sb))
+		return ac_decide_mqueue(&c, scoped, sb);
 
 	__u32 fmode = BPF_CORE_READ(file, f_mode);
 	__u32 need = 0;

@@ -191,8 +191,8 @@ class FakeBackend : public Backend {
     return {};
   }
   Status add_scope(uint64_t cgroup_id, unsigned level, uint64_t scope_id, uint32_t slot,
-                   const std::string& workspace) override {
-    log("add_scope " + std::to_string(cgroup_id));
+                   const std::string& workspace, uint16_t flags) override {
+    log("add_scope " + std::to_string(cgroup_id) + (flags ? " flags " + std::to_string(flags) : ""));
     if (fail_add_scope) return Error{"add_scope failed", ENOMEM};
     scps[cgroup_id] = bpf::ScopeInfo{cgroup_id, scope_id, slot, level};
     workspaces[cgroup_id] = workspace;

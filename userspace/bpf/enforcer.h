@@ -117,9 +117,9 @@ class Enforcer {
   // Put the cgroup `cgroup_id` (at cgroup `level`) and everything below it
   // under the policy in `policy_slot`.
   // `workspace`: absolute, normalised directory the policy's ${workspace}
-  // rules apply to for this scope (empty: none).
+  // rules apply to for this scope (empty: none). `flags`: AC_SCOPE_F_*.
   Status add_scope(uint64_t cgroup_id, unsigned level, uint64_t scope_id, uint32_t policy_slot,
-                   const std::string& workspace = {});
+                   const std::string& workspace = {}, uint16_t flags = 0);
   // ENOENT counts as success: removing twice is not an error. The scope's
   // report goes with it.
   Status remove_scope(uint64_t cgroup_id);

@@ -137,7 +137,7 @@ void Enforcer::reset_counters(uint32_t slot) {
 }
 
 Status Enforcer::add_scope(uint64_t cgroup_id, unsigned level, uint64_t scope_id, uint32_t policy_slot,
-                           const std::string& workspace) {
+                           const std::string& workspace, uint16_t flags) {
   // Level 0 is the root cgroup: scoping it would confine the whole host.
   if (level == 0 || level > AC_MAX_SCOPE_LEVEL)
     return Error{"bpf: a scope must be a non-root cgroup at level 1.." + std::to_string(AC_MAX_SCOPE_LEVEL) +
@@ -154,6 +154,7 @@ Status Enforcer::add_scope(uint64_t cgroup_id, unsigned level, uint64_t scope_id
     scope.scope_id = scope_id;
     scope.policy_slot = policy_slot;
     scope.level = static_cast<uint16_t>(level);
+    scope.flags = flags;
     ac_path_key ws_key{};
     if (!workspace.empty()) {
       if (workspace == "/") return Error{"bpf: the workspace cannot be /", EINVAL};

@@ -304,13 +304,15 @@ Status remove_tree(const fs::path& dir) {
   return {};
 }
 
-Result<pid_t> spawn_in_cgroup(int cgroup_fd, const std::function<int()>& child) {
+Result<pid_t> spawn_in_cgroup(int cgroup_fd, const std::function<int()>& child, uint64_t clone_flags) {
   struct clone_args args {};
-  args.flags = CLONE_INTO_CGROUP;
+  args.flags = CLONE_INTO_CGROUP | clone_flags;
   args.exit_signal = SIGCHLD;
   args.cgroup = static_cast<uint64_t>(cgroup_fd);
   long pid = ::syscall(SYS_clone3, &args, sizeof args);
-  if (pid < 0) return Error::from_errno("cgroup: clone3(CLONE_INTO_CGROUP)");
+  if (pid < 0)
+    return Error::from_errno(clone_flags & CLONE_NEWIPC ? "cgroup: clone3(CLONE_INTO_CGROUP | CLONE_NEWIPC)"
+                                                        : "cgroup: clone3(CLONE_INTO_CGROUP)");
   if (pid == 0) {
     int rc = 127;
     try {

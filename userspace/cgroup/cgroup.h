@@ -107,7 +107,9 @@ Status remove_tree(const fs::path& dir);
 // from its first instruction (clone3 + CLONE_INTO_CGROUP). Returns the pid.
 // `child` runs in the new process and its return value is the exit status;
 // it must only use async-signal-safe calls when the caller is multi-threaded.
-Result<pid_t> spawn_in_cgroup(int cgroup_fd, const std::function<int()>& child);
+// `clone_flags` are added to clone3's (e.g. CLONE_NEWIPC: the child starts in
+// a new IPC namespace, which ends with its last process).
+Result<pid_t> spawn_in_cgroup(int cgroup_fd, const std::function<int()>& child, uint64_t clone_flags = 0);
 
 // waitpid until `pid` exits; returns the raw wait status.
 Result<int> wait_for(pid_t pid);

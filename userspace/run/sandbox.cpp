@@ -5,6 +5,7 @@
 #include <grp.h>
 #include <linux/capability.h>
 #include <linux/close_range.h>
+#include <linux/keyctl.h>
 #include <linux/securebits.h>
 #include <signal.h>
 #include <sys/prctl.h>
@@ -43,6 +44,8 @@ const char* describe(ChildStep step) {
       return "switching to the sandbox group";
     case ChildStep::setuid:
       return "switching to the sandbox user";
+    case ChildStep::session_keyring:
+      return "joining a new session keyring";
     case ChildStep::capabilities:
       return "dropping all capabilities";
     case ChildStep::no_new_privs:
@@ -138,6 +141,15 @@ void child_main(const ChildPlan& plan, int report_fd, pid_t parent) {
   if (::setgroups(0, nullptr) != 0) fail(report_fd, ChildStep::setgroups, errno);
   if (::setresgid(plan.gid(), plan.gid(), plan.gid()) != 0) fail(report_fd, ChildStep::setgid, errno);
   if (::setresuid(plan.uid(), plan.uid(), plan.uid()) != 0) fail(report_fd, ChildStep::setuid, errno);
+
+  // A session keyring of the run's own, owned by the sandbox user: the
+  // inherited one is the caller's (its keys would be the run's to read), and
+  // without one the kernel would hand out the uid's user-session keyring,
+  // which outlives the run. This one goes with the run's last process; the
+  // scope may not use the per-uid keyrings (bpf/ipc.bpf.h). No keys in the
+  // kernel (ENOSYS): nothing to share.
+  if (::syscall(SYS_keyctl, KEYCTL_JOIN_SESSION_KEYRING, nullptr) < 0 && errno != ENOSYS)
+    fail(report_fd, ChildStep::session_keyring, errno);
 
   // Leaving uid 0 already cleared the permitted and effective sets; clear
   // them explicitly so that a uid-0 identity (--user root) has none either.

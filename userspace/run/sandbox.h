@@ -29,6 +29,7 @@ enum class ChildStep : int32_t {
   setgroups,
   setgid,
   setuid,
+  session_keyring,
   capabilities,
   no_new_privs,
   parent_death,

@@ -352,7 +352,8 @@ Step confine(Run& run) {
   // share_named: the same policy installed by name (the daemon's policy
   // directory) with exactly these rules runs on that slot, so the daemon's
   // hot reloads apply to this run too; otherwise a transient slot.
-  auto confined = scope::confine(*r.enforcer, scope::CgroupRef{r.cg->id(), r.cg->level(), r.cg->path()},
+  // The command starts in an IPC namespace of its own (spawn in wait.cpp).
+  auto confined = scope::confine(*r.enforcer, scope::CgroupRef{r.cg->id(), r.cg->level(), r.cg->path(), true},
                                  scope::TransientPolicy{run.policy->name, std::move(*run.compiled), true},
                                  r.record.workspace);
   if (!confined)

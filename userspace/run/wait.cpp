@@ -3,6 +3,7 @@
 // until it exits, the timeout fires or agentcage is told to stop (run/steps.h).
 #include <fcntl.h>
 #include <poll.h>
+#include <sched.h>
 #include <sys/signalfd.h>
 #include <sys/syscall.h>
 #include <sys/timerfd.h>
@@ -127,7 +128,11 @@ Step spawn(Run& run, std::optional<int>& unstarted) {
   UniqueFd report_rd(pipefd[0]), report_wr(pipefd[1]);
   const pid_t self = ::getpid();
   run.started = Clock::now();
-  auto pid = cgroup::spawn_in_cgroup(r.cg->fd(), [&]() -> int { child_main(plan, report_wr.get(), self); });
+  // A new IPC namespace: the run's System V IPC objects and message queues
+  // are its own (the scope allows only those: AC_SCOPE_F_OWN_IPC, set by
+  // confine) and go with the namespace when its last process ends.
+  auto pid = cgroup::spawn_in_cgroup(
+      r.cg->fd(), [&]() -> int { child_main(plan, report_wr.get(), self); }, CLONE_NEWIPC);
   if (!pid) return internal(pid.error().message, pid.error().code);
   run.pid = *pid;
   report_wr.reset();

@@ -19,8 +19,8 @@ Status EnforcerBackend::put_transient_policy(uint32_t slot, const std::string& n
 Status EnforcerBackend::remove_policy(uint32_t slot) { return enf_.remove_policy(slot); }
 
 Status EnforcerBackend::add_scope(uint64_t cgroup_id, unsigned level, uint64_t scope_id, uint32_t slot,
-                                  const std::string& workspace) {
-  return enf_.add_scope(cgroup_id, level, scope_id, slot, workspace);
+                                  const std::string& workspace, uint16_t flags) {
+  return enf_.add_scope(cgroup_id, level, scope_id, slot, workspace, flags);
 }
 
 Status EnforcerBackend::remove_scope(uint64_t cgroup_id) { return enf_.remove_scope(cgroup_id); }

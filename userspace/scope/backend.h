@@ -27,8 +27,9 @@ class Backend {
   virtual Status put_transient_policy(uint32_t slot, const std::string& name,
                                       const bpf::CompiledPolicy& policy) = 0;
   virtual Status remove_policy(uint32_t slot) = 0;
+  // `flags`: AC_SCOPE_F_* (abi.h).
   virtual Status add_scope(uint64_t cgroup_id, unsigned level, uint64_t scope_id, uint32_t slot,
-                           const std::string& workspace) = 0;
+                           const std::string& workspace, uint16_t flags) = 0;
   virtual Status remove_scope(uint64_t cgroup_id) = 0;
   virtual Result<bpf::ScopeReport> scope_report(uint64_t scope_id) = 0;
   // Any process left in the cgroup's subtree (false when it is gone).
@@ -50,7 +51,7 @@ class EnforcerBackend final : public Backend {
                               const bpf::CompiledPolicy& policy) override;
   Status remove_policy(uint32_t slot) override;
   Status add_scope(uint64_t cgroup_id, unsigned level, uint64_t scope_id, uint32_t slot,
-                   const std::string& workspace) override;
+                   const std::string& workspace, uint16_t flags) override;
   Status remove_scope(uint64_t cgroup_id) override;
   Result<bpf::ScopeReport> scope_report(uint64_t scope_id) override;
   bool populated(const std::filesystem::path& cgroup) override;

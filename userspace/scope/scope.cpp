@@ -127,7 +127,8 @@ Result<Confinement> confine(Backend& b, const CgroupRef& cg, const PolicyRef& po
       choice = *acquired;
       out.policy_name = transient.name;
     }
-    if (Status s = b.add_scope(cg.id, cg.level, cg.id, choice.slot, workspace); !s) {
+    const uint16_t flags = cg.own_ipc_namespace ? AC_SCOPE_F_OWN_IPC : 0;
+    if (Status s = b.add_scope(cg.id, cg.level, cg.id, choice.slot, workspace, flags); !s) {
       if (choice.transient) static_cast<void>(release_slot(b, choice.slot));
       return s;
     }

@@ -41,6 +41,11 @@ struct CgroupRef {
   uint64_t id = 0;
   unsigned level = 0;
   std::filesystem::path path;
+  // Every process of the cgroup runs in an IPC namespace made for it (a
+  // run: its command starts with CLONE_NEWIPC), so its System V IPC and
+  // message queues are its own and allowed (AC_SCOPE_F_OWN_IPC). Attached
+  // cgroups share an IPC namespace with others: all of it is denied.
+  bool own_ipc_namespace = false;
 };
 
 // A policy the daemon installed in a named slot (attach through the daemon).

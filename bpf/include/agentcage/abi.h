@@ -64,7 +64,9 @@ enum ac_hook {
 	AC_HOOK_SOCKET_BIND = 9,    /* socket_bind: inet off loopback, abstract unix names */
 	AC_HOOK_SOCKET_LISTEN = 10, /* socket_listen on inet sockets */
 	AC_HOOK_NETLINK_SEND = 11,  /* netlink_send (route changes), netlink connect/sendmsg to a peer */
-	AC_HOOK_COUNT = 12,
+	AC_HOOK_IPC = 12,           /* System V IPC (ipc_permission, *_alloc_security, *ctl), POSIX mqueues */
+	AC_HOOK_KEY = 13,           /* key_permission, key_alloc: kernel keyrings */
+	AC_HOOK_COUNT = 14,
 };
 
 enum ac_decision {
@@ -128,11 +130,17 @@ enum ac_reason {
  * the old value or the new one, never a mix. (A preallocated hash recycles
  * a replaced or deleted element at once: a hook still reading it could see
  * fields of two different entries.) */
+/* The scope's processes run in an IPC namespace of their own, made for them
+ * (agentcage run starts its command with CLONE_NEWIPC): System V IPC and
+ * POSIX message queues of that namespace are theirs and allowed. Without the
+ * flag (an attached cgroup shares its IPC namespace with others) every System
+ * V IPC operation and every message queue is denied in the scope. */
+#define AC_SCOPE_F_OWN_IPC (1u << 0)
 struct ac_scope {
 	__u64 scope_id;    /* userspace's id for the run/attachment; in events */
 	__u32 policy_slot; /* key into the policies map */
 	__u16 level;       /* cgroup level of the registered cgroup (root: 0) */
-	__u16 flags;       /* reserved, 0 */
+	__u16 flags;       /* AC_SCOPE_F_* */
 	__u32 workspace_tag; /* key of this scope's entry in ac_workspaces; 0: none */
 	__u32 pad;
 };
