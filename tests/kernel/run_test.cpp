@@ -427,7 +427,8 @@ TEST_F(Run, ResultReachesAPipeAndStdout) {
       "    print('fd 3 open')\n"
       "except OSError:\n"
       "    print('fd 3 closed')\n";
-  Plain r = run_plain({"run", "--policy", kPolicy, "--result-fd", "3", "--", "python3", "-c", probe}, p[1]);
+  Plain r =
+      run_plain({"run", "--policy", kPythonSandbox, "--result-fd", "3", "--", "python3", "-c", probe}, p[1]);
   std::string doc;
   char buf[4096];
   ssize_t n;
@@ -441,7 +442,8 @@ TEST_F(Run, ResultReachesAPipeAndStdout) {
   EXPECT_TRUE(j["started"].get<bool>());
   all_scopes().insert(j["scope_id"].get<uint64_t>());
 
-  Plain s = run_plain({"run", "--policy", kPolicy, "--result", "-", "--", "python3", "-c", "print('hello')"});
+  Plain s = run_plain(
+      {"run", "--policy", kPythonSandbox, "--result", "-", "--", "python3", "-c", "print('hello')"});
   EXPECT_EQ(s.code, 0) << s.err;
   ASSERT_EQ(s.out.rfind("hello\n", 0), 0u) << s.out;
   json k = json::parse(s.out.substr(6), nullptr, false);
@@ -450,7 +452,7 @@ TEST_F(Run, ResultReachesAPipeAndStdout) {
   all_scopes().insert(k["scope_id"].get<uint64_t>());
 
   // Not a descriptor the caller opened: refused before anything runs.
-  Plain bad = run_plain({"run", "--policy", kPolicy, "--result-fd", "9", "--", "true"});
+  Plain bad = run_plain({"run", "--policy", kPythonSandbox, "--result-fd", "9", "--", "true"});
   EXPECT_EQ(bad.code, 125);
   EXPECT_NE(bad.err.find("--result-fd 9"), std::string::npos) << bad.err;
 }
@@ -463,16 +465,16 @@ TEST_F(Run, ResultFileIsNeverASymlinkAndIsReplacedWhole) {
   const fs::path dir = ::mkdtemp(tmpl);
   std::ofstream(dir / "target") << "mine";
   fs::create_symlink(dir / "target", dir / "link");
-  Plain r = run_plain({"run", "--policy", kPolicy, "--result", (dir / "link").string(), "--", "python3", "-c",
-                       "open('ran', 'w')"});
+  Plain r = run_plain({"run", "--policy", kPythonSandbox, "--result", (dir / "link").string(), "--",
+                       "python3", "-c", "open('ran', 'w')"});
   EXPECT_EQ(r.code, 125);
   EXPECT_NE(r.err.find("symbolic link"), std::string::npos) << r.err;
   EXPECT_TRUE(fs::is_symlink(dir / "link"));
   EXPECT_EQ(slurp(dir / "target"), "mine");
 
   std::ofstream(dir / "out.json") << "old";
-  Plain ok = run_plain(
-      {"run", "--policy", kPolicy, "--result", (dir / "out.json").string(), "--", "python3", "-c", "pass"});
+  Plain ok = run_plain({"run", "--policy", kPythonSandbox, "--result", (dir / "out.json").string(), "--",
+                        "python3", "-c", "pass"});
   EXPECT_EQ(ok.code, 0) << ok.err;
   json j = json::parse(slurp(dir / "out.json"), nullptr, false);
   ASSERT_TRUE(j.is_object());

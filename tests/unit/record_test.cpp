@@ -52,7 +52,7 @@ TEST(Names, AbiValuesErrnosAndSignals) {
   EXPECT_EQ(bpf::hook_name(AC_HOOK_SCOPE_ESCAPE), "scope_escape");
   EXPECT_EQ(bpf::hook_name(AC_HOOK_IPC), "ipc");
   EXPECT_EQ(bpf::hook_name(AC_HOOK_KEY), "key");
-  EXPECT_EQ(bpf::hook_name(AC_HOOK_SCOPE_ESCAPE + 1), "unknown");  // reserved
+  EXPECT_EQ(bpf::hook_name(AC_HOOK_SOCKET_BIND), "socket_bind");
   EXPECT_EQ(bpf::hook_name(AC_HOOK_COUNT), "unknown");
   EXPECT_EQ(bpf::decision_name(AC_DECISION_AUDIT), "audit");
   EXPECT_EQ(bpf::decision_name(AC_DECISION_COUNT), "unknown");
