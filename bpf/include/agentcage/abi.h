@@ -19,7 +19,7 @@
 #include <linux/types.h>
 #endif
 
-#define AC_ABI_VERSION 4
+#define AC_ABI_VERSION 5
 
 /* ---- capacities ------------------------------------------------------- */
 
@@ -61,7 +61,14 @@ enum ac_hook {
 	AC_HOOK_SOCKET_CREATE = 6,  /* socket_create (raw, packet, other families) */
 	AC_HOOK_UNIX_CONNECT = 7,   /* unix_stream_connect, unix_may_send */
 	AC_HOOK_SCOPE_ESCAPE = 8,   /* ptrace attach, user namespaces, cgroupfs, mounts, chroot */
-	AC_HOOK_COUNT = 9,
+	/* 9..16 are reserved for other hooks being added in parallel. */
+	/* mmap_file, file_mprotect: executable anonymous memory, W+X, exec
+	 * after write (exec.native_code: deny) */
+	AC_HOOK_NATIVE_CODE = 17,
+	/* ptrace_traceme, ptrace attach to the scope's own processes, writes to
+	 * /proc/PID/mem (exec.debugging: deny) */
+	AC_HOOK_DEBUG = 18,
+	AC_HOOK_COUNT = 19,
 };
 
 enum ac_decision {
@@ -144,6 +151,13 @@ struct ac_workspace {
  * then the old rules are deleted. A hook reads the slot once and uses that
  * rules_id for every lookup of the decision. */
 #define AC_POLICY_F_AUDIT (1u << 0) /* report would-be denials, deny nothing */
+/* exec.native_code: allow. Anonymous memory (and memfd, shared anonymous
+ * memory: files on kernel-internal mounts) may become executable, and
+ * mappings may be writable and executable: what a JIT needs. */
+#define AC_POLICY_F_NATIVE_CODE (1u << 1)
+/* exec.debugging: allow. ptrace (attach, PTRACE_TRACEME), process_vm_writev
+ * and /proc/PID/mem writes between processes of the same scope. */
+#define AC_POLICY_F_DEBUG (1u << 2)
 /* Who keeps a slot alive (userspace bookkeeping; the hooks ignore it). */
 #define AC_POLICY_OWNER_NAMED 0u     /* installed by name (daemon, tests): kept until removed */
 #define AC_POLICY_OWNER_TRANSIENT 1u /* installed for runs/attachments: freed when no scope uses it */
