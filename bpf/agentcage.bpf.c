@@ -48,6 +48,7 @@ char LICENSE[] SEC("license") = "GPL";
 #define FMODE_READ 0x1
 #define FMODE_WRITE 0x2
 #define PROT_EXEC 0x4
+#define MAP_ANONYMOUS 0x20
 #define CLONE_INTO_CGROUP 0x200000000ULL
 #define PTRACE_MODE_ATTACH 0x02
 #define CGROUP_SUPER_MAGIC 0x27e0eb
@@ -207,7 +208,11 @@ int BPF_PROG(ac_mmap_file, struct file *file, unsigned long reqprot, unsigned lo
 {
 	if (ret)
 		return ret;
-	return ac_mmap_exec(file, NULL, prot);
+	/* 6.12's verifier takes this argument for a trusted non-NULL pointer
+	 * and drops `file == NULL` tests (6.14 marks it __nullable), so an
+	 * anonymous mapping is told by its flag: MAP_ANONYMOUS, also with
+	 * MAP_HUGETLB, whose pseudo file is anonymous memory too. */
+	return ac_mmap_exec((flags & MAP_ANONYMOUS) ? NULL : file, NULL, prot);
 }
 
 SEC("lsm/file_mprotect")
