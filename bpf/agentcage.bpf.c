@@ -22,8 +22,12 @@
  *             route netlink only).
  *   ingress   socket_bind (off loopback, abstract names), socket_listen,
  *             netlink_send (route sockets read only): see ingress.bpf.h.
- *   scope     task_alloc (clone3 into another cgroup), ptrace attach,
- *             userns_create, and cgroupfs (cgroup.procs writes).
+ *   native    mmap_file/file_mprotect also keep anonymous or written memory
+ *             from becoming executable (native.bpf.h, exec.native_code).
+ *   debug     ptrace_access_check, ptrace_traceme, /proc/PID/mem writes in
+ *             file_open: only inside the scope, only with exec.debugging.
+ *   scope     task_alloc (clone3 into another cgroup), ptrace across the
+ *             scope's border, userns_create, and cgroupfs (cgroup.procs).
  *   mounts    sb_mount, sb_umount, move_mount, sb_pivotroot, sb_kern_mount,
  *             path_chroot, capable(CAP_SYS_CHROOT): a privileged process
  *             in a scope cannot change what a path leads to, nor enter
@@ -44,6 +48,7 @@
 #include "net.bpf.h"
 #include "ingress.bpf.h"
 #include "ipc.bpf.h"
+#include "native.bpf.h"
 
 char LICENSE[] SEC("license") = "GPL";
 
@@ -51,6 +56,7 @@ char LICENSE[] SEC("license") = "GPL";
 #define FMODE_READ 0x1
 #define FMODE_WRITE 0x2
 #define PROT_EXEC 0x4
+#define MAP_ANONYMOUS 0x20
 #define CLONE_INTO_CGROUP 0x200000000ULL
 #define PTRACE_MODE_ATTACH 0x02
 #define CGROUP_SUPER_MAGIC 0x27e0eb
@@ -169,22 +175,35 @@ int BPF_PROG(ac_bprm_check, struct linux_binprm *bprm, int ret)
 }
 
 /*
- * Executable mappings of files: the dynamic loader and dlopen() map code
- * with PROT_EXEC. Allowed for exec-allowed programs and for files under
- * read-only rules; never for files the scope may write (its workspace), so
- * code the run wrote cannot be loaded by an allowed interpreter, nor a
- * denied binary run through ld.so.
+ * Executable mappings: the dynamic loader and dlopen() map code with
+ * PROT_EXEC. First the native-code rule (native.bpf.h): anonymous memory,
+ * W+X and written pages never become executable unless the policy allows
+ * native code. Then files by path: allowed for exec-allowed programs and
+ * for files under read-only rules; never for files the scope may write
+ * (its workspace), so code the run wrote cannot be loaded by an allowed
+ * interpreter, nor a denied binary run through ld.so. vma is NULL for mmap.
  */
-static __always_inline int ac_mmap_exec(struct file *file, unsigned long prot)
+static __always_inline int ac_mmap_exec(struct file *file, struct vm_area_struct *vma,
+					unsigned long prot)
 {
 	struct ac_ctx c = {};
 	enum ac_scope_state scoped;
 
-	if (!file || !(prot & PROT_EXEC))
+	if (!(prot & PROT_EXEC))
 		return 0;
 	scoped = ac_current_scope(&c, AC_HOOK_MMAP_EXEC);
 	if (scoped == AC_SCOPE_NONE)
 		return 0;
+	if (ac_exec_makes_code(file, vma, prot)) {
+		int allowed =
+			scoped == AC_SCOPE_POLICY && (c.policy_flags & AC_POLICY_F_NATIVE_CODE);
+		if (!allowed || !file || ac_pseudo_file(file))
+			return ac_decide_on_hook(&c, AC_HOOK_NATIVE_CODE, allowed,
+					       allowed			   ? AC_REASON_RULE_ALLOW
+					       : scoped == AC_SCOPE_POLICY ? AC_REASON_DEFAULT_DENY
+									   : AC_REASON_NO_POLICY);
+		/* native code allowed: a named file is still decided by its path */
+	}
 	struct ac_need need = { .all = AC_ACCESS_READ,
 				.forbid = AC_ACCESS_WRITE,
 				.any_ok = AC_ACCESS_EXEC };
@@ -197,7 +216,11 @@ int BPF_PROG(ac_mmap_file, struct file *file, unsigned long reqprot, unsigned lo
 {
 	if (ret)
 		return ret;
-	return ac_mmap_exec(file, prot);
+	/* 6.12's verifier takes this argument for a trusted non-NULL pointer
+	 * and drops `file == NULL` tests (6.14 marks it __nullable), so an
+	 * anonymous mapping is told by its flag: MAP_ANONYMOUS, also with
+	 * MAP_HUGETLB, whose pseudo file is anonymous memory too. */
+	return ac_mmap_exec((flags & MAP_ANONYMOUS) ? NULL : file, NULL, prot);
 }
 
 SEC("lsm/file_mprotect")
@@ -206,7 +229,7 @@ int BPF_PROG(ac_file_mprotect, struct vm_area_struct *vma, unsigned long reqprot
 {
 	if (ret)
 		return ret;
-	return ac_mmap_exec(BPF_CORE_READ(vma, vm_file), prot);
+	return ac_mmap_exec(BPF_CORE_READ(vma, vm_file), vma, prot);
 }
 
 /* ---- files ------------------------------------------------------------------ */
@@ -232,8 +255,21 @@ int BPF_PROG(ac_file_open, struct file *file, int ret)
 	__u32 need = 0;
 	if (fmode & FMODE_READ)
 		need |= AC_ACCESS_READ;
-	if (fmode & FMODE_WRITE)
-		need |= AC_ACCESS_WRITE;
+	if (fmode & FMODE_WRITE) {
+		/* /proc/PID/mem for writing is a debugger's door, not a file
+		 * write: exec.debugging decides, then reading the name. */
+		if (ac_proc_mem(file)) {
+			int allowed =
+				scoped == AC_SCOPE_POLICY && (c.policy_flags & AC_POLICY_F_DEBUG);
+			if (!allowed)
+				return ac_decide_on_hook(&c, AC_HOOK_DEBUG, 0,
+						       scoped == AC_SCOPE_POLICY
+							       ? AC_REASON_DEFAULT_DENY
+							       : AC_REASON_NO_POLICY);
+		} else {
+			need |= AC_ACCESS_WRITE;
+		}
+	}
 	if (!need) /* e.g. open(O_WRONLY|O_RDWR) for ioctl: still a read of the name */
 		need = AC_ACCESS_READ;
 	return ac_decide_path(&c, scoped, &file->f_path, NEED(need));
@@ -481,13 +517,38 @@ int BPF_PROG(ac_task_alloc, struct task_struct *task, unsigned long clone_flags,
 	return ac_scope_escape();
 }
 
-/* Attaching to another process would let scoped code run inside it. */
+/* Attaching to another process would let scoped code run inside it:
+ * PTRACE_ATTACH/SEIZE, process_vm_readv/writev, /proc/PID/mem of another
+ * process. Inside the scope a debug decision, across it a scope escape. */
 SEC("lsm/ptrace_access_check")
 int BPF_PROG(ac_ptrace_access_check, struct task_struct *child, unsigned int mode, int ret)
 {
+	struct ac_ctx c = {};
+	enum ac_scope_state scoped;
+
 	if (ret || !(mode & PTRACE_MODE_ATTACH))
 		return ret;
-	return ac_scope_escape();
+	scoped = ac_current_scope(&c, AC_HOOK_SCOPE_ESCAPE);
+	if (scoped == AC_SCOPE_NONE)
+		return 0;
+	return ac_decide_ptrace(&c, scoped, child);
+}
+
+/* PTRACE_TRACEME hands the current task to its parent, which may then poke
+ * its text without any further check: the same decision as the parent
+ * attaching. A parent outside the scope (the runner) never gets it. */
+SEC("lsm/ptrace_traceme")
+int BPF_PROG(ac_ptrace_traceme, struct task_struct *parent, int ret)
+{
+	struct ac_ctx c = {};
+	enum ac_scope_state scoped;
+
+	if (ret)
+		return ret;
+	scoped = ac_current_scope(&c, AC_HOOK_SCOPE_ESCAPE);
+	if (scoped == AC_SCOPE_NONE)
+		return 0;
+	return ac_decide_ptrace(&c, scoped, parent);
 }
 
 /* A new user namespace hands out capabilities (mount, chroot, ...) that the

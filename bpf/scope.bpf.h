@@ -20,6 +20,9 @@ struct ac_ctx {
 	__u8 hook;
 	__u8 pad;
 	__u16 scope_flags; /* AC_SCOPE_F_* of the scope */
+	__u64 scope_cgroup; /* id of the cgroup registered as the scope */
+	__u32 scope_level;  /* its cgroup level */
+	__u32 pad2;
 };
 
 /* Whether the current task is in a scope, and under which policy. */
@@ -66,6 +69,8 @@ static __always_inline enum ac_scope_state ac_current_scope(struct ac_ctx *c, __
 		c->policy_slot = s->policy_slot;
 		c->workspace_tag = s->workspace_tag;
 		c->scope_flags = s->flags;
+		c->scope_cgroup = id;
+		c->scope_level = level;
 		c->cgroup_id = bpf_get_current_cgroup_id();
 		c->hook = hook;
 		struct ac_policy *p = bpf_map_lookup_elem(&ac_policies, &c->policy_slot);

@@ -102,6 +102,19 @@ TEST(Compile, AuditModeSetsTheFlag) {
   EXPECT_TRUE(c->net.empty());
 }
 
+TEST(Compile, NativeCodeAndDebuggingSetFlags) {
+  policy::Policy p;
+  p.name = "t";
+  auto none = compile(p);
+  ASSERT_TRUE(none.ok());
+  EXPECT_EQ(none->flags, 0u);
+  p.native_code = policy::Permit::allow;
+  p.debugging = policy::Permit::allow;
+  auto both = compile(p);
+  ASSERT_TRUE(both.ok());
+  EXPECT_EQ(both->flags, AC_POLICY_F_NATIVE_CODE | AC_POLICY_F_DEBUG);
+}
+
 policy::NetRule v4(uint8_t a, uint8_t b, uint8_t c, uint8_t d, uint8_t len,
                    std::vector<policy::PortRange> ports, policy::Protocol proto) {
   policy::NetRule r;

@@ -252,6 +252,16 @@ const std::vector<BadCase>& bad_cases() {
        "units must go from largest to smallest"},
       {"TimeoutUnknownUnit", kSpec + "  limits: {timeout: 1d}\n", 6, 21, "unknown unit 'd' in duration '1d'"},
       {"TimeoutZero", kSpec + "  limits: {timeout: 0s}\n", 6, 21, "duration must be greater than 0"},
+      {"NativeCodeBadValue", kSpec + "  exec: {native_code: yes}\n", 6, 23,
+       "exec.native_code: invalid value 'yes' (expected 'deny' or 'allow')"},
+      {"DebuggingIsList", kSpec + "  exec: {debugging: [allow]}\n", 6, 21,
+       "exec.debugging must be a scalar, got a list"},
+      {"NativeCodeMisspelt", kSpec + "  exec: {native_cod: allow}\n", 6, 10, "did you mean 'native_code'?"},
+      {"SyscallGroupUnknown", kSpec + "  syscalls: {allow: [io_urin]}\n", 6, 22,
+       "unknown system-call group 'io_urin' (did you mean 'io_uring'?)"},
+      {"SyscallsAllowIsScalar", kSpec + "  syscalls: {allow: io_uring}\n", 6, 21,
+       "syscalls.allow must be a list"},
+      {"SyscallsMisspelt", kSpec + "  syscals: {allow: [io_uring]}\n", 6, 3, "did you mean 'syscalls'?"},
   };
   return cases;
 }
@@ -301,6 +311,23 @@ TEST(PolicyParse, ReportsAllErrorsSortedByPosition) {
   EXPECT_EQ(r.errors[2].pos.line, 9);
   EXPECT_EQ(r.errors[3].format(), "p.yaml:10:5: unknown key 'raed' in files (did you mean 'read'?)");
   EXPECT_EQ(r.errors[4].pos.line, 11);
+}
+
+TEST(PolicyParse, NativeCodeDebuggingAndSyscallGroups) {
+  auto defaults = parse_policy(kSpec + "  exec: {allow: []}\n", "p.yaml", no_fs());
+  ASSERT_TRUE(defaults.ok()) << dump(defaults.errors);
+  EXPECT_EQ(defaults.policy->native_code, Permit::deny);
+  EXPECT_EQ(defaults.policy->debugging, Permit::deny);
+  EXPECT_TRUE(defaults.policy->syscalls_allow.empty());
+
+  auto r = parse_policy(kSpec +
+                            "  exec: {native_code: allow, debugging: allow}\n"
+                            "  syscalls: {allow: [io_uring, numa, io_uring]}\n",
+                        "p.yaml", no_fs());
+  ASSERT_TRUE(r.ok()) << dump(r.errors);
+  EXPECT_EQ(r.policy->native_code, Permit::allow);
+  EXPECT_EQ(r.policy->debugging, Permit::allow);
+  EXPECT_EQ(r.policy->syscalls_allow, (std::vector<std::string>{"io_uring", "numa"}));
 }
 
 TEST(PolicyParse, DiagnosticFormat) {

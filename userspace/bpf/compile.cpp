@@ -109,6 +109,8 @@ Result<std::vector<CompiledNetRule>> compile_cidrs(const policy::Policy& policy,
 Result<CompiledPolicy> compile(const policy::Policy& policy) {
   CompiledPolicy out;
   out.flags = policy.mode == policy::Mode::audit ? AC_POLICY_F_AUDIT : 0;
+  if (policy.native_code == policy::Permit::allow) out.flags |= AC_POLICY_F_NATIVE_CODE;
+  if (policy.debugging == policy::Permit::allow) out.flags |= AC_POLICY_F_DEBUG;
 
   std::map<std::string, uint32_t> abs, ws;
   auto add = [&](const policy::PathEntry& e, uint32_t access) {

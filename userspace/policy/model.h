@@ -75,19 +75,31 @@ struct Limits {
   std::optional<std::chrono::milliseconds> timeout;
 };
 
+// exec.native_code and exec.debugging: deny (the default) or allow.
+enum class Permit { deny, allow };
+
 // A whole policy. Empty lists deny everything of their kind.
 struct Policy {
   std::string name;
   Mode mode = Mode::enforce;
   std::vector<ExecEntry> exec_allow;
+  // allow: memory the run wrote may become executable (JIT runtimes).
+  Permit native_code = Permit::deny;
+  // allow: ptrace, process_vm_writev and /proc/PID/mem writes between the
+  // run's own processes (gdb, strace, py-spy). Never outside the run.
+  Permit debugging = Permit::deny;
   std::vector<PathEntry> read, write, deny;
   std::vector<NetRule> network_allow;
   std::vector<NetRule> network_listen;
+  // syscalls.allow: groups of policy/syscalls.h this policy lets the run
+  // call (validated names, each once). Every other group fails with EPERM.
+  std::vector<std::string> syscalls_allow;
   Limits limits;
   std::string source;  // the file name the policy was parsed from
 };
 
 const char* to_string(Mode mode);
 const char* to_string(Protocol protocol);
+const char* to_string(Permit permit);
 
 }  // namespace agentcage::policy

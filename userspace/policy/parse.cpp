@@ -4,6 +4,7 @@
 // every problem with the position of the offending key or value.
 #include <yaml-cpp/yaml.h>
 
+#include <algorithm>
 #include <array>
 #include <cstdint>
 #include <filesystem>
@@ -13,11 +14,15 @@
 
 #include "policy/name.h"
 #include "policy/policy.h"
+#include "policy/syscalls.h"
+#include "util/suggest.h"
 #include "yaml/document.h"
 
 namespace agentcage::policy {
 
 const char* to_string(Mode mode) { return mode == Mode::audit ? "audit" : "enforce"; }
+
+const char* to_string(Permit permit) { return permit == Permit::allow ? "allow" : "deny"; }
 
 const char* to_string(Protocol protocol) {
   switch (protocol) {
@@ -42,8 +47,9 @@ using yaml::Reporter;
 
 constexpr std::string_view kTopKeys[] = {"apiVersion", "kind", "metadata", "spec"};
 constexpr std::string_view kMetadataKeys[] = {"name"};
-constexpr std::string_view kSpecKeys[] = {"mode", "exec", "files", "network", "limits"};
-constexpr std::string_view kExecKeys[] = {"allow"};
+constexpr std::string_view kSpecKeys[] = {"mode", "exec", "files", "network", "syscalls", "limits"};
+constexpr std::string_view kSyscallsKeys[] = {"allow"};
+constexpr std::string_view kExecKeys[] = {"allow", "native_code", "debugging"};
 constexpr std::string_view kFilesKeys[] = {"read", "write", "deny"};
 constexpr std::string_view kNetworkKeys[] = {"allow", "listen"};
 constexpr std::string_view kRuleKeys[] = {"cidr", "ports", "protocol", "unix"};
@@ -193,12 +199,15 @@ class Validator {
     if (const Field* exec = find(keys, "exec")) this->exec(*exec, policy);
     if (const Field* files = find(keys, "files")) this->files(*files, policy);
     if (const Field* network = find(keys, "network")) this->network(*network, policy);
+    if (const Field* syscalls = find(keys, "syscalls")) this->syscalls(*syscalls, policy);
     if (const Field* limits = find(keys, "limits")) this->limits(*limits, policy.limits);
   }
 
   void exec(const Field& f, Policy& policy) {
     if (!expect(f, YAML::NodeType::Map, "exec")) return;
     const Fields keys = fields(f.value, kExecKeys, "in exec");
+    permit(keys, "native_code", policy.native_code);
+    permit(keys, "debugging", policy.debugging);
     const Field* allow = find(keys, "allow");
     if (!allow || !expect(*allow, YAML::NodeType::Sequence, "exec.allow")) return;
     for_each_scalar(allow->value, "exec.allow",
@@ -219,6 +228,22 @@ class Validator {
                       }
                       policy.exec_allow.push_back(std::move(entry));
                     });
+  }
+
+  // exec.native_code / exec.debugging: 'deny' or 'allow', nothing else.
+  void permit(const Fields& keys, const char* key, Permit& out) {
+    const Field* f = find(keys, key);
+    if (!f) return;
+    const std::string name = std::string("exec.") + key;
+    auto v = scalar(*f, name);
+    if (!v) return;
+    if (*v == "deny") {
+      out = Permit::deny;
+    } else if (*v == "allow") {
+      out = Permit::allow;
+    } else {
+      error(value_pos(*f), name + ": invalid value " + quote(*v) + " (expected 'deny' or 'allow')");
+    }
   }
 
   // ld-linux-x86-64.so.2, ld-linux-aarch64.so.1, ld64.so.2, ld-musl-*.so.1,
@@ -393,6 +418,29 @@ class Validator {
     }
     if (reporter_.count() != errors_before) return std::nullopt;
     return rule;
+  }
+
+  // syscalls.allow: names of groups in policy/syscalls.h.
+  void syscalls(const Field& f, Policy& policy) {
+    if (!expect(f, YAML::NodeType::Map, "syscalls")) return;
+    const Fields keys = fields(f.value, kSyscallsKeys, "in syscalls");
+    const Field* allow = find(keys, "allow");
+    if (!allow || !expect(*allow, YAML::NodeType::Sequence, "syscalls.allow")) return;
+    const std::vector<std::string_view> names = syscall_group_names();
+    for_each_scalar(allow->value, "syscalls.allow",
+                    [&](const std::string& text, Position pos, const std::string& name) {
+                      if (!find_syscall_group(text)) {
+                        std::string known;
+                        for (std::string_view n : names)
+                          known += (known.empty() ? "" : ", ") + std::string(n);
+                        error(pos, name + ": unknown system-call group " + quote(text) +
+                                       did_you_mean(text, names) + "; groups: " + known);
+                        return;
+                      }
+                      if (std::find(policy.syscalls_allow.begin(), policy.syscalls_allow.end(), text) ==
+                          policy.syscalls_allow.end())
+                        policy.syscalls_allow.push_back(text);
+                    });
   }
 
   // One limits value: a scalar given to its value parser.

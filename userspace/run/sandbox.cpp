@@ -6,6 +6,7 @@
 #include <linux/capability.h>
 #include <linux/close_range.h>
 #include <linux/keyctl.h>
+#include <linux/seccomp.h>
 #include <linux/securebits.h>
 #include <signal.h>
 #include <sys/prctl.h>
@@ -50,6 +51,8 @@ const char* describe(ChildStep step) {
       return "dropping all capabilities";
     case ChildStep::no_new_privs:
       return "setting no_new_privs";
+    case ChildStep::seccomp:
+      return "installing the seccomp filter";
     case ChildStep::parent_death:
       return "arming the parent-death signal";
     case ChildStep::exec:
@@ -59,13 +62,17 @@ const char* describe(ChildStep step) {
 }
 
 ChildPlan::ChildPlan(uid_t uid, gid_t gid, std::string workdir, std::vector<std::string> exec_paths,
-                     std::vector<std::string> argv, std::vector<std::string> envp)
+                     std::vector<std::string> argv, std::vector<std::string> envp,
+                     std::vector<sock_filter> seccomp)
     : uid_(uid),
       gid_(gid),
       workdir_(std::move(workdir)),
       exec_paths_(std::move(exec_paths)),
       argv_(std::move(argv)),
-      envp_(std::move(envp)) {
+      envp_(std::move(envp)),
+      seccomp_(std::move(seccomp)) {
+  seccomp_prog_.len = static_cast<unsigned short>(seccomp_.size());
+  seccomp_prog_.filter = seccomp_.data();
   for (auto& s : exec_paths_) exec_ptrs_.push_back(s.c_str());
   for (auto& s : argv_) argv_ptrs_.push_back(s.c_str());
   argv_ptrs_.push_back(nullptr);
@@ -159,6 +166,13 @@ void child_main(const ChildPlan& plan, int report_fd, pid_t parent) {
   if (::syscall(SYS_capset, &hdr, data) != 0) fail(report_fd, ChildStep::capabilities, errno);
 
   if (::prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) != 0) fail(report_fd, ChildStep::no_new_privs, errno);
+
+  // The kernel surface the run may reach (run/seccomp.h). Needs
+  // no_new_privs, as the run has no CAP_SYS_ADMIN; the calls below it
+  // (prctl, getppid, execve) are never in a denied group.
+  if (plan.seccomp()->len == 0) fail(report_fd, ChildStep::seccomp, EINVAL);
+  if (::syscall(SYS_seccomp, SECCOMP_SET_MODE_FILTER, 0, plan.seccomp()) != 0)
+    fail(report_fd, ChildStep::seccomp, errno);
 
   // Changing credentials clears the parent-death signal, so it is armed
   // last. If agentcage is already gone, do not start: the run is orphaned.

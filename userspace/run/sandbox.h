@@ -8,6 +8,7 @@
 // EOF on that pipe means exec succeeded.
 #pragma once
 
+#include <linux/filter.h>
 #include <sys/types.h>
 
 #include <cstdint>
@@ -32,6 +33,7 @@ enum class ChildStep : int32_t {
   session_keyring,
   capabilities,
   no_new_privs,
+  seccomp,
   parent_death,
   exec,
 };
@@ -46,7 +48,7 @@ struct ChildFailure {
 class ChildPlan {
  public:
   ChildPlan(uid_t uid, gid_t gid, std::string workdir, std::vector<std::string> exec_paths,
-            std::vector<std::string> argv, std::vector<std::string> envp);
+            std::vector<std::string> argv, std::vector<std::string> envp, std::vector<sock_filter> seccomp);
   ChildPlan(const ChildPlan&) = delete;
   ChildPlan& operator=(const ChildPlan&) = delete;
 
@@ -56,6 +58,8 @@ class ChildPlan {
   const std::vector<const char*>& exec_paths() const { return exec_ptrs_; }
   char* const* argv() const { return const_cast<char* const*>(argv_ptrs_.data()); }
   char* const* envp() const { return const_cast<char* const*>(envp_ptrs_.data()); }
+  // The seccomp filter (run/seccomp.h), ready for SECCOMP_SET_MODE_FILTER.
+  const sock_fprog* seccomp() const { return &seccomp_prog_; }
 
  private:
   uid_t uid_;
@@ -63,6 +67,8 @@ class ChildPlan {
   std::string workdir_;
   std::vector<std::string> exec_paths_, argv_, envp_;
   std::vector<const char*> exec_ptrs_, argv_ptrs_, envp_ptrs_;
+  std::vector<sock_filter> seccomp_;
+  sock_fprog seccomp_prog_{};
 };
 
 // Runs in the child; never returns. `report_fd` is the write end of the

@@ -17,6 +17,7 @@
 #include <sstream>
 
 #include "control/notify.h"
+#include "run/seccomp.h"
 #include "run/steps.h"
 #include "util/sys_names.h"
 
@@ -116,8 +117,11 @@ Step spawn(Run& run, std::optional<int>& unstarted) {
 
   auto env = sandbox_environment(r.record.workspace, run.opts.env);
   if (!env) return internal(env.error().message);
+  auto filter = build_seccomp_filter(run.policy->syscalls_allow);
+  if (!filter) return internal(filter.error().message);
   ChildPlan plan(run.identity->uid, run.identity->gid, r.record.workspace,
-                 exec_candidates(run.opts.command[0], kSandboxPath), run.opts.command, std::move(*env));
+                 exec_candidates(run.opts.command[0], kSandboxPath), run.opts.command, std::move(*env),
+                 std::move(*filter));
   if (int sig = run.signals->take()) {
     res.interrupted_by = sig;
     return Failure{128 + sig, "interrupted by " + signal_name(sig) + " before COMMAND started", "", 0,

@@ -66,7 +66,14 @@ enum ac_hook {
 	AC_HOOK_NETLINK_SEND = 11,  /* netlink_send (route changes), netlink connect/sendmsg to a peer */
 	AC_HOOK_IPC = 12,           /* System V IPC (ipc_permission, *_alloc_security, *ctl), POSIX mqueues */
 	AC_HOOK_KEY = 13,           /* key_permission, key_alloc: kernel keyrings */
-	AC_HOOK_COUNT = 14,
+	/* 14..16: reserved (host metadata, /proc) */
+	/* mmap_file, file_mprotect: executable anonymous memory, W+X, exec
+	 * after write (exec.native_code: deny) */
+	AC_HOOK_NATIVE_CODE = 17,
+	/* ptrace_traceme, ptrace attach to the scope's own processes, writes to
+	 * /proc/PID/mem (exec.debugging: deny) */
+	AC_HOOK_DEBUG = 18,
+	AC_HOOK_COUNT = 19,
 };
 
 enum ac_decision {
@@ -161,6 +168,13 @@ struct ac_workspace {
  * then the old rules are deleted. A hook reads the slot once and uses that
  * rules_id for every lookup of the decision. */
 #define AC_POLICY_F_AUDIT (1u << 0) /* report would-be denials, deny nothing */
+/* exec.native_code: allow. Anonymous memory (and memfd, shared anonymous
+ * memory: files on kernel-internal mounts) may become executable, and
+ * mappings may be writable and executable: what a JIT needs. */
+#define AC_POLICY_F_NATIVE_CODE (1u << 1)
+/* exec.debugging: allow. ptrace (attach, PTRACE_TRACEME), process_vm_writev
+ * and /proc/PID/mem writes between processes of the same scope. */
+#define AC_POLICY_F_DEBUG (1u << 2)
 /* Who keeps a slot alive (userspace bookkeeping; the hooks ignore it). */
 #define AC_POLICY_OWNER_NAMED 0u     /* installed by name (daemon, tests): kept until removed */
 #define AC_POLICY_OWNER_TRANSIENT 1u /* installed for runs/attachments: freed when no scope uses it */
