@@ -18,7 +18,8 @@ struct ac_ctx {
 	__u32 policy_flags;
 	__u32 workspace_tag;
 	__u8 hook;
-	__u8 pad[3];
+	__u8 pad;
+	__u16 scope_level; /* cgroup level of the scope's registered cgroup */
 };
 
 /* Whether the current task is in a scope, and under which policy. */
@@ -66,6 +67,7 @@ static __always_inline enum ac_scope_state ac_current_scope(struct ac_ctx *c, __
 		c->workspace_tag = s->workspace_tag;
 		c->cgroup_id = bpf_get_current_cgroup_id();
 		c->hook = hook;
+		c->scope_level = (__u16)level;
 		struct ac_policy *p = bpf_map_lookup_elem(&ac_policies, &c->policy_slot);
 		if (p) {
 			/* Read once: every lookup of this decision uses this

@@ -49,6 +49,9 @@ TEST(Names, AbiValuesErrnosAndSignals) {
   EXPECT_EQ(bpf::hook_name(AC_HOOK_EXEC), "exec");
   EXPECT_EQ(bpf::hook_name(AC_HOOK_SOCKET_CONNECT), "socket_connect");
   EXPECT_EQ(bpf::hook_name(AC_HOOK_SCOPE_ESCAPE), "scope_escape");
+  EXPECT_EQ(bpf::hook_name(AC_HOOK_FILE_STAT), "file_stat");
+  EXPECT_EQ(bpf::hook_name(AC_HOOK_FILE_WATCH), "file_watch");
+  EXPECT_EQ(bpf::hook_name(AC_HOOK_PROC), "proc");
   EXPECT_EQ(bpf::hook_name(AC_HOOK_COUNT), "unknown");
   EXPECT_EQ(bpf::decision_name(AC_DECISION_AUDIT), "audit");
   EXPECT_EQ(bpf::decision_name(AC_DECISION_COUNT), "unknown");

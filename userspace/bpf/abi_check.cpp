@@ -29,7 +29,10 @@ static_assert(sizeof(ac_counters) == 8 * (int{AC_DECISION_COUNT} + int{AC_REASON
 // Reasons are metric labels and event fields: existing values never move.
 static_assert(AC_REASON_PROTECTED == 7 && AC_REASON_PATH_TOO_LONG == 8 && AC_REASON_PATH_DETACHED == 9);
 static_assert(AC_REASON_COUNT == 10 && sizeof(ac_counters) == 8 * 13);
-static_assert(AC_ABI_VERSION == 4, "the layout above is ABI version 4");
+static_assert(AC_ABI_VERSION == 5, "the layout above is ABI version 5");
+// Hooks are metric labels and event fields: existing values never move.
+static_assert(AC_HOOK_FILE_STAT == 14 && AC_HOOK_FILE_WATCH == 15 && AC_HOOK_PROC == 16);
+static_assert((AC_RULES_NS_ANCESTOR & AC_RULES_ID_MASK) == 0, "a namespace bit is not part of a rules id");
 // Target kinds are JSON values and event fields: existing values never move.
 static_assert(AC_TARGET_UNIX == 3 && AC_TARGET_UNIX_ABSTRACT == 4);
 static_assert(sizeof(ac_event_header) == 24);

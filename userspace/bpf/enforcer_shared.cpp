@@ -17,6 +17,7 @@
 #include <filesystem>
 
 #include "bpf/enforcer_internal.h"
+#include "bpf/programs.h"
 #include "bpf/skeleton.h"
 #include "util/log.h"
 
@@ -134,6 +135,7 @@ Status Enforcer::pin_all(const std::string& dir) {
   // A pinned link keeps its program attached after this process exits.
   const bpf_object_skeleton* sk = skel_->skeleton;
   for (int i = 0; i < sk->prog_cnt; ++i) {
+    if (program_skipped(*sk->progs[i].prog)) continue;  // this kernel has no such hook
     bpf_link* link = *sk->progs[i].link;
     std::string path = dir + "/links/" + sk->progs[i].name;
     if (!link) return Error{"bpf: program " + std::string(sk->progs[i].name) + " is not attached", ENOENT};

@@ -5,8 +5,10 @@ namespace agentcage::bpf {
 
 std::string_view hook_name(uint32_t hook) {
   static constexpr std::string_view kNames[AC_HOOK_COUNT] = {
-      "exec",        "file_open",     "socket_connect", "file_change", "mmap_exec",
-      "socket_send", "socket_create", "unix_connect",   "scope_escape"};
+      "exec", "file_open", "socket_connect", "file_change", "mmap_exec", "socket_send", "socket_create",
+      "unix_connect", "scope_escape",
+      // 9..13: numbers reserved for other hook groups
+      "unknown", "unknown", "unknown", "unknown", "unknown", "file_stat", "file_watch", "proc"};
   return hook < AC_HOOK_COUNT ? kNames[hook] : "unknown";
 }
 
