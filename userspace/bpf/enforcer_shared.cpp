@@ -181,8 +181,10 @@ Status Enforcer::adopt_pinned(const std::string& dir) {
     ++links;
   }
   if (ec) return Error{"bpf: listing " + dir + "/links: " + ec.message(), ec.value()};
-  if (links != kPrograms)
-    return Error{"bpf: " + std::to_string(links) + " of the " + std::to_string(kPrograms) +
+  auto skipped = programs_to_skip();
+  if (!skipped) return skipped.error();
+  if (links != kPrograms - skipped->size())
+    return Error{"bpf: " + std::to_string(links) + " of the " + std::to_string(kPrograms - skipped->size()) +
                      " programs are attached in " + dir + "/links",
                  ENOENT};
   return {};
