@@ -49,6 +49,7 @@
 #include "ingress.bpf.h"
 #include "ipc.bpf.h"
 #include "native.bpf.h"
+#include "proc.bpf.h"
 
 char LICENSE[] SEC("license") = "GPL";
 
@@ -75,8 +76,80 @@ static __always_inline int ac_protected_fs(struct dentry *dentry)
 struct ac_need {
 	__u32 all;    /* every one of these bits */
 	__u32 forbid; /* none of these bits (mmap exec: not from writable places) */
-	__u32 any_ok; /* or: this bit alone suffices (AC_ACCESS_EXEC for mmap) */
+	__u32 any_ok; /* or: one of these bits alone suffices (AC_ACCESS_EXEC for mmap) */
+	/* or: the path is a directory on the way to an allowed path (stat and
+	 * attribute reads; see ac_path_ancestor) */
+	__u32 ancestor_ok;
 };
+
+/* What one path's rules say about a request. */
+struct ac_judgement {
+	__u32 text_len; /* of the path text in scratch.key (status AC_WALK_DONE) */
+	int status;     /* enum ac_walk_status */
+	int allowed;
+	__u8 reason;
+};
+
+/*
+ * Judge a path-based request for (dentry, mnt) against the scope's rules:
+ * resolve, look up, no accounting. scoped must be AC_SCOPE_POLICY.
+ */
+static __always_inline void ac_judge_dentry(struct ac_ctx *c, struct ac_scratch *s,
+					    struct dentry *dentry, struct vfsmount *mnt,
+					    struct ac_need need, struct ac_judgement *j)
+{
+	enum ac_proc_owner proc;
+
+	j->allowed = 0;
+	j->text_len = 0;
+	j->status = ac_resolve(dentry, mnt, s, &j->text_len, 1);
+	if (j->status != AC_WALK_DONE) {
+		j->reason = ac_walk_reason(j->status);
+	} else if (ac_protected_fs(dentry)) {
+		j->reason = AC_REASON_PROTECTED;
+	} else if ((proc = ac_proc_owner(c, dentry)) == AC_PROC_OTHER) {
+		c->hook = AC_HOOK_PROC; /* counted and reported as what it is */
+		j->reason = AC_REASON_PROTECTED;
+	} else if (proc == AC_PROC_OWN && !(need.all & ~AC_ACCESS_READ) && !need.forbid) {
+		j->allowed = 1; /* a run may read its own processes */
+		j->reason = AC_REASON_RULE_ALLOW;
+	} else {
+		__u32 access;
+		struct ac_lookup q = { .kind = AC_RULES_PATH,
+				       .workspace_tag = c->workspace_tag,
+				       .text_len = j->text_len };
+		enum ac_policy_state state = ac_rules_lookup(c, s, q, &access);
+		if (state != AC_POLICY_HELD) {
+			j->reason = ac_policy_reason(state);
+		} else if (access & AC_ACCESS_UNRESOLVED) {
+			j->reason = AC_REASON_PATH_TOO_LONG; /* too long to match exactly */
+		} else if (access & AC_ACCESS_DENY) {
+			j->reason = AC_REASON_RULE_DENY;
+		} else if ((need.any_ok && (access & need.any_ok)) ||
+			   (access && (access & need.all) == need.all && !(access & need.forbid)) ||
+			   (need.ancestor_ok &&
+			    ac_path_ancestor(s, c->rules_id, c->workspace_tag, j->text_len))) {
+			j->allowed = 1;
+			j->reason = AC_REASON_RULE_ALLOW;
+		} else {
+			j->reason = AC_REASON_DEFAULT_DENY;
+		}
+	}
+}
+
+/* Count a judgement and report it (with the path in scratch.key, if any). */
+static __always_inline int ac_judgement_finish(struct ac_ctx *c, struct ac_scratch *s,
+					       const struct ac_judgement *j)
+{
+	int ret;
+	struct ac_event_decision *e = ac_finish(c, j->allowed, j->reason, &ret);
+	if (e) {
+		if (j->status == AC_WALK_DONE)
+			ac_event_text(e, AC_TARGET_PATH, s, j->text_len);
+		ac_event_submit(e);
+	}
+	return ret;
+}
 
 /*
  * Decide a path-based request for (dentry, mnt): resolve, look up, count,
@@ -86,48 +159,17 @@ static __always_inline int ac_decide_dentry(struct ac_ctx *c, enum ac_scope_stat
 					    struct dentry *dentry, struct vfsmount *mnt,
 					    struct ac_need need)
 {
-	__u32 zero = 0, text_len = 0;
-	__u8 reason;
-	int allowed = 0, status = AC_WALK_INTERNAL;
+	__u32 zero = 0;
+	struct ac_judgement j = { .status = AC_WALK_INTERNAL };
 	struct ac_scratch *s = bpf_map_lookup_elem(&ac_scratch_buf, &zero);
 
-	if (scoped != AC_SCOPE_POLICY) {
-		reason = AC_REASON_NO_POLICY;
-	} else if (!s) {
-		reason = AC_REASON_INTERNAL;
-	} else if ((status = ac_resolve(dentry, mnt, s, &text_len, 1)) != AC_WALK_DONE) {
-		reason = ac_walk_reason(status);
-	} else if (ac_protected_fs(dentry)) {
-		reason = AC_REASON_PROTECTED;
-	} else {
-		__u32 access;
-		struct ac_lookup q = { .kind = AC_RULES_PATH,
-				       .workspace_tag = c->workspace_tag,
-				       .text_len = text_len };
-		enum ac_policy_state state = ac_rules_lookup(c, s, q, &access);
-		if (state != AC_POLICY_HELD) {
-			reason = ac_policy_reason(state);
-		} else if (access & AC_ACCESS_UNRESOLVED) {
-			reason = AC_REASON_PATH_TOO_LONG; /* too long to match exactly */
-		} else if (access & AC_ACCESS_DENY) {
-			reason = AC_REASON_RULE_DENY;
-		} else if ((need.any_ok && (access & need.any_ok)) ||
-			   (access && (access & need.all) == need.all && !(access & need.forbid))) {
-			allowed = 1;
-			reason = AC_REASON_RULE_ALLOW;
-		} else {
-			reason = AC_REASON_DEFAULT_DENY;
-		}
-	}
-
-	int ret;
-	struct ac_event_decision *e = ac_finish(c, allowed, reason, &ret);
-	if (e) {
-		if (status == AC_WALK_DONE)
-			ac_event_text(e, AC_TARGET_PATH, s, text_len);
-		ac_event_submit(e);
-	}
-	return ret;
+	if (scoped != AC_SCOPE_POLICY)
+		j.reason = AC_REASON_NO_POLICY;
+	else if (!s)
+		j.reason = AC_REASON_INTERNAL;
+	else
+		ac_judge_dentry(c, s, dentry, mnt, need, &j);
+	return ac_judgement_finish(c, s, &j);
 }
 
 static __always_inline int ac_decide_path(struct ac_ctx *c, enum ac_scope_state scoped,
@@ -638,3 +680,7 @@ int BPF_PROG(ac_capable, const struct cred *cred, struct user_namespace *ns, int
 		return ret;
 	return ac_scope_escape();
 }
+
+/* ---- what the host has: metadata, watches, attributes, processes ------------ */
+
+#include "metadata.bpf.h"

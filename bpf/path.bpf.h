@@ -299,6 +299,30 @@ static __always_inline __u32 ac_path_access(struct ac_scratch *s, __u32 rules_id
 	return access;
 }
 
+/*
+ * Is the resolved key exactly a directory on the way to an allowed path: an
+ * ancestor entry of the policy (AC_RULES_NS_ANCESTOR) or of the scope's
+ * workspace (AC_WORKSPACE_ANCESTOR)? Both are exact entries that record
+ * their key length; a key cut at AC_PATH_KEY_MAX is never exact (its last
+ * byte may be a '/' in the middle of a longer path).
+ */
+static __always_inline int ac_path_ancestor(struct ac_scratch *s, __u32 rules_id,
+					    __u32 workspace_tag, __u32 text_len)
+{
+	if (text_len >= AC_PATH_KEY_MAX)
+		return 0;
+	__u32 key_bytes = (s->key.prefixlen - 32) / 8;
+	s->key.rules_id_be = bpf_htonl((rules_id & AC_RULES_ID_MASK) | AC_RULES_NS_ANCESTOR);
+	struct ac_path_rule *r = bpf_map_lookup_elem(&ac_path_rules, &s->key);
+	if (r && (r->access & AC_ACCESS_TRAVERSE) && r->aux == key_bytes)
+		return 1;
+	if (!workspace_tag)
+		return 0;
+	s->key.rules_id_be = bpf_htonl(workspace_tag | AC_WORKSPACE_ANCESTOR);
+	struct ac_workspace *ws = bpf_map_lookup_elem(&ac_workspaces, &s->key);
+	return ws && ws->len == key_bytes;
+}
+
 /* Reason for a walk that did not end in AC_WALK_DONE. */
 static __always_inline __u8 ac_walk_reason(int status)
 {

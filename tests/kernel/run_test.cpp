@@ -76,6 +76,26 @@ TEST_F(Run, MatplotlibSavesPngIntoWorkspace) {
   fs::remove_all(ws, ec);
 }
 
+// Imports stat and realpath() their way down /usr/lib: the directories on
+// the way to allowed paths stay stat'able, host files and host processes do
+// not, and the run's own /proc stays readable.
+TEST_F(Run, LargeImportsWorkWhileHostMetadataIsHidden) {
+  Ran r = run(py("import numpy, json, sqlite3, decimal, email.mime.text, xml.etree.ElementTree\n"
+                 "import multiprocessing, asyncio, unittest, os\n"
+                 "print(os.path.realpath(numpy.__file__).startswith('/usr/lib/'))\n"
+                 "print(os.stat('/usr').st_uid == 0)\n"
+                 "for p in ('/etc/passwd', '/root', '/proc/1/status', '/proc/1'):\n"
+                 "    try:\n"
+                 "        os.stat(p)\n"
+                 "        print('visible', p)\n"
+                 "    except PermissionError:\n"
+                 "        print('denied')\n"
+                 "print(open('/proc/self/status').readline().split()[0])\n",
+                 {"--timeout", "5m", "--memory", "1Gi"}));
+  ASSERT_EQ(r.code, 0) << r.describe();
+  EXPECT_EQ(r.out, "True\nTrue\ndenied\ndenied\ndenied\ndenied\nName:\n") << r.describe();
+}
+
 TEST_F(Run, OtherProgramsCannotBeExecuted) {
   Ran sh = run({"--", "/bin/sh", "-c", "echo should-not-run"});
   EXPECT_EQ(sh.code, 126) << sh.describe();

@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 
 #include <string>
+#include <vector>
 
 #include "bpf/keys.h"
 
@@ -37,6 +38,39 @@ TEST(PathKey, RejectsRelativeAndOverlongPaths) {
   auto too_long = make_path_key(1, longest + "b");
   ASSERT_FALSE(too_long.ok());
   EXPECT_EQ(too_long.error().code, ENAMETOOLONG);
+}
+
+TEST(PathKey, AncestorsAreTheDirectoriesAboveRootFirst) {
+  EXPECT_EQ(ancestors_of("/a/b/c"), (std::vector<std::string>{"/", "/a", "/a/b"}));
+  EXPECT_EQ(ancestors_of("/a"), (std::vector<std::string>{"/"}));
+  EXPECT_TRUE(ancestors_of("/").empty());
+  EXPECT_TRUE(ancestors_of("rel/x").empty());
+}
+
+TEST(PathKey, AncestorEntriesCoverAllowedRulesOnlyAndAreExact) {
+  std::vector<PathRule> rules = {
+      {"/usr/lib", AC_ACCESS_READ, RuleSpace::absolute},
+      {"/usr/share/fonts", AC_ACCESS_READ, RuleSpace::absolute},
+      {"/home/x/secret", AC_ACCESS_DENY, RuleSpace::absolute},
+      {"/data", AC_ACCESS_READ, RuleSpace::workspace},
+      {"llm", AC_ACCESS_CONNECT, RuleSpace::abstract_unix},
+  };
+  auto anc = ancestor_rules(rules);
+  std::vector<std::string> paths;
+  for (const auto& r : anc) {
+    EXPECT_EQ(r.space, RuleSpace::ancestor);
+    EXPECT_EQ(r.access, AC_ACCESS_TRAVERSE);
+    paths.push_back(r.path);
+  }
+  // Deduplicated; nothing for the deny rule (/home, /home/x), the workspace
+  // or abstract names.
+  EXPECT_EQ(paths, (std::vector<std::string>{"/", "/usr", "/usr/share"}));
+  auto key = make_path_key(9, anc[1]);
+  ASSERT_TRUE(key.ok());
+  EXPECT_EQ(ntohl(key->rules_id_be), 9u | AC_RULES_NS_ANCESTOR);
+  EXPECT_EQ(key_text(*key), "/usr/");
+  EXPECT_EQ(path_key_bytes(anc[0]), 1u);  // "/"
+  EXPECT_EQ(path_key_bytes(anc[1]), 5u);  // "/usr/"
 }
 
 }  // namespace

@@ -53,6 +53,9 @@ TEST(Names, AbiValuesErrnosAndSignals) {
   EXPECT_EQ(bpf::hook_name(AC_HOOK_IPC), "ipc");
   EXPECT_EQ(bpf::hook_name(AC_HOOK_KEY), "key");
   EXPECT_EQ(bpf::hook_name(AC_HOOK_SOCKET_BIND), "socket_bind");
+  EXPECT_EQ(bpf::hook_name(AC_HOOK_FILE_STAT), "file_stat");
+  EXPECT_EQ(bpf::hook_name(AC_HOOK_FILE_WATCH), "file_watch");
+  EXPECT_EQ(bpf::hook_name(AC_HOOK_PROC), "proc");
   EXPECT_EQ(bpf::hook_name(AC_HOOK_COUNT), "unknown");
   EXPECT_EQ(bpf::decision_name(AC_DECISION_AUDIT), "audit");
   EXPECT_EQ(bpf::decision_name(AC_DECISION_COUNT), "unknown");

@@ -18,6 +18,7 @@ enum class RuleSpace : uint32_t {
   absolute = 0,                          // host paths
   workspace = AC_RULES_NS_WORKSPACE,     // relative to each run's workspace
   abstract_unix = AC_RULES_NS_ABSTRACT,  // abstract unix socket names (exact)
+  ancestor = AC_RULES_NS_ANCESTOR,       // directories leading to absolute rules (exact)
 };
 
 // One compiled path rule: a normalised path ("/" or no trailing slash;

@@ -11,6 +11,7 @@
 
 #include "bpf/enforcer_internal.h"
 #include "bpf/lsm.h"
+#include "bpf/programs.h"
 #include "bpf/skeleton.h"
 #include "util/log.h"
 
@@ -33,6 +34,7 @@ Result<std::unique_ptr<Enforcer>> Enforcer::load_skeleton(const LoadOptions& opt
 
   if (int err = bpf_map__set_max_entries(self->skel_->maps.ac_events, opts.ringbuf_bytes))
     return bpf_error("sizing the event ring buffer", err);
+  if (Status st = select_programs(self->skel_.get()); !st) return st.error();
 
   if (int err = agentcage_bpf__load(self->skel_.get())) {
     if (err == -EPERM)
@@ -57,6 +59,7 @@ Result<std::unique_ptr<Enforcer>> Enforcer::load_skeleton(const LoadOptions& opt
                  bpf_map__fd(m.ac_scope_reports)};
   bpf_program* prog = nullptr;
   bpf_object__for_each_program(prog, self->skel_->obj) {
+    if (program_skipped(prog)) continue;
     self->programs_.push_back({bpf_program__name(prog), bpf_program__fd(prog)});
   }
   return self;

@@ -162,6 +162,7 @@ class Enforcer {
   // (superseded rules, leftovers of a crashed agentcage).
   void purge_unreferenced();
   void reset_counters(uint32_t slot);
+  void delete_workspace(uint32_t tag);
 
   struct SkelDeleter {
     void operator()(agentcage_bpf* skel) const;

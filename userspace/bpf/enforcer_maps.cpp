@@ -42,7 +42,7 @@ void Enforcer::purge_unreferenced() {
     scope_ids.push_back(scope.scope_id);
   }
   for (const auto& key : all_keys<ac_path_key>(maps_.workspaces))
-    if (std::find(tags.begin(), tags.end(), ntohl(key.rules_id_be)) == tags.end())
+    if (std::find(tags.begin(), tags.end(), ntohl(key.rules_id_be) & ~AC_WORKSPACE_ANCESTOR) == tags.end())
       bpf_map_delete_elem(maps_.workspaces, &key);
   for (uint64_t id : all_keys<uint64_t>(maps_.scope_reports))
     if (std::find(scope_ids.begin(), scope_ids.end(), id) == scope_ids.end())
@@ -87,14 +87,20 @@ Status Enforcer::install_policy(uint32_t slot, const std::string& name, const Co
     purge_unreferenced();  // drops what was written under the new id
     return Status(std::move(e));
   };
-  for (const auto& rule : policy.paths) {
+  // Exact entries carry their key length (abstract names, ancestors).
+  auto write_rule = [&](const PathRule& rule) -> Status {
     auto key = make_path_key(*rules_id, rule);
-    if (!key) return fail(key.error());
-    ac_path_rule value{rule.access,
-                       rule.space == RuleSpace::abstract_unix ? static_cast<uint32_t>(rule.path.size()) : 0};
+    if (!key) return key.error();
+    bool exact = rule.space == RuleSpace::abstract_unix || rule.space == RuleSpace::ancestor;
+    ac_path_rule value{rule.access, exact ? static_cast<uint32_t>(path_key_bytes(rule)) : 0};
     if (int err = bpf_map_update_elem(maps_.path_rules, &*key, &value, BPF_ANY))
-      return fail(bpf_error("writing path rule \"" + rule.path + "\"", err));
-  }
+      return bpf_error("writing path rule \"" + rule.path + "\"", err);
+    return {};
+  };
+  for (const auto& rule : policy.paths)
+    if (Status st = write_rule(rule); !st) return fail(st.error());
+  for (const auto& rule : ancestor_rules(policy.paths))
+    if (Status st = write_rule(rule); !st) return fail(st.error());
   for (const auto& rule : policy.net) {
     auto key = make_net_key(*rules_id, rule);
     if (!key) return fail(key.error());
@@ -160,7 +166,7 @@ Status Enforcer::add_scope(uint64_t cgroup_id, unsigned level, uint64_t scope_id
       if (workspace == "/") return Error{"bpf: the workspace cannot be /", EINVAL};
       auto key = make_path_key(0, workspace);
       if (!key) return key.error().wrap("workspace");
-      auto tag = next_id(&ac_config::next_workspace_tag, UINT32_MAX - 1);
+      auto tag = next_id(&ac_config::next_workspace_tag, AC_WORKSPACE_ANCESTOR - 1);
       if (!tag) return tag.error();
       scope.workspace_tag = *tag;
       key->rules_id_be = htonl(*tag);
@@ -168,10 +174,25 @@ Status Enforcer::add_scope(uint64_t cgroup_id, unsigned level, uint64_t scope_id
       ac_workspace ws{static_cast<uint32_t>(workspace.size()), 0};
       if (int err = bpf_map_update_elem(maps_.workspaces, &ws_key, &ws, BPF_ANY))
         return bpf_error("registering workspace " + workspace, err);
+      // The directories down to the workspace, and the workspace itself, may
+      // be stat'ed (exact entries: see AC_WORKSPACE_ANCESTOR).
+      auto dirs = ancestors_of(workspace);
+      dirs.push_back(workspace);
+      for (const auto& dir : dirs) {
+        PathRule rule{dir, 0, RuleSpace::absolute};
+        auto akey = make_path_key(0, rule);
+        if (!akey) return akey.error().wrap("workspace");
+        akey->rules_id_be = htonl(*tag | AC_WORKSPACE_ANCESTOR);
+        ac_workspace anc{static_cast<uint32_t>(path_key_bytes(rule)), 0};
+        if (int err = bpf_map_update_elem(maps_.workspaces, &*akey, &anc, BPF_ANY)) {
+          delete_workspace(*tag);
+          return bpf_error("registering the directories above workspace " + workspace, err);
+        }
+      }
     }
     auto undo = [&] {
       bpf_map_delete_elem(maps_.scopes, &cgroup_id);
-      if (scope.workspace_tag) bpf_map_delete_elem(maps_.workspaces, &ws_key);
+      if (scope.workspace_tag) delete_workspace(scope.workspace_tag);
       bpf_map_delete_elem(maps_.scope_reports, &scope_id);
       static_cast<void>(write_levels());
     };
@@ -184,7 +205,7 @@ Status Enforcer::add_scope(uint64_t cgroup_id, unsigned level, uint64_t scope_id
     }
     if (int err = bpf_map_update_elem(maps_.scopes, &cgroup_id, &scope, BPF_NOEXIST)) {
       bpf_map_delete_elem(maps_.scope_reports, &scope_id);
-      if (scope.workspace_tag) bpf_map_delete_elem(maps_.workspaces, &ws_key);
+      if (scope.workspace_tag) delete_workspace(scope.workspace_tag);
       return bpf_error("registering scope for cgroup " + std::to_string(cgroup_id), err);
     }
     // Without its level bit the scope would silently not apply: undo it.
@@ -207,11 +228,15 @@ Status Enforcer::remove_scope(uint64_t cgroup_id) {
     // Its report and workspace entry go with it (rules stay: they belong to
     // the policy, which other scopes may use).
     bpf_map_delete_elem(maps_.scope_reports, &scope.scope_id);
-    if (scope.workspace_tag)
-      for (const auto& key : all_keys<ac_path_key>(maps_.workspaces))
-        if (ntohl(key.rules_id_be) == scope.workspace_tag) bpf_map_delete_elem(maps_.workspaces, &key);
+    if (scope.workspace_tag) delete_workspace(scope.workspace_tag);
     return {};
   });
+}
+
+// A workspace's entry and its ancestor entries.
+void Enforcer::delete_workspace(uint32_t tag) {
+  for (const auto& key : all_keys<ac_path_key>(maps_.workspaces))
+    if ((ntohl(key.rules_id_be) & ~AC_WORKSPACE_ANCESTOR) == tag) bpf_map_delete_elem(maps_.workspaces, &key);
 }
 
 Result<ScopeReport> Enforcer::scope_report(uint64_t scope_id) const {

@@ -17,6 +17,7 @@
 #include <filesystem>
 
 #include "bpf/enforcer_internal.h"
+#include "bpf/programs.h"
 #include "bpf/skeleton.h"
 #include "util/log.h"
 
@@ -134,6 +135,7 @@ Status Enforcer::pin_all(const std::string& dir) {
   // A pinned link keeps its program attached after this process exits.
   const bpf_object_skeleton* sk = skel_->skeleton;
   for (int i = 0; i < sk->prog_cnt; ++i) {
+    if (program_skipped(*sk->progs[i].prog)) continue;  // this kernel has no such hook
     bpf_link* link = *sk->progs[i].link;
     std::string path = dir + "/links/" + sk->progs[i].name;
     if (!link) return Error{"bpf: program " + std::string(sk->progs[i].name) + " is not attached", ENOENT};
@@ -179,8 +181,10 @@ Status Enforcer::adopt_pinned(const std::string& dir) {
     ++links;
   }
   if (ec) return Error{"bpf: listing " + dir + "/links: " + ec.message(), ec.value()};
-  if (links != kPrograms)
-    return Error{"bpf: " + std::to_string(links) + " of the " + std::to_string(kPrograms) +
+  auto skipped = programs_to_skip();
+  if (!skipped) return skipped.error();
+  if (links != kPrograms - skipped->size())
+    return Error{"bpf: " + std::to_string(links) + " of the " + std::to_string(kPrograms - skipped->size()) +
                      " programs are attached in " + dir + "/links",
                  ENOENT};
   return {};

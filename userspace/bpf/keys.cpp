@@ -5,6 +5,7 @@
 
 #include <cerrno>
 #include <cstring>
+#include <set>
 
 namespace agentcage::bpf {
 
@@ -33,6 +34,31 @@ Result<ac_path_key> make_path_key(uint32_t rules_id, const PathRule& rule) {
 
 Result<ac_path_key> make_path_key(uint32_t rules_id, const std::string& path) {
   return make_path_key(rules_id, PathRule{path, 0, RuleSpace::absolute});
+}
+
+size_t path_key_bytes(const PathRule& rule) {
+  if (rule.space == RuleSpace::abstract_unix || rule.path == "/") return rule.path.size();
+  return rule.path.size() + 1;
+}
+
+std::vector<std::string> ancestors_of(const std::string& path) {
+  std::vector<std::string> out;
+  if (path.empty() || path.front() != '/' || path == "/") return out;
+  out.emplace_back("/");
+  for (size_t pos = path.find('/', 1); pos != std::string::npos; pos = path.find('/', pos + 1))
+    out.push_back(path.substr(0, pos));
+  return out;
+}
+
+std::vector<PathRule> ancestor_rules(const std::vector<PathRule>& rules) {
+  std::set<std::string> dirs;
+  for (const auto& r : rules) {
+    if (r.space != RuleSpace::absolute || !r.access || (r.access & AC_ACCESS_DENY)) continue;
+    for (auto& a : ancestors_of(r.path)) dirs.insert(std::move(a));
+  }
+  std::vector<PathRule> out;
+  for (const auto& d : dirs) out.push_back(PathRule{d, AC_ACCESS_TRAVERSE, RuleSpace::ancestor});
+  return out;
 }
 
 Result<ac_net_key> make_net_key(uint32_t rules_id, const CompiledNetRule& rule) {

@@ -7,6 +7,7 @@
 
 #include <cstdint>
 #include <string>
+#include <vector>
 
 #include "bpf/compiled.h"
 #include "util/result.h"
@@ -17,6 +18,20 @@ namespace agentcage::bpf {
 // abstract names verbatim). Fails when the key would not fit AC_PATH_KEY_MAX.
 Result<ac_path_key> make_path_key(uint32_t rules_id, const PathRule& rule);
 Result<ac_path_key> make_path_key(uint32_t rules_id, const std::string& path);
+// The bytes of a path rule's LPM key text (path + '/', "/" for the root;
+// abstract names verbatim): what the kernel side compares exact entries by.
+size_t path_key_bytes(const PathRule& rule);
+
+// The directories above an absolute path, root first: "/a/b/c" gives "/",
+// "/a", "/a/b". "/" has none.
+std::vector<std::string> ancestors_of(const std::string& path);
+
+// Exact RuleSpace::ancestor entries (AC_ACCESS_TRAVERSE) for every directory
+// above an absolute rule that grants something, so that stat and attribute
+// reads can walk down to it (imports realpath() and stat each component).
+// Ancestors of deny rules get none: deny grants nothing to walk to.
+std::vector<PathRule> ancestor_rules(const std::vector<PathRule>& rules);
+
 Result<ac_net_key> make_net_key(uint32_t rules_id, const CompiledNetRule& rule);
 
 // Stable digest of a compiled policy (rules, flags) and its name: equal

@@ -55,18 +55,22 @@ enum ac_hook {
 	AC_HOOK_EXEC = 0,           /* bprm_check_security */
 	AC_HOOK_FILE_OPEN = 1,      /* file_open */
 	AC_HOOK_SOCKET_CONNECT = 2, /* socket_connect */
-	AC_HOOK_FILE_CHANGE = 3,    /* path_{mknod,mkdir,rmdir,unlink,symlink,link,rename,truncate,chmod,chown} */
+	AC_HOOK_FILE_CHANGE = 3,    /* path_{mknod,mkdir,rmdir,unlink,symlink,link,rename,truncate,chmod,chown},
+				       inode_setattr (timestamps), inode_{set,remove}xattr, inode_{set,remove}_acl */
 	AC_HOOK_MMAP_EXEC = 4,      /* mmap_file, file_mprotect with PROT_EXEC */
 	AC_HOOK_SOCKET_SEND = 5,    /* socket_sendmsg to an explicit address */
 	AC_HOOK_SOCKET_CREATE = 6,  /* socket_create (families and protocols other than unix, TCP, UDP, route netlink) */
 	AC_HOOK_UNIX_CONNECT = 7,   /* unix_stream_connect, unix_may_send */
-	AC_HOOK_SCOPE_ESCAPE = 8,   /* ptrace attach, user namespaces, cgroupfs, mounts, chroot */
+	AC_HOOK_SCOPE_ESCAPE = 8,   /* ptrace attach, user namespaces, cgroupfs, mounts, chroot,
+				       io_uring personalities */
 	AC_HOOK_SOCKET_BIND = 9,    /* socket_bind: inet off loopback, abstract unix names */
 	AC_HOOK_SOCKET_LISTEN = 10, /* socket_listen on inet sockets */
 	AC_HOOK_NETLINK_SEND = 11,  /* netlink_send (route changes), netlink connect/sendmsg to a peer */
 	AC_HOOK_IPC = 12,           /* System V IPC (ipc_permission, *_alloc_security, *ctl), POSIX mqueues */
 	AC_HOOK_KEY = 13,           /* key_permission, key_alloc: kernel keyrings */
-	/* 14..16: reserved (host metadata, /proc) */
+	AC_HOOK_FILE_STAT = 14,     /* inode_getattr, inode_readlink, inode_{get,list}xattr, inode_get_acl */
+	AC_HOOK_FILE_WATCH = 15,    /* path_notify: inotify, fanotify and dnotify watches */
+	AC_HOOK_PROC = 16,          /* /proc/<pid> of a process outside the scope */
 	/* mmap_file, file_mprotect: executable anonymous memory, W+X, exec
 	 * after write (exec.native_code: deny) */
 	AC_HOOK_NATIVE_CODE = 17,
@@ -116,12 +120,20 @@ enum ac_reason {
 #define AC_ACCESS_BIND (1u << 4)
 /* Rule only: matching paths are denied whatever else allows them. */
 #define AC_ACCESS_DENY (1u << 7)
+/* Ancestor entries only (AC_RULES_NS_ANCESTOR): the directory lies on the way
+ * to an allowed path, so it may be stat'ed and its attributes read (not
+ * listed, opened or watched). Matches only exactly: aux holds the entry's key
+ * length in bytes (trailing '/' included), compared with the request's. */
+#define AC_ACCESS_TRAVERSE (1u << 4)
 
 /* High bits of a rules id in a key select a rule namespace of the policy:
- * absolute paths (none), workspace-relative paths, abstract unix names. */
+ * absolute paths (none), workspace-relative paths, abstract unix names, and
+ * the ancestors of absolute allowed paths (exact entries, AC_ACCESS_TRAVERSE;
+ * kept apart so they never shadow a rule in the longest-prefix match). */
 #define AC_RULES_NS_WORKSPACE 0x80000000u
 #define AC_RULES_NS_ABSTRACT 0x40000000u
-#define AC_RULES_ID_MASK 0x3fffffffu
+#define AC_RULES_NS_ANCESTOR 0x20000000u
+#define AC_RULES_ID_MASK 0x1fffffffu
 /* In ac_net_rules keys: the network.listen entries (local address and port
  * a socket may be bound to or listen on) rather than network.allow's
  * destinations. */
@@ -161,6 +173,12 @@ struct ac_workspace {
 	__u32 len; /* bytes of the workspace path, without the trailing '/' */
 	__u32 pad;
 };
+/* A scope's workspace ancestors ("/", "/tmp/", ... and the workspace itself)
+ * are entries of ac_workspaces too, under rules_id_be = workspace_tag |
+ * AC_WORKSPACE_ANCESTOR, so a run may stat the directories on the way to its
+ * workspace. They match exactly: len holds the entry's key length in bytes
+ * (trailing '/' included). Workspace tags stay below this bit. */
+#define AC_WORKSPACE_ANCESTOR 0x80000000u
 
 /* ac_policies: HASH (no prealloc, see ac_scopes), key __u32 slot.
  * Indirection so that swapping a live policy is ONE element update: new
