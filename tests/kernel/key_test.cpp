@@ -59,9 +59,18 @@ bool nobody_has_key(const char* desc) {
          }) == 1;
 }
 
+// The seccomp filter denies the keyring calls by default; these tests prove
+// the LSM's key rules, which must hold where a policy lifts the filter.
+SpawnOptions keyctl_allowed() {
+  SpawnOptions o;
+  o.policy = python_sandbox_with_keyctl();
+  return o;
+}
+
 TEST_F(Keys, CallersSessionKeyringIsNotTheRuns) {
   // agentcage's caller has a key in its session keyring; the run must not.
   SpawnOptions o;
+  o.policy = python_sandbox_with_keyctl();
   o.in_child = [] {
     keyctl(KEYCTL_JOIN_SESSION_KEYRING, 0);
     key_add("user", "ac-caller-secret", "hunter2", KEY_SPEC_SESSION_KEYRING);
@@ -106,7 +115,7 @@ TEST_F(Keys, KeysOfAnotherProcessWithTheSameUidAreUnreadable) {
        << "res['user_keyring'] = err(keyctl(KEYCTL_GET_KEYRING_ID, KEY_SPEC_USER, 0))\n"
        << "res['search'] = err(keyctl(KEYCTL_SEARCH, KEY_SPEC_USER, b'user', b'ac-nobody-secret', 0))\n"
        << "print(json.dumps(res))\n";
-  Ran r = run(py(code.str(), {"--user", "nobody"}));
+  Ran r = run(py(code.str(), {"--user", "nobody"}), keyctl_allowed());
   as_nobody([] {
     return static_cast<int>(keyctl(KEYCTL_CLEAR, static_cast<unsigned long>(KEY_SPEC_USER_KEYRING)));
   });
@@ -132,7 +141,7 @@ TEST_F(Keys, RunKeepsItsKeysInItsSessionAndNothingAfter) {
        << "p = keyctl(KEYCTL_GET_PERSISTENT, -1, KEY_SPEC_SESSION)\n"
        << "res['persistent'] = err(add_key(b'user', b'ac-run-key', b'left', p)) if p > 0 else err(p)\n"
        << "print(json.dumps(res))\n";
-  Ran r = run(py(code.str(), {"--user", "nobody"}));
+  Ran r = run(py(code.str(), {"--user", "nobody"}), keyctl_allowed());
   ASSERT_EQ(r.code, 0) << r.describe();
   json res = run_json(r);
   EXPECT_EQ(res["own"], "mine") << r.out;

@@ -33,6 +33,15 @@ std::string slurp(const fs::path& p) {
   return ss.str();
 }
 
+const std::string& python_sandbox_with_keyctl() {
+  static const std::string path = [] {
+    const std::string p = "/tmp/agentcage-kt-python-sandbox-keys.yaml";
+    std::ofstream(p) << slurp(kPythonSandbox) << "  syscalls:\n    allow: [keys]\n";
+    return p;
+  }();
+  return path;
+}
+
 Started start(const std::vector<std::string>& args, const SpawnOptions& o) {
   Started s;
   char tmpl[] = "/tmp/ac-run-test-XXXXXX";

@@ -44,6 +44,11 @@ struct SpawnOptions {
   std::function<void()> in_child;  // runs in the forked child before exec of agentcage
 };
 
+// policies/python-sandbox.yaml with its seccomp filter relaxed for the
+// keyring calls (syscalls.allow: [keys]), for tests of the LSM's own key
+// rules, which must hold without the filter. Written once, under /tmp.
+const std::string& python_sandbox_with_keyctl();
+
 // Starts `agentcage run --policy POLICY --result DIR/result.json ARGS`.
 Started start(const std::vector<std::string>& args, const SpawnOptions& o = {});
 

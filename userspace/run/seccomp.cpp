@@ -35,15 +35,25 @@ Error seccomp_error(const std::string& what, int rc) {
 // 31 set and any lower bit clear (so 0xffffffff itself is not matched).
 // The kernel reads the argument as an unsigned int: only the low 32 bits
 // are compared.
+// SCMP_A0(SCMP_CMP_MASKED_EQ, mask, value), without the macro's C99
+// compound literal (not C++).
+scmp_arg_cmp a0_masked_eq(uint64_t mask, uint64_t value) {
+  scmp_arg_cmp cmp{};
+  cmp.arg = 0;
+  cmp.op = SCMP_CMP_MASKED_EQ;
+  cmp.datum_a = mask;
+  cmp.datum_b = value;
+  return cmp;
+}
+
 int deny_personality(void* ctx, int nr) {
   constexpr uint64_t kAllowedBits = 0x20008, kTop = 1ull << 31;
   const auto deny = SCMP_ACT_ERRNO(EPERM);
   for (int bit = 0; bit < 31; ++bit) {
     const uint64_t b = 1ull << bit;
     int rc = 0;
-    if (!(b & kAllowedBits))
-      rc = seccomp_rule_add(ctx, deny, nr, 1, SCMP_A0(SCMP_CMP_MASKED_EQ, b | kTop, b));
-    if (rc == 0) rc = seccomp_rule_add(ctx, deny, nr, 1, SCMP_A0(SCMP_CMP_MASKED_EQ, b | kTop, kTop));
+    if (!(b & kAllowedBits)) rc = seccomp_rule_add(ctx, deny, nr, 1, a0_masked_eq(b | kTop, b));
+    if (rc == 0) rc = seccomp_rule_add(ctx, deny, nr, 1, a0_masked_eq(b | kTop, kTop));
     if (rc != 0) return rc;
   }
   return 0;
