@@ -152,6 +152,50 @@ static __always_inline int ac_internal_shows(struct ac_scratch *s, struct dentry
 	return end == BPF_CORE_READ(m, mnt.mnt_root) || end != BPF_CORE_READ(dentry, d_sb, s_root);
 }
 
+/* The state of one decision over a superblock's candidate mounts, shared
+ * with the bpf_loop callbacks below. Each candidate is judged in a callback
+ * the verifier checks once, not once per candidate and per outcome of the
+ * ones before it (which made these programs too large for 6.1's verifier). */
+struct ac_mounts_walk {
+	struct ac_ctx *c;
+	struct ac_scratch *s;
+	struct ac_mounts *ms;
+	__u64 dentry;
+	struct ac_need need;
+	struct ac_judgement j;
+	int internal; /* a kernel-internal mount shows the dentry */
+	int shown;    /* a mount in the task's namespace shows it */
+};
+
+static long ac_internal_step(__u32 k, void *data)
+{
+	struct ac_mounts_walk *w = data;
+	if (k >= w->ms->n_internal)
+		return 1;
+	barrier_var(k); /* keep the mask: the verifier needs the bound */
+	struct mount *m = (struct mount *)w->ms->internal[k & (AC_MOUNT_CANDIDATES - 1)];
+	if (!ac_internal_shows(w->s, (struct dentry *)w->dentry, m))
+		return 0;
+	w->internal = 1;
+	return 1;
+}
+
+static long ac_ns_step(__u32 k, void *data)
+{
+	struct ac_mounts_walk *w = data;
+	if (k >= w->ms->n_ns)
+		return 1;
+	barrier_var(k); /* keep the mask: the verifier needs the bound */
+	struct ac_judgement jk;
+	struct mount *m = (struct mount *)w->ms->ns[k & (AC_MOUNT_CANDIDATES - 1)];
+	ac_judge_dentry(w->c, w->s, (struct dentry *)w->dentry, &m->mnt, w->need, &jk);
+	if (jk.status != AC_WALK_DONE)
+		return 0;
+	w->shown = 1;
+	w->j = jk;
+	return jk.allowed ? 1 : 0;
+}
+
 /*
  * Decide a request on a dentry reached through an unknown mount: allowed
  * when one mount of its superblock in the task's namespace shows it at a
@@ -165,55 +209,33 @@ static __noinline int ac_decide_dentry_mounts(struct ac_ctx *c, __u64 dentry_ptr
 					      __u32 ancestor_ok)
 {
 	struct dentry *dentry = (struct dentry *)dentry_ptr;
-	struct ac_need need = {.all = need_all,
-			       .any_ok = AC_ACCESS_EXEC | AC_ACCESS_CONNECT,
-			       .ancestor_ok = ancestor_ok};
+	struct ac_mounts_walk w = {
+		.c = c,
+		.dentry = dentry_ptr,
+		.need = {.all = need_all,
+			 .any_ok = AC_ACCESS_EXEC | AC_ACCESS_CONNECT,
+			 .ancestor_ok = ancestor_ok},
+		.j = {.status = AC_WALK_DETACHED, .reason = AC_REASON_PATH_DETACHED},
+	};
 	if (need_all & AC_ACCESS_WRITE)
-		need.any_ok = 0;
+		w.need.any_ok = 0;
 	__u32 zero = 0;
-	struct ac_judgement j = {.status = AC_WALK_DETACHED, .reason = AC_REASON_PATH_DETACHED};
-	struct ac_scratch *s = bpf_map_lookup_elem(&ac_scratch_buf, &zero);
-	if (!s) {
-		j.status = AC_WALK_INTERNAL;
-		j.reason = AC_REASON_INTERNAL;
-		return ac_judgement_finish(c, s, &j);
-	}
-	struct ac_mounts *ms = ac_sb_mounts(BPF_CORE_READ(dentry, d_sb));
-	if (!ms) {
-		j.status = AC_WALK_INTERNAL;
-		j.reason = AC_REASON_INTERNAL;
-		return ac_judgement_finish(c, s, &j);
+	w.s = bpf_map_lookup_elem(&ac_scratch_buf, &zero);
+	if (w.s)
+		w.ms = ac_sb_mounts(BPF_CORE_READ(dentry, d_sb));
+	if (!w.s || !w.ms) {
+		w.j.status = AC_WALK_INTERNAL;
+		w.j.reason = AC_REASON_INTERNAL;
+		return ac_judgement_finish(c, w.s, &w.j);
 	}
 
-	int internal = 0;
-	for (__u32 k = 0; k < AC_MOUNT_CANDIDATES; k++) {
-		if (k >= ms->n_internal)
-			break;
-		if (ac_internal_shows(s, dentry, (struct mount *)ms->internal[k])) {
-			internal = 1;
-			break;
-		}
-	}
-	if (internal && ac_creds_overridden())
+	bpf_loop(AC_MOUNT_CANDIDATES, ac_internal_step, &w, 0);
+	if (w.internal && ac_creds_overridden())
 		return 0;
-
-	int shown = 0;
-	for (__u32 k = 0; k < AC_MOUNT_CANDIDATES; k++) {
-		if (k >= ms->n_ns)
-			break;
-		struct ac_judgement jk;
-		struct mount *m = (struct mount *)ms->ns[k];
-		ac_judge_dentry(c, s, dentry, &m->mnt, need, &jk);
-		if (jk.status != AC_WALK_DONE)
-			continue;
-		shown = 1;
-		j = jk;
-		if (j.allowed)
-			break;
-	}
-	if (!shown && internal)
+	bpf_loop(AC_MOUNT_CANDIDATES, ac_ns_step, &w, 0);
+	if (!w.shown && w.internal)
 		return 0;
-	return ac_judgement_finish(c, s, &j);
+	return ac_judgement_finish(c, w.s, &w.j);
 }
 
 /* A dentry-only hook: hook group, then the decision over its mounts. */
