@@ -35,6 +35,13 @@
  *   ipc, keys (ipc.bpf.h) System V IPC and POSIX message queues only in
  *             the run's own IPC namespace; no per-uid keyring and no key
  *             the scope does not possess.
+ *   metadata  (metadata.bpf.h) inode_getattr, inode_readlink, the xattr
+ *             and ACL hooks, path_notify, inode_setattr: stat, readlink,
+ *             attribute reads and watches need the read access a rule
+ *             gives (or a directory on the way to one), attribute changes
+ *             the write access.
+ *   proc      (proc.bpf.h) /proc/PID of a process outside the scope, in
+ *             every path-based hook: not opened, listed, stat'ed or read.
  */
 #include "vmlinux.h"
 #include <bpf/bpf_helpers.h>
