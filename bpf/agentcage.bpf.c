@@ -86,15 +86,15 @@ static __always_inline int ac_decide_dentry(struct ac_ctx *c, enum ac_scope_stat
 					    struct dentry *dentry, struct vfsmount *mnt,
 					    struct ac_need need)
 {
-	__u32 zero = 0, text_len = 0;
+	__u32 text_len = 0;
 	__u8 reason;
 	int allowed = 0, status = AC_WALK_INTERNAL;
-	struct ac_scratch *s = bpf_map_lookup_elem(&ac_scratch_buf, &zero);
+	struct ac_scratch *s = ac_scratch_get();
 
 	if (scoped != AC_SCOPE_POLICY) {
 		reason = AC_REASON_NO_POLICY;
 	} else if (!s) {
-		reason = AC_REASON_INTERNAL;
+		reason = AC_REASON_SCRATCH;
 	} else if ((status = ac_resolve(dentry, mnt, s, &text_len, 1)) != AC_WALK_DONE) {
 		reason = ac_walk_reason(status);
 	} else if (ac_protected_fs(dentry)) {
@@ -127,6 +127,7 @@ static __always_inline int ac_decide_dentry(struct ac_ctx *c, enum ac_scope_stat
 			ac_event_text(e, AC_TARGET_PATH, s, text_len);
 		ac_event_submit(e);
 	}
+	ac_scratch_put(s);
 	return ret;
 }
 

@@ -109,6 +109,31 @@ static __always_inline void ac_count(const struct ac_ctx *c, __u8 decision, __u8
 		__sync_fetch_and_add(&cnt->reasons[reason], 1);
 }
 
+/*
+ * The current task's scratch (struct ac_scratch), marked busy until
+ * ac_scratch_put. NULL when it cannot be had: no memory for it, the helper
+ * refused (6.1's task storage helper returns NULL while another task on this
+ * CPU, preempted inside it, holds its per-CPU lock), or an interrupt on this
+ * task is deciding with it. The caller then denies with AC_REASON_SCRATCH:
+ * never a decision on someone else's path. Interrupts nest, so a plain flag
+ * is enough; no other task can reach this storage.
+ */
+static __always_inline struct ac_scratch *ac_scratch_get(void)
+{
+	struct ac_scratch *s = bpf_task_storage_get(&ac_task_scratch, bpf_get_current_task_btf(), 0,
+						    BPF_LOCAL_STORAGE_GET_F_CREATE);
+	if (!s || s->busy)
+		return NULL;
+	s->busy = 1;
+	return s;
+}
+
+static __always_inline void ac_scratch_put(struct ac_scratch *s)
+{
+	if (s)
+		s->busy = 0;
+}
+
 /* Start a decision record in the task's own storage (struct
  * ac_task_record): NULL only when that storage cannot be had (no memory, or
  * an interrupt on this task is building one): the loss is counted and the

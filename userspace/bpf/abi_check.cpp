@@ -27,13 +27,14 @@ static_assert(offsetof(ac_path_key, path) == 8);
 static_assert(sizeof(ac_path_rule) == 8);
 static_assert(sizeof(ac_counters) == 8 * (int{AC_DECISION_COUNT} + int{AC_REASON_COUNT}));
 // Reasons are metric labels and event fields: existing values never move.
-static_assert(AC_REASON_PROTECTED == 7 && AC_REASON_PATH_TOO_LONG == 8 && AC_REASON_PATH_DETACHED == 9);
-static_assert(AC_REASON_COUNT == 10 && sizeof(ac_counters) == 8 * 13);
+static_assert(AC_REASON_PROTECTED == 7 && AC_REASON_PATH_TOO_LONG == 8 && AC_REASON_PATH_DETACHED == 9 &&
+              AC_REASON_SCRATCH == 10);
+static_assert(AC_REASON_COUNT == 11 && sizeof(ac_counters) == 8 * 14);
 // Hooks are metric labels and event fields: existing values never move.
 static_assert(AC_HOOK_SCOPE_ESCAPE == 8 && AC_HOOK_SOCKET_BIND == 9 && AC_HOOK_SOCKET_LISTEN == 10 &&
               AC_HOOK_NETLINK_SEND == 11 && AC_HOOK_IPC == 12 && AC_HOOK_KEY == 13 &&
               AC_HOOK_NATIVE_CODE == 17 && AC_HOOK_DEBUG == 18 && AC_HOOK_COUNT == 19);
-static_assert(AC_ABI_VERSION == 5, "the layout above is ABI version 5");
+static_assert(AC_ABI_VERSION == 6, "the layout above is ABI version 6");
 // Target kinds are JSON values and event fields: existing values never move.
 static_assert(AC_TARGET_UNIX == 3 && AC_TARGET_UNIX_ABSTRACT == 4);
 static_assert(sizeof(ac_event_header) == 24);

@@ -19,7 +19,7 @@
 #include <linux/types.h>
 #endif
 
-#define AC_ABI_VERSION 5
+#define AC_ABI_VERSION 6
 
 /* ---- capacities ------------------------------------------------------- */
 
@@ -101,7 +101,10 @@ enum ac_reason {
 	 * unmounted), another namespace's mount, or a disconnected dentry.
 	 * Its path text would be relative to some other root. */
 	AC_REASON_PATH_DETACHED = 9,
-	AC_REASON_COUNT = 10,
+	/* The deciding task's scratch could not be had (no memory for it, or
+	 * in use by an interrupt on the same task): denied without looking. */
+	AC_REASON_SCRATCH = 10,
+	AC_REASON_COUNT = 11,
 };
 
 /* Access bits in a path rule and in a request. */
