@@ -270,7 +270,10 @@ enum ac_stat {
 	AC_STAT_EVENTS_SENT = 0,
 	/* ring buffer full (or no memory to build the record): counted, never waited on */
 	AC_STAT_EVENTS_LOST = 1,
-	AC_STAT_COUNT = 2,
+	/* kept out of the ring buffer: the scope had used its budget
+	 * (AC_SCOPE_EVENT_BUDGET); each scope's own count is in its report */
+	AC_STAT_EVENTS_SUPPRESSED = 2,
+	AC_STAT_COUNT = 3,
 };
 
 /* ---- ring buffer records ---------------------------------------------- */
@@ -333,11 +336,27 @@ struct ac_event_decision {
  * buffer. The hooks only look the entry up on a deny/audit decision (never on
  * the allow path) and never create one. */
 #define AC_REPORT_RECORDS 8
+/* Records one scope may put into the shared ring buffer per window of
+ * AC_SCOPE_EVENT_WINDOW_NS, so that one run flooding denials cannot starve
+ * every other run's audit events (the buffer is shared and drained by one
+ * daemon). Only the copies for the audit log are limited: decisions, the
+ * counters and the scope's own report are not. */
+#define AC_SCOPE_EVENT_BUDGET 256
+#define AC_SCOPE_EVENT_WINDOW_NS 1000000000ULL
 struct ac_scope_report {
 	__u64 denied[AC_HOOK_COUNT];  /* deny decisions by hook */
 	__u64 audited[AC_HOOK_COUNT]; /* audit-mode would-be denials by hook */
 	__u32 records_taken; /* records offered; > AC_REPORT_RECORDS: later ones not kept */
-	__u32 pad;
+	/* The ring buffer budget: records offered in the window that began
+	 * at window_start_ns (boot clock). Lock-free, so CPUs deciding in the
+	 * scope at the same instant may each take the last place: the budget
+	 * holds within the number of CPUs. */
+	__u32 window_events;
+	__u64 window_start_ns;
+	/* Records kept out of the ring buffer because the budget was used:
+	 * exact (each record is either offered to the ring buffer or counted
+	 * here). */
+	__u64 events_suppressed;
 	/* The first AC_REPORT_RECORDS records of the scope, kept whether or not
 	 * the shared ring buffer had room for them (records are built in the
 	 * deciding task's storage, then copied here and to the ring buffer).
