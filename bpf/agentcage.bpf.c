@@ -166,17 +166,18 @@ static __always_inline int ac_decide_dentry(struct ac_ctx *c, enum ac_scope_stat
 					    struct dentry *dentry, struct vfsmount *mnt,
 					    struct ac_need need)
 {
-	__u32 zero = 0;
 	struct ac_judgement j = { .status = AC_WALK_INTERNAL };
-	struct ac_scratch *s = bpf_map_lookup_elem(&ac_scratch_buf, &zero);
+	struct ac_scratch *s = ac_scratch_get();
 
 	if (scoped != AC_SCOPE_POLICY)
 		j.reason = AC_REASON_NO_POLICY;
 	else if (!s)
-		j.reason = AC_REASON_INTERNAL;
+		j.reason = AC_REASON_SCRATCH;
 	else
 		ac_judge_dentry(c, s, dentry, mnt, need, &j);
-	return ac_judgement_finish(c, s, &j);
+	int ret = ac_judgement_finish(c, s, &j);
+	ac_scratch_put(s);
+	return ret;
 }
 
 static __always_inline int ac_decide_path(struct ac_ctx *c, enum ac_scope_state scoped,

@@ -87,16 +87,16 @@ static __always_inline int ac_listen_rule(struct ac_ctx *c, struct ac_scratch *s
 static __always_inline int ac_decide_bind_abstract(struct ac_ctx *c, enum ac_scope_state scoped,
 						   struct sockaddr *address, int addrlen)
 {
-	__u32 zero = 0, access;
+	__u32 access;
 	__u8 reason = AC_REASON_DEFAULT_DENY;
 	int allowed = 0, name_len = addrlen - 3; /* sa_family_t + the leading NUL */
-	struct ac_scratch *s = bpf_map_lookup_elem(&ac_scratch_buf, &zero);
+	struct ac_scratch *s = ac_scratch_get();
 	struct sockaddr_un *un = (struct sockaddr_un *)address;
 
 	if (scoped != AC_SCOPE_POLICY) {
 		reason = AC_REASON_NO_POLICY;
 	} else if (!s) {
-		reason = AC_REASON_INTERNAL;
+		reason = AC_REASON_SCRATCH;
 	} else if (name_len > 0 && name_len <= 107) {
 		/* `address` is the kernel's sockaddr_storage copy: 128 bytes
 		 * are readable whatever addrlen says. */
@@ -119,6 +119,7 @@ static __always_inline int ac_decide_bind_abstract(struct ac_ctx *c, enum ac_sco
 			ac_event_text(e, AC_TARGET_UNIX_ABSTRACT, s, name_len);
 		ac_event_submit(e);
 	}
+	ac_scratch_put(s);
 	return ret;
 }
 
@@ -130,7 +131,6 @@ static __always_inline int ac_decide_bind(struct ac_ctx *c, enum ac_scope_state 
 					  struct socket *sock, struct sockaddr *address,
 					  int addrlen)
 {
-	__u32 zero = 0;
 	__u16 family = BPF_CORE_READ(sock, sk, __sk_common.skc_family);
 	__u16 protocol = BPF_CORE_READ(sock, sk, sk_protocol);
 	__u16 port = 0;
@@ -147,9 +147,9 @@ static __always_inline int ac_decide_bind(struct ac_ctx *c, enum ac_scope_state 
 	if (family != AF_INET && family != AF_INET6)
 		return 0; /* netlink: socket_create allowed route sockets only */
 
-	struct ac_scratch *s = bpf_map_lookup_elem(&ac_scratch_buf, &zero);
+	struct ac_scratch *held = ac_scratch_get(), *s = held;
 	if (!s)
-		reason = AC_REASON_INTERNAL;
+		reason = AC_REASON_SCRATCH;
 	else if (!ac_load_inet(s, family, address, addrlen, &port))
 		s = NULL; /* too short to read: fail closed */
 
@@ -161,14 +161,15 @@ static __always_inline int ac_decide_bind(struct ac_ctx *c, enum ac_scope_state 
 	} else if (s) {
 		allowed = ac_listen_rule(c, s, port, protocol, &reason);
 	}
-	return ac_ingress_finish(c, allowed, reason, s, family, port, protocol);
+	int ret = ac_ingress_finish(c, allowed, reason, s, family, port, protocol);
+	ac_scratch_put(held);
+	return ret;
 }
 
 /* listen(): the address and port the socket is bound to, read from it. */
 static __always_inline int ac_decide_listen(struct ac_ctx *c, enum ac_scope_state scoped,
 					    struct socket *sock)
 {
-	__u32 zero = 0;
 	struct sock *sk = BPF_CORE_READ(sock, sk);
 	__u16 family = BPF_CORE_READ(sk, __sk_common.skc_family);
 	__u16 protocol = BPF_CORE_READ(sk, sk_protocol);
@@ -179,7 +180,7 @@ static __always_inline int ac_decide_listen(struct ac_ctx *c, enum ac_scope_stat
 	if (family != AF_INET && family != AF_INET6)
 		return 0; /* unix: bind decided the name */
 
-	struct ac_scratch *s = bpf_map_lookup_elem(&ac_scratch_buf, &zero);
+	struct ac_scratch *s = ac_scratch_get();
 	if (s) {
 		if (family == AF_INET) {
 			__builtin_memset(s->net.addr, 0, 10);
@@ -194,10 +195,12 @@ static __always_inline int ac_decide_listen(struct ac_ctx *c, enum ac_scope_stat
 	if (scoped != AC_SCOPE_POLICY)
 		reason = AC_REASON_NO_POLICY;
 	else if (!s)
-		reason = AC_REASON_INTERNAL;
+		reason = AC_REASON_SCRATCH;
 	else if (port) /* unbound: listen() would bind the wildcard */
 		allowed = ac_listen_rule(c, s, port, protocol, &reason);
-	return ac_ingress_finish(c, allowed, reason, s, family, port, protocol);
+	int ret = ac_ingress_finish(c, allowed, reason, s, family, port, protocol);
+	ac_scratch_put(s);
+	return ret;
 }
 
 /*

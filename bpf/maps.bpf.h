@@ -117,10 +117,56 @@ struct {
 	__type(value, struct ac_task_record);
 } ac_task_records SEC(".maps");
 
-/* Per-CPU scratch for path resolution: too big for the 512-byte BPF stack.
- * LSM programs here are non-sleepable, so a program keeps its CPU for its
- * whole run and the slot is not shared with a concurrent invocation. */
+/*
+ * State of the path walk and the copy (path.bpf.h), kept in a map value
+ * rather than on the stack. The bpf_loop callbacks must not decide on state
+ * the verifier believes it knows: 6.1's verifier checks a callback once,
+ * with the caller's stack as it is before the first iteration (depth 0, len
+ * 0), and rewrites branches it saw never taken into unconditional jumps.
+ * With the state on the stack, "depth >= AC_PATH_MAX_DEPTH" was dead code on
+ * 6.1 (Debian 6.1.0-56): a path deeper than 64 components wrapped around the
+ * dentry ring and resolved to a different path (a 65-component file under
+ * /tmp resolved as "/<file name>/<its path without /tmp and the name>").
+ * "len >= AC_PATH_KEY_MAX" in the copy was exposed the same way. Map values
+ * are unknown to the verifier, so every branch stays. 6.12 verifies
+ * callbacks until their state converges and was not affected.
+ */
+struct ac_walk_state {
+	__u64 dentry;  /* struct dentry * to look at next */
+	__u64 mnt;     /* struct mount * it is on */
+	__u32 depth;   /* components recorded in scratch.dentries */
+	__u32 status;  /* enum ac_walk_status */
+	__u32 len;     /* copy: bytes of path text written to scratch.key.path */
+	__u32 strict;  /* the walk must end at ns_root (or an internal mount) */
+	__u64 ns_root; /* struct mount *: root of the task's mount namespace */
+};
+
+/*
+ * Scratch for one decision: path resolution and addresses, too big for the
+ * 512-byte BPF stack. It is the deciding task's own (task storage), never
+ * shared per CPU: BPF LSM programs run with migration disabled, not
+ * preemption, so on a preemptible kernel (preempt=full, PREEMPT_RT) another
+ * task scheduled on the same CPU between resolving a path and looking it up
+ * would overwrite a per-CPU buffer, and the first task's decision (and
+ * record) would be made on the other task's path. Only an interrupt on the
+ * same task could run a hook in between; busy turns that into a denial
+ * (AC_REASON_SCRATCH, see ac_scratch_get). Created on a scoped task's first
+ * path or address decision, freed with the task.
+ */
+/* Mounts of a dentry's superblock that may show it (metadata.bpf.h): for
+ * the hooks that get a dentry and no mount. */
+#define AC_MOUNT_CANDIDATES 4
+struct ac_mounts {
+	__u64 ns[AC_MOUNT_CANDIDATES];	     /* struct mount * in the task's namespace */
+	__u64 internal[AC_MOUNT_CANDIDATES]; /* kernel-internal struct mount * */
+	__u32 n_ns;
+	__u32 n_internal;
+};
+
 struct ac_scratch {
+	__u32 busy;
+	__u32 pad;
+	struct ac_walk_state walk;
 	/* The workspace-relative key (the path with the workspace cut off). */
 	struct ac_path_key rel;
 	struct ac_net_key net;
@@ -130,13 +176,14 @@ struct ac_scratch {
 	 * plus spill must span 511 bytes (see path.bpf.h). */
 	__u8 spill[264];
 	__u64 dentries[AC_PATH_MAX_DEPTH];
+	struct ac_mounts mounts;
 };
 
 struct {
-	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
-	__uint(max_entries, 1);
-	__type(key, __u32);
+	__uint(type, BPF_MAP_TYPE_TASK_STORAGE);
+	__uint(map_flags, BPF_F_NO_PREALLOC);
+	__type(key, int);
 	__type(value, struct ac_scratch);
-} ac_scratch_buf SEC(".maps");
+} ac_task_scratch SEC(".maps");
 
 #endif /* AGENTCAGE_MAPS_BPF_H */

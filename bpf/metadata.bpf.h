@@ -33,9 +33,9 @@
 #define ATTR_ATIME (1u << 4)
 #define ATTR_MTIME (1u << 5)
 
-/* Mounts of one superblock looked at, at most, and candidates kept. */
+/* Mounts of one superblock looked at, at most (candidates kept: struct
+ * ac_mounts, in the task's scratch, maps.bpf.h). */
 #define AC_SB_MOUNTS_MAX 16
-#define AC_MOUNT_CANDIDATES 4
 
 /* Until 6.13 (6.1, 6.12) a superblock lists its mounts on s_mounts, linked
  * through mount.mnt_instance; later kernels chain them through
@@ -55,21 +55,6 @@ struct mount___chain {
 struct super_block___chain {
 	struct mount___chain *s_mounts;
 } __attribute__((preserve_access_index));
-
-/* Candidate mounts of a dentry's superblock (per CPU, see ac_scratch). */
-struct ac_mounts {
-	__u64 ns[AC_MOUNT_CANDIDATES];	     /* struct mount * in the task's namespace */
-	__u64 internal[AC_MOUNT_CANDIDATES]; /* kernel-internal struct mount * */
-	__u32 n_ns;
-	__u32 n_internal;
-};
-
-struct {
-	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
-	__uint(max_entries, 1);
-	__type(key, __u32);
-	__type(value, struct ac_mounts);
-} ac_mounts_buf SEC(".maps");
 
 static __always_inline int ac_internal_mount(struct mount *m)
 {
@@ -98,12 +83,9 @@ static __always_inline void ac_mounts_add(struct ac_mounts *ms, struct mount *m,
  * AC_MOUNT_CANDIDATES each among the first AC_SB_MOUNTS_MAX. The list is
  * read without mount_lock: a mount changing under the walk at worst makes a
  * candidate that resolves nowhere, which denies. */
-static __always_inline struct ac_mounts *ac_sb_mounts(struct super_block *sb)
+static __always_inline struct ac_mounts *ac_sb_mounts(struct ac_scratch *s, struct super_block *sb)
 {
-	__u32 zero = 0;
-	struct ac_mounts *ms = bpf_map_lookup_elem(&ac_mounts_buf, &zero);
-	if (!ms)
-		return NULL;
+	struct ac_mounts *ms = &s->mounts;
 	ms->n_ns = 0;
 	ms->n_internal = 0;
 	struct task_struct *task = (struct task_struct *)bpf_get_current_task();
@@ -142,13 +124,10 @@ static __always_inline int ac_creds_overridden(void)
 static __always_inline int ac_internal_shows(struct ac_scratch *s, struct dentry *dentry,
 					     struct mount *m)
 {
-	__u32 zero = 0, len = 0;
+	__u32 len = 0;
 	if (ac_resolve(dentry, &m->mnt, s, &len, 1) != AC_WALK_DONE)
 		return 0;
-	struct ac_walk_state *w = bpf_map_lookup_elem(&ac_walk_buf, &zero);
-	if (!w)
-		return 0;
-	struct dentry *end = (struct dentry *)w->dentry;
+	struct dentry *end = (struct dentry *)s->walk.dentry;
 	return end == BPF_CORE_READ(m, mnt.mnt_root) || end != BPF_CORE_READ(dentry, d_sb, s_root);
 }
 
@@ -219,23 +198,25 @@ static __noinline int ac_decide_dentry_mounts(struct ac_ctx *c, __u64 dentry_ptr
 	};
 	if (need_all & AC_ACCESS_WRITE)
 		w.need.any_ok = 0;
-	__u32 zero = 0;
-	w.s = bpf_map_lookup_elem(&ac_scratch_buf, &zero);
-	if (w.s)
-		w.ms = ac_sb_mounts(BPF_CORE_READ(dentry, d_sb));
-	if (!w.s || !w.ms) {
+	int ret = 0;
+	w.s = ac_scratch_get();
+	if (!w.s) {
 		w.j.status = AC_WALK_INTERNAL;
-		w.j.reason = AC_REASON_INTERNAL;
+		w.j.reason = AC_REASON_SCRATCH;
 		return ac_judgement_finish(c, w.s, &w.j);
 	}
+	w.ms = ac_sb_mounts(w.s, BPF_CORE_READ(dentry, d_sb));
 
 	bpf_loop(AC_MOUNT_CANDIDATES, ac_internal_step, &w, 0);
 	if (w.internal && ac_creds_overridden())
-		return 0;
+		goto out;
 	bpf_loop(AC_MOUNT_CANDIDATES, ac_ns_step, &w, 0);
 	if (!w.shown && w.internal)
-		return 0;
-	return ac_judgement_finish(c, w.s, &w.j);
+		goto out;
+	ret = ac_judgement_finish(c, w.s, &w.j);
+out:
+	ac_scratch_put(w.s);
+	return ret;
 }
 
 /* A dentry-only hook: hook group, then the decision over its mounts. */
@@ -291,7 +272,6 @@ int BPF_PROG(ac_inode_getattr, const struct path *path, int ret)
 {
 	struct ac_ctx c = {};
 	enum ac_scope_state scoped;
-	__u32 zero = 0;
 
 	if (ret)
 		return ret;
@@ -301,8 +281,8 @@ int BPF_PROG(ac_inode_getattr, const struct path *path, int ret)
 	struct vfsmount *mnt = BPF_CORE_READ(path, mnt);
 	if (ac_internal_vfsmount(mnt))
 		return 0;
-	struct ac_judgement j = {.status = AC_WALK_INTERNAL, .reason = AC_REASON_INTERNAL};
-	struct ac_scratch *s = bpf_map_lookup_elem(&ac_scratch_buf, &zero);
+	struct ac_judgement j = {.status = AC_WALK_INTERNAL, .reason = AC_REASON_SCRATCH};
+	struct ac_scratch *s = ac_scratch_get();
 	if (scoped != AC_SCOPE_POLICY)
 		j.reason = AC_REASON_NO_POLICY;
 	else if (s)
@@ -311,7 +291,9 @@ int BPF_PROG(ac_inode_getattr, const struct path *path, int ret)
 		j.allowed = 1;
 		j.reason = AC_REASON_RULE_ALLOW;
 	}
-	return ac_judgement_finish(&c, s, &j);
+	int err = ac_judgement_finish(&c, s, &j);
+	ac_scratch_put(s);
+	return err;
 }
 
 /* readlink(2) and readlinkat(2): the link's target text. */

@@ -104,7 +104,6 @@ static __always_inline int ac_decide_inet(struct ac_ctx *c, enum ac_scope_state 
 					  struct socket *sock, struct sockaddr *address, int addrlen,
 					  int is_connect)
 {
-	__u32 zero = 0;
 	__u8 reason = AC_REASON_DEFAULT_DENY;
 	int allowed = 0;
 	__u16 family = BPF_CORE_READ(address, sa_family);
@@ -118,10 +117,10 @@ static __always_inline int ac_decide_inet(struct ac_ctx *c, enum ac_scope_state 
 
 	/* The destination goes into scratch.net.addr whatever the scope's
 	 * state: the record reports it, and must never show an address an
-	 * earlier decision on this CPU left there. */
-	struct ac_scratch *s = bpf_map_lookup_elem(&ac_scratch_buf, &zero);
+	 * earlier decision of this task left there. */
+	struct ac_scratch *held = ac_scratch_get(), *s = held;
 	if (!s)
-		reason = AC_REASON_INTERNAL;
+		reason = AC_REASON_SCRATCH;
 	else if (!ac_load_inet(s, family, address, addrlen, &port))
 		s = NULL; /* other families, or an address too short to read */
 
@@ -151,6 +150,7 @@ static __always_inline int ac_decide_inet(struct ac_ctx *c, enum ac_scope_state 
 			ac_event_inet(e, family, port, protocol, s->net.addr);
 		ac_event_submit(e);
 	}
+	ac_scratch_put(held);
 	return ret;
 }
 
@@ -212,7 +212,7 @@ static __always_inline int ac_decide_socket_create(struct ac_ctx *c, enum ac_sco
 static __always_inline int ac_decide_unix(struct ac_ctx *c, enum ac_scope_state scoped,
 					  struct sock *other)
 {
-	__u32 zero = 0, text_len = 0, access;
+	__u32 text_len = 0, access;
 	__u8 reason = AC_REASON_DEFAULT_DENY, kind = AC_TARGET_UNIX;
 	int allowed = 0, status = AC_WALK_INTERNAL;
 	enum ac_policy_state state;
@@ -222,11 +222,11 @@ static __always_inline int ac_decide_unix(struct ac_ctx *c, enum ac_scope_state 
 
 	if (!dentry && !ua)
 		return 0;
-	struct ac_scratch *s = bpf_map_lookup_elem(&ac_scratch_buf, &zero);
+	struct ac_scratch *s = ac_scratch_get();
 	if (scoped != AC_SCOPE_POLICY) {
 		reason = AC_REASON_NO_POLICY;
 	} else if (!s) {
-		reason = AC_REASON_INTERNAL;
+		reason = AC_REASON_SCRATCH;
 	} else if (dentry) {
 		/* not strict: the path is in the binder's mount namespace */
 		status = ac_resolve(dentry, BPF_CORE_READ(u, path.mnt), s, &text_len, 0);
@@ -273,6 +273,7 @@ static __always_inline int ac_decide_unix(struct ac_ctx *c, enum ac_scope_state 
 			ac_event_text(e, kind, s, text_len);
 		ac_event_submit(e);
 	}
+	ac_scratch_put(s);
 	return ret;
 }
 

@@ -53,36 +53,12 @@ enum ac_walk_status {
  * open_tree/fsmount have an anonymous namespace; unmounted ones NULL. */
 #define AC_MNT_NS_INTERNAL ((__u64)-22)
 
-/*
- * State of the walk and the copy below, kept in a map value rather than on
- * the stack. The bpf_loop callbacks must not decide on state the verifier
- * believes it knows: 6.1's verifier checks a callback once, with the
- * caller's stack as it is before the first iteration (depth 0, len 0), and
- * rewrites branches it saw never taken into unconditional jumps. With the
- * state on the stack, "depth >= AC_PATH_MAX_DEPTH" was dead code on 6.1
- * (Debian 6.1.0-56): a path deeper than 64 components wrapped around the
- * dentry ring and resolved to a different path (a 65-component file under
- * /tmp resolved as "/<file name>/<its path without /tmp and the name>").
- * "len >= AC_PATH_KEY_MAX" in the copy was exposed the same way. Map values
- * are unknown to the verifier, so every branch stays. 6.12 verifies
- * callbacks until their state converges and was not affected.
- */
-struct ac_walk_state {
-	__u64 dentry; /* struct dentry * to look at next */
-	__u64 mnt;    /* struct mount * it is on */
-	__u32 depth;  /* components recorded in scratch.dentries */
-	__u32 status; /* enum ac_walk_status */
-	__u32 len;    /* copy: bytes of path text written to scratch.key.path */
-	__u32 strict; /* the walk must end at ns_root (or an internal mount) */
-	__u64 ns_root; /* struct mount *: root of the task's mount namespace */
+/* The walk's state lives in the task's scratch (struct ac_walk_state in
+ * maps.bpf.h says why it is not on the stack); the bpf_loop callbacks get
+ * the scratch through their context: a pointer on the caller's stack. */
+struct ac_loop_ctx {
+	struct ac_scratch *s;
 };
-
-struct {
-	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
-	__uint(max_entries, 1);
-	__type(key, __u32);
-	__type(value, struct ac_walk_state);
-} ac_walk_buf SEC(".maps");
 
 /* How a walk that cannot go further up ends: at the root dentry of mount
  * m (at_mnt_root) or at a dentry that is its own parent elsewhere on m. */
@@ -101,15 +77,10 @@ static __always_inline __u32 ac_walk_end(struct ac_walk_state *w, struct mount *
  * record a component and go to its parent. */
 static long ac_walk_step(__u32 i, void *data)
 {
-	__u32 zero = 0;
-	struct ac_walk_state *w = bpf_map_lookup_elem(&ac_walk_buf, &zero);
-	struct ac_scratch *s = bpf_map_lookup_elem(&ac_scratch_buf, &zero);
-	if (!w)
-		return 1; /* the caller sees its own lookup fail too */
-	if (!s) {
-		w->status = AC_WALK_INTERNAL;
-		return 1;
-	}
+	struct ac_scratch *s = ((struct ac_loop_ctx *)data)->s;
+	if (!s)
+		return 1; /* cannot happen: the caller passes its scratch */
+	struct ac_walk_state *w = &s->walk;
 	struct dentry *d = (struct dentry *)w->dentry;
 	struct mount *m = (struct mount *)w->mnt;
 
@@ -144,15 +115,10 @@ static long ac_walk_step(__u32 i, void *data)
  * cannot change a match. */
 static long ac_copy_step(__u32 i, void *data)
 {
-	__u32 zero = 0;
-	struct ac_walk_state *w = bpf_map_lookup_elem(&ac_walk_buf, &zero);
-	struct ac_scratch *s = bpf_map_lookup_elem(&ac_scratch_buf, &zero);
-	if (!w)
+	struct ac_scratch *s = ((struct ac_loop_ctx *)data)->s;
+	if (!s)
 		return 1;
-	if (!s) {
-		w->status = AC_WALK_INTERNAL;
-		return 1;
-	}
+	struct ac_walk_state *w = &s->walk;
 	__u32 depth = w->depth, len = w->len;
 	if (i >= depth || len >= AC_PATH_KEY_MAX)
 		return 1;
@@ -200,10 +166,8 @@ static long ac_copy_step(__u32 i, void *data)
 static __always_inline int ac_resolve(struct dentry *dentry, struct vfsmount *vfsmnt,
 				      struct ac_scratch *s, __u32 *text_len, int strict)
 {
-	__u32 zero = 0;
-	struct ac_walk_state *w = bpf_map_lookup_elem(&ac_walk_buf, &zero);
-	if (!w)
-		return AC_WALK_INTERNAL;
+	struct ac_walk_state *w = &s->walk;
+	struct ac_loop_ctx lc = { .s = s };
 	w->dentry = (__u64)dentry;
 	w->mnt = (__u64)container_of(vfsmnt, struct mount, mnt);
 	w->depth = 0;
@@ -216,7 +180,7 @@ static __always_inline int ac_resolve(struct dentry *dentry, struct vfsmount *vf
 		w->ns_root = (__u64)BPF_CORE_READ(task, nsproxy, mnt_ns, root);
 	}
 	/* Each iteration either records a component or crosses a mount. */
-	bpf_loop(AC_PATH_MAX_DEPTH + 32, ac_walk_step, NULL, 0);
+	bpf_loop(AC_PATH_MAX_DEPTH + 32, ac_walk_step, &lc, 0);
 	__u32 status = w->status;
 	if (status == AC_WALK_RUNNING)
 		return AC_WALK_TOO_DEEP;
@@ -226,7 +190,7 @@ static __always_inline int ac_resolve(struct dentry *dentry, struct vfsmount *vf
 		return AC_WALK_TOO_DEEP;
 
 	w->len = 0;
-	bpf_loop(AC_PATH_MAX_DEPTH, ac_copy_step, NULL, 0);
+	bpf_loop(AC_PATH_MAX_DEPTH, ac_copy_step, &lc, 0);
 	status = w->status;
 	if (status != AC_WALK_DONE)
 		return status;

@@ -109,6 +109,31 @@ static __always_inline void ac_count(const struct ac_ctx *c, __u8 decision, __u8
 		__sync_fetch_and_add(&cnt->reasons[reason], 1);
 }
 
+/*
+ * The current task's scratch (struct ac_scratch), marked busy until
+ * ac_scratch_put. NULL when it cannot be had: no memory for it, the helper
+ * refused (6.1's task storage helper returns NULL while another task on this
+ * CPU, preempted inside it, holds its per-CPU lock), or an interrupt on this
+ * task is deciding with it. The caller then denies with AC_REASON_SCRATCH:
+ * never a decision on someone else's path. Interrupts nest, so a plain flag
+ * is enough; no other task can reach this storage.
+ */
+static __always_inline struct ac_scratch *ac_scratch_get(void)
+{
+	struct ac_scratch *s = bpf_task_storage_get(&ac_task_scratch, bpf_get_current_task_btf(), 0,
+						    BPF_LOCAL_STORAGE_GET_F_CREATE);
+	if (!s || s->busy)
+		return NULL;
+	s->busy = 1;
+	return s;
+}
+
+static __always_inline void ac_scratch_put(struct ac_scratch *s)
+{
+	if (s)
+		s->busy = 0;
+}
+
 /* Start a decision record in the task's own storage (struct
  * ac_task_record): NULL only when that storage cannot be had (no memory, or
  * an interrupt on this task is building one): the loss is counted and the
@@ -165,6 +190,21 @@ static __always_inline void ac_event_text(struct ac_event_decision *e, __u8 kind
 	e->target[e->target_len & (AC_EVENT_TARGET_MAX - 1)] = 0;
 }
 
+/* May the scope put one more record into the shared ring buffer? At most
+ * AC_SCOPE_EVENT_BUDGET per window (see struct ac_scope_report): a plain
+ * read then an add, as the ISA we target has no fetch-and-add with a result;
+ * a window that has run out is restarted by whoever sees it first. */
+static __always_inline int ac_event_budget(struct ac_scope_report *r, __u64 now)
+{
+	if (now - r->window_start_ns >= AC_SCOPE_EVENT_WINDOW_NS) {
+		r->window_start_ns = now;
+		r->window_events = 0;
+	}
+	__u32 n = r->window_events;
+	__sync_fetch_and_add(&r->window_events, 1);
+	return n < AC_SCOPE_EVENT_BUDGET;
+}
+
 static __always_inline void ac_event_submit(struct ac_event_decision *e)
 {
 	/* Keep the scope's first few records for its report (the run's
@@ -181,9 +221,13 @@ static __always_inline void ac_event_submit(struct ac_event_decision *e)
 			__builtin_memcpy(&r->records[idx & (AC_REPORT_RECORDS - 1)], e, sizeof(*e));
 		__sync_fetch_and_add(&r->records_taken, 1);
 	}
-	/* Then a copy for the daemon's audit log; a full ring buffer is
-	 * counted, never waited on. */
-	if (bpf_ringbuf_output(&ac_events, e, sizeof(*e), 0))
+	/* Then a copy for the daemon's audit log, within the scope's budget
+	 * (the rest counted exactly, per scope and in total); a full ring
+	 * buffer is counted, never waited on. */
+	if (r && !ac_event_budget(r, e->hdr.time_ns)) {
+		__sync_fetch_and_add(&r->events_suppressed, 1);
+		ac_stat_inc(AC_STAT_EVENTS_SUPPRESSED);
+	} else if (bpf_ringbuf_output(&ac_events, e, sizeof(*e), 0))
 		ac_stat_inc(AC_STAT_EVENTS_LOST);
 	else
 		ac_stat_inc(AC_STAT_EVENTS_SENT);

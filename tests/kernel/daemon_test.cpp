@@ -749,11 +749,21 @@ TEST_F(Daemon, SigkilledDaemonKeepsEnforcingAndARestartReadoptsAndReaps) {
 
 TEST_F(Daemon, RingBufferOverflowIsCountedExactlyAndEnforcementIsUnaffected) {
   start_daemon();
-  auto cg = cgroup::Cgroup::create(root_, root_, "ac-daemon-overflow-" + std::to_string(::getpid()));
-  ASSERT_TRUE(cg);
-  auto att = control(
-      {{"op", "attach"}, {"cgroup", cg->path().string()}, {"policy", "dtest"}, {"workspace", "/tmp"}});
-  ASSERT_TRUE(att && att->value("ok", false));
+  // Many scopes, as one alone cannot fill the buffer: each may put at most
+  // AC_SCOPE_EVENT_BUDGET records a second into it.
+  constexpr int kScopes = 16;
+  std::vector<cgroup::Cgroup> cgs;
+  for (int i = 0; i < kScopes; ++i) {
+    auto cg = cgroup::Cgroup::create(
+        root_, root_, "ac-daemon-overflow-" + std::to_string(::getpid()) + "-" + std::to_string(i));
+    ASSERT_TRUE(cg);
+    auto att = control(
+        {{"op", "attach"}, {"cgroup", cg->path().string()}, {"policy", "dtest"}, {"workspace", "/tmp"}});
+    ASSERT_TRUE(att && att->value("ok", false));
+    cgs.push_back(std::move(cg).value());
+  }
+  static_assert(uint64_t{kScopes} * AC_SCOPE_EVENT_BUDGET > (1u << 20) / sizeof(ac_event_decision),
+                "the scopes' budgets together must exceed the ring buffer");
   const uint32_t slot = *named_slot(status(), "dtest");
   auto e = bpf::Enforcer::open_shared();
   ASSERT_TRUE(e);
@@ -770,47 +780,65 @@ TEST_F(Daemon, RingBufferOverflowIsCountedExactlyAndEnforcementIsUnaffected) {
   // Let the daemon settle (its tick exports the lost counter).
   std::this_thread::sleep_for(1500ms);
   const uint64_t deny0 = denies(), sent0 = *(*e)->stat(AC_STAT_EVENTS_SENT),
-                 lost0 = *(*e)->stat(AC_STAT_EVENTS_LOST);
+                 lost0 = *(*e)->stat(AC_STAT_EVENTS_LOST),
+                 suppressed0 = *(*e)->stat(AC_STAT_EVENTS_SUPPRESSED);
   const uint64_t del0 = delivered();
-  const double lost_metric0 = lost_metric();
+  const double lost_metric0 = lost_metric(), suppressed_metric0 = scrape("agentcage_events_suppressed_total");
 
-  // The consumer stops; one process denies far more often than the 1 MiB
-  // ring buffer has room for.
-  constexpr int kAttempts = 6000;
+  // The consumer stops; processes in every scope deny far more often than
+  // the 1 MiB ring buffer has room for.
+  constexpr int kAttempts = 6000, kEach = kAttempts / kScopes;
+  static_assert(kEach * kScopes == kAttempts);
   ASSERT_EQ(::kill(daemon_.pid, SIGSTOP), 0);
-  auto pid = cgroup::spawn_in_cgroup(cg->fd(), [&]() -> int {
-    int denied = 0;
-    for (int i = 0; i < kAttempts; ++i) {
-      int fd = ::open("/etc/passwd", O_RDONLY | O_CLOEXEC);
-      if (fd >= 0)
-        ::close(fd);
-      else if (errno == EACCES)
-        ++denied;
-    }
-    return denied == kAttempts ? 0 : 1;
-  });
-  ASSERT_TRUE(pid);
-  auto st = cgroup::wait_for(*pid);
+  std::vector<pid_t> pids;
+  for (const auto& cg : cgs) {
+    auto pid = cgroup::spawn_in_cgroup(cg.fd(), [&]() -> int {
+      int denied = 0;
+      for (int i = 0; i < kEach; ++i) {
+        int fd = ::open("/etc/passwd", O_RDONLY | O_CLOEXEC);
+        if (fd >= 0)
+          ::close(fd);
+        else if (errno == EACCES)
+          ++denied;
+      }
+      return denied == kEach ? 0 : 1;
+    });
+    ASSERT_TRUE(pid);
+    pids.push_back(*pid);
+  }
+  int failed = 0;
+  for (pid_t pid : pids) {
+    auto st = cgroup::wait_for(pid);
+    failed += !(st && WIFEXITED(*st) && WEXITSTATUS(*st) == 0);
+  }
   ::kill(daemon_.pid, SIGCONT);
-  ASSERT_TRUE(st && WIFEXITED(*st));
-  EXPECT_EQ(WEXITSTATUS(*st), 0) << "an open was not denied while the ring buffer was full";
+  EXPECT_EQ(failed, 0) << "an open was not denied while the ring buffer was full";
 
   const uint64_t deny1 = denies(), sent1 = *(*e)->stat(AC_STAT_EVENTS_SENT),
-                 lost1 = *(*e)->stat(AC_STAT_EVENTS_LOST);
+                 lost1 = *(*e)->stat(AC_STAT_EVENTS_LOST),
+                 suppressed1 = *(*e)->stat(AC_STAT_EVENTS_SUPPRESSED);
   EXPECT_EQ(deny1 - deny0, static_cast<uint64_t>(kAttempts));
   EXPECT_GT(lost1 - lost0, 0u) << "the ring buffer did not overflow";
   ASSERT_TRUE(wait_until([&] { return delivered() - del0 == sent1 - sent0; }, 60s))
       << "delivered " << delivered() - del0 << " of " << sent1 - sent0 << " sent";
-  // produced = delivered + counted lost, exactly.
-  EXPECT_EQ(deny1 - deny0, (delivered() - del0) + (lost1 - lost0));
+  // produced = delivered + counted lost + counted over a scope's budget, exactly.
+  EXPECT_EQ(deny1 - deny0, (delivered() - del0) + (lost1 - lost0) + (suppressed1 - suppressed0));
+  EXPECT_TRUE(wait_until(
+      [&] {
+        return scrape("agentcage_events_suppressed_total") - suppressed_metric0 ==
+               static_cast<double>(suppressed1 - suppressed0);
+      },
+      30s));
   EXPECT_TRUE(
       wait_until([&] { return lost_metric() - lost_metric0 == static_cast<double>(lost1 - lost0); }, 30s))
       << lost_metric() - lost_metric0 << " vs " << lost1 - lost0;
   // And enforcement went on after the overflow.
-  EXPECT_EQ(open_in(*cg, "/etc/passwd"), EACCES);
-  EXPECT_EQ(open_in(*cg, "/etc/hostname"), 0);
-  EXPECT_TRUE(control({{"op", "detach"}, {"cgroup", cg->path().string()}}));
-  EXPECT_TRUE(cg->remove());
+  EXPECT_EQ(open_in(cgs[0], "/etc/passwd"), EACCES);
+  EXPECT_EQ(open_in(cgs[0], "/etc/hostname"), 0);
+  for (auto& cg : cgs) {
+    EXPECT_TRUE(control({{"op", "detach"}, {"cgroup", cg.path().string()}}));
+    EXPECT_TRUE(cg.remove());
+  }
 }
 
 }  // namespace

@@ -330,6 +330,7 @@ TEST(Metrics, ExportsTheContractNames) {
   m.decisions("p", AC_HOOK_FILE_OPEN, AC_DECISION_DENY, 3);
   m.event("p", AC_HOOK_FILE_OPEN, AC_DECISION_DENY);
   m.events_lost(2);
+  m.events_suppressed(5);
   m.run_finished("p", core::RunOutcome::ok, 1.5);
   m.runs_active(1);
   m.policy_reload(true);
@@ -341,7 +342,8 @@ TEST(Metrics, ExportsTheContractNames) {
   for (const char* series :
        {"agentcage_decisions_total{decision=\"deny\",hook=\"file_open\",policy=\"p\"} 3",
         "agentcage_events_total{decision=\"deny\",hook=\"file_open\",policy=\"p\"} 1",
-        "agentcage_events_lost_total 2", "agentcage_runs_total{outcome=\"ok\",policy=\"p\"} 1",
+        "agentcage_events_lost_total 2", "agentcage_events_suppressed_total 5",
+        "agentcage_runs_total{outcome=\"ok\",policy=\"p\"} 1",
         "agentcage_run_duration_seconds_count{policy=\"p\"} 1", "agentcage_runs_active 1",
         "agentcage_policy_reloads_total{result=\"success\"} 1",
         "agentcage_policy_reloads_total{result=\"failure\"} 0", "agentcage_policies_loaded 1",

@@ -63,6 +63,7 @@ TEST(Names, AbiValuesErrnosAndSignals) {
   EXPECT_EQ(bpf::reason_name(AC_REASON_PROTECTED), "protected");
   EXPECT_EQ(bpf::reason_name(AC_REASON_PATH_TOO_LONG), "path_too_long");
   EXPECT_EQ(bpf::reason_name(AC_REASON_PATH_DETACHED), "path_detached");
+  EXPECT_EQ(bpf::reason_name(AC_REASON_SCRATCH), "scratch_unavailable");
   EXPECT_EQ(bpf::reason_name(AC_REASON_COUNT), "unknown");
   EXPECT_EQ(bpf::target_kind_name(AC_TARGET_NONE), "none");
   EXPECT_EQ(bpf::target_kind_name(AC_TARGET_PATH), "path");

@@ -214,6 +214,7 @@ TEST(RunResult, JsonShape) {
   r.report->denied[AC_HOOK_FILE_OPEN] = 3;
   r.report->denied[AC_HOOK_EXEC] = 1;
   r.report->records_taken = 4;
+  r.report->events_suppressed = 2;
   r.report->records = {path_record(AC_HOOK_FILE_OPEN, "/etc/passwd")};
   auto j = to_json(r);
   for (const char* key : {"run_id",
@@ -258,6 +259,7 @@ TEST(RunResult, JsonShape) {
   EXPECT_EQ(d["total"], 4);
   EXPECT_EQ(d["by_hook"], nlohmann::json({{"file_open", 3}, {"exec", 1}}));
   EXPECT_EQ(d["records_total"], 4);
+  EXPECT_EQ(d["events_suppressed"], 2);
   ASSERT_EQ(d["records"].size(), 1u);
   // The decision record's one shape (bpf/record.h), as in the audit log:
   // errno a number with errno_name beside it.

@@ -27,14 +27,15 @@ static_assert(offsetof(ac_path_key, path) == 8);
 static_assert(sizeof(ac_path_rule) == 8);
 static_assert(sizeof(ac_counters) == 8 * (int{AC_DECISION_COUNT} + int{AC_REASON_COUNT}));
 // Reasons are metric labels and event fields: existing values never move.
-static_assert(AC_REASON_PROTECTED == 7 && AC_REASON_PATH_TOO_LONG == 8 && AC_REASON_PATH_DETACHED == 9);
-static_assert(AC_REASON_COUNT == 10 && sizeof(ac_counters) == 8 * 13);
+static_assert(AC_REASON_PROTECTED == 7 && AC_REASON_PATH_TOO_LONG == 8 && AC_REASON_PATH_DETACHED == 9 &&
+              AC_REASON_SCRATCH == 10);
+static_assert(AC_REASON_COUNT == 11 && sizeof(ac_counters) == 8 * 14);
 // Hooks are metric labels and event fields: existing values never move.
 static_assert(AC_HOOK_SCOPE_ESCAPE == 8 && AC_HOOK_SOCKET_BIND == 9 && AC_HOOK_SOCKET_LISTEN == 10 &&
               AC_HOOK_NETLINK_SEND == 11 && AC_HOOK_IPC == 12 && AC_HOOK_KEY == 13 &&
               AC_HOOK_FILE_STAT == 14 && AC_HOOK_FILE_WATCH == 15 && AC_HOOK_PROC == 16 &&
               AC_HOOK_NATIVE_CODE == 17 && AC_HOOK_DEBUG == 18 && AC_HOOK_COUNT == 19);
-static_assert(AC_ABI_VERSION == 5, "the layout above is ABI version 5");
+static_assert(AC_ABI_VERSION == 6, "the layout above is ABI version 6");
 static_assert((AC_RULES_NS_ANCESTOR & AC_RULES_ID_MASK) == 0, "a namespace bit is not part of a rules id");
 // Target kinds are JSON values and event fields: existing values never move.
 static_assert(AC_TARGET_UNIX == 3 && AC_TARGET_UNIX_ABSTRACT == 4);
@@ -48,7 +49,9 @@ static_assert(offsetof(ac_event_decision, addr) == 80);
 static_assert(offsetof(ac_event_decision, target) == 96);
 static_assert(sizeof(ac_event_decision) == 96 + AC_EVENT_TARGET_MAX);
 static_assert(sizeof(ac_event_decision) % 8 == 0);
-static_assert(offsetof(ac_scope_report, records) == 16 * AC_HOOK_COUNT + 8);
+static_assert(offsetof(ac_scope_report, window_start_ns) == 16 * AC_HOOK_COUNT + 8);
+static_assert(offsetof(ac_scope_report, events_suppressed) == 16 * AC_HOOK_COUNT + 16);
+static_assert(offsetof(ac_scope_report, records) == 16 * AC_HOOK_COUNT + 24);
 static_assert(sizeof(ac_scope_report) % 8 == 0);
 static_assert((AC_REPORT_RECORDS & (AC_REPORT_RECORDS - 1)) == 0, "BPF masks indexes with size-1");
 static_assert((AC_PATH_MAX_DEPTH & (AC_PATH_MAX_DEPTH - 1)) == 0, "BPF masks indexes with depth-1");

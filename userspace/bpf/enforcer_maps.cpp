@@ -249,6 +249,7 @@ Result<ScopeReport> Enforcer::scope_report(uint64_t scope_id) const {
     out.audited[i] = raw->audited[i];
   }
   out.records_taken = raw->records_taken;
+  out.events_suppressed = raw->events_suppressed;
   size_t n = std::min<size_t>(raw->records_taken, AC_REPORT_RECORDS);
   out.records.assign(raw->records, raw->records + n);
   return out;

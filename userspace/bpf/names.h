@@ -18,7 +18,7 @@ std::string_view hook_name(uint32_t hook);
 std::string_view decision_name(uint32_t decision);
 // "rule_allow", "default_deny", "rule_deny", "no_policy", "path_too_deep",
 // "path_unreadable", "internal", "protected", "path_too_long",
-// "path_detached"; "unknown".
+// "path_detached", "scratch_unavailable"; "unknown".
 std::string_view reason_name(uint32_t reason);
 // "none", "path", "inet", "unix", "unix_abstract"; "unknown".
 std::string_view target_kind_name(uint32_t kind);

@@ -14,7 +14,10 @@ namespace agentcage::bpf {
 struct ScopeReport {
   std::array<uint64_t, AC_HOOK_COUNT> denied{};
   std::array<uint64_t, AC_HOOK_COUNT> audited{};
-  uint32_t records_taken = 0;              // may exceed records.size()
+  uint32_t records_taken = 0;  // may exceed records.size()
+  // Records kept out of the shared ring buffer (the daemon's audit log)
+  // because the scope had used its budget (AC_SCOPE_EVENT_BUDGET); exact.
+  uint64_t events_suppressed = 0;
   std::vector<ac_event_decision> records;  // the first AC_REPORT_RECORDS
 
   uint64_t denied_total() const { return sum(denied); }

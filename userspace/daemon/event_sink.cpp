@@ -134,13 +134,17 @@ void EventSink::baseline(uint32_t slot, const std::string& name) {
 
 void EventSink::count_lost() {
   if (!enf_) return;
-  if (auto lost = enf_->stat(AC_STAT_EVENTS_LOST)) {
+  mirror_stat(AC_STAT_EVENTS_LOST, lost_, &telemetry::Metrics::events_lost);
+  mirror_stat(AC_STAT_EVENTS_SUPPRESSED, suppressed_, &telemetry::Metrics::events_suppressed);
+}
+
+void EventSink::mirror_stat(ac_stat which, StatSeen& s, void (telemetry::Metrics::*add)(uint64_t)) {
+  if (auto now = enf_->stat(which)) {
     // The kernel's count is absolute and outlives the daemon: export what
-    // was lost while this daemon runs, and what it finds at start.
-    if (!lost_initialised_ || *lost >= lost_seen_)
-      metrics_.events_lost(*lost - (lost_initialised_ ? lost_seen_ : 0));
-    lost_seen_ = *lost;
-    lost_initialised_ = true;
+    // was counted while this daemon runs, and what it finds at start.
+    if (!s.initialised || *now >= s.seen) (metrics_.*add)(*now - (s.initialised ? s.seen : 0));
+    s.seen = *now;
+    s.initialised = true;
   }
 }
 

@@ -56,7 +56,7 @@ class EventSink {
   void baseline(uint32_t slot, const std::string& name);
   void forget(uint32_t slot) { tracker_.forget(slot); }
   void name_slot(uint32_t slot, const std::string& name) { slot_names_[slot] = name; }
-  // The kernel's lost-event count into the metrics (every tick).
+  // The kernel's lost and suppressed event counts into the metrics (every tick).
   void count_lost();
 
   const std::deque<std::string>& recent() const { return recent_; }
@@ -81,8 +81,14 @@ class EventSink {
   UniqueFd audit_fd_;
   std::string audit_buf_;
   std::deque<std::string> recent_;
-  uint64_t delivered_ = 0, audit_dropped_ = 0, lost_seen_ = 0;
-  bool lost_initialised_ = false;
+  // A kernel stat mirrored into a Prometheus counter.
+  struct StatSeen {
+    uint64_t seen = 0;
+    bool initialised = false;
+  };
+  void mirror_stat(ac_stat which, StatSeen& s, void (telemetry::Metrics::*add)(uint64_t));
+  uint64_t delivered_ = 0, audit_dropped_ = 0;
+  StatSeen lost_, suppressed_;
   int64_t boot_offset_ns_ = 0;
   Clock::time_point last_slot_refresh_{};
 };

@@ -90,12 +90,14 @@ json kernel_status(const bpf::Enforcer& enforcer, const std::map<uint64_t, std::
     for (const auto& s : *sc) {
       auto it = names.find(s.policy_slot);
       auto run = run_ids.find(s.scope_id);
+      auto report = enforcer.scope_report(s.scope_id);
       scopes.push_back({{"cgroup_id", s.cgroup_id},
                         {"scope_id", s.scope_id},
                         {"policy_slot", s.policy_slot},
                         {"policy", it == names.end() ? json(nullptr) : json(it->second)},
                         {"level", s.level},
-                        {"run_id", run == run_ids.end() ? json(nullptr) : json(run->second)}});
+                        {"run_id", run == run_ids.end() ? json(nullptr) : json(run->second)},
+                        {"events_suppressed", report ? json(report->events_suppressed) : json(nullptr)}});
     }
   } else {
     out["errors"].push_back(sc.error().message);
@@ -103,7 +105,9 @@ json kernel_status(const bpf::Enforcer& enforcer, const std::map<uint64_t, std::
   out["scopes"] = scopes;
   auto sent = enforcer.stat(AC_STAT_EVENTS_SENT);
   auto lost = enforcer.stat(AC_STAT_EVENTS_LOST);
-  out["events"] = {{"sent", sent ? *sent : 0}, {"lost", lost ? *lost : 0}};
+  auto suppressed = enforcer.stat(AC_STAT_EVENTS_SUPPRESSED);
+  out["events"] = {
+      {"sent", sent ? *sent : 0}, {"lost", lost ? *lost : 0}, {"suppressed", suppressed ? *suppressed : 0}};
   return out;
 }
 
@@ -143,6 +147,9 @@ std::string format_status_text(const json& s) {
   for (const auto& sc : s.value("scopes", json::array()))
     o << "  cgroup " << sc.value("cgroup_id", uint64_t{0}) << "  policy " << str(sc.value("policy", json()))
       << (sc.value("run_id", json()).is_string() ? "  run " + sc["run_id"].get<std::string>() : std::string())
+      << (sc.value("events_suppressed", uint64_t{0})
+              ? "  events suppressed " + std::to_string(sc["events_suppressed"].get<uint64_t>())
+              : std::string())
       << "\n";
   o << "decisions (allow/deny/audit):\n";
   for (const auto& c : s.value("counters", json::array()))
@@ -150,7 +157,8 @@ std::string format_status_text(const json& s) {
       << c.value("allow", uint64_t{0}) << "/" << c.value("deny", uint64_t{0}) << "/"
       << c.value("audit", uint64_t{0}) << "\n";
   const json& ev = s.value("events", json::object());
-  o << "events: " << ev.value("sent", uint64_t{0}) << " sent, " << ev.value("lost", uint64_t{0}) << " lost\n";
+  o << "events: " << ev.value("sent", uint64_t{0}) << " sent, " << ev.value("lost", uint64_t{0}) << " lost, "
+    << ev.value("suppressed", uint64_t{0}) << " suppressed (over a run's budget)\n";
   return o.str();
 }
 

@@ -70,6 +70,7 @@ nlohmann::json to_json(const RunResult& r) {
   denials["audited_total"] = report.audited_total();
   denials["audited_by_hook"] = audited_by_hook;
   denials["records_total"] = report.records_taken;
+  denials["events_suppressed"] = report.events_suppressed;
   json records = json::array();
   for (const auto& rec : report.records) records.push_back(bpf::record_json(rec));
   denials["records"] = std::move(records);

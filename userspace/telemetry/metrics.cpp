@@ -65,6 +65,15 @@ Metrics::Metrics() : registry_(std::make_shared<prometheus::Registry>()) {
                "made regardless)")
            .Register(*registry_)
            .Add({});
+  events_suppressed_ =
+      &BuildCounter()
+           .Name("agentcage_events_suppressed_total")
+           .Help(
+               "Decision records kept out of the ring buffer because their run had used its budget of "
+               "records per second (counted in the kernel, per run in the run's result; the decision and "
+               "its counters are exact regardless)")
+           .Register(*registry_)
+           .Add({});
   runs_ = &BuildCounter()
                .Name("agentcage_runs_total")
                .Help(
@@ -154,6 +163,7 @@ void Metrics::event(const std::string& policy, uint32_t hook, uint32_t decision)
 }
 
 void Metrics::events_lost(uint64_t n) { events_lost_->Increment(static_cast<double>(n)); }
+void Metrics::events_suppressed(uint64_t n) { events_suppressed_->Increment(static_cast<double>(n)); }
 
 void Metrics::run_finished(const std::string& policy, core::RunOutcome outcome, double seconds) {
   runs_->Add({{"policy", policy}, {"outcome", std::string(core::name(outcome))}}).Increment();

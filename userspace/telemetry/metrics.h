@@ -70,6 +70,7 @@ class Metrics {
   void decisions(const std::string& policy, uint32_t hook, uint32_t decision, uint64_t n);
   void event(const std::string& policy, uint32_t hook, uint32_t decision);
   void events_lost(uint64_t n);
+  void events_suppressed(uint64_t n);
   void run_finished(const std::string& policy, core::RunOutcome outcome, double seconds);
   void runs_active(double n);
   void policy_reload(bool success);
@@ -87,6 +88,7 @@ class Metrics {
   prometheus::Family<prometheus::Counter>* decisions_;
   prometheus::Family<prometheus::Counter>* events_;
   prometheus::Counter* events_lost_;
+  prometheus::Counter* events_suppressed_;
   prometheus::Family<prometheus::Counter>* runs_;
   prometheus::Family<prometheus::Histogram>* run_duration_;
   prometheus::Gauge* runs_active_;

@@ -19,7 +19,7 @@
 #include <linux/types.h>
 #endif
 
-#define AC_ABI_VERSION 5
+#define AC_ABI_VERSION 6
 
 /* ---- capacities ------------------------------------------------------- */
 
@@ -105,7 +105,10 @@ enum ac_reason {
 	 * unmounted), another namespace's mount, or a disconnected dentry.
 	 * Its path text would be relative to some other root. */
 	AC_REASON_PATH_DETACHED = 9,
-	AC_REASON_COUNT = 10,
+	/* The deciding task's scratch could not be had (no memory for it, or
+	 * in use by an interrupt on the same task): denied without looking. */
+	AC_REASON_SCRATCH = 10,
+	AC_REASON_COUNT = 11,
 };
 
 /* Access bits in a path rule and in a request. */
@@ -285,7 +288,10 @@ enum ac_stat {
 	AC_STAT_EVENTS_SENT = 0,
 	/* ring buffer full (or no memory to build the record): counted, never waited on */
 	AC_STAT_EVENTS_LOST = 1,
-	AC_STAT_COUNT = 2,
+	/* kept out of the ring buffer: the scope had used its budget
+	 * (AC_SCOPE_EVENT_BUDGET); each scope's own count is in its report */
+	AC_STAT_EVENTS_SUPPRESSED = 2,
+	AC_STAT_COUNT = 3,
 };
 
 /* ---- ring buffer records ---------------------------------------------- */
@@ -348,11 +354,27 @@ struct ac_event_decision {
  * buffer. The hooks only look the entry up on a deny/audit decision (never on
  * the allow path) and never create one. */
 #define AC_REPORT_RECORDS 8
+/* Records one scope may put into the shared ring buffer per window of
+ * AC_SCOPE_EVENT_WINDOW_NS, so that one run flooding denials cannot starve
+ * every other run's audit events (the buffer is shared and drained by one
+ * daemon). Only the copies for the audit log are limited: decisions, the
+ * counters and the scope's own report are not. */
+#define AC_SCOPE_EVENT_BUDGET 256
+#define AC_SCOPE_EVENT_WINDOW_NS 1000000000ULL
 struct ac_scope_report {
 	__u64 denied[AC_HOOK_COUNT];  /* deny decisions by hook */
 	__u64 audited[AC_HOOK_COUNT]; /* audit-mode would-be denials by hook */
 	__u32 records_taken; /* records offered; > AC_REPORT_RECORDS: later ones not kept */
-	__u32 pad;
+	/* The ring buffer budget: records offered in the window that began
+	 * at window_start_ns (boot clock). Lock-free, so CPUs deciding in the
+	 * scope at the same instant may each take the last place: the budget
+	 * holds within the number of CPUs. */
+	__u32 window_events;
+	__u64 window_start_ns;
+	/* Records kept out of the ring buffer because the budget was used:
+	 * exact (each record is either offered to the ring buffer or counted
+	 * here). */
+	__u64 events_suppressed;
 	/* The first AC_REPORT_RECORDS records of the scope, kept whether or not
 	 * the shared ring buffer had room for them (records are built in the
 	 * deciding task's storage, then copied here and to the ring buffer).
