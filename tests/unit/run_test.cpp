@@ -25,6 +25,7 @@
 #include "run/result.h"
 #include "run/result_sink.h"
 #include "run/state.h"
+#include "run/stdio.h"
 
 namespace agentcage::run {
 namespace {
@@ -134,6 +135,16 @@ TEST(RunOptions, LimitlessPolicyGetsTheDefaults) {
   auto e = effective_limits(pol, o);
   ASSERT_FALSE(e);
   EXPECT_NE(e.error().message.find("--disk '0'"), std::string::npos) << e.error().message;
+}
+
+// A regular file or block device never reaches the run (run/stdio.h).
+TEST(RunStdio, OnlyFilesAreRelayedOrReopened) {
+  EXPECT_EQ(stdio_way(0, S_IFREG | 0644), StdioWay::read_only);
+  EXPECT_EQ(stdio_way(1, S_IFREG | 0644), StdioWay::relay);
+  EXPECT_EQ(stdio_way(2, S_IFBLK | 0660), StdioWay::relay);
+  EXPECT_EQ(stdio_way(0, S_IFBLK | 0660), StdioWay::read_only);
+  for (int fd = 0; fd <= 2; ++fd)
+    for (mode_t type : {S_IFIFO, S_IFCHR, S_IFSOCK}) EXPECT_EQ(stdio_way(fd, type | 0600), StdioWay::pass);
 }
 
 TEST(RunOptions, EnvAssignments) {
