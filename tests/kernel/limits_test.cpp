@@ -188,12 +188,15 @@ TEST_F(Limits, PolicyWithoutLimitsGetsTheDefaults) {
                          args),
                       o);
     std::string memory, pids;
-    for (int i = 0; i < 50 && memory.empty(); ++i) {
+    for (int i = 0; i < 300 && memory.empty(); ++i) {
       std::this_thread::sleep_for(std::chrono::milliseconds(100));
-      for (const auto& cg : run_cgroups()) {
-        memory = slurp(fs::path(cg) / "memory.max");
-        pids = slurp(fs::path(cg) / "pids.max");
-      }
+      // Limits are written before the process is spawned into the cgroup:
+      // read them once it is there, never in between.
+      for (const auto& cg : run_cgroups())
+        if (!slurp(fs::path(cg) / "cgroup.procs").empty()) {
+          memory = slurp(fs::path(cg) / "memory.max");
+          pids = slurp(fs::path(cg) / "pids.max");
+        }
     }
     Ran r = finish(s);
     return std::make_tuple(r, memory, pids);
