@@ -417,6 +417,40 @@ int BPF_PROG(ac_path_chown, const struct path *path, __u64 uid, __u64 gid, int r
 	return ret ? ret : ac_change_path(path);
 }
 
+/* ---- terminals ------------------------------------------------------------------ */
+
+/* asm-generic/ioctls.h (x86 uses the generic numbers); macros are not in BTF. */
+#define AC_TIOCSTI 0x5412
+#define AC_TIOCLINUX 0x541C
+
+/*
+ * Pushing characters into a terminal's input queue: TIOCSTI, and TIOCLINUX's
+ * selection paste on a virtual console. A run handed the caller's terminal
+ * (stdin/stdout) would type commands into the caller's shell. The kernel
+ * allows TIOCSTI on a process's own controlling terminal, and a run is a new
+ * session that can take a terminal without one as its controlling terminal
+ * (TIOCSCTTY); 6.1 has no dev.tty.legacy_tiocsti to turn it off. So in a
+ * scope both are always denied, on every terminal (hook tty). The command is
+ * tested before the scope lookup: every other ioctl costs one comparison.
+ * 32-bit ioctls (file_ioctl_compat on 6.8+) never get here from a run: its
+ * seccomp filter refuses other architectures' system calls.
+ */
+SEC("lsm/file_ioctl")
+int BPF_PROG(ac_file_ioctl, struct file *file, unsigned int cmd, unsigned long arg, int ret)
+{
+	struct ac_ctx c = {};
+	enum ac_scope_state scoped;
+
+	if (ret)
+		return ret;
+	if (cmd != AC_TIOCSTI && cmd != AC_TIOCLINUX)
+		return 0;
+	scoped = ac_current_scope(&c, AC_HOOK_TTY);
+	if (scoped == AC_SCOPE_NONE)
+		return 0;
+	return ac_decide_plain(&c, scoped, 0);
+}
+
 /* ---- network ------------------------------------------------------------------ */
 
 SEC("lsm/socket_connect")

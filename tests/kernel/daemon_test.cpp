@@ -689,8 +689,11 @@ TEST_F(Daemon, SigkilledDaemonKeepsEnforcingAndARestartReadoptsAndReaps) {
   // loses its agentcage to SIGKILL while the daemon is down.
   const std::string loop =
       "while [ ! -e stop ]; do cat /etc/passwd 2>/dev/null; sleep 0.2; done; cat /etc/hostname";
-  Proc a = start_run({"sh", "-c", loop}, "a", {"--workspace", (dir_ / "ws").string()});
-  Proc b = start_run({"sh", "-c", loop}, "b", {"--workspace", (dir_ / "ws2").string()});
+  // The workspaces are directories the test reaches into (stop); their file
+  // system is larger than any disk limit, which --disk unlimited accepts.
+  Proc a = start_run({"sh", "-c", loop}, "a", {"--workspace", (dir_ / "ws").string(), "--disk", "unlimited"});
+  Proc b =
+      start_run({"sh", "-c", loop}, "b", {"--workspace", (dir_ / "ws2").string(), "--disk", "unlimited"});
   auto e = bpf::Enforcer::open_shared();
   ASSERT_TRUE(e) << e.error().message;
   auto denies = [&] {

@@ -112,6 +112,22 @@ TEST(ShippedPolicies, AllPassPolicyCheck) {
   EXPECT_EQ(err.str(), "");
 }
 
+// Every shipped policy bounds its workspace (limits.disk), and the seed
+// policy states all of its limits instead of relying on the defaults.
+TEST(ShippedPolicies, EachStatesADiskLimit) {
+  for (const auto& entry : fs::directory_iterator(kPolicies)) {
+    if (entry.path().extension() != ".yaml") continue;
+    const ParseResult r = load_policy_file(entry.path().string());
+    ASSERT_TRUE(r.ok()) << entry.path();
+    EXPECT_TRUE(r.policy->limits.disk_bytes) << entry.path() << " states no limits.disk";
+    EXPECT_FALSE(r.policy->limits.unlimited.disk) << entry.path();
+  }
+  const ParseResult py = load_policy_file((kPolicies / "python-sandbox.yaml").string());
+  ASSERT_TRUE(py.ok());
+  const Limits& l = py.policy->limits;
+  EXPECT_TRUE(l.memory_bytes && l.pids && l.timeout && l.disk_bytes);
+}
+
 TEST(ShippedPolicies, PythonSandbox) {
   const ParseResult r = load_policy_file((kPolicies / "python-sandbox.yaml").string());
   ASSERT_TRUE(r.ok()) << (r.errors.empty() ? "" : r.errors[0].format());

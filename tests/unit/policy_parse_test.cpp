@@ -520,6 +520,7 @@ TEST(PolicyParse, MinimalPolicyDeniesEverything) {
   EXPECT_FALSE(p.limits.pids);
   EXPECT_FALSE(p.limits.cpus);
   EXPECT_FALSE(p.limits.timeout);
+  EXPECT_FALSE(p.limits.disk_bytes);
 }
 
 TEST(PolicyParse, EmptySectionsAreAllowed) {
@@ -612,6 +613,30 @@ TEST(PolicyParse, QuotedScalarsAreValues) {
   EXPECT_EQ(*r.policy->limits.memory_bytes, 1000000000u);
   EXPECT_DOUBLE_EQ(*r.policy->limits.cpus, 0.5);
   EXPECT_EQ(*r.policy->limits.timeout, 90min);
+}
+
+TEST(PolicyParse, DiskAndUnlimitedLimits) {
+  const ParseResult r = parse_policy(
+      "apiVersion: agentcage/v1\nkind: Policy\nmetadata: {name: u}\n"
+      "spec: {limits: {disk: 64Mi, memory: unlimited, pids: unlimited, timeout: unlimited, cpu: "
+      "unlimited}}\n",
+      "p.yaml");
+  ASSERT_TRUE(r.ok()) << dump(r.errors);
+  const Limits& l = r.policy->limits;
+  EXPECT_EQ(*l.disk_bytes, 64ull << 20);
+  EXPECT_FALSE(l.unlimited.disk);
+  EXPECT_FALSE(l.memory_bytes);
+  EXPECT_TRUE(l.unlimited.memory);
+  EXPECT_TRUE(l.unlimited.pids);
+  EXPECT_TRUE(l.unlimited.timeout);
+  EXPECT_TRUE(l.unlimited.cpu);
+
+  const ParseResult bad = parse_policy(
+      "apiVersion: agentcage/v1\nkind: Policy\nmetadata: {name: u}\nspec: {limits: {disk: 0, dsik: 1Mi}}\n",
+      "p.yaml");
+  ASSERT_EQ(bad.errors.size(), 2u) << dump(bad.errors);
+  EXPECT_NE(bad.errors[0].format().find("limits.disk"), std::string::npos) << dump(bad.errors);
+  EXPECT_NE(dump(bad.errors).find("did you mean 'disk'"), std::string::npos) << dump(bad.errors);
 }
 
 TEST(PolicyParse, ExplicitDocumentMarkersAndBom) {

@@ -17,12 +17,15 @@
 #include <string>
 #include <vector>
 
+#include "core/limits.h"
 #include "policy/locate.h"
+#include "policy/values.h"
 #include "run/artifacts.h"
 #include "run/options.h"
 #include "run/result.h"
 #include "run/result_sink.h"
 #include "run/state.h"
+#include "run/stdio.h"
 
 namespace agentcage::run {
 namespace {
@@ -85,6 +88,63 @@ TEST(RunOptions, CommandLineLimitsOverrideThePolicy) {
   bad = {};
   bad.timeout = "5 s";
   EXPECT_FALSE(effective_limits(pol, bad));
+}
+
+// A policy without limits still gets core/limits.h's defaults; `unlimited`
+// (policy or option) removes one; an option overrides a default.
+TEST(RunOptions, LimitlessPolicyGetsTheDefaults) {
+  auto l = effective_limits(policy::Limits{}, RunOptions{});
+  ASSERT_TRUE(l) << l.error().message;
+  EXPECT_EQ(l->memory_bytes, *policy::parse_size(core::kDefaultMemory));
+  EXPECT_EQ(l->pids, *policy::parse_pids(core::kDefaultPids));
+  EXPECT_EQ(l->timeout, *policy::parse_duration(core::kDefaultTimeout));
+  EXPECT_EQ(l->disk_bytes, *policy::parse_size(core::kDefaultDisk));
+  EXPECT_FALSE(l->cpus);
+  // Conservative: a run gets bounds, not the host.
+  EXPECT_LE(*l->memory_bytes, 4ull << 30);
+  EXPECT_LE(*l->pids, 1024u);
+  EXPECT_LE(*l->timeout, std::chrono::hours(1));
+  EXPECT_LE(*l->disk_bytes, 4ull << 30);
+
+  policy::Limits pol;
+  pol.unlimited.memory = true;
+  pol.unlimited.disk = true;
+  RunOptions o;
+  o.pids = "unlimited";
+  o.timeout = "5s";
+  l = effective_limits(pol, o);
+  ASSERT_TRUE(l) << l.error().message;
+  EXPECT_FALSE(l->memory_bytes);
+  EXPECT_FALSE(l->disk_bytes);
+  EXPECT_FALSE(l->pids);
+  EXPECT_EQ(*l->timeout, std::chrono::seconds(5));
+  EXPECT_FALSE(l->unlimited.memory) << "the effective limits state no `unlimited`";
+
+  o = {};
+  o.disk = "16Mi";
+  o.memory = "unlimited";
+  pol = {};
+  pol.memory_bytes = 1 << 20;
+  l = effective_limits(pol, o);
+  ASSERT_TRUE(l) << l.error().message;
+  EXPECT_EQ(*l->disk_bytes, 16u << 20);
+  EXPECT_FALSE(l->memory_bytes);
+
+  o = {};
+  o.disk = "0";
+  auto e = effective_limits(pol, o);
+  ASSERT_FALSE(e);
+  EXPECT_NE(e.error().message.find("--disk '0'"), std::string::npos) << e.error().message;
+}
+
+// A regular file or block device never reaches the run (run/stdio.h).
+TEST(RunStdio, OnlyFilesAreRelayedOrReopened) {
+  EXPECT_EQ(stdio_way(0, S_IFREG | 0644), StdioWay::read_only);
+  EXPECT_EQ(stdio_way(1, S_IFREG | 0644), StdioWay::relay);
+  EXPECT_EQ(stdio_way(2, S_IFBLK | 0660), StdioWay::relay);
+  EXPECT_EQ(stdio_way(0, S_IFBLK | 0660), StdioWay::read_only);
+  for (int fd = 0; fd <= 2; ++fd)
+    for (mode_t type : {S_IFIFO, S_IFCHR, S_IFSOCK}) EXPECT_EQ(stdio_way(fd, type | 0600), StdioWay::pass);
 }
 
 TEST(RunOptions, EnvAssignments) {
@@ -224,6 +284,7 @@ TEST(RunResult, JsonShape) {
                           "command",
                           "workspace",
                           "workspace_kept",
+                          "workspace_error",
                           "cgroup",
                           "uid",
                           "gid",
@@ -252,6 +313,7 @@ TEST(RunResult, JsonShape) {
   EXPECT_TRUE(j["oom_killed"].get<bool>());
   EXPECT_EQ(j["limits"]["memory_bytes"], 64u << 20);
   EXPECT_TRUE(j["limits"]["pids"].is_null());
+  EXPECT_TRUE(j["limits"].contains("disk_bytes"));
   EXPECT_DOUBLE_EQ(j["wall_time_ms"].get<double>(), 1.5);
   EXPECT_DOUBLE_EQ(j["cpu_time_ms"]["total"].get<double>(), 2.5);
   EXPECT_TRUE(j["cpu_time_ms"]["user"].is_null());

@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "cli/command.h"
+#include "core/limits.h"
 #include "core/paths.h"
 #include "util/suggest.h"
 
@@ -130,6 +131,10 @@ std::string with_defaults(std::string_view text) {
       {"WORKSPACE_ROOT", core::kDefaultWorkspaceRoot},
       {"PIN_ROOT", core::kDefaultPinRoot},
       {"CGROUP_PARENT", core::kDefaultCgroupParent},
+      {"MEMORY", core::kDefaultMemory},
+      {"PIDS", core::kDefaultPids},
+      {"TIMEOUT", core::kDefaultTimeout},
+      {"DISK", core::kDefaultDisk},
   };
   std::string out;
   out.reserve(text.size());

@@ -33,8 +33,13 @@ WHAT HAPPENS
   policy applies to it and to every descendant. When COMMAND exits, anything
   it left running (daemons, setsid'd children, processes ignoring SIGTERM) is
   killed; then the scope, the cgroup and (unless kept) the workspace are removed.
-  stdin, stdout and stderr are COMMAND's own: agentcage passes them through
-  untouched and buffers nothing.
+  stdin, stdout and stderr: pipes, sockets, terminals and other character
+  devices are passed to COMMAND as they are (isatty answers as usual). A
+  regular file (or block device) never is, so the run cannot rewrite,
+  truncate or punch holes in it: stdout/stderr are relayed through a pipe
+  (agentcage appends what COMMAND writes; 2>&1 stays one ordered stream) and
+  stdin is reopened read-only. On a terminal COMMAND has no controlling
+  terminal and cannot push input into it (TIOCSTI is denied).
 
 THE SANDBOX
   COMMAND runs as an unprivileged identity: by default a uid of its own for
@@ -57,12 +62,22 @@ WORKSPACE
   and restores its owner and mode afterwards; it is never removed.
 
 LIMITS
-  --memory, --pids, --cpu and --timeout override the policy's limits. Memory
-  is memory.max with swap off (memory.swap.max 0) and memory.oom.group, so an
-  out-of-memory kill ends the whole run (status 137, "oom_killed" in the
-  result). The timeout is wall-clock time from the start of COMMAND; on
-  expiry the whole cgroup is killed (status 124). Without a limit from either
-  place there is none.
+  --memory, --pids, --cpu, --timeout and --disk override the policy's limits;
+  a limit neither states gets its default: memory @MEMORY@, pids @PIDS@,
+  timeout @TIMEOUT@, disk @DISK@ (cpu: none). `unlimited`, on the command line
+  or in the policy, means no limit. Memory is memory.max with swap off
+  (memory.swap.max 0) and memory.oom.group, so an out-of-memory kill ends the
+  whole run (status 137, "oom_killed" in the result). The timeout is
+  wall-clock time from the start of COMMAND; on expiry the whole cgroup is
+  killed (status 124). Disk is the size of the workspace: a generated
+  workspace is a tmpfs of its own of that size (nosuid, nodev), so a run
+  that fills it gets ENOSPC and the host's disks are untouched; its pages
+  count toward the memory limit too. A kept workspace (--keep) is copied
+  onto the host's disk after the run (at most the disk limit), without
+  set-id bits, device files, FIFOs or sockets. A --workspace DIR must be on
+  a file system no larger than the disk limit (statfs: a tmpfs or an XFS
+  project quota), or the run is refused: mount one there, or pass --disk
+  unlimited to let the run fill DIR's file system.
 
 EXIT STATUS
   COMMAND's own exit status, or:
@@ -117,7 +132,7 @@ EXAMPLES
 // The options as typed; run_main gets them as RunOptions.
 struct RunArgs {
   run::RunOptions options;
-  std::string workspace, timeout, memory, pids, cpus, result, user, policy_dir;
+  std::string workspace, timeout, memory, pids, cpus, disk, result, user, policy_dir;
   std::vector<std::string> command;  // after "--"
 };
 
@@ -131,6 +146,7 @@ int run_action(RunArgs& args, const CLI::App& run, const Globals& globals) {
   ropts.memory = opt(args.memory);
   ropts.pids = opt(args.pids);
   ropts.cpu = opt(args.cpus);
+  ropts.disk = opt(args.disk);
   ropts.result_file = opt(args.result);
   ropts.user = opt(args.user);
   if (!args.policy_dir.empty()) ropts.paths.policy_dir = args.policy_dir;
@@ -192,13 +208,24 @@ void add_run(CLI::App& app, const Globals& globals, Commands& commands, std::vec
       ->type_name("DIR");
   run->add_flag("--keep", args->options.keep, "Keep the generated workspace after the run");
   run->add_option("--timeout", args->timeout,
-                  "Wall-clock limit, e.g. 30s, 5m, 1h30m (overrides limits.timeout)")
+                  with_defaults("Wall-clock limit, e.g. 30s, 5m, 1h30m, or unlimited (overrides "
+                                "limits.timeout; default @TIMEOUT@)"))
       ->type_name("DURATION");
-  run->add_option("--memory", args->memory, "Memory limit, e.g. 512Mi, 2G (overrides limits.memory)")
+  run->add_option("--memory", args->memory,
+                  with_defaults("Memory limit, e.g. 512Mi, 2G, or unlimited (overrides limits.memory; "
+                                "default @MEMORY@)"))
       ->type_name("SIZE");
-  run->add_option("--pids", args->pids, "Maximum number of tasks (overrides limits.pids)")->type_name("N");
-  run->add_option("--cpu", args->cpus, "CPU bandwidth in CPUs, e.g. 0.5, 2 (overrides limits.cpu)")
+  run->add_option(
+         "--pids", args->pids,
+         with_defaults("Maximum number of tasks, or unlimited (overrides limits.pids; default @PIDS@)"))
+      ->type_name("N");
+  run->add_option("--cpu", args->cpus,
+                  "CPU bandwidth in CPUs, e.g. 0.5, 2 (overrides limits.cpu; default none)")
       ->type_name("CPUS");
+  run->add_option("--disk", args->disk,
+                  with_defaults("Size of the workspace file system, or unlimited (overrides limits.disk; "
+                                "default @DISK@)"))
+      ->type_name("SIZE");
   // One KEY=VALUE per --env (no " ..." in the help: the flag repeats, not its value).
   run->add_option("--env", args->options.env, "Set KEY=VALUE in COMMAND's environment (repeatable)")
       ->allow_extra_args(false)

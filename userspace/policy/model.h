@@ -66,13 +66,19 @@ struct NetRule {
   Position pos;
 };
 
-// Resource limits; unset = no limit from the policy (command-line overrides
-// and host defaults apply).
+// Resource limits. A value unset and not `unlimited` is not stated: the
+// command line and then the defaults of core/limits.h apply
+// (run::effective_limits). `unlimited` states that there is none.
 struct Limits {
   std::optional<uint64_t> memory_bytes;
   std::optional<uint32_t> pids;
   std::optional<double> cpus;
   std::optional<std::chrono::milliseconds> timeout;
+  // limits.disk: the size of the run's workspace file system.
+  std::optional<uint64_t> disk_bytes;
+  struct Unlimited {
+    bool memory = false, pids = false, cpu = false, timeout = false, disk = false;
+  } unlimited;
 };
 
 // exec.native_code and exec.debugging: deny (the default) or allow.

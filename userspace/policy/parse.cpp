@@ -53,7 +53,7 @@ constexpr std::string_view kExecKeys[] = {"allow", "native_code", "debugging"};
 constexpr std::string_view kFilesKeys[] = {"read", "write", "deny"};
 constexpr std::string_view kNetworkKeys[] = {"allow", "listen"};
 constexpr std::string_view kRuleKeys[] = {"cidr", "ports", "protocol", "unix"};
-constexpr std::string_view kLimitsKeys[] = {"memory", "pids", "cpu", "timeout"};
+constexpr std::string_view kLimitsKeys[] = {"memory", "pids", "cpu", "timeout", "disk"};
 
 class Validator {
  public:
@@ -443,14 +443,18 @@ class Validator {
                     });
   }
 
-  // One limits value: a scalar given to its value parser.
+  // One limits value: a scalar given to its value parser, or `unlimited`.
   template <class T, class Parse>
-  void limit(const Fields& keys, const char* key, std::optional<T>& out, Parse parse) {
+  void limit(const Fields& keys, const char* key, std::optional<T>& out, bool& unlimited, Parse parse) {
     const Field* f = find(keys, key);
     if (!f) return;
     const std::string name = std::string("limits.") + key;
     auto v = scalar(*f, name);
     if (!v) return;
+    if (*v == kUnlimited) {
+      unlimited = true;
+      return;
+    }
     auto parsed = parse(*v);
     if (!parsed) {
       error(value_pos(*f), name + ": " + parsed.error().message);
@@ -462,10 +466,11 @@ class Validator {
   void limits(const Field& f, Limits& out) {
     if (!expect(f, YAML::NodeType::Map, "limits")) return;
     const Fields keys = fields(f.value, kLimitsKeys, "in limits");
-    limit(keys, "memory", out.memory_bytes, parse_size);
-    limit(keys, "pids", out.pids, parse_pids);
-    limit(keys, "cpu", out.cpus, parse_cpus);
-    limit(keys, "timeout", out.timeout, parse_duration);
+    limit(keys, "memory", out.memory_bytes, out.unlimited.memory, parse_size);
+    limit(keys, "pids", out.pids, out.unlimited.pids, parse_pids);
+    limit(keys, "cpu", out.cpus, out.unlimited.cpu, parse_cpus);
+    limit(keys, "timeout", out.timeout, out.unlimited.timeout, parse_duration);
+    limit(keys, "disk", out.disk_bytes, out.unlimited.disk, parse_size);
   }
 
   Reporter& reporter_;

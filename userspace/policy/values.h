@@ -46,6 +46,9 @@ Result<std::chrono::milliseconds> parse_duration(std::string_view text);
 // exponents, signs, "inf" or "nan".
 Result<double> parse_cpus(std::string_view text);
 
+// A limit (limits.* or its command-line option) stated as no limit at all.
+inline constexpr std::string_view kUnlimited = "unlimited";
+
 // Maximum number of tasks: a decimal integer, 1..4194304.
 Result<uint32_t> parse_pids(std::string_view text);
 

@@ -4,6 +4,7 @@
 // privileges to whoever touches them next.
 #pragma once
 
+#include <cstdint>
 #include <string>
 
 #include "util/result.h"
@@ -20,5 +21,15 @@ namespace agentcage::run {
 // must not hand the directory back as is.
 inline constexpr int kMaxArtifactDepth = 256;
 Status strip_setid_bits(const std::string& dir);
+
+// Copies the tree `from` into the new directory `to` (which must not exist):
+// directories, regular files and symbolic links (as links, never followed),
+// with their owners and permission bits but no set-id bits; device files,
+// FIFOs and sockets are left out. Entries are opened as strip_setid_bits
+// does (relative, O_NOFOLLOW, checked). The same depth bound applies, and at
+// most `max_bytes` of file contents are written (EFBIG beyond: hard links
+// and sparse files are copied out in full). Used for a kept tmpfs workspace
+// (run/workspace.h), after the run; on an error `to` is left partial.
+Status copy_kept_tree(const std::string& from, const std::string& to, uint64_t max_bytes);
 
 }  // namespace agentcage::run

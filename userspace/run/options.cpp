@@ -9,6 +9,7 @@
 
 #include <agentcage/abi.h>
 
+#include "core/limits.h"
 #include "policy/values.h"
 
 namespace agentcage::run {
@@ -55,28 +56,54 @@ Paths paths_from_env(const char* const* env) {
   return p;
 }
 
+namespace {
+
+// One limit: the option's value (or `unlimited`) over the policy's, else the
+// default; `out` unset afterwards means no limit.
+template <class T, class Parse>
+Status resolve_limit(std::optional<T>& out, bool unlimited, const std::optional<std::string>& option,
+                     const char* flag, const char* fallback, Parse parse) {
+  if (option) {
+    if (*option == policy::kUnlimited) {
+      out.reset();
+      return {};
+    }
+    auto v = parse(*option);
+    if (!v) return v.error().wrap(std::string(flag) + " " + policy::quote(*option));
+    out = *v;
+    return {};
+  }
+  if (out || unlimited || fallback == nullptr) return {};
+  auto v = parse(fallback);
+  if (!v) return v.error().wrap(std::string("the default ") + flag + " " + fallback);
+  out = *v;
+  return {};
+}
+
+}  // namespace
+
 Result<policy::Limits> effective_limits(const policy::Limits& from_policy, const RunOptions& opts) {
   policy::Limits out = from_policy;
-  if (opts.memory) {
-    auto v = policy::parse_size(*opts.memory);
-    if (!v) return v.error().wrap("--memory " + policy::quote(*opts.memory));
-    out.memory_bytes = *v;
-  }
-  if (opts.pids) {
-    auto v = policy::parse_pids(*opts.pids);
-    if (!v) return v.error().wrap("--pids " + policy::quote(*opts.pids));
-    out.pids = *v;
-  }
-  if (opts.cpu) {
-    auto v = policy::parse_cpus(*opts.cpu);
-    if (!v) return v.error().wrap("--cpu " + policy::quote(*opts.cpu));
-    out.cpus = *v;
-  }
-  if (opts.timeout) {
-    auto v = policy::parse_duration(*opts.timeout);
-    if (!v) return v.error().wrap("--timeout " + policy::quote(*opts.timeout));
-    out.timeout = *v;
-  }
+  const auto& u = from_policy.unlimited;
+  if (Status st = resolve_limit(out.memory_bytes, u.memory, opts.memory, "--memory", core::kDefaultMemory,
+                                policy::parse_size);
+      !st)
+    return st.error();
+  if (Status st =
+          resolve_limit(out.pids, u.pids, opts.pids, "--pids", core::kDefaultPids, policy::parse_pids);
+      !st)
+    return st.error();
+  if (Status st = resolve_limit(out.cpus, u.cpu, opts.cpu, "--cpu", nullptr, policy::parse_cpus); !st)
+    return st.error();
+  if (Status st = resolve_limit(out.timeout, u.timeout, opts.timeout, "--timeout", core::kDefaultTimeout,
+                                policy::parse_duration);
+      !st)
+    return st.error();
+  if (Status st =
+          resolve_limit(out.disk_bytes, u.disk, opts.disk, "--disk", core::kDefaultDisk, policy::parse_size);
+      !st)
+    return st.error();
+  out.unlimited = {};
   return out;
 }
 

@@ -52,16 +52,19 @@ struct RunOptions {
   std::string policy;  // NAME or FILE
   std::optional<std::string> workspace;
   bool keep = false;
-  std::optional<std::string> timeout, memory, pids, cpu;  // as written on the command line
-  std::vector<std::string> env;                           // KEY=VALUE
-  std::optional<std::string> result_file;                 // --result FILE ("-": stdout)
-  std::optional<int> result_fd;                           // --result-fd N
+  std::optional<std::string> timeout, memory, pids, cpu, disk;  // as written on the command line
+  std::vector<std::string> env;                                 // KEY=VALUE
+  std::optional<std::string> result_file;                       // --result FILE ("-": stdout)
+  std::optional<int> result_fd;                                 // --result-fd N
   std::optional<std::string> user;
   std::vector<std::string> command;
   Paths paths;
 };
 
-// Limits from the command line (each may be unset) over the policy's.
+// The run's limits: each from the command line (a value or `unlimited`),
+// else the policy's, else the default of core/limits.h (memory, pids, timeout
+// and disk; cpu has none). The result states no `unlimited`: a limit that is
+// unset there is none.
 Result<policy::Limits> effective_limits(const policy::Limits& from_policy, const RunOptions& opts);
 
 // "KEY=VALUE" with KEY a portable variable name ([A-Za-z_][A-Za-z0-9_]*).

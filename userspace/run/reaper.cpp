@@ -10,6 +10,7 @@
 #include "run/artifacts.h"
 #include "run/runner.h"
 #include "run/state.h"
+#include "run/workspace.h"
 #include "scope/scope.h"
 
 namespace agentcage::run {
@@ -48,6 +49,21 @@ void reap_stale_runs(bpf::Enforcer& enforcer, const Paths& paths, std::ostream& 
         problem = released.error().message;
       else if (released->kept)
         problem = "processes remain in " + rec.cgroup + ": its scope stays";
+    }
+    if (problem.empty() && !rec.workspace.empty() && rec.workspace_tmpfs_bytes) {
+      // The tmpfs goes first, copied out when it was to be kept (run/workspace.h).
+      std::string not_kept;
+      if (Status st =
+              unmount_workspace(rec.workspace, !rec.remove_workspace, *rec.workspace_tmpfs_bytes, not_kept);
+          !st)
+        problem = st.error().message;
+      else if (!not_kept.empty())
+        err << "agentcage: warning: stale run " << s.run_id
+            << ": the workspace could not be kept, it was removed: " << not_kept << "\n";
+      if (!not_kept.empty()) {
+        std::error_code ec;
+        fs::remove_all(rec.workspace, ec);
+      }
     }
     if (problem.empty() && !rec.workspace.empty()) {
       std::error_code ec;

@@ -26,6 +26,7 @@ nlohmann::json to_json(const RunResult& r) {
   j["command"] = r.command;
   j["workspace"] = r.workspace;
   j["workspace_kept"] = r.workspace_kept;
+  j["workspace_error"] = opt(r.workspace_error);
   j["cgroup"] = r.cgroup;
   j["scope_id"] = r.scope_id;
   j["uid"] = r.uid;
@@ -33,7 +34,8 @@ nlohmann::json to_json(const RunResult& r) {
   j["limits"] = {{"memory_bytes", opt(r.memory_max_bytes)},
                  {"pids", opt(r.pids_max)},
                  {"cpus", opt(r.cpus)},
-                 {"timeout_ms", opt(r.timeout_ms)}};
+                 {"timeout_ms", opt(r.timeout_ms)},
+                 {"disk_bytes", opt(r.disk_max_bytes)}};
 
   j["exit_code"] = r.exit_code;
   j["started"] = r.started;

@@ -34,6 +34,10 @@ struct RunResult {
   std::optional<uint32_t> pids_max;
   std::optional<double> cpus;
   std::optional<uint64_t> timeout_ms;
+  std::optional<uint64_t> disk_max_bytes;  // the workspace tmpfs size (limits.disk)
+  // Why a workspace the caller asked to keep was removed instead (--keep of
+  // a tmpfs workspace whose contents could not be copied out).
+  std::optional<std::string> workspace_error;
 
   // How it ended.
   int exit_code = 0;               // agentcage's own exit status

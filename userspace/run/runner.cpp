@@ -23,6 +23,15 @@ namespace {
 
 namespace fs = std::filesystem;
 
+// What the run wrote last is still in the relay pipes (run/stdio.h) once its
+// processes are gone (teardown); it goes out before agentcage's own lines.
+void drain_stdio(Run& run) {
+  if (!run.stdio) return;
+  run.stdio->drain();
+  for (const auto& p : run.stdio->problems()) run.err << "agentcage: warning: " << p << "\n";
+  run.stdio.reset();
+}
+
 // Ends a run that failed before or instead of running its command: records
 // and prints the failure and its fix, then removes what the run created.
 int fail(Run& run, const Failure& f) {
@@ -34,6 +43,7 @@ int fail(Run& run, const Failure& f) {
   run.err << "agentcage: " << f.reason << "\n";
   if (!f.fix.empty()) run.err << "agentcage: fix: " << f.fix << "\n";
   auto left = teardown(run.resources, res, false, std::nullopt, run.opts.keep);
+  drain_stdio(run);
   for (const auto& p : left) run.err << "agentcage: cleanup: " << p << "\n";
   return f.code;
 }
@@ -44,10 +54,12 @@ int finish(Run& run) {
   RunResult& res = run.res;
   std::ostream& err = run.err;
   auto left = teardown(run.resources, res, true, run.sampled_peak, run.opts.keep);
+  drain_stdio(run);
   res.wall_time_us = static_cast<uint64_t>(
       std::chrono::duration_cast<std::chrono::microseconds>(std::chrono::steady_clock::now() - run.started)
           .count());
   for (const auto& p : left) err << "agentcage: cleanup: " << p << "\n";
+  if (res.workspace_error) err << "agentcage: warning: " << *res.workspace_error << "\n";
   if (!left.empty())
     err << "agentcage: the run was not fully removed; the next agentcage run retries (record in "
         << run.opts.paths.state_dir << "/runs)\n";
@@ -78,10 +90,17 @@ int run_command(const RunOptions& opts, RunResult& res, std::ostream& err) {
     if (Step st = step(run); !st) return fail(run, st.failure());
 
   std::optional<int> unstarted;
-  if (Step st = spawn(run, unstarted); !st) return fail(run, st.failure());
-  if (unstarted) return *unstarted;
-  if (Step st = wait_for_end(run); !st) return fail(run, st.failure());
-  return finish(run);
+  int code;
+  if (Step st = spawn(run, unstarted); !st)
+    code = fail(run, st.failure());
+  else if (unstarted)
+    code = *unstarted;
+  else if (Step wst = wait_for_end(run); !wst)
+    code = fail(run, wst.failure());
+  else
+    code = finish(run);
+  drain_stdio(run);  // after a child that never exec'd
+  return code;
 }
 
 int run_main(const RunOptions& opts, std::ostream& err) {

@@ -27,6 +27,8 @@ const char* describe(ChildStep step) {
       return "resetting signal handling";
     case ChildStep::session:
       return "starting a new session (setsid)";
+    case ChildStep::stdio:
+      return "setting up stdin, stdout and stderr";
     case ChildStep::close_fds:
       return "closing inherited file descriptors";
     case ChildStep::chdir:
@@ -63,14 +65,15 @@ const char* describe(ChildStep step) {
 
 ChildPlan::ChildPlan(uid_t uid, gid_t gid, std::string workdir, std::vector<std::string> exec_paths,
                      std::vector<std::string> argv, std::vector<std::string> envp,
-                     std::vector<sock_filter> seccomp)
+                     std::vector<sock_filter> seccomp, std::array<int, 3> stdio)
     : uid_(uid),
       gid_(gid),
       workdir_(std::move(workdir)),
       exec_paths_(std::move(exec_paths)),
       argv_(std::move(argv)),
       envp_(std::move(envp)),
-      seccomp_(std::move(seccomp)) {
+      seccomp_(std::move(seccomp)),
+      stdio_(stdio) {
   seccomp_prog_.len = static_cast<unsigned short>(seccomp_.size());
   seccomp_prog_.filter = seccomp_.data();
   for (auto& s : exec_paths_) exec_ptrs_.push_back(s.c_str());
@@ -111,6 +114,12 @@ void child_main(const ChildPlan& plan, int report_fd, pid_t parent) {
   // A new session: no controlling terminal, not in the caller's process
   // group (a ^C reaches agentcage, which ends the run through cgroup.kill).
   if (::setsid() < 0) fail(report_fd, ChildStep::session, errno);
+
+  // The relay pipes and the read-only stdin in place of the caller's files
+  // (run/stdio.h). Their sources are all above 2, so none is overwritten.
+  for (int i = 0; i < 3; ++i)
+    if (plan.stdio()[static_cast<size_t>(i)] >= 0 && ::dup2(plan.stdio()[static_cast<size_t>(i)], i) < 0)
+      fail(report_fd, ChildStep::stdio, errno);
 
   // Keep 0, 1, 2 and the report pipe (moved to fd 3, CLOEXEC), close the rest.
   if (report_fd != kReportFd) {

@@ -11,6 +11,7 @@
 #include <linux/filter.h>
 #include <sys/types.h>
 
+#include <array>
 #include <cstdint>
 #include <string>
 #include <vector>
@@ -21,6 +22,7 @@ namespace agentcage::run {
 enum class ChildStep : int32_t {
   signals = 1,
   session,
+  stdio,
   close_fds,
   chdir,
   rlimit_core,
@@ -48,7 +50,8 @@ struct ChildFailure {
 class ChildPlan {
  public:
   ChildPlan(uid_t uid, gid_t gid, std::string workdir, std::vector<std::string> exec_paths,
-            std::vector<std::string> argv, std::vector<std::string> envp, std::vector<sock_filter> seccomp);
+            std::vector<std::string> argv, std::vector<std::string> envp, std::vector<sock_filter> seccomp,
+            std::array<int, 3> stdio = {-1, -1, -1});
   ChildPlan(const ChildPlan&) = delete;
   ChildPlan& operator=(const ChildPlan&) = delete;
 
@@ -60,6 +63,8 @@ class ChildPlan {
   char* const* envp() const { return const_cast<char* const*>(envp_ptrs_.data()); }
   // The seccomp filter (run/seccomp.h), ready for SECCOMP_SET_MODE_FILTER.
   const sock_fprog* seccomp() const { return &seccomp_prog_; }
+  // What the child makes its 0, 1, 2 (run/stdio.h), or -1 to keep its own.
+  const std::array<int, 3>& stdio() const { return stdio_; }
 
  private:
   uid_t uid_;
@@ -69,6 +74,7 @@ class ChildPlan {
   std::vector<const char*> exec_ptrs_, argv_ptrs_, envp_ptrs_;
   std::vector<sock_filter> seccomp_;
   sock_fprog seccomp_prog_{};
+  std::array<int, 3> stdio_;
 };
 
 // Runs in the child; never returns. `report_fd` is the write end of the

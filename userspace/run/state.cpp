@@ -81,6 +81,7 @@ nlohmann::json to_json(const RunRecord& r) {
   if (r.restore_uid) j["restore_uid"] = *r.restore_uid;
   if (r.restore_gid) j["restore_gid"] = *r.restore_gid;
   if (r.restore_mode) j["restore_mode"] = *r.restore_mode;
+  if (r.workspace_tmpfs_bytes) j["workspace_tmpfs_bytes"] = *r.workspace_tmpfs_bytes;
   return j;
 }
 
@@ -98,6 +99,8 @@ Result<RunRecord> record_from_json(const nlohmann::json& j) {
     if (j.contains("restore_uid")) r.restore_uid = j["restore_uid"].get<uint32_t>();
     if (j.contains("restore_gid")) r.restore_gid = j["restore_gid"].get<uint32_t>();
     if (j.contains("restore_mode")) r.restore_mode = j["restore_mode"].get<uint32_t>();
+    if (j.contains("workspace_tmpfs_bytes"))
+      r.workspace_tmpfs_bytes = j["workspace_tmpfs_bytes"].get<uint64_t>();
     return r;
   } catch (const nlohmann::json::exception& e) {
     return Error{std::string("run record: ") + e.what(), EINVAL};

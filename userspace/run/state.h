@@ -39,6 +39,10 @@ struct RunRecord {
   bool remove_workspace = false;  // agentcage created it and --keep was not given
   // A caller's --workspace that agentcage chowned for the run: restored after.
   std::optional<uint32_t> restore_uid, restore_gid, restore_mode;
+  // Set once the workspace may be a tmpfs of this size (limits.disk): it is
+  // unmounted (its contents copied out first when kept) before anything else
+  // happens to the workspace (run/workspace.h).
+  std::optional<uint64_t> workspace_tmpfs_bytes;
 };
 
 nlohmann::json to_json(const RunRecord& r);

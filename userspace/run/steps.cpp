@@ -15,6 +15,7 @@
 #include "policy/locate.h"
 #include "run/runner.h"
 #include "run/steps.h"
+#include "run/workspace.h"
 
 namespace agentcage::run {
 namespace {
@@ -178,6 +179,7 @@ Step check_request(Run& run) {
   res.pids_max = limits->pids;
   res.cpus = limits->cpus;
   if (limits->timeout) res.timeout_ms = static_cast<uint64_t>(limits->timeout->count());
+  res.disk_max_bytes = limits->disk_bytes;
   for (const auto& e : opts.env)
     if (auto kv = parse_env_assignment(e); !kv)
       return failure(kv.error().message, "see agentcage run --help");
@@ -259,7 +261,8 @@ namespace {
 
 // The workspace: a fresh private directory, or the caller's, handed to the
 // sandbox identity for the run.
-Status make_workspace(const RunOptions& opts, const Identity& id, Resources& r) {
+Status make_workspace(const RunOptions& opts, const Identity& id, const policy::Limits& limits,
+                      Resources& r) {
   if (!opts.workspace) {
     if (Status st = make_private_dir(opts.paths.workspace_root, 0711); !st)
       return st.error().wrap("workspace");
@@ -275,6 +278,12 @@ Status make_workspace(const RunOptions& opts, const Identity& id, Resources& r) 
     if (Status st = r.lease->write(r.record); !st) return st;
     if (::chown(dir.c_str(), id.uid, id.gid) != 0)
       return Error::from_errno("workspace: chown " + dir.string());
+    if (limits.disk_bytes) {
+      // Recorded first: a reaper must unmount before it removes anything.
+      r.record.workspace_tmpfs_bytes = *limits.disk_bytes;
+      if (Status st = r.lease->write(r.record); !st) return st;
+      if (Status st = mount_workspace(dir.string(), *limits.disk_bytes, id.uid, id.gid); !st) return st;
+    }
     return {};
   }
   std::error_code ec;
@@ -284,6 +293,8 @@ Status make_workspace(const RunOptions& opts, const Identity& id, Resources& r) 
   if (::stat(dir.c_str(), &st) != 0) return Error::from_errno("--workspace " + dir.string());
   if (!S_ISDIR(st.st_mode)) return Error{"--workspace " + dir.string() + " is not a directory", ENOTDIR};
   if (dir == "/") return Error{"--workspace / would make the whole host writable", EINVAL};
+  if (limits.disk_bytes)
+    if (Status bound = check_workspace_bound(dir.string(), *limits.disk_bytes); !bound) return bound;
   r.record.workspace = dir.string();
   if (st.st_uid != id.uid || st.st_gid != id.gid || (st.st_mode & 0700) != 0700) {
     // Hand the directory (not its contents) to the sandbox identity for the
@@ -302,12 +313,16 @@ Status make_workspace(const RunOptions& opts, const Identity& id, Resources& r) 
 
 Step prepare_workspace(Run& run) {
   const RunOptions& opts = run.opts;
-  if (Status st = make_workspace(opts, *run.identity, run.resources); !st)
-    return refused(FailClosedReason::internal, st.error().message,
-                   opts.workspace ? "pass an existing directory agentcage (root) may chown"
-                                  : "make " + opts.paths.workspace_root +
-                                        " creatable by root, or set AGENTCAGE_WORKSPACE_ROOT",
-                   st.error().code);
+  if (Status st = make_workspace(opts, *run.identity, *run.limits, run.resources); !st) {
+    std::string fix = opts.workspace ? "pass an existing directory agentcage (root) may chown"
+                                     : "make " + opts.paths.workspace_root +
+                                           " creatable by root, or set AGENTCAGE_WORKSPACE_ROOT";
+    if (st.error().code == EFBIG)
+      fix =
+          "mount a file system no larger than the disk limit there (mount -t tmpfs -o size=SIZE tmpfs "
+          "DIR), raise it with --disk SIZE, or pass --disk unlimited to let the run fill that file system";
+    return refused(FailClosedReason::internal, st.error().message, fix, st.error().code);
+  }
   run.res.workspace = run.resources.record.workspace;
   return {};
 }

@@ -32,6 +32,7 @@
 #include "run/result.h"
 #include "run/sandbox.h"
 #include "run/state.h"
+#include "run/stdio.h"
 #include "scope/scope.h"
 #include "util/unique_fd.h"
 
@@ -111,6 +112,7 @@ struct Run {
   uint64_t seed = 0;
   std::optional<Identity> identity;
   // spawn
+  std::optional<StdioRelay> stdio;
   std::optional<pid_t> pid;
   UniqueFd pidfd;
   std::chrono::steady_clock::time_point started{};

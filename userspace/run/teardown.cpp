@@ -10,6 +10,7 @@
 
 #include "run/artifacts.h"
 #include "run/steps.h"
+#include "run/workspace.h"
 
 namespace agentcage::run {
 namespace {
@@ -84,8 +85,21 @@ std::vector<std::string> teardown(Resources& r, RunResult& res, bool collect,
   }
   if (!r.record.workspace.empty() && drained) {
     std::error_code ec;
-    const bool kept = !r.workspace_created || keep_workspace;
+    bool kept = !r.workspace_created || keep_workspace;
     bool handed_back = true;
+    if (r.record.workspace_tmpfs_bytes) {
+      // The tmpfs goes first; a kept one is copied onto the disk before.
+      std::string not_kept;
+      if (Status st = unmount_workspace(r.record.workspace, kept, *r.record.workspace_tmpfs_bytes, not_kept);
+          !st) {
+        problems.push_back(st.error().message);
+        return problems;
+      }
+      if (!not_kept.empty()) {
+        res.workspace_error = "the workspace could not be kept, it was removed: " + not_kept;
+        kept = false;
+      }
+    }
     if (kept) {
       // Nothing of the run runs any more (drained): make what it left safe
       // to hand back. If that cannot be done, nobody but root may enter.

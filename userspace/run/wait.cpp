@@ -15,6 +15,7 @@
 #include <cstring>
 #include <filesystem>
 #include <sstream>
+#include <vector>
 
 #include "control/notify.h"
 #include "run/seccomp.h"
@@ -119,9 +120,12 @@ Step spawn(Run& run, std::optional<int>& unstarted) {
   if (!env) return internal(env.error().message);
   auto filter = build_seccomp_filter(run.policy->syscalls_allow);
   if (!filter) return internal(filter.error().message);
+  auto relay = StdioRelay::prepare();
+  if (!relay) return internal(relay.error().message, relay.error().code);
+  run.stdio = std::move(*relay);
   ChildPlan plan(run.identity->uid, run.identity->gid, r.record.workspace,
                  exec_candidates(run.opts.command[0], kSandboxPath), run.opts.command, std::move(*env),
-                 std::move(*filter));
+                 std::move(*filter), run.stdio->child_fds());
   if (int sig = run.signals->take()) {
     res.interrupted_by = sig;
     return Failure{128 + sig, "interrupted by " + signal_name(sig) + " before COMMAND started", "", 0,
@@ -140,6 +144,7 @@ Step spawn(Run& run, std::optional<int>& unstarted) {
   if (!pid) return internal(pid.error().message, pid.error().code);
   run.pid = *pid;
   report_wr.reset();
+  run.stdio->close_child_ends();
   run.pidfd.reset(static_cast<int>(::syscall(SYS_pidfd_open, *pid, 0)));
 
   ChildFailure report{};
@@ -177,10 +182,13 @@ Step wait_for_end(Run& run) {
   const bool have_peak_file = fs::exists(r.cg->path() / "memory.peak", peak_ec);
   bool reaped = false;
   while (!reaped) {
-    pollfd fds[3] = {{signals.fd(), POLLIN, 0}, {run.pidfd.get(), POLLIN, 0}, {timer.get(), POLLIN, 0}};
+    std::vector<pollfd> fds = {
+        {signals.fd(), POLLIN, 0}, {run.pidfd.get(), POLLIN, 0}, {timer.get(), POLLIN, 0}};
+    if (run.stdio) run.stdio->add_poll_fds(fds);
     // Without a pidfd (kernel < 5.3) poll for the exit every 50 ms.
     int wait_ms = !run.pidfd ? 50 : have_peak_file ? -1 : 100;
-    int n = ::poll(fds, 3, wait_ms);
+    int n = ::poll(fds.data(), fds.size(), wait_ms);
+    if (n > 0 && run.stdio) run.stdio->pump(fds);
     if (n < 0 && errno != EINTR) {
       (void)r.cg->kill_all();
     }

@@ -19,7 +19,7 @@
 #include <linux/types.h>
 #endif
 
-#define AC_ABI_VERSION 6
+#define AC_ABI_VERSION 7
 
 /* ---- capacities ------------------------------------------------------- */
 
@@ -77,7 +77,10 @@ enum ac_hook {
 	/* ptrace_traceme, ptrace attach to the scope's own processes, writes to
 	 * /proc/PID/mem (exec.debugging: deny) */
 	AC_HOOK_DEBUG = 18,
-	AC_HOOK_COUNT = 19,
+	/* 19: reserved (ingress) */
+	/* file_ioctl TIOCSTI, TIOCLINUX: pushing input into a terminal */
+	AC_HOOK_TTY = 20,
+	AC_HOOK_COUNT = 21,
 };
 
 enum ac_decision {

@@ -1,0 +1,147 @@
+// SPDX-License-Identifier: Apache-2.0
+// What the caller pointed the run's stdin, stdout and stderr at stays the
+// caller's (run/stdio.h): a regular-file stdout can only be appended to, a
+// read-write stdin is never written, and a terminal's input cannot be
+// pushed into (hook tty).
+#include <fcntl.h>
+#include <pty.h>
+#include <stdlib.h>
+#include <sys/stat.h>
+#include <termios.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <string>
+
+#include "kernel_env.h"
+#include "run_helpers.h"
+
+namespace agentcage::kt {
+namespace {
+
+namespace fs = std::filesystem;
+
+class Stdio : public ::testing::Test {
+ protected:
+  void SetUp() override { AC_REQUIRE_ENFORCER(); }
+};
+
+// The run_helpers start() points stdout at a regular file opened without
+// O_APPEND (as `>` does). Everything the run tries against it: seek back
+// and rewrite, pwrite, truncate, punch a hole, clear O_APPEND, reopen
+// through /proc/self/fd, fchmod. The file must hold exactly what it wrote,
+// in order.
+TEST_F(Stdio, RegularFileStdoutIsOnlyAppendedTo) {
+  Ran r =
+      run(py("import os, sys\n"
+             "os.write(1, b'first line\\n')\n"
+             "tries = []\n"
+             "def attempt(name, f):\n"
+             "    try:\n"
+             "        f()\n"
+             "        tries.append(name)\n"
+             "    except OSError:\n"
+             "        pass\n"
+             "attempt('lseek', lambda: (os.lseek(1, 0, os.SEEK_SET), os.write(1, b'XXXXX')))\n"
+             "attempt('pwrite', lambda: os.pwrite(1, b'YYYYY', 0))\n"
+             "attempt('ftruncate', lambda: os.ftruncate(1, 0))\n"
+             "import ctypes\n"
+             "libc = ctypes.CDLL(None, use_errno=True)\n"
+             "def punch():\n"
+             "    # FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE\n"
+             "    if libc.fallocate(1, 3, ctypes.c_long(0), ctypes.c_long(4096)) != 0:\n"
+             "        raise OSError(ctypes.get_errno(), 'fallocate')\n"
+             "attempt('punch', punch)\n"
+             "attempt('reopen', lambda: os.open('/proc/self/fd/1', os.O_WRONLY | os.O_TRUNC))\n"
+             "attempt('fchmod', lambda: os.fchmod(1, 0o777))\n"
+             "os.write(1, b'last line\\n')\n"
+             "sys.stderr.write(' '.join(tries) + '\\n')\n"));
+  EXPECT_EQ(r.code, 0) << r.describe();
+  EXPECT_EQ(r.out, "first line\nlast line\n") << r.describe();
+}
+
+TEST_F(Stdio, OutputOrderAndIsattyOfPipesAndFilesStayUsual) {
+  // Interleaved writes to stdout and stderr, both files: each in its order.
+  Ran r =
+      run(py("import os, sys\n"
+             "for i in range(200):\n"
+             "    os.write(1, b'%d\\n' % i)\n"
+             "    os.write(2, b'e%d\\n' % i)\n"
+             "print(os.isatty(1), file=sys.stderr)\n"));
+  ASSERT_EQ(r.code, 0) << r.describe();
+  std::string expect;
+  for (int i = 0; i < 200; ++i) expect += std::to_string(i) + "\n";
+  EXPECT_EQ(r.out, expect);
+  EXPECT_NE(r.err.find("e199\nFalse\n"), std::string::npos) << r.err;
+}
+
+// A stdin opened read-write (`<>file`): the run reads it, but cannot write
+// into it, truncate it or move the caller's offset.
+TEST_F(Stdio, ReadWriteStdinIsNeverWritten) {
+  const std::string path = "/tmp/ac-stdio-stdin.txt";
+  std::ofstream(path) << "caller data\n";
+  ::chmod(path.c_str(), 0666);  // DAC would let anyone write: only agentcage stops it
+  SpawnOptions o;
+  o.in_child = [path] {
+    int fd = ::open(path.c_str(), O_RDWR);
+    ::dup2(fd, 0);
+  };
+  Ran r = run(py("import os, sys\n"
+                 "data = os.read(0, 100)\n"
+                 "tries = []\n"
+                 "for name, f in [('write', lambda: os.write(0, b'PWNED')),\n"
+                 "                ('pwrite', lambda: os.pwrite(0, b'PWNED', 0)),\n"
+                 "                ('ftruncate', lambda: os.ftruncate(0, 0)),\n"
+                 "                ('reopen', lambda: os.open('/proc/self/fd/0', os.O_RDWR))]:\n"
+                 "    try:\n"
+                 "        f()\n"
+                 "        tries.append(name)\n"
+                 "    except OSError:\n"
+                 "        pass\n"
+                 "print(data.decode().strip(), '|', ' '.join(tries))\n"),
+              o);
+  EXPECT_EQ(r.code, 0) << r.describe();
+  EXPECT_EQ(r.out, "caller data | \n") << r.describe();
+  EXPECT_EQ(slurp(path), "caller data\n");
+  ::unlink(path.c_str());
+}
+
+// A terminal without a session (a pty the caller opened, as agent frameworks
+// do): the run, a session leader, can make it its controlling terminal, and
+// then TIOCSTI would type into it. Denied in every scope, on 6.1 as on 6.12.
+TEST_F(Stdio, NoInputPushedIntoTheCallersTerminal) {
+  int master = -1, slave = -1;
+  ASSERT_EQ(::openpty(&master, &slave, nullptr, nullptr, nullptr), 0) << std::strerror(errno);
+  struct termios t {};
+  ASSERT_EQ(::tcgetattr(slave, &t), 0);
+  ::cfmakeraw(&t);
+  ASSERT_EQ(::tcsetattr(slave, TCSANOW, &t), 0);
+  SpawnOptions o;
+  o.in_child = [slave] { ::dup2(slave, 0); };
+  Ran r = run(py("import fcntl, termios, os\n"
+                 "res = []\n"
+                 "for name, req, arg in [('ctty', termios.TIOCSCTTY, 0), ('sti', termios.TIOCSTI, b'x')]:\n"
+                 "    try:\n"
+                 "        fcntl.ioctl(0, req, arg)\n"
+                 "        res.append(name + ':ok')\n"
+                 "    except OSError as e:\n"
+                 "        res.append(name + ':' + str(e.errno))\n"
+                 "print(os.isatty(0), ' '.join(res))\n"),
+              o);
+  EXPECT_EQ(r.code, 0) << r.describe();
+  EXPECT_EQ(r.out.substr(0, 5), "True ") << r.describe();
+  EXPECT_EQ(r.out.find("sti:ok"), std::string::npos) << r.describe();
+  EXPECT_GE(denied(r, "tty"), 1u) << r.result.dump(2);
+  // Nothing arrived in the terminal's input.
+  ::fcntl(slave, F_SETFL, O_NONBLOCK);
+  char c;
+  EXPECT_EQ(::read(slave, &c, 1), -1);
+  ::close(master);
+  ::close(slave);
+}
+
+}  // namespace
+}  // namespace agentcage::kt

@@ -1,0 +1,142 @@
+// SPDX-License-Identifier: Apache-2.0
+#include "run/stdio.h"
+
+#include <fcntl.h>
+#include <linux/kcmp.h>
+#include <sys/stat.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
+
+namespace agentcage::run {
+namespace {
+
+// Whether this process's descriptors a and b are one open file description
+// (2>&1). Without kcmp, the same file counts as the same description: one
+// relay then carries both, which keeps their order either way.
+bool same_description(int a, int b) {
+  const pid_t self = ::getpid();
+  long rc = ::syscall(SYS_kcmp, self, self, KCMP_FILE, a, b);
+  if (rc >= 0) return rc == 0;
+  struct stat sa {
+  }, sb{};
+  return ::fstat(a, &sa) == 0 && ::fstat(b, &sb) == 0 && sa.st_dev == sb.st_dev && sa.st_ino == sb.st_ino;
+}
+
+}  // namespace
+
+StdioWay stdio_way(int fd, mode_t mode) {
+  if (!S_ISREG(mode) && !S_ISBLK(mode)) return StdioWay::pass;
+  return fd == 0 ? StdioWay::read_only : StdioWay::relay;
+}
+
+Result<StdioRelay> StdioRelay::prepare() {
+  StdioRelay r;
+  struct stat st[3] = {};
+  for (int fd = 0; fd <= 2; ++fd)
+    if (::fstat(fd, &st[fd]) != 0) return Error::from_errno("stdio: fstat " + std::to_string(fd));
+
+  if (stdio_way(0, st[0].st_mode) == StdioWay::read_only) {
+    const int flags = ::fcntl(0, F_GETFL);
+    if (flags < 0) return Error::from_errno("stdio: reading the flags of stdin");
+    if ((flags & O_ACCMODE) == O_WRONLY) {
+      // The caller could not read it: neither may the run.
+      r.stdin_.reset(::open("/dev/null", O_RDONLY | O_CLOEXEC));
+    } else {
+      // A description of the run's own: its reads, seeks and locks stay its
+      // own, and it can never write through it.
+      r.stdin_.reset(::open("/proc/self/fd/0", O_RDONLY | O_CLOEXEC | O_NOCTTY));
+      if (r.stdin_) {
+        const off_t at = ::lseek(0, 0, SEEK_CUR);
+        if (at > 0 && ::lseek(r.stdin_.get(), at, SEEK_SET) != at)
+          return Error::from_errno("stdio: positioning the run's stdin");
+      }
+    }
+    if (!r.stdin_) return Error::from_errno("stdio: reopening stdin read-only");
+  }
+
+  const bool relay1 = stdio_way(1, st[1].st_mode) == StdioWay::relay;
+  const bool relay2 = stdio_way(2, st[2].st_mode) == StdioWay::relay;
+  auto add = [&r](int target, std::vector<int> child_fds) -> Status {
+    int p[2];
+    if (::pipe2(p, O_CLOEXEC) != 0) return Error::from_errno("stdio: pipe2");
+    Out out;
+    out.read_end.reset(p[0]);
+    out.write_end.reset(p[1]);
+    if (::fcntl(p[0], F_SETFL, O_NONBLOCK) != 0) return Error::from_errno("stdio: O_NONBLOCK");
+    out.target = target;
+    out.child_fds = std::move(child_fds);
+    r.outs_.push_back(std::move(out));
+    return {};
+  };
+  if (relay1 && relay2 && same_description(1, 2)) {
+    if (Status s = add(1, {1, 2}); !s) return s.error();
+  } else {
+    if (relay1)
+      if (Status s = add(1, {1}); !s) return s.error();
+    if (relay2)
+      if (Status s = add(2, {2}); !s) return s.error();
+  }
+  return r;
+}
+
+std::array<int, 3> StdioRelay::child_fds() const {
+  std::array<int, 3> fds = {stdin_ ? stdin_.get() : -1, -1, -1};
+  for (const auto& out : outs_)
+    for (int i : out.child_fds) fds[static_cast<size_t>(i)] = out.write_end.get();
+  return fds;
+}
+
+void StdioRelay::close_child_ends() {
+  stdin_.reset();
+  for (auto& out : outs_) out.write_end.reset();
+}
+
+void StdioRelay::add_poll_fds(std::vector<pollfd>& fds) const {
+  for (const auto& out : outs_)
+    if (out.read_end) fds.push_back({out.read_end.get(), POLLIN, 0});
+}
+
+void StdioRelay::pump(const std::vector<pollfd>& fds) {
+  for (auto& out : outs_)
+    for (const auto& p : fds)
+      if (out.read_end && p.fd == out.read_end.get() && (p.revents & (POLLIN | POLLHUP | POLLERR)))
+        move(out, false);
+}
+
+void StdioRelay::drain() {
+  for (auto& out : outs_)
+    if (out.read_end) move(out, true);
+}
+
+void StdioRelay::move(Out& out, bool until_eof) {
+  char buf[65536];
+  // At most 16 buffers per wake-up, so a chatty run cannot starve the
+  // signal and timeout checks of the wait loop.
+  for (int round = 0; until_eof || round < 16; ++round) {
+    ssize_t n = ::read(out.read_end.get(), buf, sizeof buf);
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0 && errno == EAGAIN) return;
+    if (n <= 0) {
+      out.read_end.reset();  // EOF: every writer is gone
+      return;
+    }
+    for (ssize_t off = 0; off < n;) {
+      ssize_t w = ::write(out.target, buf + off, static_cast<size_t>(n - off));
+      if (w < 0 && errno == EINTR) continue;
+      if (w < 0) {
+        // The run's next write gets EPIPE (SIGPIPE), as a full disk or a
+        // closed reader would have told it.
+        problems_.push_back("relaying the run's " + std::string(out.target == 1 ? "stdout" : "stderr") +
+                            ": " + std::strerror(errno));
+        out.read_end.reset();
+        return;
+      }
+      off += w;
+    }
+  }
+}
+
+}  // namespace agentcage::run
