@@ -46,6 +46,7 @@ void notify_run_end(const RunEnd& end) {
   r.exit_code = end.exit_code >= 0 && end.exit_code <= 255 ? end.exit_code : 255;
   r.duration_seconds = end.duration_seconds;
   r.fail_closed = end.fail_closed;
+  r.syscalls_denied = end.syscalls_denied;
   send(r);
 }
 

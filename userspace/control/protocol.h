@@ -41,6 +41,7 @@ struct Request {
   int exit_code = 0;                                  // run_end
   double duration_seconds = 0;                        // run_end
   std::optional<core::FailClosedReason> fail_closed;  // run_end
+  uint64_t syscalls_denied = 0;                       // run_end (optional): seccomp denials
 };
 
 // Parses and validates one request line (without its '\n').
