@@ -228,7 +228,7 @@ int seccomp_section(const Options& opts) {
   auto row = [&](const char* what, const std::vector<double>& a, const std::vector<double>& b) {
     const double ma = median(a), mb = median(b);
     say("  %-56s %10s %10s %10s %6.2fx\n", what, fmt_ns(ma).c_str(), fmt_ns(mb).c_str(),
-        ("+" + fmt_ns(mb - ma)).c_str(), mb / ma);
+        ((mb >= ma ? "+" : "-") + fmt_ns(mb >= ma ? mb - ma : ma - mb)).c_str(), mb / ma);
   };
   row("per run: fork+exec true+wait (A bare, B filter+listener)", a_run, b_run);
   row("allowed call getpid (A no filter, B the run's filter)", allow_a, allow_b);
