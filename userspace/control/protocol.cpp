@@ -161,9 +161,13 @@ Result<Request> parse_request(std::string_view line) {
           return bad("\"fail_closed\" must be one of " + names_of(core::kFailClosedReasons));
       }
       if (j.contains("syscalls_denied")) {
-        if (!j["syscalls_denied"].is_number_unsigned())
-          return bad("\"syscalls_denied\" must be a non-negative integer");
-        r.syscalls_denied = j["syscalls_denied"].get<uint64_t>();
+        // A negative number is number_integer, one past 2^64-1 is number_float:
+        // both fail is_number_unsigned, so get<> below never wraps or truncates.
+        const json& n = j["syscalls_denied"];
+        if (!n.is_number_unsigned() || n.get<uint64_t>() > kMaxSyscallsDenied)
+          return bad("\"syscalls_denied\" must be an integer 0.." + std::to_string(kMaxSyscallsDenied) +
+                     " (the run's count of denied system calls)");
+        r.syscalls_denied = n.get<uint64_t>();
       }
       break;
   }
