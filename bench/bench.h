@@ -14,6 +14,8 @@
 //   events    denial records per second `agentcage daemon` delivers with
 //             zero loss, and produced = delivered + lost at overload
 //             (a standalone section, events.cpp).
+//   seccomp   the run's seccomp filter per run and per call, with vs
+//             without (a standalone section, seccomp.cpp).
 #pragma once
 
 #include <sys/types.h>
@@ -140,6 +142,11 @@ Result<double> time_command(const std::vector<std::string>& argv, unsigned runs)
 // buffer loses records, prints the table. 0 measured and every step's
 // accounting exact, 1 otherwise.
 int events_section(const Options& opts);
+
+// The seccomp section (seccomp.cpp): the run's filter per run (fork + exec
+// true with and without it) and per call (an allowed call with and without
+// it; a denied call notified vs failed in the kernel). Needs no BPF LSM.
+int seccomp_section(const Options& opts);
 
 // ---- BPF program statistics ----------------------------------------------------
 

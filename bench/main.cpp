@@ -426,7 +426,8 @@ std::vector<StandaloneSection> standalone_sections() {
   return {
       {"run", "wall time: agentcage run -- true vs true vs bwrap --unshare-all ... true", run_cost_section},
       {"events", "audit events/s agentcage daemon delivers with zero loss; overflow accounting",
-       events_section}};
+       events_section},
+      {"seccomp", "the run's seccomp filter: per run and per call, with vs without", seccomp_section}};
 }
 
 }  // namespace
@@ -437,7 +438,7 @@ int main(int argc, char** argv) {
   using namespace agentcage::bench;
   if (argc > 1 && argv[1] == kWorkerFlag) return worker_main(argc, argv);
   Options opts;
-  std::string sections = "hooks,unscoped,run";
+  std::string sections = "hooks,unscoped,run,seccomp";
   std::string environment;
   CLI::App app{"agentcage-bench: BPF LSM cost, measured side by side in one run (see bench/README.md)"};
   app.add_option("--iterations", opts.iterations, "ops per timed batch (fork+exec: /40; hook workload: /10)")
@@ -446,7 +447,7 @@ int main(int argc, char** argv) {
   app.add_option("--batches", opts.batches, "timed batches per op per phase")->check(CLI::Range(1u, 1000u));
   app.add_option("--scopes", opts.scopes, "live scopes in phase B")->check(CLI::Range(0u, 10000u));
   app.add_option("--sections", sections,
-                 "comma-separated: hooks,unscoped,run,events (default: hooks,unscoped,run)");
+                 "comma-separated: hooks,unscoped,run,seccomp,events (default: hooks,unscoped,run,seccomp)");
   app.add_option("--run-rounds", opts.run_rounds, "run section: rounds (one run of each command per round)")
       ->check(CLI::Range(1u, 100000u));
   app.add_option("--run-policy", opts.run_policy,

@@ -520,6 +520,19 @@ TEST_F(Daemon, MalformedControlRequestsAreRejectedAndChangeNothing) {
       {{"op", "attach"}, {"cgroup", cg->path().string()}, {"policy", "dtest"}, {"workspace", "/tmp"}});
   ASSERT_TRUE(att && att->value("ok", false));
   json before = status();
+  // The run metrics a run_end feeds, as /metrics text: must not move.
+  auto run_metrics = [] {
+    std::istringstream in(http_get(kMetricsPort, "/metrics"));
+    std::string out;
+    for (std::string line; std::getline(in, line);)
+      if (line.rfind("agentcage_runs_total{", 0) == 0 ||
+          line.rfind("agentcage_run_duration_seconds_count", 0) == 0 ||
+          line.find("hook=\"syscall\"") != std::string::npos)
+        out += line + "\n";
+    return out;
+  };
+  ASSERT_NE(http_get(kMetricsPort, "/metrics").find("agentcage_build_info"), std::string::npos);
+  const std::string metrics_before = run_metrics();
 
   auto raw = [&](const std::string& line) -> json {
     auto fd = control::connect_control(kSocket, 10000);
@@ -529,7 +542,7 @@ TEST_F(Daemon, MalformedControlRequestsAreRejectedAndChangeNothing) {
     auto l = control::read_line(fd->get(), buf, 10000);
     return l ? json::parse(*l, nullptr, false) : json{{"read", l.error().message}};
   };
-  const std::vector<std::pair<std::string, std::string>> cases = {
+  std::vector<std::pair<std::string, std::string>> cases = {
       {"not json\n", "not valid JSON"},
       {"[1,2]\n", "expected a JSON object"},
       {"{}\n", "missing \"op\""},
@@ -555,6 +568,16 @@ TEST_F(Daemon, MalformedControlRequestsAreRejectedAndChangeNothing) {
        "\"scope_id\" must be a non-negative integer"},
       {std::string(control::kMaxRequestBytes + 10, 'x'), "longer than"},
   };
+  // run_end's optional count of denied system calls, from any client: only
+  // an integer 0..2^53 passes; everything else is refused whole (no run
+  // counted, no duration observed, no syscall denials added).
+  const std::string end_prefix =
+      "{\"op\":\"run_end\",\"run_id\":\"0123456789abcdef\",\"policy\":\"dtest\",\"outcome\":\"ok\","
+      "\"exit_code\":0,\"duration_seconds\":1,\"syscalls_denied\":";
+  for (const char* bad : {"-1", "18446744073709551616", "18446744073709551615", "9007199254740993", "2.5",
+                          "\"7\"", "true", "null", "{}"})
+    cases.emplace_back(end_prefix + bad + "}\n",
+                       "\"syscalls_denied\" must be an integer 0..9007199254740992");
   for (const auto& [line, expect] : cases) {
     json r = raw(line);
     EXPECT_EQ(r.value("ok", true), false) << line.substr(0, 200) << " -> " << r.dump();
@@ -565,6 +588,8 @@ TEST_F(Daemon, MalformedControlRequestsAreRejectedAndChangeNothing) {
   json after = status();
   EXPECT_EQ(after["policies"], before["policies"]);
   EXPECT_EQ(after["scopes"].size(), before["scopes"].size());
+  EXPECT_EQ(run_metrics(), metrics_before);
+  EXPECT_EQ(metrics_before.find("hook=\"syscall\""), std::string::npos) << metrics_before;
   EXPECT_EQ(open_in(*cg, "/etc/passwd"), EACCES);
   EXPECT_EQ(open_in(*cg, "/etc/hostname"), 0);
   EXPECT_TRUE(control({{"op", "detach"}, {"cgroup", cg->path().string()}}));

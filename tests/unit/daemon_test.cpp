@@ -174,6 +174,16 @@ TEST(ControlRequest, ValidRequests) {
   auto again = control::parse_request(control::to_json(*end).dump());
   ASSERT_TRUE(again.ok());
   EXPECT_EQ(control::to_json(*again), control::to_json(*end));
+  EXPECT_EQ(end->syscalls_denied, 0u);
+  auto counted = control::parse_request(
+      R"({"op":"run_end","run_id":"0123456789abcdef","policy":"p","outcome":"ok","exit_code":0,"duration_seconds":1,"syscalls_denied":7})");
+  ASSERT_TRUE(counted.ok()) << counted.error().message;
+  EXPECT_EQ(counted->syscalls_denied, 7u);
+  EXPECT_EQ(control::to_json(*counted)["syscalls_denied"], 7);
+  auto most = control::parse_request(
+      R"({"op":"run_end","run_id":"0123456789abcdef","policy":"p","outcome":"ok","exit_code":0,"duration_seconds":1,"syscalls_denied":9007199254740992})");
+  ASSERT_TRUE(most.ok()) << most.error().message;
+  EXPECT_EQ(most->syscalls_denied, control::kMaxSyscallsDenied);
   auto start = control::parse_request(
       R"({"op":"run_start","run_id":"0123456789abcdef","policy":"p","scope_id":18446744073709551615})");
   ASSERT_TRUE(start.ok());
@@ -210,6 +220,15 @@ TEST(ControlRequest, InvalidRequests) {
   EXPECT_EQ(rejection(end + R"("exit_code":0,"duration_seconds":1,"fail_closed":"nope"})")
                 .rfind("request: \"fail_closed\" must be one of", 0),
             0u);
+  // A client may send any JSON here: negative, past uint64 (parsed as a
+  // double), past 2^53, fractional, exponent, string, bool, null.
+  for (const char* bad : {"-1", "18446744073709551616", "18446744073709551615", "9007199254740993", "1.5",
+                          "1e3", "\"7\"", "true", "null", "[7]"})
+    EXPECT_EQ(
+        rejection(end + R"("exit_code":0,"duration_seconds":1,"syscalls_denied":)" + bad + "}"),
+        "request: \"syscalls_denied\" must be an integer 0..9007199254740992 (the run's count of denied "
+        "system calls)")
+        << bad;
   EXPECT_EQ(rejection(R"({"op":"run_start","run_id":"0123456789ABCDEF","policy":"p","scope_id":1})"),
             "request: \"run_id\" must be 16 lowercase hex digits");
   EXPECT_EQ(rejection(std::string(control::kMaxRequestBytes + 1, ' ')), "request: longer than 16384 bytes");

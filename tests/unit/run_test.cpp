@@ -341,6 +341,55 @@ TEST(RunResult, JsonShape) {
                                              {"cgroup_id", 0}}));
 }
 
+// Denied system calls (counted by agentcage's seccomp supervisor) join the
+// LSM's denials: in the totals, as by_hook "syscall", by name, as records of
+// the one shape, and in the stderr summary.
+TEST(RunResult, DeniedSystemCallsAreDenials) {
+  RunResult r;
+  r.policy_name = "python-sandbox";
+  r.scope_id = 77;
+  r.policy_slot = 3;
+  r.report.emplace();
+  r.report->denied[AC_HOOK_FILE_OPEN] = 1;
+  r.report->records_taken = 1;
+  r.report->records = {path_record(AC_HOOK_FILE_OPEN, "/etc/passwd")};
+  EXPECT_TRUE(to_json(r)["denials"]["syscalls"].is_null()) << "no filter, no count";
+  r.syscalls.emplace();
+  r.syscalls->total = 5;
+  r.syscalls->by_name = {{"keyctl", 4}, {"x32:getpid", 1}};
+  r.syscalls->records_taken = 5;
+  r.syscalls->records = {SyscallDenial{"keyctl", 42, 43, 1000, "py\xff"}};
+  auto j = to_json(r);
+  const auto& d = j["denials"];
+  EXPECT_EQ(d["total"], 6);
+  EXPECT_EQ(d["by_hook"], nlohmann::json({{"file_open", 1}, {"syscall", 5}}));
+  EXPECT_EQ(d["syscalls"], nlohmann::json({{"total", 5}, {"by_name", {{"keyctl", 4}, {"x32:getpid", 1}}}}));
+  EXPECT_EQ(d["records_total"], 6);
+  ASSERT_EQ(d["records"].size(), 2u);
+  EXPECT_EQ(d["records"][1], nlohmann::json({{"scope_id", 77},
+                                             {"policy_slot", 3},
+                                             {"hook", "syscall"},
+                                             {"decision", "deny"},
+                                             {"reason", "default_deny"},
+                                             {"pid", 42},
+                                             {"tid", 43},
+                                             {"uid", 1000},
+                                             {"comm", "py\xEF\xBF\xBD"},
+                                             {"target", "keyctl"},
+                                             {"target_kind", "syscall"},
+                                             {"errno", 1},
+                                             {"errno_name", "EPERM"},
+                                             {"cgroup_id", 77}}));
+  EXPECT_EQ(denial_summary(r),
+            "agentcage: policy python-sandbox denied 6 operation(s): file_open /etc/passwd, syscall keyctl, "
+            "...\n");
+  // Only denied calls: still a summary.
+  r.report.reset();
+  EXPECT_EQ(denial_summary(r),
+            "agentcage: policy python-sandbox denied 5 operation(s): syscall keyctl, ...\n");
+  EXPECT_EQ(run::run_end_notice(r).syscalls_denied, 5u);
+}
+
 TEST(RunResult, RunEndNotice) {
   run::RunResult res;
   res.run_id = "0123456789abcdef";

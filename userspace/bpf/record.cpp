@@ -19,23 +19,6 @@ namespace {
 // A fixed char array as a string: up to its first NUL, at most `max` bytes.
 std::string bounded(const char* s, size_t max) { return std::string(s, ::strnlen(s, max)); }
 
-// `bytes` with every ill-formed UTF-8 sequence replaced by U+FFFD.
-std::string valid_utf8(std::string_view bytes) {
-  std::string out;
-  out.reserve(bytes.size());
-  for (size_t i = 0; i < bytes.size();) {
-    size_t n = utf8_sequence_length(bytes, i);
-    if (n == 0) {
-      out += "\xEF\xBF\xBD";
-      ++i;
-    } else {
-      out.append(bytes.substr(i, n));
-      i += n;
-    }
-  }
-  return out;
-}
-
 }  // namespace
 
 std::optional<ac_event_decision> decode_record(const void* data, size_t size) {

@@ -3,6 +3,8 @@
 
 #include <sys/stat.h>
 
+#include <algorithm>
+
 #include "control/client.h"
 #include "control/protocol.h"
 #include "policy/name.h"
@@ -46,6 +48,7 @@ void notify_run_end(const RunEnd& end) {
   r.exit_code = end.exit_code >= 0 && end.exit_code <= 255 ? end.exit_code : 255;
   r.duration_seconds = end.duration_seconds;
   r.fail_closed = end.fail_closed;
+  r.syscalls_denied = std::min(end.syscalls_denied, kMaxSyscallsDenied);  // the daemon refuses more
   send(r);
 }
 

@@ -23,6 +23,7 @@ struct RunEnd {
   int exit_code = 0;  // agentcage's exit status
   double duration_seconds = 0;
   std::optional<core::FailClosedReason> fail_closed;  // why a 125 refused to run
+  uint64_t syscalls_denied = 0;                       // the run's seccomp denials
 };
 
 void notify_run_start(const std::string& run_id, const std::string& policy, uint64_t scope_id);

@@ -83,8 +83,8 @@ Result<Request> parse_request(std::string_view line) {
   else if (op == "run_start")
     r.op = Op::run_start, allowed = {"op", "run_id", "policy", "scope_id"};
   else if (op == "run_end")
-    r.op = Op::run_end,
-    allowed = {"op", "run_id", "policy", "outcome", "exit_code", "duration_seconds", "fail_closed"};
+    r.op = Op::run_end, allowed = {"op",        "run_id",           "policy",      "outcome",
+                                   "exit_code", "duration_seconds", "fail_closed", "syscalls_denied"};
   else if (op == "reload")
     r.op = Op::reload;
   else
@@ -160,6 +160,15 @@ Result<Request> parse_request(std::string_view line) {
         if (!r.fail_closed)
           return bad("\"fail_closed\" must be one of " + names_of(core::kFailClosedReasons));
       }
+      if (j.contains("syscalls_denied")) {
+        // A negative number is number_integer, one past 2^64-1 is number_float:
+        // both fail is_number_unsigned, so get<> below never wraps or truncates.
+        const json& n = j["syscalls_denied"];
+        if (!n.is_number_unsigned() || n.get<uint64_t>() > kMaxSyscallsDenied)
+          return bad("\"syscalls_denied\" must be an integer 0.." + std::to_string(kMaxSyscallsDenied) +
+                     " (the run's count of denied system calls)");
+        r.syscalls_denied = n.get<uint64_t>();
+      }
       break;
   }
   return r;
@@ -195,6 +204,7 @@ json to_json(const Request& r) {
       j["exit_code"] = r.exit_code;
       j["duration_seconds"] = r.duration_seconds;
       if (r.fail_closed) j["fail_closed"] = std::string(core::name(*r.fail_closed));
+      if (r.syscalls_denied) j["syscalls_denied"] = r.syscalls_denied;
       break;
   }
   return j;

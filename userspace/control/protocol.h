@@ -23,6 +23,11 @@ namespace agentcage::control {
 // A request line longer than this is refused and the connection closed.
 inline constexpr size_t kMaxRequestBytes = 16 * 1024;
 
+// run_end's "syscalls_denied" at most: 2^53, the largest count a Prometheus
+// counter (a double) still holds exactly. No run gets near it (one denial per
+// notification round trip), so a larger value is a client bug or a lie.
+inline constexpr uint64_t kMaxSyscallsDenied = uint64_t{1} << 53;
+
 enum class Op { status, events, attach, detach, run_start, run_end, reload };
 std::string_view op_name(Op op);
 // Operations the configured group may use; everything else needs uid 0
@@ -41,6 +46,7 @@ struct Request {
   int exit_code = 0;                                  // run_end
   double duration_seconds = 0;                        // run_end
   std::optional<core::FailClosedReason> fail_closed;  // run_end
+  uint64_t syscalls_denied = 0;                       // run_end (optional): seccomp denials
 };
 
 // Parses and validates one request line (without its '\n').

@@ -276,6 +276,8 @@ json Daemon::handle(const Request& req) {
     case Op::run_end:
       metrics_.run_finished(req.policy, req.outcome, req.duration_seconds);
       if (req.fail_closed) metrics_.fail_closed(*req.fail_closed);
+      // Seccomp denials are counted by the run itself (no BPF counter).
+      if (req.syscalls_denied) metrics_.syscalls_denied(req.policy, req.syscalls_denied);
       // Decisions of the run's last moments, before its transient slot goes.
       sink_.collect_counters();
       return {{"ok", true}};

@@ -1,6 +1,8 @@
 // SPDX-License-Identifier: Apache-2.0
 #include "run/result.h"
 
+#include <cerrno>
+
 #include "bpf/names.h"
 #include "bpf/record.h"
 #include "core/run_outcome.h"
@@ -13,6 +15,27 @@ namespace {
 template <class T>
 nlohmann::json opt(const std::optional<T>& v) {
   return v ? nlohmann::json(*v) : nlohmann::json(nullptr);
+}
+
+// A denied call in the shape of a decision record (bpf/record.h), so that
+// readers handle one shape: hook "syscall", the call's name as the target.
+nlohmann::json syscall_record_json(const RunResult& r, const SyscallDenial& d) {
+  nlohmann::json j;
+  j["scope_id"] = r.scope_id;
+  j["policy_slot"] = opt(r.policy_slot);
+  j["hook"] = "syscall";
+  j["decision"] = "deny";
+  j["reason"] = "default_deny";
+  j["pid"] = d.pid;
+  j["tid"] = d.tid;
+  j["uid"] = d.uid;
+  j["comm"] = valid_utf8(d.comm);
+  j["target"] = d.name;
+  j["target_kind"] = "syscall";
+  j["errno"] = EPERM;
+  j["errno_name"] = errno_name(EPERM);
+  j["cgroup_id"] = r.scope_id;
+  return j;
 }
 
 }  // namespace
@@ -67,15 +90,27 @@ nlohmann::json to_json(const RunResult& r) {
     if (report.denied[h]) by_hook[std::string(bpf::hook_name(h))] = report.denied[h];
     if (report.audited[h]) audited_by_hook[std::string(bpf::hook_name(h))] = report.audited[h];
   }
-  denials["total"] = report.denied_total();
+  // Denied system calls (seccomp) count as denials of the pseudo-hook
+  // "syscall": counted by agentcage, not by the BPF programs.
+  const SyscallReport calls = r.syscalls.value_or(SyscallReport{});
+  if (calls.total) by_hook["syscall"] = calls.total;
+  denials["total"] = report.denied_total() + calls.total;
   denials["by_hook"] = by_hook;
   denials["audited_total"] = report.audited_total();
   denials["audited_by_hook"] = audited_by_hook;
-  denials["records_total"] = report.records_taken;
+  denials["records_total"] = report.records_taken + calls.records_taken;
   denials["events_suppressed"] = report.events_suppressed;
   json records = json::array();
   for (const auto& rec : report.records) records.push_back(bpf::record_json(rec));
+  for (const auto& d : calls.records) records.push_back(syscall_record_json(r, d));
   denials["records"] = std::move(records);
+  if (r.syscalls) {
+    json by_name = json::object();
+    for (const auto& [name, count] : calls.by_name) by_name[name] = count;
+    denials["syscalls"] = {{"total", calls.total}, {"by_name", std::move(by_name)}};
+  } else {
+    denials["syscalls"] = nullptr;
+  }
   j["denials"] = std::move(denials);
   return j;
 }
@@ -85,20 +120,30 @@ std::string result_text(const RunResult& r) {
 }
 
 std::string denial_summary(const RunResult& r) {
-  if (!r.report || r.report->denied_total() == 0) return "";
+  const bpf::ScopeReport report = r.report.value_or(bpf::ScopeReport{});
+  const SyscallReport calls = r.syscalls.value_or(SyscallReport{});
+  const uint64_t total = report.denied_total() + calls.total;
+  if (total == 0) return "";
   // Long enough for a real path, short enough that a flood stays one line.
   constexpr size_t kTargetMax = 160;
-  std::string line = "agentcage: policy " + escape(r.policy_name, 64) + " denied " +
-                     std::to_string(r.report->denied_total()) + " operation(s)";
+  std::string line =
+      "agentcage: policy " + escape(r.policy_name, 64) + " denied " + std::to_string(total) + " operation(s)";
   const char* sep = ": ";
-  for (const auto& rec : r.report->records) {
+  for (const auto& rec : report.records) {
     line += sep;
     line += bpf::hook_name(rec.hook);
     line += " ";
     line += escape(bpf::record_target(rec), kTargetMax);
     sep = ", ";
   }
-  if (r.report->records_taken > r.report->records.size()) line += ", ...";
+  for (const auto& d : calls.records) {
+    line += sep;
+    line += "syscall ";
+    line += escape(d.name, kTargetMax);
+    sep = ", ";
+  }
+  if (report.records_taken > report.records.size() || calls.records_taken > calls.records.size())
+    line += ", ...";
   return line + "\n";
 }
 
@@ -110,6 +155,7 @@ control::RunEnd run_end_notice(const RunResult& res) {
   end.exit_code = res.exit_code;
   end.duration_seconds = static_cast<double>(res.wall_time_us) / 1e6;
   if (res.exit_code == 125) end.fail_closed = res.fail_closed_reason;
+  if (res.syscalls) end.syscalls_denied = res.syscalls->total;
   return end;
 }
 

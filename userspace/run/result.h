@@ -15,6 +15,7 @@
 #include "bpf/scope_report.h"
 #include "control/notify.h"
 #include "core/fail_closed.h"
+#include "run/seccomp_notify.h"
 
 namespace agentcage::run {
 
@@ -24,9 +25,10 @@ struct RunResult {
   std::string policy_file;
   std::vector<std::string> command;
   std::string workspace;
-  bool workspace_kept = false;  // still exists after the run
-  std::string cgroup;           // path of the run's cgroup (removed at the end)
-  uint64_t scope_id = 0;        // the scope's id in audit events (= the cgroup's id)
+  bool workspace_kept = false;          // still exists after the run
+  std::string cgroup;                   // path of the run's cgroup (removed at the end)
+  uint64_t scope_id = 0;                // the scope's id in audit events (= the cgroup's id)
+  std::optional<uint32_t> policy_slot;  // the slot the scope's policy ran on
   uint32_t uid = 0, gid = 0;
 
   // The effective limits (command line over policy); unset = none.
@@ -63,6 +65,9 @@ struct RunResult {
   // The scope's deny/audit report, read before the scope was removed (unset
   // when the run got no scope or its report could not be read).
   std::optional<bpf::ScopeReport> report;
+  // The run's denied system calls (seccomp), counted by agentcage; unset
+  // when the run never got its filter.
+  std::optional<SyscallReport> syscalls;
 };
 
 nlohmann::json to_json(const RunResult& result);

@@ -18,6 +18,7 @@
 #include <cerrno>
 
 #include "run/options.h"
+#include "run/seccomp_notify.h"
 
 namespace agentcage::run {
 
@@ -55,6 +56,8 @@ const char* describe(ChildStep step) {
       return "setting no_new_privs";
     case ChildStep::seccomp:
       return "installing the seccomp filter";
+    case ChildStep::seccomp_listener:
+      return "handing the seccomp listener to agentcage";
     case ChildStep::parent_death:
       return "arming the parent-death signal";
     case ChildStep::exec:
@@ -179,9 +182,15 @@ void child_main(const ChildPlan& plan, int report_fd, pid_t parent) {
   // The kernel surface the run may reach (run/seccomp.h). Needs
   // no_new_privs, as the run has no CAP_SYS_ADMIN; the calls below it
   // (prctl, getppid, execve) are never in a denied group.
+  // Denied calls go to a listener (run/seccomp_notify.h), which goes to
+  // agentcage before anything of COMMAND runs: no listener, no run.
   if (plan.seccomp()->len == 0) fail(report_fd, ChildStep::seccomp, EINVAL);
-  if (::syscall(SYS_seccomp, SECCOMP_SET_MODE_FILTER, 0, plan.seccomp()) != 0)
-    fail(report_fd, ChildStep::seccomp, errno);
+  const long listener =
+      ::syscall(SYS_seccomp, SECCOMP_SET_MODE_FILTER, SECCOMP_FILTER_FLAG_NEW_LISTENER, plan.seccomp());
+  if (listener < 0) fail(report_fd, ChildStep::seccomp, errno);
+  const ChildFailure handover{static_cast<int32_t>(ChildStep::seccomp_listener), 0};
+  if (int err = hand_over_listener(report_fd, static_cast<int>(listener), &handover, sizeof handover))
+    fail(report_fd, ChildStep::seccomp_listener, err);
 
   // Changing credentials clears the parent-death signal, so it is armed
   // last. If agentcage is already gone, do not start: the run is orphaned.

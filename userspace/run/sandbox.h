@@ -4,8 +4,10 @@
 //
 // Everything the child needs is prepared by the parent (ChildPlan) so that the
 // child only makes system calls: no allocation, no locks, no name lookups.
-// Failures are reported to the parent as a ChildFailure on a CLOEXEC pipe; an
-// EOF on that pipe means exec succeeded.
+// Failures are reported to the parent as a ChildFailure on a CLOEXEC socket
+// (SOCK_SEQPACKET: one message each); an EOF on it means exec succeeded.
+// Before that, the child sends the seccomp listener on it and waits for the
+// parent's go-ahead (run/seccomp_notify.h).
 #pragma once
 
 #include <linux/filter.h>
@@ -18,7 +20,7 @@
 
 namespace agentcage::run {
 
-// Steps of the child's setup, in the order they run. Values go over the pipe.
+// Steps of the child's setup, in the order they run. Values go over the report socket.
 enum class ChildStep : int32_t {
   signals = 1,
   session,
@@ -36,6 +38,8 @@ enum class ChildStep : int32_t {
   capabilities,
   no_new_privs,
   seccomp,
+  // Also the message that carries the listener (err 0, SCM_RIGHTS).
+  seccomp_listener,
   parent_death,
   exec,
 };
@@ -77,8 +81,8 @@ class ChildPlan {
   std::array<int, 3> stdio_;
 };
 
-// Runs in the child; never returns. `report_fd` is the write end of the
-// CLOEXEC pipe, `parent` the parent's pid (for the parent-death check).
+// Runs in the child; never returns. `report_fd` is the child's end of the
+// CLOEXEC report socket, `parent` the parent's pid (for the parent-death check).
 [[noreturn]] void child_main(const ChildPlan& plan, int report_fd, pid_t parent);
 
 }  // namespace agentcage::run

@@ -46,9 +46,13 @@ scmp_arg_cmp a0_masked_eq(uint64_t mask, uint64_t value) {
   return cmp;
 }
 
+// What a denied call meets: a notification to agentcage, which answers
+// EPERM and counts it (run/seccomp_notify.h).
+constexpr uint32_t kDeny = SCMP_ACT_NOTIFY;
+
 int deny_personality(void* ctx, int nr) {
   constexpr uint64_t kAllowedBits = 0x20008, kTop = 1ull << 31;
-  const auto deny = SCMP_ACT_ERRNO(EPERM);
+  const auto deny = kDeny;
   for (int bit = 0; bit < 31; ++bit) {
     const uint64_t b = 1ull << bit;
     int rc = 0;
@@ -66,7 +70,7 @@ Result<std::vector<sock_filter>> build_seccomp_filter(std::span<const std::strin
   if (!ctx) return Error{"seccomp: seccomp_init failed"};
   // Other ABIs (i386 via int 0x80; x32, which libseccomp checks for in an
   // x86_64 filter) would reach the same kernel code under other numbers.
-  if (int rc = seccomp_attr_set(ctx.get(), SCMP_FLTATR_ACT_BADARCH, SCMP_ACT_ERRNO(EPERM)))
+  if (int rc = seccomp_attr_set(ctx.get(), SCMP_FLTATR_ACT_BADARCH, kDeny))
     return seccomp_error("setting the action for other ABIs", rc);
   // The child sets no_new_privs itself and installs the program directly.
   if (int rc = seccomp_attr_set(ctx.get(), SCMP_FLTATR_CTL_NNP, 0)) return seccomp_error("attributes", rc);
@@ -76,8 +80,8 @@ Result<std::vector<sock_filter>> build_seccomp_filter(std::span<const std::strin
     for (std::string_view name : group.syscalls) {
       const int nr = seccomp_syscall_resolve_name(std::string(name).c_str());
       if (nr == __NR_SCMP_ERROR || nr < 0) continue;  // not a call of this architecture
-      int rc = group.by_argument ? deny_personality(ctx.get(), nr)
-                                 : seccomp_rule_add(ctx.get(), SCMP_ACT_ERRNO(EPERM), nr, 0);
+      int rc =
+          group.by_argument ? deny_personality(ctx.get(), nr) : seccomp_rule_add(ctx.get(), kDeny, nr, 0);
       if (rc != 0) return seccomp_error("denying " + std::string(name), rc);
     }
   }

@@ -375,6 +375,7 @@ Step confine(Run& run) {
     return refused(why, "registering the scope: " + confined.error().message, "run `agentcage doctor`",
                    confined.error().code);
   r.confinement = *confined;
+  run.res.policy_slot = confined->slot;
   if (confined->transient) {
     // For the reaper, should this agentcage die (the scope is found by the
     // cgroup id already in the record; the slot is released with it).

@@ -31,6 +31,7 @@
 #include "run/options.h"
 #include "run/result.h"
 #include "run/sandbox.h"
+#include "run/seccomp_notify.h"
 #include "run/state.h"
 #include "run/stdio.h"
 #include "scope/scope.h"
@@ -90,6 +91,9 @@ struct Resources {
   bool workspace_created = false;  // by agentcage (else: the caller's --workspace)
   std::optional<cgroup::Cgroup> cg;
   std::optional<scope::Confinement> confinement;
+  // The run's seccomp listener: answers and counts its denied calls until
+  // teardown has killed the cgroup (run/seccomp_notify.h).
+  std::optional<SyscallSupervisor> seccomp;
 };
 
 // The state the steps share.

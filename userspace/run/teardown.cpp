@@ -58,6 +58,14 @@ std::vector<std::string> teardown(Resources& r, RunResult& res, bool collect,
     }
     if (collect) collect_stats(*r.cg, res, sampled_peak);
   }
+  // Nothing of the run can make a call any more (killed and drained), so
+  // the count is final; until then the listener stayed open, so that a
+  // survivor's denied call failed with EPERM, counted, not with ENOSYS.
+  if (r.seccomp) {
+    if (drained) (void)r.seccomp->answer_pending();
+    if (collect) res.syscalls = r.seccomp->report();
+    if (drained) r.seccomp.reset();
+  }
   if (r.confinement) {
     // The report, then the scope (only from an empty cgroup: survivors stay
     // confined), then its slot; scope/scope.h keeps that order.

@@ -5,6 +5,7 @@
 #include <poll.h>
 #include <sched.h>
 #include <sys/signalfd.h>
+#include <sys/socket.h>
 #include <sys/syscall.h>
 #include <sys/timerfd.h>
 #include <sys/wait.h>
@@ -131,9 +132,12 @@ Step spawn(Run& run, std::optional<int>& unstarted) {
     return Failure{128 + sig, "interrupted by " + signal_name(sig) + " before COMMAND started", "", 0,
                    core::FailClosedReason::internal};
   }
-  int pipefd[2];
-  if (::pipe2(pipefd, O_CLOEXEC) != 0) return internal("pipe2: " + std::string(std::strerror(errno)));
-  UniqueFd report_rd(pipefd[0]), report_wr(pipefd[1]);
+  // The report channel: a socket, so that the child can pass the seccomp
+  // listener over it; one message per report.
+  int sv[2];
+  if (::socketpair(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0, sv) != 0)
+    return internal("socketpair: " + std::string(std::strerror(errno)));
+  UniqueFd report_rd(sv[0]), report_wr(sv[1]);
   const pid_t self = ::getpid();
   run.started = Clock::now();
   // A new IPC namespace: the run's System V IPC objects and message queues
@@ -149,9 +153,34 @@ Step spawn(Run& run, std::optional<int>& unstarted) {
 
   ChildFailure report{};
   ssize_t got;
-  do got = ::read(report_rd.get(), &report, sizeof report);
-  while (got < 0 && errno == EINTR);
+  for (;;) {
+    UniqueFd passed;
+    report = ChildFailure{};
+    got = receive_report(report_rd.get(), &report, sizeof report, passed);
+    const bool listener_message = got == static_cast<ssize_t>(sizeof report) &&
+                                  report.step == static_cast<int32_t>(ChildStep::seccomp_listener) &&
+                                  report.err == 0;
+    if (!listener_message) break;
+    // The listener, exactly once; then the child may go on to exec.
+    const char go = 1;
+    if (!passed || r.seccomp || ::write(report_rd.get(), &go, 1) != 1) {
+      // The child waits for the go-ahead (never given) or fails on the
+      // closed socket: it runs nothing of COMMAND.
+      report = ChildFailure{static_cast<int32_t>(ChildStep::seccomp_listener), passed ? EPROTO : EBADMSG};
+      got = sizeof report;
+      (void)r.cg->kill_all();
+      break;
+    }
+    r.seccomp.emplace(std::move(passed));
+  }
   report_rd.reset();
+  if (got == 0 && !r.seccomp) {
+    // exec without a listener cannot happen (the child waits for the
+    // go-ahead); should it, the run ends here, before it does anything.
+    (void)r.cg->kill_all();
+    report = ChildFailure{static_cast<int32_t>(ChildStep::seccomp_listener), EPROTO};
+    got = sizeof report;
+  }
   if (got != 0)
     unstarted = report_unstarted(run, got, report);
   else
@@ -182,8 +211,12 @@ Step wait_for_end(Run& run) {
   const bool have_peak_file = fs::exists(r.cg->path() / "memory.peak", peak_ec);
   bool reaped = false;
   while (!reaped) {
-    std::vector<pollfd> fds = {
-        {signals.fd(), POLLIN, 0}, {run.pidfd.get(), POLLIN, 0}, {timer.get(), POLLIN, 0}};
+    // The run's exit, signals, the timeout, the seccomp listener (index 3,
+    // -1 when there is none: poll skips it), then the stdio relay's pipes.
+    std::vector<pollfd> fds = {{signals.fd(), POLLIN, 0},
+                               {run.pidfd.get(), POLLIN, 0},
+                               {timer.get(), POLLIN, 0},
+                               {r.seccomp ? r.seccomp->poll_fd() : -1, POLLIN, 0}};
     if (run.stdio) run.stdio->add_poll_fds(fds);
     // Without a pidfd (kernel < 5.3) poll for the exit every 50 ms.
     int wait_ms = !run.pidfd ? 50 : have_peak_file ? -1 : 100;
@@ -197,6 +230,11 @@ Step wait_for_end(Run& run) {
         res.interrupted_by = sig;
         run.err << "agentcage: " << signal_name(sig) << " received: ending the run\n";
       }
+      (void)r.cg->kill_all();
+    }
+    if (fds[3].revents && !r.seccomp->answer_pending()) {
+      // The listener broke: the run's denied calls would go uncounted.
+      run.err << "agentcage: the seccomp listener failed: " << std::strerror(errno) << ": ending the run\n";
       (void)r.cg->kill_all();
     }
     if (fds[2].revents & POLLIN) {

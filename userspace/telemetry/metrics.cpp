@@ -154,6 +154,11 @@ void Metrics::decisions(const std::string& policy, uint32_t hook, uint32_t decis
       .Increment(static_cast<double>(n));
 }
 
+void Metrics::syscalls_denied(const std::string& policy, uint64_t n) {
+  decisions_->Add({{"hook", "syscall"}, {"decision", "deny"}, {"policy", policy}})
+      .Increment(static_cast<double>(n));
+}
+
 void Metrics::event(const std::string& policy, uint32_t hook, uint32_t decision) {
   events_
       ->Add({{"hook", std::string(bpf::hook_name(hook))},

@@ -69,6 +69,8 @@ class Metrics {
 
   void decisions(const std::string& policy, uint32_t hook, uint32_t decision, uint64_t n);
   void event(const std::string& policy, uint32_t hook, uint32_t decision);
+  // A run's denied system calls: agentcage_decisions_total{hook="syscall",decision="deny"}.
+  void syscalls_denied(const std::string& policy, uint64_t n);
   void events_lost(uint64_t n);
   void events_suppressed(uint64_t n);
   void run_finished(const std::string& policy, core::RunOutcome outcome, double seconds);

@@ -82,4 +82,20 @@ std::string escape(std::string_view text, size_t max) {
 
 std::string quote(std::string_view text, size_t max) { return "'" + escape(text, max) + "'"; }
 
+std::string valid_utf8(std::string_view bytes) {
+  std::string out;
+  out.reserve(bytes.size());
+  for (size_t i = 0; i < bytes.size();) {
+    size_t n = utf8_sequence_length(bytes, i);
+    if (n == 0) {
+      out += "\xEF\xBF\xBD";
+      ++i;
+    } else {
+      out.append(bytes.substr(i, n));
+      i += n;
+    }
+  }
+  return out;
+}
+
 }  // namespace agentcage

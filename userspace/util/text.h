@@ -17,6 +17,10 @@ namespace agentcage {
 // Follows the table in the Unicode standard, section 3.9 (Table 3-7).
 size_t utf8_sequence_length(std::string_view s, size_t i);
 
+// `bytes` with every ill-formed UTF-8 sequence replaced by U+FFFD (for JSON
+// that must dump without an error handler).
+std::string valid_utf8(std::string_view bytes);
+
 // `text` made safe to print in a message or on a terminal: control
 // characters (C0, DEL, C1), bidirectional overrides and bytes that are not
 // well-formed UTF-8 become \xNN (each byte), and the text is cut after `max`
