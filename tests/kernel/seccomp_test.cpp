@@ -235,22 +235,29 @@ TEST_F(Syscalls, MultiprocessingPoolMeetsNoSyscallDenial) {
 // agentcage stopped (a slow supervisor): the denied call waits, it does not
 // run. agentcage killed: the kernel fails the call (ENOSYS), never runs it.
 // A grandchild in its own session outlives agentcage (no parent-death
-// signal) and keeps calling unshare(0), which would succeed unfiltered.
+// signal) and keeps calling unshare(0), which would succeed unfiltered. It
+// writes the answers to a file in its workspace, not to stdout: a file
+// stdout is relayed through agentcage, which dies here.
 TEST_F(Syscalls, StoppedOrDeadAgentcageNeverLetsADeniedCallThrough) {
   const std::string nr = std::to_string(SYS_unshare);
+  const fs::path ws = fs::temp_directory_path() / ("ac-seccomp-dead-" + std::to_string(::getpid()));
+  std::error_code ws_ec;
+  fs::remove_all(ws, ws_ec);
+  ASSERT_TRUE(fs::create_directories(ws));
   Started s = start(py(kCaller +
                            "import time\n"
                            "if os.fork() == 0:\n"
                            "    os.setsid()\n"
+                           "    f = open('calls.txt', 'a')\n"
                            "    for i in range(100000):\n"
                            "        print(call(" +
                            nr +
-                           ", 0), flush=True)\n"
+                           ", 0), file=f, flush=True)\n"
                            "        time.sleep(0.01)\n"
                            "    os._exit(0)\n"
                            "time.sleep(600)\n",
-                       {"--timeout", "5m"}));
-  const fs::path out = s.dir / "stdout";
+                       {"--timeout", "5m", "--workspace", ws.string(), "--disk", "unlimited"}));
+  const fs::path out = ws / "calls.txt";
   auto lines = [&] {
     const std::string text = slurp(out);
     return static_cast<long>(std::count(text.begin(), text.end(), '\n'));
@@ -297,6 +304,7 @@ TEST_F(Syscalls, StoppedOrDeadAgentcageNeverLetsADeniedCallThrough) {
   Ran next = run(py("pass"));
   EXPECT_EQ(next.code, 0) << next.describe();
   EXPECT_TRUE(processes_of_dynamic_uids().empty());
+  fs::remove_all(ws, ec);
 }
 
 }  // namespace
