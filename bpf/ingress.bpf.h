@@ -77,9 +77,8 @@ static __always_inline int ac_listen_rule(struct ac_ctx *c, struct ac_scratch *s
  * let a socket of someone else with the same uid answer on the same
  * address, so a private listener may not have it.
  */
-static __always_inline int ac_listen_decide(struct ac_ctx *c, struct sock *sk,
-					    struct ac_scratch *s, __u16 port, __u16 protocol,
-					    __u8 *reason)
+static __always_inline int ac_listen_decide(struct ac_ctx *c, struct sock *sk, struct ac_scratch *s,
+					    __u16 port, __u16 protocol, __u8 *reason)
 {
 	if (ac_listen_rule(c, s, port, protocol, reason)) {
 		ac_listener_register(c, sk, s, AC_PORT_PROTO(port, protocol), 0);

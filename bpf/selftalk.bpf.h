@@ -52,7 +52,6 @@ static __always_inline int ac_is_loopback(const struct ac_scratch *s)
 	return !(a[10] | a[11] | a[12] | a[13] | a[14]) && a[15] == 1; /* ::1 */
 }
 
-
 struct {
 	__uint(type, BPF_MAP_TYPE_SK_STORAGE);
 	__uint(map_flags, BPF_F_NO_PREALLOC);
@@ -145,15 +144,14 @@ enum ac_peer {
 static __noinline int ac_peer_of(const struct ac_ctx *c, struct socket *sock,
 				 const struct ac_scratch *s, __u16 port, __u16 protocol)
 {
-	struct ac_listener_key k = {.netns = ac_sock_netns(BPF_CORE_READ(sock, sk)),
-				    .port = port,
-				    .proto = protocol};
+	struct ac_listener_key k = {
+		.netns = ac_sock_netns(BPF_CORE_READ(sock, sk)), .port = port, .proto = protocol};
 	__builtin_memcpy(k.addr, s->net.addr, 16);
 	struct ac_listener *l = ac_listener_at(&k);
 	if (l)
-		return l->scope_id == c->scope_id ? AC_PEER_SELF :
-		       (l->flags & AC_SOCK_F_PRIVATE) ? AC_PEER_PRIVATE :
-							AC_PEER_UNKNOWN;
+		return l->scope_id == c->scope_id	? AC_PEER_SELF
+		       : (l->flags & AC_SOCK_F_PRIVATE) ? AC_PEER_PRIVATE
+							: AC_PEER_UNKNOWN;
 	/* A listener of the scope's own on 0.0.0.0 or :: (network.listen)
 	 * also answers on loopback; only the scope itself skips its rules. */
 	__builtin_memset(k.addr, 0, 16);
@@ -186,9 +184,8 @@ static __noinline int ac_ingress_from_host(struct socket *sock, struct sockaddr 
 	struct ac_scratch *s = bpf_map_lookup_elem(&ac_scratch_buf, &zero);
 	if (!s || !ac_load_inet(s, family, address, addrlen, &port) || !ac_is_loopback(s))
 		return 0;
-	struct ac_listener_key k = {.netns = ac_sock_netns(BPF_CORE_READ(sock, sk)),
-				    .port = port,
-				    .proto = protocol};
+	struct ac_listener_key k = {
+		.netns = ac_sock_netns(BPF_CORE_READ(sock, sk)), .port = port, .proto = protocol};
 	__builtin_memcpy(k.addr, s->net.addr, 16);
 	struct ac_listener *l = ac_listener_at(&k);
 	if (!l || !(l->flags & AC_SOCK_F_PRIVATE))

@@ -403,13 +403,15 @@ TEST_F(IngressTest, NetworkListenAllowsADevServerOnItsPort) {
   EXPECT_EQ(client, kOk);
 
   // Another port, another address, another protocol, another name.
-  EXPECT_EQ(scoped([&] { return try_bind(AF_INET, SOCK_STREAM, "127.0.0.1", wild, true); }), 10 + kDenied);
+  // On loopback another port listens as the run's private listener, which
+  // only the run reaches (selftalk_test.cpp), not the host.
+  EXPECT_EQ(scoped([&] { return try_bind(AF_INET, SOCK_STREAM, "127.0.0.1", wild, true); }), kOk);
   EXPECT_EQ(scoped([&] { return try_bind(AF_INET, SOCK_STREAM, "0.0.0.0", dev, false); }), kDenied);
   EXPECT_EQ(scoped([&] { return try_bind(AF_INET, SOCK_DGRAM, "0.0.0.0", wild, false); }), kDenied);
   EXPECT_EQ(scoped([&] { return try_bind(AF_INET6, SOCK_STREAM, "::", wild, false); }), kDenied);
   EXPECT_EQ(scoped([] { return try_bind_unix(std::string("\0agentcage-kt-devx", 18)); }), kDenied);
   EXPECT_EQ(denied(AC_HOOK_SOCKET_BIND) - bind_before, 4u);
-  EXPECT_EQ(denied(AC_HOOK_SOCKET_LISTEN) - listen_before, 1u);
+  EXPECT_EQ(denied(AC_HOOK_SOCKET_LISTEN) - listen_before, 0u);
 }
 
 }  // namespace

@@ -17,9 +17,9 @@
 #include <cerrno>
 #include <cstring>
 #include <functional>
-#include <utility>
 #include <string>
 #include <thread>
+#include <utility>
 
 #include "kernel_env.h"
 #include "policy_fixture.h"
@@ -95,7 +95,8 @@ int tcp_self_talk(int family, const char* server, int client_family, const char*
   }
   int a = ::accept4(s, nullptr, nullptr, SOCK_CLOEXEC);
   char buf[4];
-  bool served = a >= 0 && ::read(a, buf, 4) == 4 && std::memcmp(buf, "ping", 4) == 0 && ::write(a, "pong", 4) == 4;
+  bool served =
+      a >= 0 && ::read(a, buf, 4) == 4 && std::memcmp(buf, "ping", 4) == 0 && ::write(a, "pong", 4) == 4;
   int status = 0;
   ::waitpid(pid, &status, 0);
   int code = exit_code(status);
@@ -130,7 +131,8 @@ constexpr const char* kNoNetwork = "  files:\n    write: [\"${workspace}\"]\n  n
 TEST_F(SelfTalkTest, ARunsLoopbackServerServesItsOwnClients) {
   apply(kNoNetwork);
   const uint64_t denied_before = denied(AC_HOOK_SOCKET_LISTEN) + denied(AC_HOOK_SOCKET_CONNECT);
-  EXPECT_EQ(scoped([] { return tcp_self_talk(AF_INET, "127.0.0.1", AF_INET, "127.0.0.1"); }), kOk) << "127.0.0.1";
+  EXPECT_EQ(scoped([] { return tcp_self_talk(AF_INET, "127.0.0.1", AF_INET, "127.0.0.1"); }), kOk)
+      << "127.0.0.1";
   EXPECT_EQ(scoped([] { return tcp_self_talk(AF_INET6, "::1", AF_INET6, "::1"); }), kOk) << "::1";
   EXPECT_EQ(scoped([] { return tcp_self_talk(AF_INET, "127.0.0.1", AF_INET, "127.0.0.1", true); }), kOk)
       << "server with SO_REUSEADDR";
@@ -168,7 +170,8 @@ int serve_and_watch(int fd_ready, int fd_done, int type, uint16_t port) {
   int s = ::socket(AF_INET, type | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
   socklen_t len = 0;
   sockaddr_storage ss = addr_of(AF_INET, "127.0.0.1", port, &len);
-  bool up = ::bind(s, reinterpret_cast<sockaddr*>(&ss), len) == 0 && (type != SOCK_STREAM || ::listen(s, 4) == 0);
+  bool up =
+      ::bind(s, reinterpret_cast<sockaddr*>(&ss), len) == 0 && (type != SOCK_STREAM || ::listen(s, 4) == 0);
   uint16_t bound = up ? port_of(s) : 0;
   (void)!::write(fd_ready, &bound, sizeof bound);
   if (!up) return kOtherError;
@@ -181,8 +184,8 @@ int serve_and_watch(int fd_ready, int fd_done, int type, uint16_t port) {
 
 // Runs serve_and_watch in the scope and `outside(port)` meanwhile; returns
 // {server code, outside code}.
-std::pair<int, int> reach_in(const std::function<int(std::function<int()>)>& run_server, int type, uint16_t port,
-                             const std::function<int(uint16_t)>& outside) {
+std::pair<int, int> reach_in(const std::function<int(std::function<int()>)>& run_server, int type,
+                             uint16_t port, const std::function<int(uint16_t)>& outside) {
   int ready[2], done[2];
   if (::pipe2(ready, O_CLOEXEC) != 0 || ::pipe2(done, O_CLOEXEC) != 0) return {kOtherError, kOtherError};
   int outside_code = kOtherError;
@@ -203,11 +206,13 @@ TEST_F(SelfTalkTest, NoHostProcessReachesARunsPrivateSockets) {
   const uint64_t before = denied(AC_HOOK_INGRESS);
 
   // TCP: the run's loopback listener refuses the host's connection.
-  auto [server, client] = reach_in(in_scope, SOCK_STREAM, 0, [](uint16_t p) { return tcp_connect_loopback(p); });
+  auto [server, client] =
+      reach_in(in_scope, SOCK_STREAM, 0, [](uint16_t p) { return tcp_connect_loopback(p); });
   EXPECT_EQ(server, kOk) << "the host's connection reached the run's server";
   EXPECT_EQ(client, kDenied);
   // UDP: a datagram from the host to the run's loopback socket.
-  auto [udp_server, sender] = reach_in(in_scope, SOCK_DGRAM, free_udp_port(), [](uint16_t p) { return udp_sendto(p); });
+  auto [udp_server, sender] =
+      reach_in(in_scope, SOCK_DGRAM, free_udp_port(), [](uint16_t p) { return udp_sendto(p); });
   EXPECT_EQ(udp_server, kOk) << "the host's datagram reached the run's socket";
   EXPECT_EQ(sender, kDenied);
   EXPECT_EQ(denied(AC_HOOK_INGRESS) - before, 2u) << "counted in the owner's policy";
