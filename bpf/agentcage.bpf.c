@@ -545,10 +545,11 @@ int BPF_PROG(ac_unix_may_send, struct socket *sock, struct socket *other, int re
 	scoped = ac_current_scope(&c, AC_HOOK_UNIX_CONNECT);
 	if (scoped == AC_SCOPE_NONE)
 		return 0;
-	struct sock *peer = other->sk;
-	if (scoped == AC_SCOPE_POLICY && ac_unix_own(&c, peer))
+	/* other->sk for the storage lookup (a typed pointer, maybe NULL on
+	 * 6.12), read again as a plain value for the path walk. */
+	if (scoped == AC_SCOPE_POLICY && ac_unix_own(&c, other->sk))
 		return ac_decide_on_hook(&c, AC_HOOK_UNIX_CONNECT, 1, AC_REASON_RULE_ALLOW);
-	return ac_decide_unix(&c, scoped, peer);
+	return ac_decide_unix(&c, scoped, BPF_CORE_READ(other, sk));
 }
 
 /* ---- the scope itself ---------------------------------------------------------- */

@@ -84,8 +84,8 @@ static __always_inline int ac_listen_decide(struct ac_ctx *c, struct sock *sk, s
 		ac_listener_register(c, sk, s, AC_PORT_PROTO(port, protocol), 0);
 		return 1;
 	}
-	if (*reason != AC_REASON_DEFAULT_DENY || protocol != IPPROTO_TCP || !ac_is_loopback(s) ||
-	    BPF_CORE_READ_BITFIELD_PROBED(&sk->__sk_common, skc_reuseport))
+	if (!sk || *reason != AC_REASON_DEFAULT_DENY || protocol != IPPROTO_TCP ||
+	    !ac_is_loopback(s) || BPF_CORE_READ_BITFIELD_PROBED(&sk->__sk_common, skc_reuseport))
 		return 0;
 	if (!ac_listener_register(c, sk, s, AC_PORT_PROTO(port, protocol), AC_SOCK_F_PRIVATE)) {
 		*reason = AC_REASON_INTERNAL;
@@ -101,7 +101,7 @@ static __always_inline int ac_listen_decide(struct ac_ctx *c, struct sock *sk, s
 static __always_inline int ac_bind_udp_private(struct ac_ctx *c, struct sock *sk,
 					       struct ac_scratch *s, __u16 port, __u8 *reason)
 {
-	if (BPF_CORE_READ_BITFIELD_PROBED(&sk->__sk_common, skc_reuse) ||
+	if (!sk || BPF_CORE_READ_BITFIELD_PROBED(&sk->__sk_common, skc_reuse) ||
 	    BPF_CORE_READ_BITFIELD_PROBED(&sk->__sk_common, skc_reuseport)) {
 		*reason = AC_REASON_DEFAULT_DENY;
 		return 0;
@@ -207,7 +207,7 @@ static __always_inline int ac_decide_listen(struct ac_ctx *c, enum ac_scope_stat
 					    struct socket *sock)
 {
 	__u32 zero = 0;
-	struct sock *sk = sock->sk;
+	struct sock *sk = BPF_CORE_READ(sock, sk);
 	__u16 family = BPF_CORE_READ(sk, __sk_common.skc_family);
 	__u16 protocol = BPF_CORE_READ(sk, sk_protocol);
 	__u16 port = BPF_CORE_READ(sk, __sk_common.skc_num);
@@ -234,7 +234,7 @@ static __always_inline int ac_decide_listen(struct ac_ctx *c, enum ac_scope_stat
 	else if (!s)
 		reason = AC_REASON_INTERNAL;
 	else if (port) /* unbound: listen() would bind the wildcard */
-		allowed = ac_listen_decide(c, sk, s, port, protocol, &reason);
+		allowed = ac_listen_decide(c, sock->sk, s, port, protocol, &reason);
 	return ac_ingress_finish(c, allowed, reason, s, family, port, protocol);
 }
 

@@ -110,6 +110,8 @@ static __noinline int ac_listener_register(const struct ac_ctx *c, struct sock *
 					   const struct ac_scratch *s, __u32 port_proto,
 					   __u32 flags)
 {
+	if (!sk) /* 6.12 types socket->sk as maybe NULL */
+		return 0;
 	__u16 port = port_proto & 0xffff, proto = port_proto >> 16;
 	struct ac_listener_key k = {.netns = ac_sock_netns(sk), .port = port, .proto = proto};
 	__builtin_memcpy(k.addr, s->net.addr, 16);
@@ -250,6 +252,8 @@ static __always_inline int ac_decide_connect(struct ac_ctx *c, enum ac_scope_sta
 /* A unix socket reached by scope c: one its own task bound. */
 static __always_inline int ac_unix_own(const struct ac_ctx *c, struct sock *other)
 {
+	if (!other)
+		return 0;
 	struct ac_sock_owner *o = bpf_sk_storage_get(&ac_sock_owners, other, 0, 0);
 	return o && o->scope_id == c->scope_id;
 }
@@ -257,6 +261,8 @@ static __always_inline int ac_unix_own(const struct ac_ctx *c, struct sock *othe
 /* bind() of a unix path in scope c: the socket is the scope's. */
 static __always_inline void ac_unix_claim(const struct ac_ctx *c, struct sock *sk)
 {
+	if (!sk)
+		return;
 	struct ac_sock_owner *o =
 		bpf_sk_storage_get(&ac_sock_owners, sk, 0, BPF_SK_STORAGE_GET_F_CREATE);
 	if (o) {
