@@ -21,7 +21,9 @@
  *             (unix sockets by identity), socket_create (unix, TCP, UDP and
  *             route netlink only).
  *   ingress   socket_bind (off loopback, abstract names), socket_listen,
- *             netlink_send (route sockets read only): see ingress.bpf.h.
+ *             netlink_send (route sockets read only): see ingress.bpf.h;
+ *             a run's own sockets reach each other, nobody else reaches a
+ *             private one (connect/sendmsg from outside): selftalk.bpf.h.
  *   native    mmap_file/file_mprotect also keep anonymous or written memory
  *             from becoming executable (native.bpf.h, exec.native_code).
  *   debug     ptrace_access_check, ptrace_traceme, /proc/PID/mem writes in
@@ -53,6 +55,7 @@
 #include "path.bpf.h"
 #include "rules.bpf.h"
 #include "net.bpf.h"
+#include "selftalk.bpf.h"
 #include "ingress.bpf.h"
 #include "ipc.bpf.h"
 #include "native.bpf.h"
@@ -464,8 +467,8 @@ int BPF_PROG(ac_socket_connect, struct socket *sock, struct sockaddr *address, i
 		return ret;
 	scoped = ac_current_scope(&c, AC_HOOK_SOCKET_CONNECT);
 	if (scoped == AC_SCOPE_NONE)
-		return 0;
-	return ac_decide_inet(&c, scoped, sock, address, addrlen, 1);
+		return ac_ingress_from_host(sock, address, addrlen);
+	return ac_decide_connect(&c, scoped, sock, address, addrlen, 1);
 }
 
 /* Bytes to an address given with the message: UDP sendto/sendmsg/sendmmsg,
@@ -484,8 +487,8 @@ int BPF_PROG(ac_socket_sendmsg, struct socket *sock, struct msghdr *msg, int siz
 		return 0;
 	scoped = ac_current_scope(&c, AC_HOOK_SOCKET_SEND);
 	if (scoped == AC_SCOPE_NONE)
-		return 0;
-	return ac_decide_inet(&c, scoped, sock, addr, BPF_CORE_READ(msg, msg_namelen), 0);
+		return ac_ingress_from_host(sock, addr, BPF_CORE_READ(msg, msg_namelen));
+	return ac_decide_connect(&c, scoped, sock, addr, BPF_CORE_READ(msg, msg_namelen), 0);
 }
 
 SEC("lsm/socket_create")
@@ -561,6 +564,8 @@ int BPF_PROG(ac_unix_stream_connect, struct sock *sock, struct sock *other, stru
 	scoped = ac_current_scope(&c, AC_HOOK_UNIX_CONNECT);
 	if (scoped == AC_SCOPE_NONE)
 		return 0;
+	if (scoped == AC_SCOPE_POLICY && ac_unix_own(&c, other))
+		return ac_decide_on_hook(&c, AC_HOOK_UNIX_CONNECT, 1, AC_REASON_RULE_ALLOW);
 	return ac_decide_unix(&c, scoped, other);
 }
 
@@ -575,6 +580,10 @@ int BPF_PROG(ac_unix_may_send, struct socket *sock, struct socket *other, int re
 	scoped = ac_current_scope(&c, AC_HOOK_UNIX_CONNECT);
 	if (scoped == AC_SCOPE_NONE)
 		return 0;
+	/* other->sk for the storage lookup (a typed pointer, maybe NULL on
+	 * 6.12), read again as a plain value for the path walk. */
+	if (scoped == AC_SCOPE_POLICY && ac_unix_own(&c, other->sk))
+		return ac_decide_on_hook(&c, AC_HOOK_UNIX_CONNECT, 1, AC_REASON_RULE_ALLOW);
 	return ac_decide_unix(&c, scoped, BPF_CORE_READ(other, sk));
 }
 

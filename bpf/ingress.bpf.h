@@ -25,27 +25,13 @@
 #ifndef AGENTCAGE_INGRESS_BPF_H
 #define AGENTCAGE_INGRESS_BPF_H
 
-#include "net.bpf.h"
+#include "selftalk.bpf.h"
 
 /* Messages of one netlink sendmsg checked before the send is refused as
  * too many to check (the kernel processes every message of the buffer). */
 #define AC_NETLINK_MAX_MSGS 32
 #define NLMSG_HDRLEN 16
 #define NLMSG_MIN_TYPE 0x10
-
-/* Is scratch.net.addr (IPv4 as ::ffff:a.b.c.d) a loopback address? */
-static __always_inline int ac_is_loopback(const struct ac_scratch *s)
-{
-	const __u8 *a = s->net.addr;
-	__u8 zeros = 0;
-	for (int i = 0; i < 10; i++)
-		zeros |= a[i];
-	if (zeros)
-		return 0;
-	if (a[10] == 0xff && a[11] == 0xff)
-		return a[12] == 127;				       /* 127.0.0.0/8 */
-	return !(a[10] | a[11] | a[12] | a[13] | a[14]) && a[15] == 1; /* ::1 */
-}
 
 /* The decision tail of bind and listen on an inet socket: report the local
  * address in the record. */
@@ -81,6 +67,50 @@ static __always_inline int ac_listen_rule(struct ac_ctx *c, struct ac_scratch *s
 	}
 	*reason = access & AC_ACCESS_BIND ? AC_REASON_RULE_ALLOW : AC_REASON_DEFAULT_DENY;
 	return !!(access & AC_ACCESS_BIND);
+}
+
+/*
+ * listen() on (scratch.net.addr, port): what network.listen allows is
+ * public (the host and other scopes reach it by their own rules); on a
+ * loopback address without a rule the listener is the scope's private one,
+ * reachable by its own processes only (selftalk.bpf.h). SO_REUSEPORT would
+ * let a socket of someone else with the same uid answer on the same
+ * address, so a private listener may not have it.
+ */
+static __always_inline int ac_listen_decide(struct ac_ctx *c, struct sock *sk, struct ac_scratch *s,
+					    __u16 port, __u16 protocol, __u8 *reason)
+{
+	if (ac_listen_rule(c, s, port, protocol, reason)) {
+		ac_listener_register(c, sk, s->net.addr, AC_PORT_PROTO(port, protocol), 0);
+		return 1;
+	}
+	if (!sk || *reason != AC_REASON_DEFAULT_DENY || protocol != IPPROTO_TCP ||
+	    !ac_is_loopback(s->net.addr) || BPF_CORE_READ_BITFIELD_PROBED(&sk->__sk_common, skc_reuseport))
+		return 0;
+	if (!ac_listener_register(c, sk, s->net.addr, AC_PORT_PROTO(port, protocol), AC_SOCK_F_PRIVATE)) {
+		*reason = AC_REASON_INTERNAL;
+		return 0;
+	}
+	*reason = AC_REASON_RULE_ALLOW;
+	return 1;
+}
+
+/* bind() of a UDP socket to a loopback address and a chosen port: private
+ * to the scope. SO_REUSEADDR/SO_REUSEPORT would let two sockets share the
+ * address, one of them someone else's: refused. */
+static __always_inline int ac_bind_udp_private(struct ac_ctx *c, struct sock *sk,
+					       struct ac_scratch *s, __u16 port, __u8 *reason)
+{
+	if (!sk || BPF_CORE_READ_BITFIELD_PROBED(&sk->__sk_common, skc_reuse) ||
+	    BPF_CORE_READ_BITFIELD_PROBED(&sk->__sk_common, skc_reuseport)) {
+		*reason = AC_REASON_DEFAULT_DENY;
+		return 0;
+	}
+	if (!ac_listener_register(c, sk, s->net.addr, AC_PORT_PROTO(port, IPPROTO_UDP), AC_SOCK_F_PRIVATE)) {
+		*reason = AC_REASON_INTERNAL;
+		return 0;
+	}
+	return 1;
 }
 
 /* bind() of an abstract unix name: only a name network.listen lists. */
@@ -138,6 +168,10 @@ static __always_inline int ac_decide_bind(struct ac_ctx *c, enum ac_scope_state 
 	int allowed = 0;
 
 	if (family == AF_UNIX) {
+		/* The socket is the scope's: its own processes may connect to
+		 * it whatever network.allow says (selftalk.bpf.h). */
+		if (scoped == AC_SCOPE_POLICY)
+			ac_unix_claim(c, sock->sk);
 		/* addrlen == sizeof(sa_family_t): autobind, the kernel picks
 		 * a free name; a path: a file, decided by path_mknod. */
 		if (addrlen <= 2 || BPF_CORE_READ((struct sockaddr_un *)address, sun_path[0]))
@@ -150,16 +184,20 @@ static __always_inline int ac_decide_bind(struct ac_ctx *c, enum ac_scope_state 
 	struct ac_scratch *held = ac_scratch_get(), *s = held;
 	if (!s)
 		reason = AC_REASON_SCRATCH;
-	else if (!ac_load_inet(s, family, address, addrlen, &port))
+	else if (!ac_load_inet(s->net.addr, family, address, addrlen, &port))
 		s = NULL; /* too short to read: fail closed */
 
 	if (scoped != AC_SCOPE_POLICY) {
 		reason = AC_REASON_NO_POLICY;
-	} else if (s && ac_is_loopback(s)) {
+	} else if (s && ac_is_loopback(s->net.addr)) {
 		allowed = 1;
 		reason = AC_REASON_RULE_ALLOW;
+		if (protocol == IPPROTO_UDP && port)
+			allowed = ac_bind_udp_private(c, sock->sk, s, port, &reason);
 	} else if (s) {
 		allowed = ac_listen_rule(c, s, port, protocol, &reason);
+		if (allowed && protocol == IPPROTO_UDP && port)
+			ac_listener_register(c, sock->sk, s->net.addr, AC_PORT_PROTO(port, protocol), 0);
 	}
 	int ret = ac_ingress_finish(c, allowed, reason, s, family, port, protocol);
 	ac_scratch_put(held);
@@ -197,7 +235,7 @@ static __always_inline int ac_decide_listen(struct ac_ctx *c, enum ac_scope_stat
 	else if (!s)
 		reason = AC_REASON_SCRATCH;
 	else if (port) /* unbound: listen() would bind the wildcard */
-		allowed = ac_listen_rule(c, s, port, protocol, &reason);
+		allowed = ac_listen_decide(c, sock->sk, s, port, protocol, &reason);
 	int ret = ac_ingress_finish(c, allowed, reason, s, family, port, protocol);
 	ac_scratch_put(s);
 	return ret;

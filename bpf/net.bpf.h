@@ -40,26 +40,27 @@ static __always_inline void ac_event_inet(struct ac_event_decision *e, __u16 fam
 		bpf_probe_read_kernel(e->addr, 16, addr16);
 }
 
-/* Read an inet address into scratch.net.addr (IPv4 as ::ffff:a.b.c.d) and
- * its port. 0 when the address is too short to hold one: the caller then
- * fails closed. `family` is the socket's or the address's, as the caller
- * decides what the kernel will use. */
-static __always_inline int ac_load_inet(struct ac_scratch *s, __u16 family,
-					struct sockaddr *address, int addrlen, __u16 *port)
+/* Read an inet address into addr[16] (IPv4 as ::ffff:a.b.c.d; the scratch's
+ * net.addr when it becomes a rule key, the stack otherwise) and its port. 0
+ * when the address is too short to hold one: the caller then fails closed.
+ * `family` is the socket's or the address's, as the caller decides what the
+ * kernel will use. */
+static __always_inline int ac_load_inet(__u8 *addr, __u16 family, struct sockaddr *address,
+					int addrlen, __u16 *port)
 {
 	if (family == AF_INET && addrlen >= (int)sizeof(struct sockaddr_in)) {
 		struct sockaddr_in *in = (struct sockaddr_in *)address;
 		*port = bpf_ntohs(BPF_CORE_READ(in, sin_port));
-		__builtin_memset(s->net.addr, 0, 10);
-		s->net.addr[10] = 0xff;
-		s->net.addr[11] = 0xff;
-		bpf_probe_read_kernel(&s->net.addr[12], 4, &in->sin_addr);
+		__builtin_memset(addr, 0, 10);
+		addr[10] = 0xff;
+		addr[11] = 0xff;
+		bpf_probe_read_kernel(&addr[12], 4, &in->sin_addr);
 		return 1;
 	}
 	if (family == AF_INET6 && addrlen >= (int)sizeof(struct sockaddr_in6)) {
 		struct sockaddr_in6 *in6 = (struct sockaddr_in6 *)address;
 		*port = bpf_ntohs(BPF_CORE_READ(in6, sin6_port));
-		bpf_probe_read_kernel(s->net.addr, 16, &in6->sin6_addr);
+		bpf_probe_read_kernel(addr, 16, &in6->sin6_addr);
 		return 1;
 	}
 	return 0;
@@ -121,7 +122,7 @@ static __always_inline int ac_decide_inet(struct ac_ctx *c, enum ac_scope_state 
 	struct ac_scratch *held = ac_scratch_get(), *s = held;
 	if (!s)
 		reason = AC_REASON_SCRATCH;
-	else if (!ac_load_inet(s, family, address, addrlen, &port))
+	else if (!ac_load_inet(s->net.addr, family, address, addrlen, &port))
 		s = NULL; /* other families, or an address too short to read */
 
 	if (scoped != AC_SCOPE_POLICY) {

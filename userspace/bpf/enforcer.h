@@ -170,7 +170,7 @@ class Enforcer {
   std::unique_ptr<agentcage_bpf, SkelDeleter> skel_;  // null when adopted
   struct MapFds {
     int scopes = -1, policies = -1, settings = -1, path_rules = -1, workspaces = -1, net_rules = -1,
-        decision_counts = -1, stats = -1, events = -1, scope_reports = -1;
+        decision_counts = -1, stats = -1, events = -1, scope_reports = -1, listeners = -1;
   } maps_;
   mutable std::vector<UniqueFd> owned_fds_;    // adopted maps and programs
   mutable std::vector<ProgramInfo> programs_;  // filled on demand for an adopted set

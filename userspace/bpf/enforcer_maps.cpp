@@ -229,6 +229,13 @@ Status Enforcer::remove_scope(uint64_t cgroup_id) {
     // the policy, which other scopes may use).
     bpf_map_delete_elem(maps_.scope_reports, &scope.scope_id);
     if (scope.workspace_tag) delete_workspace(scope.workspace_tag);
+    // So do the places its sockets were registered at (the sockets died
+    // with its processes; the entries would only take room).
+    for (const auto& key : all_keys<ac_listener_key>(maps_.listeners)) {
+      ac_listener l{};
+      if (bpf_map_lookup_elem(maps_.listeners, &key, &l) == 0 && l.scope_id == scope.scope_id)
+        bpf_map_delete_elem(maps_.listeners, &key);
+    }
     return {};
   });
 }

@@ -167,7 +167,8 @@ Status Enforcer::adopt_pinned(const std::string& dir) {
                                                  {"ac_decision_counts", &maps_.decision_counts},
                                                  {"ac_stats", &maps_.stats},
                                                  {"ac_events", &maps_.events},
-                                                 {"ac_scope_reports", &maps_.scope_reports}};
+                                                 {"ac_scope_reports", &maps_.scope_reports},
+                                                 {"ac_listeners", &maps_.listeners}};
   for (const auto& [name, out] : wanted)
     if (Status st = get(name, out); !st) return st;
 

@@ -5,12 +5,11 @@ namespace agentcage::bpf {
 
 std::string_view hook_name(uint32_t hook) {
   static constexpr std::string_view kNames[AC_HOOK_COUNT] = {
-      "exec", "file_open", "socket_connect", "file_change", "mmap_exec", "socket_send", "socket_create",
-      "unix_connect", "scope_escape", "socket_bind", "socket_listen", "netlink_send", "ipc", "key",
-      "file_stat", "file_watch", "proc", "native_code", "debug",
-      // 19: reserved
-      "", "tty"};
-  return hook < AC_HOOK_COUNT && !kNames[hook].empty() ? kNames[hook] : "unknown";
+      "exec",          "file_open",    "socket_connect", "file_change", "mmap_exec",     "socket_send",
+      "socket_create", "unix_connect", "scope_escape",   "socket_bind", "socket_listen", "netlink_send",
+      "ipc",           "key",          "file_stat",      "file_watch",  "proc",          "native_code",
+      "debug",         "ingress",      "tty"};
+  return hook < AC_HOOK_COUNT ? kNames[hook] : "unknown";
 }
 
 std::string_view decision_name(uint32_t decision) {

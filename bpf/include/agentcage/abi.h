@@ -19,7 +19,7 @@
 #include <linux/types.h>
 #endif
 
-#define AC_ABI_VERSION 7
+#define AC_ABI_VERSION 8
 
 /* ---- capacities ------------------------------------------------------- */
 
@@ -77,7 +77,11 @@ enum ac_hook {
 	/* ptrace_traceme, ptrace attach to the scope's own processes, writes to
 	 * /proc/PID/mem (exec.debugging: deny) */
 	AC_HOOK_DEBUG = 18,
-	/* 19: reserved (ingress) */
+	/* A connection or datagram into a scope's private socket (a loopback
+	 * listener or UDP socket no network.listen rule opens) from outside
+	 * the scope: a host process (counted in the owner's policy) or
+	 * another scope (counted in the sender's). */
+	AC_HOOK_INGRESS = 19,
 	/* file_ioctl TIOCSTI, TIOCLINUX: pushing input into a terminal */
 	AC_HOOK_TTY = 20,
 	AC_HOOK_COUNT = 21,
@@ -276,6 +280,37 @@ struct ac_net_rule {
 	__u32 count; /* used entries of ranges[] */
 	__u32 pad;
 	struct ac_port_range ranges[AC_NET_MAX_RANGES];
+};
+
+/* ac_sock_owners: SK_STORAGE. The scope a socket belongs to, set when a
+ * scoped task binds a unix socket or listens on / binds an inet address
+ * (see bpf/selftalk.bpf.h); freed with the socket. */
+#define AC_SOCK_F_PRIVATE (1u << 0) /* reachable from its own scope only */
+struct ac_sock_owner {
+	__u64 scope_id;
+	__u32 flags; /* AC_SOCK_F_* */
+	__u32 pad;
+};
+
+/* ac_listeners: HASH (no prealloc). Where a scope's inet sockets can be
+ * reached: what a connecting task knows (the destination) leads to the
+ * socket's owner. An entry speaks only while the socket it names (pointer
+ * and socket cookie) is still bound there; userspace deletes a scope's
+ * entries with the scope. */
+struct ac_listener_key {
+	__u32 netns;   /* inode number of the socket's net namespace */
+	__u16 port;    /* host order */
+	__u16 proto;   /* IPPROTO_TCP or IPPROTO_UDP */
+	__u8 addr[16]; /* IPv4 as ::ffff:a.b.c.d */
+};
+
+struct ac_listener {
+	__u64 scope_id;
+	__u64 scope_cgroup; /* the owner's registered cgroup (its policy slot) */
+	__u64 sk;           /* the socket's address: compared, read through, never trusted */
+	__u64 cookie;       /* its socket cookie */
+	__u32 flags;        /* AC_SOCK_F_* */
+	__u32 pad;
 };
 
 /* ac_decision_counts: PERCPU_ARRAY, index policy_slot * AC_HOOK_COUNT + hook. Summed

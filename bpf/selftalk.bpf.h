@@ -1,0 +1,274 @@
+/* SPDX-License-Identifier: GPL-2.0 */
+/*
+ * A run talks to itself; nobody else talks in. Decided by which scope owns
+ * the socket reached, never by the port.
+ *
+ * Ownership is recorded on the socket itself (sk local storage, freed with
+ * it) when a scoped task binds a unix path or listens on / binds an inet
+ * address, and for inet sockets also in ac_listeners, keyed by what a
+ * connecting socket knows (net namespace, protocol, port, address), because
+ * an LSM program at connect time sees the destination address only, never
+ * the socket that will receive the connection. An ac_listeners entry names
+ * its socket by pointer and cookie (unique for the host's lifetime), and is
+ * believed only while that socket still is what it was registered as (the
+ * same cookie, bound to the same port, and listening for TCP), so a stale
+ * entry never speaks for a socket that replaced it. An entry is never
+ * overwritten while its socket is alive: the kernel would refuse the second
+ * listener anyway, but only after this hook, and the first listener must
+ * stay registered.
+ *
+ *   inet, scope S connecting/sending to (addr, port): a socket of S there
+ *           (or on the wildcard address of that port): allowed, whatever
+ *           network.allow says; a private socket of another scope: denied
+ *           (hook ingress); otherwise network.allow decides.
+ *   inet, a task outside every scope connecting/sending to a loopback
+ *           address where a scope's private socket is: denied (hook
+ *           ingress, counted in the owner's policy).
+ *   unix    a peer socket bound by the same scope is allowed (a test server
+ *           on a socket in the workspace), whatever network.allow says.
+ *
+ * Private: a TCP listener on a loopback address that no network.listen rule
+ * opens, a UDP socket explicitly bound to one. Public (network.listen
+ * allows it): the host and other scopes reach it as their own rules allow.
+ */
+#ifndef AGENTCAGE_SELFTALK_BPF_H
+#define AGENTCAGE_SELFTALK_BPF_H
+
+#include "net.bpf.h"
+
+#define TCP_LISTEN_STATE 10
+
+/* Is a[16] (IPv4 as ::ffff:a.b.c.d) a loopback address? */
+static __always_inline int ac_is_loopback(const __u8 *a)
+{
+	__u8 zeros = 0;
+	for (int i = 0; i < 10; i++)
+		zeros |= a[i];
+	if (zeros)
+		return 0;
+	if (a[10] == 0xff && a[11] == 0xff)
+		return a[12] == 127;				       /* 127.0.0.0/8 */
+	return !(a[10] | a[11] | a[12] | a[13] | a[14]) && a[15] == 1; /* ::1 */
+}
+
+struct {
+	__uint(type, BPF_MAP_TYPE_SK_STORAGE);
+	__uint(map_flags, BPF_F_NO_PREALLOC);
+	__type(key, int);
+	__type(value, struct ac_sock_owner);
+} ac_sock_owners SEC(".maps");
+
+/* Entries of scopes that ended are deleted by userspace with the scope; a
+ * full map refuses the registration, and with it the listen (fail closed). */
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, AC_MAX_SCOPES);
+	__uint(map_flags, BPF_F_NO_PREALLOC);
+	__type(key, struct ac_listener_key);
+	__type(value, struct ac_listener);
+} ac_listeners SEC(".maps");
+
+/* Is the socket an entry names still the one registered? Read through the
+ * pointer without trusting it: TCP and UDP sockets are freed type-safe
+ * (SLAB_TYPESAFE_BY_RCU), and a reused one has another cookie. */
+static __noinline int ac_listener_live(const struct ac_listener *l, __u16 port, __u16 proto)
+{
+	struct sock *sk = (struct sock *)l->sk;
+	if (BPF_CORE_READ(sk, __sk_common.skc_cookie.counter) != (__s64)l->cookie)
+		return 0;
+	if (BPF_CORE_READ(sk, __sk_common.skc_num) != port)
+		return 0;
+	return proto != IPPROTO_TCP || BPF_CORE_READ(sk, __sk_common.skc_state) == TCP_LISTEN_STATE;
+}
+
+static __always_inline __u32 ac_sock_netns(struct sock *sk)
+{
+	return BPF_CORE_READ(sk, __sk_common.skc_net.net, ns.inum);
+}
+
+/* The owner of the live socket registered at (netns, proto, port, addr), or
+ * NULL. */
+static __noinline struct ac_listener *ac_listener_at(struct ac_listener_key *k)
+{
+	struct ac_listener *l = bpf_map_lookup_elem(&ac_listeners, k);
+	if (l && ac_listener_live(l, k->port, k->proto))
+		return l;
+	return NULL;
+}
+
+/* ac_listener_register's port and protocol in one argument (BPF calls take
+ * five). */
+#define AC_PORT_PROTO(port, proto) ((__u32)(port) | ((__u32)(proto) << 16))
+
+/*
+ * Register `sk`, bound at addr[16] and port_proto's port, as scope
+ * c's. 0 when it cannot be (another live socket holds the key, or the map
+ * is full): the caller denies.
+ */
+static __noinline int ac_listener_register(const struct ac_ctx *c, struct sock *sk,
+					   const __u8 *addr, __u32 port_proto,
+					   __u32 flags)
+{
+	if (!sk) /* 6.12 types socket->sk as maybe NULL */
+		return 0;
+	__u16 port = port_proto & 0xffff, proto = port_proto >> 16;
+	struct ac_listener_key k = {.netns = ac_sock_netns(sk), .port = port, .proto = proto};
+	__builtin_memcpy(k.addr, addr, 16);
+	struct ac_listener *old = bpf_map_lookup_elem(&ac_listeners, &k);
+	if (old && old->sk != (__u64)sk && ac_listener_live(old, port, proto))
+		return 0;
+	struct ac_listener l = {.scope_id = c->scope_id,
+				.scope_cgroup = c->scope_cgroup,
+				.sk = (__u64)sk,
+				.cookie = bpf_get_socket_cookie(sk),
+				.flags = flags};
+	if (bpf_map_update_elem(&ac_listeners, &k, &l, BPF_ANY))
+		return 0;
+	struct ac_sock_owner *o =
+		bpf_sk_storage_get(&ac_sock_owners, sk, 0, BPF_SK_STORAGE_GET_F_CREATE);
+	if (o) {
+		o->scope_id = c->scope_id;
+		o->flags = flags;
+	}
+	return 1;
+}
+
+/* Whose socket does an inet destination reach? */
+enum ac_peer {
+	AC_PEER_UNKNOWN = 0, /* no scope's: the rules decide */
+	AC_PEER_SELF = 1,    /* the deciding scope's own */
+	AC_PEER_PRIVATE = 2, /* another scope's private socket */
+};
+
+/* For scope c sending to addr[16]:port over `sock`: its own socket
+ * at that address or on the port's wildcard, or another's private one. */
+static __noinline int ac_peer_of(const struct ac_ctx *c, struct socket *sock,
+				 const __u8 *addr, __u16 port, __u16 protocol)
+{
+	struct ac_listener_key k = {
+		.netns = ac_sock_netns(BPF_CORE_READ(sock, sk)), .port = port, .proto = protocol};
+	__builtin_memcpy(k.addr, addr, 16);
+	struct ac_listener *l = ac_listener_at(&k);
+	if (l)
+		return l->scope_id == c->scope_id	? AC_PEER_SELF
+		       : (l->flags & AC_SOCK_F_PRIVATE) ? AC_PEER_PRIVATE
+							: AC_PEER_UNKNOWN;
+	/* A listener of the scope's own on 0.0.0.0 or :: (network.listen)
+	 * also answers on loopback; only the scope itself skips its rules. */
+	__builtin_memset(k.addr, 0, 16);
+	l = ac_listener_at(&k);
+	if (l && l->scope_id == c->scope_id)
+		return AC_PEER_SELF;
+	k.addr[10] = 0xff;
+	k.addr[11] = 0xff;
+	l = ac_listener_at(&k);
+	if (l && l->scope_id == c->scope_id)
+		return AC_PEER_SELF;
+	return AC_PEER_UNKNOWN;
+}
+
+/*
+ * A task outside every scope connects or sends to `address`: denied when a
+ * scope's private socket is there (private sockets are on loopback
+ * addresses only). Counted and reported in the owning scope's policy, with
+ * the sender's pid and comm in the record.
+ */
+static __noinline int ac_ingress_from_host(struct socket *sock, struct sockaddr *address,
+					   int addrlen)
+{
+	/* On the stack: a host task never gets a scratch (task storage) */
+	__u8 addr[16] = {};
+	__u16 port = 0, family = BPF_CORE_READ(address, sa_family);
+	__u16 protocol = BPF_CORE_READ(sock, sk, sk_protocol);
+	if ((family != AF_INET && family != AF_INET6) ||
+	    (protocol != IPPROTO_TCP && protocol != IPPROTO_UDP))
+		return 0;
+	if (!ac_load_inet(addr, family, address, addrlen, &port) || !ac_is_loopback(addr))
+		return 0;
+	struct ac_listener_key k = {
+		.netns = ac_sock_netns(BPF_CORE_READ(sock, sk)), .port = port, .proto = protocol};
+	__builtin_memcpy(k.addr, addr, 16);
+	struct ac_listener *l = ac_listener_at(&k);
+	if (!l || !(l->flags & AC_SOCK_F_PRIVATE))
+		return 0;
+
+	/* Decide in the owner's scope: its policy's counters, audit mode. */
+	struct ac_ctx c = {};
+	__u64 cg = l->scope_cgroup;
+	struct ac_scope *sc = bpf_map_lookup_elem(&ac_scopes, &cg);
+	if (!sc)
+		return 0; /* the scope is gone, and its processes with it */
+	c.scope_id = sc->scope_id;
+	c.policy_slot = sc->policy_slot;
+	c.scope_cgroup = cg;
+	c.cgroup_id = bpf_get_current_cgroup_id();
+	c.hook = AC_HOOK_INGRESS;
+	struct ac_policy *p = bpf_map_lookup_elem(&ac_policies, &c.policy_slot);
+	if (p)
+		c.policy_flags = p->flags;
+	int ret;
+	struct ac_event_decision *e = ac_finish(&c, 0, AC_REASON_PROTECTED, &ret);
+	if (e) {
+		ac_event_inet(e, family, port, protocol, addr);
+		ac_event_submit(e);
+	}
+	return ret;
+}
+
+/*
+ * Scope c connects or sends to `address`: its own socket there is allowed
+ * whatever network.allow says, another scope's private one is denied (hook
+ * ingress); otherwise network.allow decides (ac_decide_inet).
+ */
+static __always_inline int ac_decide_connect(struct ac_ctx *c, enum ac_scope_state scoped,
+					     struct socket *sock, struct sockaddr *address,
+					     int addrlen, int is_connect)
+{
+	/* On the stack: ac_decide_inet takes the scratch when the rules
+	 * decide, and a task holds one scratch at a time. */
+	__u8 addr[16] = {};
+	__u16 port = 0, family = BPF_CORE_READ(address, sa_family);
+	__u16 protocol = BPF_CORE_READ(sock, sk, sk_protocol);
+	if (scoped != AC_SCOPE_POLICY || (family != AF_INET && family != AF_INET6) ||
+	    (protocol != IPPROTO_TCP && protocol != IPPROTO_UDP) ||
+	    !ac_load_inet(addr, family, address, addrlen, &port))
+		return ac_decide_inet(c, scoped, sock, address, addrlen, is_connect);
+	int peer = ac_peer_of(c, sock, addr, port, protocol);
+	if (peer == AC_PEER_UNKNOWN)
+		return ac_decide_inet(c, scoped, sock, address, addrlen, is_connect);
+	if (peer == AC_PEER_PRIVATE)
+		c->hook = AC_HOOK_INGRESS;
+	int ret;
+	struct ac_event_decision *e =
+		ac_finish(c, peer == AC_PEER_SELF,
+			  peer == AC_PEER_SELF ? AC_REASON_RULE_ALLOW : AC_REASON_PROTECTED, &ret);
+	if (e) {
+		ac_event_inet(e, family, port, protocol, addr);
+		ac_event_submit(e);
+	}
+	return ret;
+}
+
+/* A unix socket reached by scope c: one its own task bound. */
+static __always_inline int ac_unix_own(const struct ac_ctx *c, struct sock *other)
+{
+	if (!other)
+		return 0;
+	struct ac_sock_owner *o = bpf_sk_storage_get(&ac_sock_owners, other, 0, 0);
+	return o && o->scope_id == c->scope_id;
+}
+
+/* bind() of a unix path in scope c: the socket is the scope's. */
+static __always_inline void ac_unix_claim(const struct ac_ctx *c, struct sock *sk)
+{
+	if (!sk)
+		return;
+	struct ac_sock_owner *o =
+		bpf_sk_storage_get(&ac_sock_owners, sk, 0, BPF_SK_STORAGE_GET_F_CREATE);
+	if (o) {
+		o->scope_id = c->scope_id;
+		o->flags = AC_SOCK_F_PRIVATE;
+	}
+}
+
+#endif /* AGENTCAGE_SELFTALK_BPF_H */

@@ -1,0 +1,257 @@
+// SPDX-License-Identifier: Apache-2.0
+// A run talks to itself, nobody else talks in: under a policy with no
+// network rules a server the run starts on loopback (or on a unix socket in
+// its workspace) serves the run's own clients, while a host process or
+// another scope cannot reach it, and the run cannot reach a host server on
+// the same kind of address. Decided by the owner of the socket reached, so
+// each denial sits next to the same operation between the run's own
+// sockets, and is checked in the slot's counters.
+#include <arpa/inet.h>
+#include <fcntl.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <sys/un.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
+#include <functional>
+#include <string>
+#include <thread>
+#include <utility>
+
+#include "kernel_env.h"
+#include "policy_fixture.h"
+#include "probes.h"
+
+namespace agentcage {
+namespace {
+
+using namespace kt;
+
+std::string policy_yaml(const std::string& spec) {
+  return "apiVersion: agentcage/v1\nkind: Policy\nmetadata:\n  name: kt-selftalk\nspec:\n" + spec;
+}
+
+sockaddr_storage addr_of(int family, const char* text, uint16_t port, socklen_t* len) {
+  sockaddr_storage ss{};
+  if (family == AF_INET) {
+    auto* a = reinterpret_cast<sockaddr_in*>(&ss);
+    a->sin_family = AF_INET;
+    a->sin_port = htons(port);
+    ::inet_pton(AF_INET, text, &a->sin_addr);
+    *len = sizeof(sockaddr_in);
+  } else {
+    auto* a = reinterpret_cast<sockaddr_in6*>(&ss);
+    a->sin6_family = AF_INET6;
+    a->sin6_port = htons(port);
+    ::inet_pton(AF_INET6, text, &a->sin6_addr);
+    *len = sizeof(sockaddr_in6);
+  }
+  return ss;
+}
+
+uint16_t port_of(int fd) {
+  sockaddr_storage ss{};
+  socklen_t len = sizeof ss;
+  ::getsockname(fd, reinterpret_cast<sockaddr*>(&ss), &len);
+  return ntohs(ss.ss_family == AF_INET ? reinterpret_cast<sockaddr_in*>(&ss)->sin_port
+                                       : reinterpret_cast<sockaddr_in6*>(&ss)->sin6_port);
+}
+
+// A free UDP port on 127.0.0.1 (bound and released).
+uint16_t free_udp_port() {
+  int s = ::socket(AF_INET, SOCK_DGRAM | SOCK_CLOEXEC, 0);
+  socklen_t len = 0;
+  sockaddr_storage ss = addr_of(AF_INET, "127.0.0.1", 0, &len);
+  ::bind(s, reinterpret_cast<sockaddr*>(&ss), len);
+  uint16_t port = port_of(s);
+  ::close(s);
+  return port;
+}
+
+// A TCP server on `server` (a port the kernel picks) and a client from a
+// child process connecting to `client` on that port; one message each way.
+// kOk, or 10 + the step that failed (0 bind, 1 listen, 4 serving), or
+// 12 + 10 * the client's code.
+int tcp_self_talk(int family, const char* server, int client_family, const char* client, bool reuse = false) {
+  ::alarm(20);
+  int s = ::socket(family, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  int one = 1;
+  if (reuse) ::setsockopt(s, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);  // as Python's servers do
+  socklen_t len = 0;
+  sockaddr_storage ss = addr_of(family, server, 0, &len);
+  if (::bind(s, reinterpret_cast<sockaddr*>(&ss), len) != 0) return 10;
+  if (::listen(s, 4) != 0) return 11;
+  ss = addr_of(client_family, client, port_of(s), &len);
+  pid_t pid = ::fork();
+  if (pid == 0) {
+    int c = ::socket(client_family, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    if (::connect(c, reinterpret_cast<sockaddr*>(&ss), len) != 0) ::_exit(classify(errno));
+    char buf[4];
+    bool ok = ::write(c, "ping", 4) == 4 && ::read(c, buf, 4) == 4 && std::memcmp(buf, "pong", 4) == 0;
+    ::_exit(ok ? kOk : kOtherError);
+  }
+  int a = ::accept4(s, nullptr, nullptr, SOCK_CLOEXEC);
+  char buf[4];
+  bool served =
+      a >= 0 && ::read(a, buf, 4) == 4 && std::memcmp(buf, "ping", 4) == 0 && ::write(a, "pong", 4) == 4;
+  int status = 0;
+  ::waitpid(pid, &status, 0);
+  int code = exit_code(status);
+  if (code != kOk) return 12 + 10 * code;
+  return served ? kOk : 14;
+}
+
+// A unix stream server at `path`, a client from a child. kOk or 10 + step.
+int unix_self_talk(const std::string& path) {
+  ::alarm(20);
+  int s = ::socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  sockaddr_un a{};
+  a.sun_family = AF_UNIX;
+  std::memcpy(a.sun_path, path.data(), path.size());
+  if (::bind(s, reinterpret_cast<sockaddr*>(&a), sizeof a) != 0) return 10;
+  if (::listen(s, 4) != 0) return 11;
+  int client = in_child(false, [&] { return unix_connect(path); });
+  return client == kOk ? kOk : 12 + 10 * client;
+}
+
+class SelfTalkTest : public PolicyScopeTest {
+ protected:
+  static constexpr uint32_t kSlot = 20;
+  SelfTalkTest() : PolicyScopeTest(kSlot, "st") {}
+
+  void apply(const std::string& spec) { apply_yaml(policy_yaml(spec), ws_.string()); }
+};
+
+// What the shipped no-network policies leave: no network rules at all.
+constexpr const char* kNoNetwork = "  files:\n    write: [\"${workspace}\"]\n  network: {}\n";
+
+TEST_F(SelfTalkTest, ARunsLoopbackServerServesItsOwnClients) {
+  apply(kNoNetwork);
+  const uint64_t denied_before = denied(AC_HOOK_SOCKET_LISTEN) + denied(AC_HOOK_SOCKET_CONNECT);
+  EXPECT_EQ(scoped([] { return tcp_self_talk(AF_INET, "127.0.0.1", AF_INET, "127.0.0.1"); }), kOk)
+      << "127.0.0.1";
+  EXPECT_EQ(scoped([] { return tcp_self_talk(AF_INET6, "::1", AF_INET6, "::1"); }), kOk) << "::1";
+  EXPECT_EQ(scoped([] { return tcp_self_talk(AF_INET, "127.0.0.1", AF_INET, "127.0.0.1", true); }), kOk)
+      << "server with SO_REUSEADDR";
+  // A v6 client reaching the v4 listener through its mapped address.
+  EXPECT_EQ(scoped([] { return tcp_self_talk(AF_INET, "127.0.0.1", AF_INET6, "::ffff:127.0.0.1"); }), kOk)
+      << "v4-mapped";
+  EXPECT_EQ(denied(AC_HOOK_SOCKET_LISTEN) + denied(AC_HOOK_SOCKET_CONNECT), denied_before);
+
+  // The run's own server and a host server on the same kind of address:
+  // the host's stays out of reach (network.allow decides, and allows none).
+  auto host = Listener::tcp();
+  ASSERT_TRUE(host.has_value());
+  const uint16_t port = host->port();
+  const uint64_t connect_before = denied(AC_HOOK_SOCKET_CONNECT);
+  EXPECT_EQ(scoped([port] { return tcp_connect_loopback(port); }), kDenied);
+  EXPECT_EQ(denied(AC_HOOK_SOCKET_CONNECT) - connect_before, 1u);
+}
+
+TEST_F(SelfTalkTest, AUnixServerInTheWorkspaceServesItsOwnClients) {
+  apply(kNoNetwork);
+  const std::string own = ws("own.sock"), host_path = ws("host.sock");
+  EXPECT_EQ(scoped([&] { return unix_self_talk(own); }), kOk);
+  // A socket the host bound in the same workspace is not the run's.
+  auto host = Listener::unix_at(host_path);
+  ASSERT_TRUE(host.has_value());
+  const uint64_t before = denied(AC_HOOK_UNIX_CONNECT);
+  EXPECT_EQ(scoped([&] { return unix_connect(host_path); }), kDenied);
+  EXPECT_EQ(denied(AC_HOOK_UNIX_CONNECT) - before, 1u);
+}
+
+// The scoped server listens and waits; `outside` tries to reach it; the
+// server reports whether anything arrived. kOk: nothing did.
+int serve_and_watch(int fd_ready, int fd_done, int type, uint16_t port) {
+  ::alarm(20);
+  int s = ::socket(AF_INET, type | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
+  socklen_t len = 0;
+  sockaddr_storage ss = addr_of(AF_INET, "127.0.0.1", port, &len);
+  bool up =
+      ::bind(s, reinterpret_cast<sockaddr*>(&ss), len) == 0 && (type != SOCK_STREAM || ::listen(s, 4) == 0);
+  uint16_t bound = up ? port_of(s) : 0;
+  (void)!::write(fd_ready, &bound, sizeof bound);
+  if (!up) return kOtherError;
+  char c;
+  (void)!::read(fd_done, &c, 1);
+  char buf[16];
+  if (type == SOCK_STREAM) return ::accept4(s, nullptr, nullptr, SOCK_CLOEXEC) < 0 ? kOk : kOtherError;
+  return ::recv(s, buf, sizeof buf, 0) < 0 ? kOk : kOtherError;
+}
+
+// Runs serve_and_watch in the scope and `outside(port)` meanwhile; returns
+// {server code, outside code}.
+std::pair<int, int> reach_in(const std::function<int(std::function<int()>)>& run_server, int type,
+                             uint16_t port, const std::function<int(uint16_t)>& outside) {
+  int ready[2], done[2];
+  if (::pipe2(ready, O_CLOEXEC) != 0 || ::pipe2(done, O_CLOEXEC) != 0) return {kOtherError, kOtherError};
+  int outside_code = kOtherError;
+  std::thread t([&] {
+    uint16_t bound = 0;
+    if (::read(ready[0], &bound, sizeof bound) == sizeof bound && bound) outside_code = outside(bound);
+    (void)!::write(done[1], "x", 1);
+  });
+  int server = run_server([&] { return serve_and_watch(ready[1], done[0], type, port); });
+  t.join();
+  for (int fd : {ready[0], ready[1], done[0], done[1]}) ::close(fd);
+  return {server, outside_code};
+}
+
+TEST_F(SelfTalkTest, NoHostProcessReachesARunsPrivateSockets) {
+  apply(kNoNetwork);
+  auto in_scope = [this](std::function<int()> fn) { return scoped(fn); };
+  const uint64_t before = denied(AC_HOOK_INGRESS);
+
+  // TCP: the run's loopback listener refuses the host's connection.
+  auto [server, client] =
+      reach_in(in_scope, SOCK_STREAM, 0, [](uint16_t p) { return tcp_connect_loopback(p); });
+  EXPECT_EQ(server, kOk) << "the host's connection reached the run's server";
+  EXPECT_EQ(client, kDenied);
+  // UDP: a datagram from the host to the run's loopback socket.
+  auto [udp_server, sender] =
+      reach_in(in_scope, SOCK_DGRAM, free_udp_port(), [](uint16_t p) { return udp_sendto(p); });
+  EXPECT_EQ(udp_server, kOk) << "the host's datagram reached the run's socket";
+  EXPECT_EQ(sender, kDenied);
+  EXPECT_EQ(denied(AC_HOOK_INGRESS) - before, 2u) << "counted in the owner's policy";
+
+  // The same datagram between two sockets of the run arrives.
+  EXPECT_EQ(scoped([] {
+              uint16_t port = free_udp_port();
+              int r = ::socket(AF_INET, SOCK_DGRAM | SOCK_CLOEXEC, 0);
+              socklen_t len = 0;
+              sockaddr_storage ss = addr_of(AF_INET, "127.0.0.1", port, &len);
+              if (::bind(r, reinterpret_cast<sockaddr*>(&ss), len) != 0) return 10 + classify(errno);
+              int code = udp_sendto(port);
+              if (code != kOk) return 20 + code;
+              char buf[16];
+              return ::recv(r, buf, sizeof buf, MSG_DONTWAIT) > 0 ? kOk : kOtherError;
+            }),
+            kOk);
+}
+
+TEST_F(SelfTalkTest, AnotherScopeCannotReachARunsPrivateListener) {
+  // Both scopes under a policy that allows every loopback destination:
+  // the other scope's own rules would let it in, the owner's listener
+  // (no network.listen rule) does not. Its own clients still get in.
+  apply("  network:\n    allow:\n      - {cidr: 127.0.0.0/8, protocol: any}\n");
+  auto cg2 = cgroup::Cgroup::create(root_, root_ / "agentcage-kt", "st-other-" + std::to_string(::getpid()));
+  ASSERT_TRUE(cg2.ok()) << cg2.error().message;
+  ASSERT_TRUE(enforcer()->add_scope(cg2->id(), cg2->level(), cg2->id(), slot_, ws_.string()).ok());
+  EXPECT_EQ(scoped([] { return tcp_self_talk(AF_INET, "127.0.0.1", AF_INET, "127.0.0.1"); }), kOk);
+  const uint64_t before = denied(AC_HOOK_INGRESS);
+  auto in_scope = [this](std::function<int()> fn) { return scoped(fn); };
+  auto [server, client] = reach_in(in_scope, SOCK_STREAM, 0, [&](uint16_t p) {
+    return run_in_cgroup(cg2->fd(), [p] { return tcp_connect_loopback(p); });
+  });
+  EXPECT_EQ(server, kOk) << "the other scope's connection reached the run's server";
+  EXPECT_EQ(client, kDenied);
+  EXPECT_EQ(denied(AC_HOOK_INGRESS) - before, 1u);
+  EXPECT_TRUE(enforcer()->remove_scope(cg2->id()).ok());
+  EXPECT_TRUE(cg2->remove().ok());
+}
+
+}  // namespace
+}  // namespace agentcage
