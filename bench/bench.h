@@ -54,6 +54,17 @@ struct Options {
 
 // ---- statistics -------------------------------------------------------------
 
+// ---- output and time (output.cpp) -----------------------------------------------
+
+// printf to stdout, flushed: every section's report.
+void say(const char* fmt, ...) __attribute__((format(printf, 1, 2)));
+// printf of one number with format `f`.
+std::string fmt(const char* f, double v);
+// A duration: ns below 10 us, us below 10 ms, ms above.
+std::string fmt_ns(double ns);
+// CLOCK_MONOTONIC in nanoseconds.
+uint64_t now_ns();
+
 double median(std::vector<double> v);
 double quantile(std::vector<double> v, double q);
 
@@ -107,8 +118,11 @@ class Fixture {
 
 // ---- workloads (run in a child placed in a cgroup) ----------------------------
 
-enum class Op { open_close = 0, connect = 1, fork_exec = 2 };
-constexpr int kOpCount = 3;
+// stat and sendto: the metadata and ingress hooks an unscoped process
+// passes through (inode_getattr; socket_sendmsg, which looks for a run's
+// private socket at a loopback destination).
+enum class Op { open_close = 0, connect = 1, fork_exec = 2, stat = 3, sendto = 4 };
+constexpr int kOpCount = 5;
 const char* op_name(Op op);
 
 // Per-op nanoseconds of `batches` timed batches of each op, ops interleaved

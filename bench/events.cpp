@@ -394,22 +394,14 @@ void EventsBench::cleanup() {
   dir_.clear();
 }
 
-void out(const char* fmt, ...) __attribute__((format(printf, 1, 2)));
-void out(const char* fmt, ...) {
-  va_list ap;
-  va_start(ap, fmt);
-  std::vprintf(fmt, ap);
-  va_end(ap);
-  std::fflush(stdout);
-}
 
 void EventsBench::print(const std::vector<Step>& steps, const Step* forced) const {
-  out("  %-22s %9s %9s %9s %9s %7s %11s %8s %10s %9s\n", "target opens/s", "produced", "produced/s",
+  say("  %-22s %9s %9s %9s %9s %7s %11s %8s %10s %9s\n", "target opens/s", "produced", "produced/s",
       "delivered", "deliv./s", "lost", "metrics e/l", "drain", "not denied", "p = d + l");
-  out("  %s\n", std::string(118, '-').c_str());
+  say("  %s\n", std::string(118, '-').c_str());
   auto row = [&](const Step& s, const std::string& label) {
     std::string m = s.metric_events < 0 ? "-" : num(s.metric_events) + "/" + num(s.metric_lost);
-    out("  %-22s %9llu %9s %9llu %9s %7llu %11s %7.2fs %10llu %9s\n", label.c_str(),
+    say("  %-22s %9llu %9s %9llu %9s %7llu %11s %7.2fs %10llu %9s\n", label.c_str(),
         static_cast<unsigned long long>(s.produced), num(static_cast<double>(s.produced) / s.seconds).c_str(),
         static_cast<unsigned long long>(s.delivered),
         num(static_cast<double>(s.delivered) / s.seconds).c_str(), static_cast<unsigned long long>(s.lost),
@@ -422,22 +414,22 @@ void EventsBench::print(const std::vector<Step>& steps, const Step* forced) cons
 
 int EventsBench::run() {
   const double seconds = opts_.events_seconds;
-  out("\n4. Audit events: denial records per second delivered by agentcage daemon with zero loss,\n"
+  say("\n4. Audit events: denial records per second delivered by agentcage daemon with zero loss,\n"
       "   and the overflow accounting (UNDER TCG EMULATION: absolute rates say nothing about real "
       "hardware)\n");
-  out("   a generator in a scope opens %s (denied) at a target rate for %.0f s per step, doubling;\n"
+  say("   a generator in a scope opens %s (denied) at a target rate for %.0f s per step, doubling;\n"
       "   produced = the slot's kernel deny counter, lost = AC_STAT_EVENTS_LOST, delivered = the daemon's\n"
       "   audit log lines of the scope, read after the generator exited and the daemon drained\n\n",
       kDeniedPath, seconds);
   if (auto st = setup(); !st.ok()) {
-    out("   NOT MEASURED: %s\n", st.error().message.c_str());
+    say("   NOT MEASURED: %s\n", st.error().message.c_str());
     std::ifstream log(dir_ / "daemon.log");
-    for (std::string line; std::getline(log, line);) out("   daemon: %s\n", line.c_str());
-    out("   ready: pinned set %s, policy slot %u, /metrics %s\n", e_ ? "open" : "not open", slot_,
+    for (std::string line; std::getline(log, line);) say("   daemon: %s\n", line.c_str());
+    say("   ready: pinned set %s, policy slot %u, /metrics %s\n", e_ ? "open" : "not open", slot_,
         scrape(port_).empty() ? "not answering" : "answering");
     return 1;
   }
-  out("   daemon ready in %.1f s (policy %s in slot %u, metrics 127.0.0.1:%d); ring buffer 1 MiB,\n"
+  say("   daemon ready in %.1f s (policy %s in slot %u, metrics 127.0.0.1:%d); ring buffer 1 MiB,\n"
       "   record %zu bytes\n\n",
       daemon_start_seconds_, kPolicyName, slot_, port_, sizeof(ac_event_decision));
   AuditTail audit(dir_ / "audit.jsonl", cg_.id());
@@ -451,7 +443,7 @@ int EventsBench::run() {
     std::fprintf(stderr, "  .. events: %.0f opens/s for %.0f s\n", rate, seconds);
     auto s = run_step(c, rate, seconds, false);
     if (!s) {
-      out("   step %.0f/s failed: %s\n", rate, s.error().message.c_str());
+      say("   step %.0f/s failed: %s\n", rate, s.error().message.c_str());
       rc = 1;
       break;
     }
@@ -495,35 +487,35 @@ int EventsBench::run() {
       zero_loss = &s;
     if (s.lost > 0 && !overload) overload = &s;
   }
-  out("\n");
+  say("\n");
   if (zero_loss)
-    out("   highest sustained rate with zero loss: %.0f events/s delivered (%s step; drained %.2f s after "
+    say("   highest sustained rate with zero loss: %.0f events/s delivered (%s step; drained %.2f s after "
         "the generator)\n",
         static_cast<double>(zero_loss->delivered) / zero_loss->seconds,
         zero_loss->target > 0 ? (num(zero_loss->target) + "/s").c_str() : "unpaced",
         zero_loss->drain_seconds);
   else
-    out("   no step ran without loss\n");
+    say("   no step ran without loss\n");
   if (overload)
-    out("   overload at %s opens/s: produced %llu = delivered %llu + lost %llu: %s\n",
+    say("   overload at %s opens/s: produced %llu = delivered %llu + lost %llu: %s\n",
         num(overload->target).c_str(), static_cast<unsigned long long>(overload->produced),
         static_cast<unsigned long long>(overload->delivered), static_cast<unsigned long long>(overload->lost),
         accounting_ok(*overload) ? "OK" : "MISMATCH");
   else if (generator_limit)
-    out("   no loss up to the generator's own limit: the consumer kept up with everything one process\n"
+    say("   no loss up to the generator's own limit: the consumer kept up with everything one process\n"
         "   could produce here\n");
   if (have_forced)
-    out("   forced overflow (daemon stopped): produced %llu = delivered %llu + lost %llu: %s\n",
+    say("   forced overflow (daemon stopped): produced %llu = delivered %llu + lost %llu: %s\n",
         static_cast<unsigned long long>(forced.produced), static_cast<unsigned long long>(forced.delivered),
         static_cast<unsigned long long>(forced.lost), accounting_ok(forced) ? "OK" : "MISMATCH");
   bool all_ok = true;
   for (const auto& s : steps) all_ok = all_ok && accounting_ok(s) && s.drained && s.not_denied == 0;
   if (have_forced)
     all_ok = all_ok && accounting_ok(forced) && forced.drained && forced.not_denied == 0 && forced.lost > 0;
-  out("   accounting on every step (produced = delivered + lost, all sent records delivered, every open "
+  say("   accounting on every step (produced = delivered + lost, all sent records delivered, every open "
       "denied): %s\n",
       all_ok ? "OK" : "MISMATCH");
-  out("   metrics e/l: agentcage_events_total{policy=\"%s\"} / agentcage_events_lost_total deltas from "
+  say("   metrics e/l: agentcage_events_total{policy=\"%s\"} / agentcage_events_lost_total deltas from "
       "/metrics\n",
       kPolicyName);
   if (!all_ok) rc = 1;

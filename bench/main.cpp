@@ -24,15 +24,6 @@ namespace {
 
 // ---- output -------------------------------------------------------------------
 
-void say(const char* fmt, ...) __attribute__((format(printf, 1, 2)));
-void say(const char* fmt, ...) {
-  va_list ap;
-  va_start(ap, fmt);
-  std::vprintf(fmt, ap);
-  va_end(ap);
-  std::fflush(stdout);
-}
-
 // Progress goes to stderr (merged into the same stream in the VM), marked.
 void progress(const char* fmt, ...) __attribute__((format(printf, 1, 2)));
 void progress(const char* fmt, ...) {
@@ -43,18 +34,6 @@ void progress(const char* fmt, ...) {
   va_end(ap);
   std::fputc('\n', stderr);
   std::fflush(stderr);
-}
-
-std::string fmt(const char* f, double v) {
-  char buf[64];
-  std::snprintf(buf, sizeof buf, f, v);
-  return buf;
-}
-
-std::string fmt_ns(double ns) {
-  if (ns < 10'000) return fmt("%.0f ns", ns);
-  if (ns < 10'000'000) return fmt("%.1f us", ns / 1e3);
-  return fmt("%.2f ms", ns / 1e6);
 }
 
 // Left-aligned first column, right-aligned others.

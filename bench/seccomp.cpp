@@ -36,33 +36,6 @@
 namespace agentcage::bench {
 namespace {
 
-// Output like the other sections (main.cpp keeps its helpers to itself).
-void say(const char* fmt, ...) __attribute__((format(printf, 1, 2)));
-void say(const char* fmt, ...) {
-  va_list ap;
-  va_start(ap, fmt);
-  std::vprintf(fmt, ap);
-  va_end(ap);
-  std::fflush(stdout);
-}
-
-std::string fmt_ns(double ns) {
-  char buf[64];
-  if (ns < 10'000)
-    std::snprintf(buf, sizeof buf, "%.0f ns", ns);
-  else if (ns < 10'000'000)
-    std::snprintf(buf, sizeof buf, "%.1f us", ns / 1e3);
-  else
-    std::snprintf(buf, sizeof buf, "%.2f ms", ns / 1e6);
-  return buf;
-}
-
-double now_ns() {
-  timespec ts{};
-  ::clock_gettime(CLOCK_MONOTONIC, &ts);
-  return static_cast<double>(ts.tv_sec) * 1e9 + static_cast<double>(ts.tv_nsec);
-}
-
 // A filter that denies like the run's but with SECCOMP_RET_ERRNO (no
 // listener): the baseline for the cost of a notified denial.
 std::vector<sock_filter> errno_filter() {
@@ -159,7 +132,7 @@ int seccomp_section(const Options& opts) {
   std::vector<double> a_run, b_run;
   for (unsigned r = 0; r < rounds; ++r) {
     for (int phase : r % 2 ? std::vector<int>{1, 0} : std::vector<int>{0, 1}) {
-      double t0 = now_ns();
+      const double t0 = static_cast<double>(now_ns());
       int rc;
       if (phase == 0) {
         rc = supervised(nullptr, false, exec_true);
@@ -175,7 +148,7 @@ int seccomp_section(const Options& opts) {
         say("   NOT MEASURED: /usr/bin/true exited %d (%s)\n", rc, phase ? "with the filter" : "bare");
         return 1;
       }
-      (phase ? b_run : a_run).push_back(now_ns() - t0);
+      (phase ? b_run : a_run).push_back(static_cast<double>(now_ns()) - t0);
     }
   }
 
@@ -193,12 +166,12 @@ int seccomp_section(const Options& opts) {
     int p[2];
     if (::pipe2(p, O_CLOEXEC) != 0) return std::nullopt;
     int rc = supervised(f, listen, [&] {
-      double t0 = now_ns();
+      const double t0 = static_cast<double>(now_ns());
       for (unsigned i = 0; i < calls; ++i) {
         long r = ::syscall(nr, arg, -3, 0);
         if (expect_eperm != (r == -1 && errno == EPERM)) return 3;
       }
-      double ns = (now_ns() - t0) / calls;
+      double ns = (static_cast<double>(now_ns()) - t0) / calls;
       return ::write(p[1], &ns, sizeof ns) == static_cast<ssize_t>(sizeof ns) ? 0 : 4;
     });
     ::close(p[1]);

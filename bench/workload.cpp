@@ -24,12 +24,6 @@ namespace agentcage::bench {
 
 namespace {
 
-uint64_t now_ns() {
-  timespec ts{};
-  ::clock_gettime(CLOCK_MONOTONIC, &ts);
-  return static_cast<uint64_t>(ts.tv_sec) * 1000000000ull + static_cast<uint64_t>(ts.tv_nsec);
-}
-
 bool write_all(int fd, const void* data, size_t len) {
   const char* p = static_cast<const char*>(data);
   while (len > 0) {
@@ -95,6 +89,34 @@ bool do_connect(uint16_t port) {
   return ok;
 }
 
+bool do_stat(const char* path) {
+  struct stat st;
+  return ::stat(path, &st) == 0;
+}
+
+// One datagram to a loopback port of the loop's own socket (drained so the
+// queue never fills).
+bool do_sendto(int s, uint16_t port) {
+  sockaddr_in a = loopback(port);
+  char c = 0;
+  if (::sendto(s, &c, 1, 0, reinterpret_cast<sockaddr*>(&a), sizeof a) != 1) return false;
+  return ::recv(s, &c, 1, MSG_DONTWAIT) == 1;
+}
+
+// A UDP socket bound to a loopback port; *port gets it.
+int udp_self(uint16_t* port) {
+  int s = ::socket(AF_INET, SOCK_DGRAM | SOCK_CLOEXEC, 0);
+  sockaddr_in a = loopback(0);
+  socklen_t len = sizeof a;
+  if (s < 0 || ::bind(s, reinterpret_cast<sockaddr*>(&a), sizeof a) != 0 ||
+      ::getsockname(s, reinterpret_cast<sockaddr*>(&a), &len) != 0) {
+    if (s >= 0) ::close(s);
+    return -1;
+  }
+  *port = ntohs(a.sin_port);
+  return s;
+}
+
 bool do_fork_exec(const char* path) {
   pid_t pid = ::fork();
   if (pid < 0) return false;
@@ -156,6 +178,10 @@ const char* op_name(Op op) {
       return "socket+connect+close";
     case Op::fork_exec:
       return "fork+exec true+wait";
+    case Op::stat:
+      return "stat";
+    case Op::sendto:
+      return "udp sendto+recv";
   }
   return "?";
 }
@@ -167,12 +193,16 @@ namespace {
 std::vector<double> loops_body(const std::string& file, unsigned n, unsigned n_exec, unsigned batches) {
   std::vector<double> r;
   unsigned failures = 0;
-  uint16_t port = refused_port();
+  uint16_t port = refused_port(), udp_port = 0;
   if (port == 0) failures++;
+  int udp = udp_self(&udp_port);
+  if (udp < 0) failures++;
   // Warm-up: caches, page tables, the dentry of the file.
   for (unsigned i = 0; i < 50; i++) {
     failures += !do_open_close(file.c_str(), O_RDONLY);
     failures += !do_connect(port);
+    failures += !do_stat(file.c_str());
+    failures += !do_sendto(udp, udp_port);
   }
   failures += !do_fork_exec("/usr/bin/true");
   for (unsigned b = 0; b < batches; b++) {
@@ -183,10 +213,17 @@ std::vector<double> loops_body(const std::string& file, unsigned n, unsigned n_e
     uint64_t t2 = now_ns();
     for (unsigned i = 0; i < n_exec; i++) failures += !do_fork_exec("/usr/bin/true");
     uint64_t t3 = now_ns();
+    for (unsigned i = 0; i < n; i++) failures += !do_stat(file.c_str());
+    uint64_t t4 = now_ns();
+    for (unsigned i = 0; i < n; i++) failures += !do_sendto(udp, udp_port);
+    uint64_t t5 = now_ns();
     r.push_back(static_cast<double>(t1 - t0) / n);
     r.push_back(static_cast<double>(t2 - t1) / n);
     r.push_back(static_cast<double>(t3 - t2) / n_exec);
+    r.push_back(static_cast<double>(t4 - t3) / n);
+    r.push_back(static_cast<double>(t5 - t4) / n);
   }
+  if (udp >= 0) ::close(udp);
   r.push_back(failures);
   return r;
 }
