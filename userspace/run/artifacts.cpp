@@ -8,6 +8,7 @@
 
 #include <cerrno>
 #include <cstring>
+#include <functional>
 
 #include "util/text.h"
 #include "util/unique_fd.h"
@@ -25,9 +26,19 @@ Status clear(int fd, const struct stat& st, const std::string& shown) {
   return {};
 }
 
-// `dirfd` is an open directory of the tree at `depth`; `shown` its path for
-// messages.
-Status walk(int dirfd, int depth, const std::string& shown) {
+// One entry of a directory being walked: its name, its path for messages,
+// and what fstatat(AT_SYMLINK_NOFOLLOW) said of it.
+struct Entry {
+  const char* name;
+  std::string shown;
+  struct stat listed;
+};
+
+// Calls `fn` for each entry of the open directory `dirfd` (`.` and `..`
+// left out), which is `depth` levels below the workspace; `shown` is its
+// path for messages. Stops at the first error, from the listing or `fn`.
+Status for_each_entry(int dirfd, int depth, const std::string& shown,
+                      const std::function<Status(const Entry&)>& fn) {
   if (depth > kMaxArtifactDepth)
     return Error{"more than " + std::to_string(kMaxArtifactDepth) +
                      " directory levels below the workspace at " + shown,
@@ -50,34 +61,43 @@ Status walk(int dirfd, int depth, const std::string& shown) {
     }
     const char* name = e->d_name;
     if (std::strcmp(name, ".") == 0 || std::strcmp(name, "..") == 0) continue;
-    const std::string child = shown + "/" + escape(name, 200);
-    struct stat listed {};
-    if (::fstatat(dirfd, name, &listed, AT_SYMLINK_NOFOLLOW) != 0) {
-      result = Error::from_errno("checking " + child);
+    Entry entry{name, shown + "/" + escape(name, 200), {}};
+    if (::fstatat(dirfd, name, &entry.listed, AT_SYMLINK_NOFOLLOW) != 0) {
+      result = Error::from_errno("checking " + entry.shown);
       break;
     }
-    // Only regular files and directories: a link is left alone (never
-    // followed), and set-id bits mean nothing on the other types.
-    if (!S_ISREG(listed.st_mode) && !S_ISDIR(listed.st_mode)) continue;
-    if (S_ISREG(listed.st_mode) && (listed.st_mode & kSetId) == 0) continue;
-    const int flags = O_RDONLY | O_NOFOLLOW | O_CLOEXEC | O_NOCTTY | O_NONBLOCK |
-                      (S_ISDIR(listed.st_mode) ? O_DIRECTORY : 0);
-    UniqueFd fd(::openat(dirfd, name, flags));
-    struct stat st {};
-    if (!fd || ::fstat(fd.get(), &st) != 0) {
-      result = Error::from_errno("opening " + child);
-      break;
-    }
-    if (st.st_dev != listed.st_dev || st.st_ino != listed.st_ino) {
-      result = Error{child + " changed while it was checked", EAGAIN};
-      break;
-    }
-    if (result = clear(fd.get(), st, child); !result) break;
-    if (S_ISDIR(st.st_mode))
-      if (result = walk(fd.get(), depth + 1, child); !result) break;
+    if (result = fn(entry); !result) break;
   }
   ::closedir(d);
   return result;
+}
+
+// Opens the listed regular file or directory `e` of `dirfd` without
+// following a link, and checks that it is still what was listed; *st gets
+// its fstat.
+Result<UniqueFd> open_listed(int dirfd, const Entry& e, struct stat* st) {
+  const int flags = O_RDONLY | O_NOFOLLOW | O_CLOEXEC | O_NOCTTY | O_NONBLOCK |
+                    (S_ISDIR(e.listed.st_mode) ? O_DIRECTORY : 0);
+  UniqueFd fd(::openat(dirfd, e.name, flags));
+  if (!fd || ::fstat(fd.get(), st) != 0) return Error::from_errno("opening " + e.shown);
+  if (st->st_dev != e.listed.st_dev || st->st_ino != e.listed.st_ino)
+    return Error{e.shown + " changed while it was read", EAGAIN};
+  return fd;
+}
+
+// Clears set-id bits below the open directory `dirfd`.
+Status walk(int dirfd, int depth, const std::string& shown) {
+  return for_each_entry(dirfd, depth, shown, [&](const Entry& e) -> Status {
+    // Only regular files and directories: a link is left alone (never
+    // followed), and set-id bits mean nothing on the other types.
+    if (!S_ISREG(e.listed.st_mode) && !S_ISDIR(e.listed.st_mode)) return {};
+    if (S_ISREG(e.listed.st_mode) && (e.listed.st_mode & kSetId) == 0) return {};
+    struct stat st {};
+    auto fd = open_listed(dirfd, e, &st);
+    if (!fd) return fd.error();
+    if (Status s = clear(fd->get(), st, e.shown); !s) return s;
+    return S_ISDIR(st.st_mode) ? walk(fd->get(), depth + 1, e.shown) : Status{};
+  });
 }
 
 // Copies the open regular file `src` into a new file `name` of `dstdir`.
@@ -112,85 +132,34 @@ Status copy_file(int src, const struct stat& st, int dstdir, const char* name, c
 
 // Copies the entries of the open directory `src` into the open directory `dst`.
 Status copy_dir(int src, int dst, int depth, const std::string& shown, uint64_t& budget) {
-  if (depth > kMaxArtifactDepth)
-    return Error{"more than " + std::to_string(kMaxArtifactDepth) +
-                     " directory levels below the workspace at " + shown,
-                 ELOOP};
-  const int dup = ::fcntl(src, F_DUPFD_CLOEXEC, 0);
-  if (dup < 0) return Error::from_errno("listing " + shown);
-  DIR* d = ::fdopendir(dup);
-  if (!d) {
-    ::close(dup);
-    return Error::from_errno("listing " + shown);
-  }
-  Status result;
-  for (;;) {
-    errno = 0;
-    const dirent* e = ::readdir(d);
-    if (!e) {
-      if (errno != 0) result = Error::from_errno("listing " + shown);
-      break;
-    }
-    const char* name = e->d_name;
-    if (std::strcmp(name, ".") == 0 || std::strcmp(name, "..") == 0) continue;
-    const std::string child = shown + "/" + escape(name, 200);
-    struct stat listed {};
-    if (::fstatat(src, name, &listed, AT_SYMLINK_NOFOLLOW) != 0) {
-      result = Error::from_errno("checking " + child);
-      break;
-    }
-    if (S_ISLNK(listed.st_mode)) {
-      std::string target(static_cast<size_t>(listed.st_size) + 1, '\0');
+  return for_each_entry(src, depth, shown, [&](const Entry& e) -> Status {
+    const char* name = e.name;
+    if (S_ISLNK(e.listed.st_mode)) {
+      std::string target(static_cast<size_t>(e.listed.st_size) + 1, '\0');
       ssize_t n = ::readlinkat(src, name, target.data(), target.size());
-      if (n < 0 || static_cast<size_t>(n) >= target.size()) {
-        result = n < 0 ? Error::from_errno("reading the link " + child)
-                       : Error{child + " changed while it was copied", EAGAIN};
-        break;
-      }
+      if (n < 0) return Error::from_errno("reading the link " + e.shown);
+      if (static_cast<size_t>(n) >= target.size()) return Error{e.shown + " changed while it was read", EAGAIN};
       target.resize(static_cast<size_t>(n));
       if (::symlinkat(target.c_str(), dst, name) != 0 ||
-          ::fchownat(dst, name, listed.st_uid, listed.st_gid, AT_SYMLINK_NOFOLLOW) != 0) {
-        result = Error::from_errno("copying the link " + child);
-        break;
-      }
-      continue;
+          ::fchownat(dst, name, e.listed.st_uid, e.listed.st_gid, AT_SYMLINK_NOFOLLOW) != 0)
+        return Error::from_errno("copying the link " + e.shown);
+      return {};
     }
-    if (!S_ISREG(listed.st_mode) && !S_ISDIR(listed.st_mode)) continue;
-    const int flags = O_RDONLY | O_NOFOLLOW | O_CLOEXEC | O_NOCTTY | O_NONBLOCK |
-                      (S_ISDIR(listed.st_mode) ? O_DIRECTORY : 0);
-    UniqueFd fd(::openat(src, name, flags));
+    if (!S_ISREG(e.listed.st_mode) && !S_ISDIR(e.listed.st_mode)) return {};
     struct stat st {};
-    if (!fd || ::fstat(fd.get(), &st) != 0) {
-      result = Error::from_errno("opening " + child);
-      break;
-    }
-    if (st.st_dev != listed.st_dev || st.st_ino != listed.st_ino) {
-      result = Error{child + " changed while it was copied", EAGAIN};
-      break;
-    }
-    if (S_ISREG(st.st_mode)) {
-      if (result = copy_file(fd.get(), st, dst, name, child, budget); !result) break;
-      continue;
-    }
-    if (::mkdirat(dst, name, 0700) != 0) {
-      result = Error::from_errno("creating the copy of " + child);
-      break;
-    }
+    auto fd = open_listed(src, e, &st);
+    if (!fd) return fd.error();
+    if (S_ISREG(st.st_mode)) return copy_file(fd->get(), st, dst, name, e.shown, budget);
+    if (::mkdirat(dst, name, 0700) != 0) return Error::from_errno("creating the copy of " + e.shown);
     UniqueFd sub(::openat(dst, name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC));
-    if (!sub) {
-      result = Error::from_errno("opening the copy of " + child);
-      break;
-    }
-    if (result = copy_dir(fd.get(), sub.get(), depth + 1, child, budget); !result) break;
+    if (!sub) return Error::from_errno("opening the copy of " + e.shown);
+    if (Status s = copy_dir(fd->get(), sub.get(), depth + 1, e.shown, budget); !s) return s;
     // Owner and mode last: a directory without write permission for its
     // owner is still filled in.
-    if (::fchown(sub.get(), st.st_uid, st.st_gid) != 0 || ::fchmod(sub.get(), st.st_mode & 0777) != 0) {
-      result = Error::from_errno("setting owner and mode of the copy of " + child);
-      break;
-    }
-  }
-  ::closedir(d);
-  return result;
+    if (::fchown(sub.get(), st.st_uid, st.st_gid) != 0 || ::fchmod(sub.get(), st.st_mode & 0777) != 0)
+      return Error::from_errno("setting owner and mode of the copy of " + e.shown);
+    return {};
+  });
 }
 
 }  // namespace

@@ -15,6 +15,8 @@
 #include <fstream>
 #include <sstream>
 
+#include "util/fd_passing.h"
+
 namespace agentcage::run {
 namespace {
 
@@ -134,25 +136,7 @@ SyscallReport SyscallSupervisor::report() const {
 }
 
 int hand_over_listener(int sock, int listener, const void* message, size_t size) {
-  iovec iov{const_cast<void*>(message), size};
-  union {
-    cmsghdr align;
-    char buf[CMSG_SPACE(sizeof(int))];
-  } control;
-  std::memset(&control, 0, sizeof control);
-  msghdr msg{};
-  msg.msg_iov = &iov;
-  msg.msg_iovlen = 1;
-  msg.msg_control = control.buf;
-  msg.msg_controllen = sizeof control.buf;
-  cmsghdr* c = CMSG_FIRSTHDR(&msg);
-  c->cmsg_level = SOL_SOCKET;
-  c->cmsg_type = SCM_RIGHTS;
-  c->cmsg_len = CMSG_LEN(sizeof(int));
-  std::memcpy(CMSG_DATA(c), &listener, sizeof(int));
-  ssize_t n;
-  do n = ::sendmsg(sock, &msg, MSG_NOSIGNAL);
-  while (n < 0 && errno == EINTR);
+  ssize_t n = send_with_fd(sock, message, size, listener);
   int err = n == static_cast<ssize_t>(size) ? 0 : n < 0 ? errno : EIO;
   // The run must never hold the listener: it could answer its own calls.
   ::close(listener);
@@ -165,29 +149,11 @@ int hand_over_listener(int sock, int listener, const void* message, size_t size)
 }
 
 ssize_t receive_report(int sock, void* buf, size_t size, UniqueFd& fd) {
-  iovec iov{buf, size};
-  union {
-    cmsghdr align;
-    char buf[CMSG_SPACE(sizeof(int))];
-  } control;
-  std::memset(&control, 0, sizeof control);
-  msghdr msg{};
-  msg.msg_iov = &iov;
-  msg.msg_iovlen = 1;
-  msg.msg_control = control.buf;
-  msg.msg_controllen = sizeof control.buf;
-  ssize_t n;
-  do n = ::recvmsg(sock, &msg, MSG_CMSG_CLOEXEC);
-  while (n < 0 && errno == EINTR);
+  int flags = 0;
+  ssize_t n = recv_with_fd(sock, buf, size, fd, &flags);
   if (n < 0) return n;
-  for (cmsghdr* c = CMSG_FIRSTHDR(&msg); c; c = CMSG_NXTHDR(&msg, c))
-    if (c->cmsg_level == SOL_SOCKET && c->cmsg_type == SCM_RIGHTS && c->cmsg_len >= CMSG_LEN(sizeof(int))) {
-      int got = -1;
-      std::memcpy(&got, CMSG_DATA(c), sizeof got);
-      fd.reset(got);
-    }
   // A message cut short (MSG_CTRUNC/MSG_TRUNC) is not a valid report.
-  if (msg.msg_flags & (MSG_CTRUNC | MSG_TRUNC)) {
+  if (flags & (MSG_CTRUNC | MSG_TRUNC)) {
     errno = EMSGSIZE;
     return -1;
   }

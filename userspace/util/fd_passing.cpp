@@ -1,0 +1,60 @@
+// SPDX-License-Identifier: Apache-2.0
+#include "util/fd_passing.h"
+
+#include <sys/socket.h>
+
+#include <cerrno>
+#include <cstring>
+
+namespace agentcage {
+namespace {
+
+// A message of one buffer with room for one descriptor.
+struct OneFdMessage {
+  iovec iov;
+  msghdr msg;
+  alignas(cmsghdr) char control[CMSG_SPACE(sizeof(int))];
+
+  OneFdMessage(void* data, size_t size) : iov{data, size}, msg{} {
+    std::memset(control, 0, sizeof control);
+    msg.msg_iov = &iov;
+    msg.msg_iovlen = 1;
+    msg.msg_control = control;
+    msg.msg_controllen = sizeof control;
+  }
+  OneFdMessage(const OneFdMessage&) = delete;
+  OneFdMessage& operator=(const OneFdMessage&) = delete;
+};
+
+}  // namespace
+
+ssize_t send_with_fd(int sock, const void* data, size_t size, int fd) {
+  OneFdMessage m(const_cast<void*>(data), size);
+  cmsghdr* c = CMSG_FIRSTHDR(&m.msg);
+  c->cmsg_level = SOL_SOCKET;
+  c->cmsg_type = SCM_RIGHTS;
+  c->cmsg_len = CMSG_LEN(sizeof(int));
+  std::memcpy(CMSG_DATA(c), &fd, sizeof(int));
+  ssize_t n;
+  do n = ::sendmsg(sock, &m.msg, MSG_NOSIGNAL);
+  while (n < 0 && errno == EINTR);
+  return n;
+}
+
+ssize_t recv_with_fd(int sock, void* buf, size_t size, UniqueFd& fd, int* msg_flags) {
+  OneFdMessage m(buf, size);
+  ssize_t n;
+  do n = ::recvmsg(sock, &m.msg, MSG_CMSG_CLOEXEC);
+  while (n < 0 && errno == EINTR);
+  if (n < 0) return n;
+  for (cmsghdr* c = CMSG_FIRSTHDR(&m.msg); c; c = CMSG_NXTHDR(&m.msg, c))
+    if (c->cmsg_level == SOL_SOCKET && c->cmsg_type == SCM_RIGHTS && c->cmsg_len >= CMSG_LEN(sizeof(int))) {
+      int got = -1;
+      std::memcpy(&got, CMSG_DATA(c), sizeof got);
+      fd.reset(got);
+    }
+  if (msg_flags) *msg_flags = m.msg.msg_flags;
+  return n;
+}
+
+}  // namespace agentcage

@@ -1,0 +1,24 @@
+// SPDX-License-Identifier: Apache-2.0
+// A file descriptor sent with a message over a unix socket (SCM_RIGHTS).
+#pragma once
+
+#include <sys/types.h>
+
+#include <cstddef>
+
+#include "util/unique_fd.h"
+
+namespace agentcage {
+
+// Sends `size` bytes of `data` with `fd` attached on `sock` (MSG_NOSIGNAL,
+// EINTR retried). The bytes sent, or -1 with errno.
+ssize_t send_with_fd(int sock, const void* data, size_t size, int fd);
+
+// Receives up to `size` bytes into `buf` and the descriptor sent with them,
+// if any, into `fd` (close-on-exec; room for one: a message with more is
+// cut short). *msg_flags gets the message's flags (MSG_CTRUNC: a descriptor
+// was not delivered, MSG_TRUNC: bytes were cut). The bytes received, or -1
+// with errno (EINTR retried).
+ssize_t recv_with_fd(int sock, void* buf, size_t size, UniqueFd& fd, int* msg_flags);
+
+}  // namespace agentcage
