@@ -23,7 +23,11 @@
  *   ingress   socket_bind (off loopback, abstract names), socket_listen,
  *             netlink_send (route sockets read only): see ingress.bpf.h;
  *             a run's own sockets reach each other, nobody else reaches a
- *             private one (connect/sendmsg from outside): selftalk.bpf.h.
+ *             private one (connect/sendmsg from outside; socket_setsockopt
+ *             keeps SO_REUSEPORT off it, socket_getsockname registers a
+ *             port the kernel picked): selftalk.bpf.h.
+ *   receive   file_receive: a descriptor passed in must be the run's own
+ *             socket, a file the policy lets it open, or a pipe-like file.
  *   native    mmap_file/file_mprotect also keep anonymous or written memory
  *             from becoming executable (native.bpf.h, exec.native_code).
  *   debug     ptrace_access_check, ptrace_traceme, /proc/PID/mem writes in
@@ -190,17 +194,6 @@ static __always_inline int ac_decide_path(struct ac_ctx *c, enum ac_scope_state 
 				need);
 }
 
-/* Decide without a target (scope-escape hooks): always a denial. */
-static __always_inline int ac_deny_protected(struct ac_ctx *c, enum ac_scope_state scoped)
-{
-	__u8 reason = scoped == AC_SCOPE_POLICY ? AC_REASON_PROTECTED : AC_REASON_NO_POLICY;
-	int ret;
-	struct ac_event_decision *e = ac_finish(c, 0, reason, &ret);
-	if (e)
-		ac_event_submit(e);
-	return ret;
-}
-
 #define NEED(a) ((struct ac_need){ .all = (a) })
 
 /* ---- exec ------------------------------------------------------------------ */
@@ -328,6 +321,45 @@ int BPF_PROG(ac_file_open, struct file *file, int ret)
 	return ac_decide_path(&c, scoped, &file->f_path, NEED(need));
 }
 
+/*
+ * A file descriptor passed in: SCM_RIGHTS over a unix socket, or
+ * pidfd_getfd. What it refers to must be what the run could have had
+ * itself: a socket created inside the scope (selftalk.bpf.h), a message
+ * queue of its own (ipc.bpf.h), a file the policy lets it open with the
+ * descriptor's access mode. Pipes, anonymous inodes and memfds (files on
+ * kernel-internal mounts, reached by no path) are allowed: the run's own
+ * processes pass them to each other (Python's multiprocessing does).
+ */
+SEC("lsm/file_receive")
+int BPF_PROG(ac_file_receive, struct file *file, int ret)
+{
+	struct ac_ctx c = {};
+	enum ac_scope_state scoped;
+
+	if (ret)
+		return ret;
+	scoped = ac_current_scope(&c, AC_HOOK_FILE_RECEIVE);
+	if (scoped == AC_SCOPE_NONE)
+		return 0;
+	struct socket *sock = bpf_sock_from_file(file);
+	if (sock)
+		return ac_decide_received_socket(&c, scoped, sock);
+	struct vfsmount *mnt = BPF_CORE_READ(file, f_path.mnt);
+	struct super_block *sb = BPF_CORE_READ(mnt, mnt_sb);
+	if (ac_is_mqueue(sb))
+		return ac_decide_mqueue(&c, scoped, sb);
+	if (ac_mount_internal(mnt))
+		return ac_decide_plain(&c, scoped, 1);
+	__u32 fmode = BPF_CORE_READ(file, f_mode), need = 0;
+	if (fmode & FMODE_READ)
+		need |= AC_ACCESS_READ;
+	if (fmode & FMODE_WRITE)
+		need |= AC_ACCESS_WRITE;
+	if (!need) /* O_PATH: still the name */
+		need = AC_ACCESS_READ;
+	return ac_decide_path(&c, scoped, &file->f_path, NEED(need));
+}
+
 /* A change to the entry `dentry` in directory `dir` needs write access to it. */
 static __always_inline int ac_change(const struct path *dir, struct dentry *dentry)
 {
@@ -435,23 +467,35 @@ int BPF_PROG(ac_path_chown, const struct path *path, __u64 uid, __u64 gid, int r
  * (TIOCSCTTY); 6.1 has no dev.tty.legacy_tiocsti to turn it off. So in a
  * scope both are always denied, on every terminal (hook tty). The command is
  * tested before the scope lookup: every other ioctl costs one comparison.
- * 32-bit ioctls (file_ioctl_compat on 6.8+) never get here from a run: its
- * seccomp filter refuses other architectures' system calls.
  */
-SEC("lsm/file_ioctl")
-int BPF_PROG(ac_file_ioctl, struct file *file, unsigned int cmd, unsigned long arg, int ret)
+static __always_inline int ac_tty_ioctl(unsigned int cmd)
 {
 	struct ac_ctx c = {};
 	enum ac_scope_state scoped;
 
-	if (ret)
-		return ret;
 	if (cmd != AC_TIOCSTI && cmd != AC_TIOCLINUX)
 		return 0;
 	scoped = ac_current_scope(&c, AC_HOOK_TTY);
 	if (scoped == AC_SCOPE_NONE)
 		return 0;
 	return ac_decide_plain(&c, scoped, 0);
+}
+
+SEC("lsm/file_ioctl")
+int BPF_PROG(ac_file_ioctl, struct file *file, unsigned int cmd, unsigned long arg, int ret)
+{
+	return ret ? ret : ac_tty_ioctl(cmd);
+}
+
+/* The same from a 32-bit process (int 0x80, an ia32 binary): since 6.8, and
+ * in the stable kernels it was backported to, compat ioctls have a hook of
+ * their own and never reach file_ioctl. A run's seccomp filter refuses
+ * other architectures' system calls anyway; an attached workload has none.
+ * Not loaded where the kernel lacks the hook (bpf/programs.cpp). */
+SEC("lsm/file_ioctl_compat")
+int BPF_PROG(ac_file_ioctl_compat, struct file *file, unsigned int cmd, unsigned long arg, int ret)
+{
+	return ret ? ret : ac_tty_ioctl(cmd);
 }
 
 /* ---- network ------------------------------------------------------------------ */
@@ -533,6 +577,38 @@ int BPF_PROG(ac_socket_listen, struct socket *sock, int backlog, int ret)
 	return ac_decide_listen(&c, scoped, sock);
 }
 
+/* A private socket keeps its address to itself (selftalk.bpf.h). Only the
+ * two options are looked at; everything else returns before the scope is. */
+SEC("lsm/socket_setsockopt")
+int BPF_PROG(ac_socket_setsockopt, struct socket *sock, int level, int optname, int ret)
+{
+	struct ac_ctx c = {};
+	enum ac_scope_state scoped;
+
+	if (ret || level != SOL_SOCKET || (optname != SO_REUSEADDR && optname != SO_REUSEPORT))
+		return ret;
+	scoped = ac_current_scope(&c, AC_HOOK_INGRESS);
+	if (scoped == AC_SCOPE_NONE)
+		return 0;
+	return ac_decide_reuse(&c, scoped, sock, optname);
+}
+
+/* How a run learns the port the kernel picked for a UDP socket it bound to
+ * port 0: the socket becomes reachable as the run's private one here
+ * (ac_udp_settle), before anyone can be told the port. Never refused
+ * otherwise. */
+SEC("lsm/socket_getsockname")
+int BPF_PROG(ac_socket_getsockname, struct socket *sock, int ret)
+{
+	struct ac_ctx c = {};
+
+	if (ret)
+		return ret;
+	if (ac_current_scope(&c, AC_HOOK_INGRESS) != AC_SCOPE_POLICY || ac_udp_settle(&c, sock->sk))
+		return 0;
+	return ac_decide_on_hook(&c, AC_HOOK_INGRESS, 0, AC_REASON_INTERNAL);
+}
+
 /* Called in sendmsg on every netlink socket, before the kernel acts on the
  * messages; the socket's protocol is read from it, so a socket created
  * before `attach` or passed in is decided too. */
@@ -597,7 +673,7 @@ static __always_inline int ac_scope_escape(void)
 	enum ac_scope_state scoped = ac_current_scope(&c, AC_HOOK_SCOPE_ESCAPE);
 	if (scoped == AC_SCOPE_NONE)
 		return 0;
-	return ac_deny_protected(&c, scoped);
+	return ac_decide_plain(&c, scoped, 0);
 }
 
 /* clone3(CLONE_INTO_CGROUP) places the child in any cgroup the caller has a

@@ -95,9 +95,10 @@ static __always_inline int ac_listen_decide(struct ac_ctx *c, struct sock *sk, s
 	return 1;
 }
 
-/* bind() of a UDP socket to a loopback address and a chosen port: private
- * to the scope. SO_REUSEADDR/SO_REUSEPORT would let two sockets share the
- * address, one of them someone else's: refused. */
+/* bind() of a UDP socket to a loopback address: private to the scope.
+ * SO_REUSEADDR/SO_REUSEPORT would let two sockets share the address, one of
+ * them someone else's: refused. Port 0 (the kernel picks one after this
+ * hook): marked pending, registered by ac_udp_settle. */
 static __always_inline int ac_bind_udp_private(struct ac_ctx *c, struct sock *sk,
 					       struct ac_scratch *s, __u16 port, __u8 *reason)
 {
@@ -105,6 +106,17 @@ static __always_inline int ac_bind_udp_private(struct ac_ctx *c, struct sock *sk
 	    BPF_CORE_READ_BITFIELD_PROBED(&sk->__sk_common, skc_reuseport)) {
 		*reason = AC_REASON_DEFAULT_DENY;
 		return 0;
+	}
+	if (!port) {
+		struct ac_sock_owner *o =
+			bpf_sk_storage_get(&ac_sock_owners, sk, 0, BPF_SK_STORAGE_GET_F_CREATE);
+		if (!o) {
+			*reason = AC_REASON_INTERNAL;
+			return 0;
+		}
+		o->scope_id = c->scope_id;
+		o->flags = AC_SOCK_F_PRIVATE | AC_SOCK_F_PENDING;
+		return 1;
 	}
 	if (!ac_listener_register(c, sk, s->net.addr, AC_PORT_PROTO(port, IPPROTO_UDP), AC_SOCK_F_PRIVATE)) {
 		*reason = AC_REASON_INTERNAL;
@@ -192,7 +204,7 @@ static __always_inline int ac_decide_bind(struct ac_ctx *c, enum ac_scope_state 
 	} else if (s && ac_is_loopback(s->net.addr)) {
 		allowed = 1;
 		reason = AC_REASON_RULE_ALLOW;
-		if (protocol == IPPROTO_UDP && port)
+		if (protocol == IPPROTO_UDP)
 			allowed = ac_bind_udp_private(c, sock->sk, s, port, &reason);
 	} else if (s) {
 		allowed = ac_listen_rule(c, s, port, protocol, &reason);
@@ -219,17 +231,8 @@ static __always_inline int ac_decide_listen(struct ac_ctx *c, enum ac_scope_stat
 		return 0; /* unix: bind decided the name */
 
 	struct ac_scratch *s = ac_scratch_get();
-	if (s) {
-		if (family == AF_INET) {
-			__builtin_memset(s->net.addr, 0, 10);
-			s->net.addr[10] = 0xff;
-			s->net.addr[11] = 0xff;
-			__be32 a4 = BPF_CORE_READ(sk, __sk_common.skc_rcv_saddr);
-			__builtin_memcpy(&s->net.addr[12], &a4, 4);
-		} else {
-			BPF_CORE_READ_INTO(&s->net.addr, sk, __sk_common.skc_v6_rcv_saddr);
-		}
-	}
+	if (s)
+		ac_sock_local_addr(sk, family, s->net.addr);
 	if (scoped != AC_SCOPE_POLICY)
 		reason = AC_REASON_NO_POLICY;
 	else if (!s)

@@ -33,21 +33,6 @@
  * PROC_IPC_INIT_INO), fixed by the kernel. */
 #define AC_IPC_INIT_INO 0xEFFFFFFFU
 
-/* A decision without a target: allowed or denied as `protected`. */
-static __always_inline int ac_decide_plain(struct ac_ctx *c, enum ac_scope_state scoped,
-					   int allowed)
-{
-	__u8 reason = scoped != AC_SCOPE_POLICY ? AC_REASON_NO_POLICY
-		      : allowed			? AC_REASON_RULE_ALLOW
-						: AC_REASON_PROTECTED;
-	int ret;
-	struct ac_event_decision *e =
-		ac_finish(c, scoped == AC_SCOPE_POLICY && allowed, reason, &ret);
-	if (e)
-		ac_event_submit(e);
-	return ret;
-}
-
 /* Whether the current task's IPC objects are its scope's own. */
 static __always_inline int ac_own_ipc(const struct ac_ctx *c)
 {

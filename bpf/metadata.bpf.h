@@ -228,7 +228,7 @@ static __always_inline int ac_dentry_request(__u8 hook, struct dentry *dentry, _
 	if (scoped == AC_SCOPE_NONE)
 		return 0;
 	if (scoped != AC_SCOPE_POLICY)
-		return ac_deny_protected(&c, scoped); /* reason no_policy */
+		return ac_decide_plain(&c, scoped, 0); /* reason no_policy */
 	return ac_decide_dentry_mounts(&c, (__u64)dentry, need_all, ancestor_ok);
 }
 

@@ -39,22 +39,6 @@
 #define AC_VM_SHARED 0x8
 #define AC_VM_MAYWRITE 0x20
 #define AC_FMODE_WRITE 0x2
-#define AC_PROC_SUPER_MAGIC 0x9fa0
-/* Cgroup levels walked up from a debug target to the scope's level. A
- * target deeper below its scope than this is not proven to be in it. */
-#define AC_DEBUG_MAX_DEPTH 64
-
-/* A decision without a target on hook `hook`: allowed or denied for
- * `reason`. Returns 0 or -EACCES. */
-static __always_inline int ac_decide_on_hook(struct ac_ctx *c, __u8 hook, int allowed, __u8 reason)
-{
-	int ret;
-	c->hook = hook;
-	struct ac_event_decision *e = ac_finish(c, allowed, reason, &ret);
-	if (e)
-		ac_event_submit(e);
-	return ret;
-}
 
 /* memfd_create, MAP_SHARED|MAP_ANONYMOUS, SysV shm: files made by
  * alloc_file_pseudo, whose dentry is its own parent without being the root
@@ -86,27 +70,6 @@ static __always_inline int ac_exec_makes_code(struct file *file, struct vm_area_
 	return (vm_flags & AC_VM_SHARED) && (vm_flags & AC_VM_MAYWRITE);
 }
 
-/*
- * Is task t in the scope c was filled for (the scope's cgroup or below)?
- * Walks t's cgroup v2 parents up to the scope's level. Not proven (0) when
- * the walk runs out first.
- */
-static __always_inline int ac_task_in_scope(const struct ac_ctx *c, struct task_struct *t)
-{
-	struct cgroup *cg = BPF_CORE_READ(t, cgroups, dfl_cgrp);
-	for (int i = 0; i < AC_DEBUG_MAX_DEPTH; i++) {
-		if (!cg)
-			return 0;
-		__u32 level = BPF_CORE_READ(cg, level);
-		if (level < c->scope_level)
-			return 0;
-		if (level == c->scope_level)
-			return BPF_CORE_READ(cg, kn, id) == c->scope_cgroup;
-		cg = BPF_CORE_READ(cg, self.parent, cgroup);
-	}
-	return 0;
-}
-
 /* A ptrace relation between the current (scoped) task and `other`: a debug
  * decision inside the scope, a scope escape across its border. */
 static __always_inline int ac_decide_ptrace(struct ac_ctx *c, enum ac_scope_state scoped,
@@ -120,19 +83,6 @@ static __always_inline int ac_decide_ptrace(struct ac_ctx *c, enum ac_scope_stat
 	return ac_decide_on_hook(c, AC_HOOK_SCOPE_ESCAPE, 0,
 			       scoped == AC_SCOPE_POLICY ? AC_REASON_PROTECTED
 							 : AC_REASON_NO_POLICY);
-}
-
-/* /proc/PID/mem and /proc/PID/task/TID/mem: the only files named "mem" on
- * procfs. */
-static __always_inline int ac_proc_mem(struct file *f)
-{
-	struct dentry *d = BPF_CORE_READ(f, f_path.dentry);
-	if (BPF_CORE_READ(d, d_sb, s_magic) != AC_PROC_SUPER_MAGIC ||
-	    BPF_CORE_READ(d, d_name.len) != 3)
-		return 0;
-	char name[4] = {};
-	bpf_probe_read_kernel(name, 3, BPF_CORE_READ(d, d_name.name));
-	return name[0] == 'm' && name[1] == 'e' && name[2] == 'm';
 }
 
 #endif /* AGENTCAGE_NATIVE_BPF_H */

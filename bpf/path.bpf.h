@@ -53,6 +53,15 @@ enum ac_walk_status {
  * open_tree/fsmount have an anonymous namespace; unmounted ones NULL. */
 #define AC_MNT_NS_INTERNAL ((__u64)-22)
 
+/* Is vfsmnt a kernel-internal mount? Pipes, sockets, anonymous inodes
+ * (eventfd, epoll, pidfd, ...) and memfds live on one: files no path
+ * reaches. */
+static __always_inline int ac_mount_internal(struct vfsmount *vfsmnt)
+{
+	struct mount *m = container_of(vfsmnt, struct mount, mnt);
+	return (__u64)BPF_CORE_READ(m, mnt_ns) == AC_MNT_NS_INTERNAL;
+}
+
 /* The walk's state lives in the task's scratch (struct ac_walk_state in
  * maps.bpf.h says why it is not on the stack); the bpf_loop callbacks get
  * the scratch through their context: a pointer on the caller's stack. */

@@ -35,23 +35,6 @@ enum ac_proc_owner {
 	AC_PROC_OTHER = 2, /* any other process, an exited one, or undecidable */
 };
 
-/* Is task in the scope whose registered cgroup sits at level of the current
- * task's cgroup ancestry? Same ancestor at that level means same scope. */
-static __always_inline int ac_task_in_my_scope(const struct ac_ctx *c, struct task_struct *task)
-{
-	__u32 level = c->scope_level;
-	struct cgroup *cgrp = BPF_CORE_READ(task, cgroups, dfl_cgrp);
-	if (!cgrp || level > AC_MAX_SCOPE_LEVEL || BPF_CORE_READ(cgrp, level) < (int)level)
-		return 0;
-	struct cgroup *anc = NULL;
-	__u64 slot = (__u64)cgrp + bpf_core_field_offset(struct cgroup, ancestors) +
-		     sizeof(anc) * (level & AC_MAX_SCOPE_LEVEL);
-	if (bpf_probe_read_kernel(&anc, sizeof(anc), (void *)slot) || !anc)
-		return 0;
-	__u64 id = BPF_CORE_READ(anc, kn, id);
-	return id && id == bpf_get_current_ancestor_cgroup_id(level);
-}
-
 static __always_inline enum ac_proc_owner ac_proc_owner(const struct ac_ctx *c,
 							struct dentry *dentry)
 {
@@ -90,7 +73,20 @@ static __always_inline enum ac_proc_owner ac_proc_owner(const struct ac_ctx *c,
 	struct task_struct *task =
 		(struct task_struct *)((__u64)first -
 				       bpf_core_field_offset(struct task_struct, pid_links));
-	return ac_task_in_my_scope(c, task) ? AC_PROC_OWN : AC_PROC_OTHER;
+	return ac_task_in_scope(c, task) ? AC_PROC_OWN : AC_PROC_OTHER;
+}
+
+/* /proc/PID/mem and /proc/PID/task/TID/mem: the only files named "mem" on
+ * procfs. */
+static __always_inline int ac_proc_mem(struct file *f)
+{
+	struct dentry *d = BPF_CORE_READ(f, f_path.dentry);
+	if (BPF_CORE_READ(d, d_sb, s_magic) != PROC_SUPER_MAGIC ||
+	    BPF_CORE_READ(d, d_name.len) != 3)
+		return 0;
+	char name[4] = {};
+	bpf_probe_read_kernel(name, 3, BPF_CORE_READ(d, d_name.name));
+	return name[0] == 'm' && name[1] == 'e' && name[2] == 'm';
 }
 
 #endif /* AGENTCAGE_PROC_BPF_H */

@@ -6,6 +6,7 @@
 #define AGENTCAGE_SCOPE_BPF_H
 
 #include "maps.bpf.h"
+#include <bpf/bpf_core_read.h>
 
 #define EACCES 13
 
@@ -281,6 +282,55 @@ static __always_inline struct ac_event_decision *ac_finish(const struct ac_ctx *
 	if (decision == AC_DECISION_ALLOW)
 		return NULL;
 	return ac_event_begin(c, decision, reason, *ret);
+}
+
+/* A decision without a target on hook `hook`: allowed or denied for
+ * `reason`, counted and reported. Returns 0 or -EACCES. */
+static __always_inline int ac_decide_on_hook(struct ac_ctx *c, __u8 hook, int allowed, __u8 reason)
+{
+	int ret;
+	c->hook = hook;
+	struct ac_event_decision *e = ac_finish(c, allowed, reason, &ret);
+	if (e)
+		ac_event_submit(e);
+	return ret;
+}
+
+/* The same on the hook c was filled for, allowed only in a scope that holds
+ * a policy: a denial is `protected` (never allowed in a scope), or
+ * `no_policy` when the scope's slot is empty. */
+static __always_inline int ac_decide_plain(struct ac_ctx *c, enum ac_scope_state scoped,
+					   int allowed)
+{
+	__u8 reason = scoped != AC_SCOPE_POLICY ? AC_REASON_NO_POLICY
+		      : allowed			? AC_REASON_RULE_ALLOW
+						: AC_REASON_PROTECTED;
+	return ac_decide_on_hook(c, c->hook, scoped == AC_SCOPE_POLICY && allowed, reason);
+}
+
+/*
+ * Is cgroup cg in the scope c was filled for (the scope's cgroup or one
+ * below it)? Its ancestor at the scope's level is the scope's cgroup. 0
+ * when that cannot be read.
+ */
+static __always_inline int ac_cgroup_in_scope(const struct ac_ctx *c, struct cgroup *cg)
+{
+	__u32 level = c->scope_level;
+	if (!cg || level > AC_MAX_SCOPE_LEVEL || BPF_CORE_READ(cg, level) < (int)level)
+		return 0;
+	struct cgroup *anc = NULL;
+	__u64 slot = (__u64)cg + bpf_core_field_offset(struct cgroup, ancestors) +
+		     sizeof(anc) * (level & AC_MAX_SCOPE_LEVEL);
+	if (bpf_probe_read_kernel(&anc, sizeof(anc), (void *)slot) || !anc)
+		return 0;
+	__u64 id = BPF_CORE_READ(anc, kn, id);
+	return id && id == c->scope_cgroup;
+}
+
+/* Is task t one of the scope's processes? */
+static __always_inline int ac_task_in_scope(const struct ac_ctx *c, struct task_struct *t)
+{
+	return ac_cgroup_in_scope(c, BPF_CORE_READ(t, cgroups, dfl_cgrp));
 }
 
 #endif /* AGENTCAGE_SCOPE_BPF_H */

@@ -37,6 +37,9 @@
 #include "net.bpf.h"
 
 #define TCP_LISTEN_STATE 10
+#define SOL_SOCKET 1
+#define SO_REUSEADDR 2
+#define SO_REUSEPORT 15
 
 /* Is a[16] (IPv4 as ::ffff:a.b.c.d) a loopback address? */
 static __always_inline int ac_is_loopback(const __u8 *a)
@@ -133,6 +136,42 @@ static __noinline int ac_listener_register(const struct ac_ctx *c, struct sock *
 	return 1;
 }
 
+/* The local address sk is bound to, into addr[16] (IPv4 as ::ffff:a.b.c.d). */
+static __always_inline void ac_sock_local_addr(struct sock *sk, __u16 family, __u8 *addr)
+{
+	if (family == AF_INET) {
+		__builtin_memset(addr, 0, 10);
+		addr[10] = 0xff;
+		addr[11] = 0xff;
+		__be32 a4 = BPF_CORE_READ(sk, __sk_common.skc_rcv_saddr);
+		__builtin_memcpy(&addr[12], &a4, 4);
+	} else {
+		BPF_CORE_READ_INTO(addr, sk, __sk_common.skc_v6_rcv_saddr);
+	}
+}
+
+/*
+ * A private UDP socket of scope c bound to port 0 (AC_SOCK_F_PENDING): once
+ * the kernel has picked its port, register it. Called where the scope can
+ * first make use of the port (getsockname to learn it, connect or sendto
+ * to show it to a peer). 1 when there was nothing to do or it is done; 0
+ * when it cannot be registered (the caller denies).
+ */
+static __noinline int ac_udp_settle(const struct ac_ctx *c, struct sock *sk)
+{
+	if (!sk) /* 6.12 types socket->sk as maybe NULL */
+		return 1;
+	struct ac_sock_owner *o = bpf_sk_storage_get(&ac_sock_owners, sk, 0, 0);
+	if (!o || !(o->flags & AC_SOCK_F_PENDING) || o->scope_id != c->scope_id)
+		return 1;
+	__u16 port = BPF_CORE_READ(sk, __sk_common.skc_num);
+	if (!port)
+		return 1; /* the bind failed: nothing to reach */
+	__u8 addr[16] = {};
+	ac_sock_local_addr(sk, BPF_CORE_READ(sk, __sk_common.skc_family), addr);
+	return ac_listener_register(c, sk, addr, AC_PORT_PROTO(port, IPPROTO_UDP), AC_SOCK_F_PRIVATE);
+}
+
 /* Whose socket does an inet destination reach? */
 enum ac_peer {
 	AC_PEER_UNKNOWN = 0, /* no scope's: the rules decide */
@@ -224,6 +263,9 @@ static __always_inline int ac_decide_connect(struct ac_ctx *c, enum ac_scope_sta
 					     struct socket *sock, struct sockaddr *address,
 					     int addrlen, int is_connect)
 {
+	/* Before the scope shows a pending socket's port to anyone. */
+	if (scoped == AC_SCOPE_POLICY && !ac_udp_settle(c, sock->sk))
+		return ac_decide_on_hook(c, AC_HOOK_INGRESS, 0, AC_REASON_INTERNAL);
 	/* On the stack: ac_decide_inet takes the scratch when the rules
 	 * decide, and a task holds one scratch at a time. */
 	__u8 addr[16] = {};
@@ -269,6 +311,53 @@ static __always_inline void ac_unix_claim(const struct ac_ctx *c, struct sock *s
 		o->scope_id = c->scope_id;
 		o->flags = AC_SOCK_F_PRIVATE;
 	}
+}
+
+/*
+ * A socket passed into scope c (SCM_RIGHTS, pidfd_getfd): only one created
+ * inside the scope. A socket the host or another run created (a connection
+ * to anywhere, a listener) would carry its traffic past every rule of this
+ * scope. The socket's cgroup is its creator's (an accepted connection
+ * inherits its listener's).
+ */
+static __always_inline int ac_decide_received_socket(struct ac_ctx *c, enum ac_scope_state scoped,
+						     struct socket *sock)
+{
+	struct sock *sk = BPF_CORE_READ(sock, sk);
+	int own = scoped == AC_SCOPE_POLICY &&
+		  ac_cgroup_in_scope(c, BPF_CORE_READ(sk, sk_cgrp_data.cgroup));
+	__u8 reason = scoped != AC_SCOPE_POLICY ? AC_REASON_NO_POLICY
+		      : own			? AC_REASON_RULE_ALLOW
+						: AC_REASON_PROTECTED;
+	int ret;
+	struct ac_event_decision *e = ac_finish(c, own, reason, &ret);
+	if (e) {
+		e->family = BPF_CORE_READ(sk, __sk_common.skc_family);
+		e->protocol = BPF_CORE_READ(sk, sk_protocol);
+		ac_event_submit(e);
+	}
+	return ret;
+}
+
+/*
+ * setsockopt(SOL_SOCKET, SO_REUSEPORT) on a private socket, or SO_REUSEADDR
+ * on a private UDP one: another socket (of the host, with the same uid)
+ * could then bind the same address and answer the scope's own clients.
+ * listen and bind refuse the flags on the way in; this keeps them from
+ * being set afterwards. Other sockets: no decision.
+ */
+static __always_inline int ac_decide_reuse(struct ac_ctx *c, enum ac_scope_state scoped,
+					   struct socket *sock, int optname)
+{
+	struct sock *sk = sock->sk;
+	if (!sk)
+		return 0;
+	struct ac_sock_owner *o = bpf_sk_storage_get(&ac_sock_owners, sk, 0, 0);
+	if (!o || !(o->flags & AC_SOCK_F_PRIVATE))
+		return 0;
+	if (optname == SO_REUSEADDR && BPF_CORE_READ(sock, sk, sk_protocol) != IPPROTO_UDP)
+		return 0; /* TCP: SO_REUSEADDR never lets a second listener in */
+	return ac_decide_plain(c, scoped, 0);
 }
 
 #endif /* AGENTCAGE_SELFTALK_BPF_H */

@@ -232,6 +232,73 @@ TEST_F(SelfTalkTest, NoHostProcessReachesARunsPrivateSockets) {
             kOk);
 }
 
+TEST_F(SelfTalkTest, AUdpPortTheKernelPicksIsPrivateToo) {
+  // bind(127.0.0.1:0): the port is chosen after the bind hook; the socket
+  // becomes the run's private one when the run learns the port.
+  apply(kNoNetwork);
+  auto in_scope = [this](std::function<int()> fn) { return scoped(fn); };
+  const uint64_t before = denied(AC_HOOK_INGRESS);
+  auto [server, sender] = reach_in(in_scope, SOCK_DGRAM, 0, [](uint16_t p) { return udp_sendto(p); });
+  EXPECT_EQ(server, kOk) << "the host's datagram reached the run's socket";
+  EXPECT_EQ(sender, kDenied);
+  EXPECT_EQ(denied(AC_HOOK_INGRESS) - before, 1u);
+  // The run's own datagram to it arrives.
+  EXPECT_EQ(scoped([] {
+              int r = ::socket(AF_INET, SOCK_DGRAM | SOCK_CLOEXEC, 0);
+              socklen_t len = 0;
+              sockaddr_storage ss = addr_of(AF_INET, "127.0.0.1", 0, &len);
+              if (::bind(r, reinterpret_cast<sockaddr*>(&ss), len) != 0) return 10 + classify(errno);
+              int code = udp_sendto(port_of(r));
+              if (code != kOk) return 20 + code;
+              char buf[16];
+              return ::recv(r, buf, sizeof buf, MSG_DONTWAIT) > 0 ? kOk : kOtherError;
+            }),
+            kOk);
+  EXPECT_EQ(denied(AC_HOOK_INGRESS) - before, 1u);
+}
+
+// setsockopt(SOL_SOCKET, opt, 1) as a probe code.
+int set_opt(int fd, int opt) {
+  int one = 1;
+  return result(::setsockopt(fd, SOL_SOCKET, opt, &one, sizeof one));
+}
+
+TEST_F(SelfTalkTest, APrivateSocketKeepsItsAddressToItself) {
+  // Listening first and asking for SO_REUSEPORT afterwards would let a host
+  // socket with the same uid join the address and answer the run's own
+  // clients. SO_REUSEADDR on a TCP listener shares nothing and stays.
+  apply(kNoNetwork);
+  const uint64_t before = denied(AC_HOOK_INGRESS);
+  EXPECT_EQ(scoped([] {
+              int s = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+              socklen_t len = 0;
+              sockaddr_storage ss = addr_of(AF_INET, "127.0.0.1", 0, &len);
+              if (::bind(s, reinterpret_cast<sockaddr*>(&ss), len) != 0 || ::listen(s, 4) != 0) return 10;
+              if (int c = set_opt(s, SO_REUSEADDR); c != kOk) return 20 + c;
+              return set_opt(s, SO_REUSEPORT);
+            }),
+            kDenied);
+  EXPECT_EQ(scoped([] {
+              int s = ::socket(AF_INET, SOCK_DGRAM | SOCK_CLOEXEC, 0);
+              socklen_t len = 0;
+              sockaddr_storage ss = addr_of(AF_INET, "127.0.0.1", 0, &len);
+              if (::bind(s, reinterpret_cast<sockaddr*>(&ss), len) != 0) return 10;
+              port_of(s);
+              return set_opt(s, SO_REUSEADDR);
+            }),
+            kDenied);
+  EXPECT_EQ(denied(AC_HOOK_INGRESS) - before, 2u);
+  // A socket that is nobody's private one yet may set both (the server of
+  // tcp_self_talk sets SO_REUSEADDR before it binds, as Python's do).
+  EXPECT_EQ(scoped([] {
+              int s = ::socket(AF_INET, SOCK_DGRAM | SOCK_CLOEXEC, 0);
+              if (int c = set_opt(s, SO_REUSEADDR); c != kOk) return 20 + c;
+              return set_opt(s, SO_REUSEPORT);
+            }),
+            kOk);
+  EXPECT_EQ(denied(AC_HOOK_INGRESS) - before, 2u);
+}
+
 TEST_F(SelfTalkTest, AnotherScopeCannotReachARunsPrivateListener) {
   // Both scopes under a policy that allows every loopback destination:
   // the other scope's own rules would let it in, the owner's listener

@@ -8,7 +8,8 @@ std::string_view hook_name(uint32_t hook) {
       "exec",          "file_open",    "socket_connect", "file_change", "mmap_exec",     "socket_send",
       "socket_create", "unix_connect", "scope_escape",   "socket_bind", "socket_listen", "netlink_send",
       "ipc",           "key",          "file_stat",      "file_watch",  "proc",          "native_code",
-      "debug",         "ingress",      "tty"};
+      "debug",         "ingress",      "tty",
+      "file_receive"};
   return hook < AC_HOOK_COUNT ? kNames[hook] : "unknown";
 }
 

@@ -41,7 +41,10 @@ Result<std::vector<std::string>> programs_to_skip() {
   // and inode_setxattr/inode_getxattr see them.
   for (auto [prog, hook] :
        {std::pair{"ac_inode_get_acl", "inode_get_acl"}, std::pair{"ac_inode_set_acl", "inode_set_acl"},
-        std::pair{"ac_inode_remove_acl", "inode_remove_acl"}})
+        std::pair{"ac_inode_remove_acl", "inode_remove_acl"},
+        // 32-bit ioctls reach file_ioctl_compat instead of file_ioctl since
+        // 6.8 (and where that was backported); before, file_ioctl sees them.
+        std::pair{"ac_file_ioctl_compat", "file_ioctl_compat"}})
     if (hook_params(vmlinux.get(), hook) < 0) skip.emplace_back(prog);
 
   // inode_setattr gained the mount's idmap as its first argument in 6.9.

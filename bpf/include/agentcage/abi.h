@@ -19,7 +19,7 @@
 #include <linux/types.h>
 #endif
 
-#define AC_ABI_VERSION 8
+#define AC_ABI_VERSION 9
 
 /* ---- capacities ------------------------------------------------------- */
 
@@ -80,11 +80,17 @@ enum ac_hook {
 	/* A connection or datagram into a scope's private socket (a loopback
 	 * listener or UDP socket no network.listen rule opens) from outside
 	 * the scope: a host process (counted in the owner's policy) or
-	 * another scope (counted in the sender's). */
+	 * another scope (counted in the sender's); SO_REUSEPORT (and for UDP
+	 * SO_REUSEADDR) on such a socket, which would let another socket
+	 * share its address. */
 	AC_HOOK_INGRESS = 19,
 	/* file_ioctl TIOCSTI, TIOCLINUX: pushing input into a terminal */
 	AC_HOOK_TTY = 20,
-	AC_HOOK_COUNT = 21,
+	/* file_receive: a file descriptor passed in (SCM_RIGHTS, pidfd_getfd):
+	 * a socket another scope or the host created, a file the policy would
+	 * not let the run open */
+	AC_HOOK_FILE_RECEIVE = 21,
+	AC_HOOK_COUNT = 22,
 };
 
 enum ac_decision {
@@ -286,6 +292,10 @@ struct ac_net_rule {
  * scoped task binds a unix socket or listens on / binds an inet address
  * (see bpf/selftalk.bpf.h); freed with the socket. */
 #define AC_SOCK_F_PRIVATE (1u << 0) /* reachable from its own scope only */
+/* A private UDP socket bound to port 0: the kernel picks the port after the
+ * bind hook, so it is registered in ac_listeners at the scope's next
+ * getsockname, connect or sendto on it. */
+#define AC_SOCK_F_PENDING (1u << 1)
 struct ac_sock_owner {
 	__u64 scope_id;
 	__u32 flags; /* AC_SOCK_F_* */

@@ -1,0 +1,187 @@
+// SPDX-License-Identifier: Apache-2.0
+// No descriptor passed in from outside the scope: a socket the host or
+// another run created (a connection that would carry the run's traffic past
+// network.allow) and a file the policy would not let the run open are
+// refused at file_receive; the run's own sockets, the files it may open and
+// pipes still pass. The sender queues the descriptor on a socketpair before
+// the scoped receiver starts, so each case differs only in what is passed.
+#include <arpa/inet.h>
+#include <fcntl.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
+#include <string>
+
+#include "kernel_env.h"
+#include "policy_fixture.h"
+#include "probes.h"
+#include "util/fd_passing.h"
+
+namespace agentcage {
+namespace {
+
+using namespace kt;
+
+bool send_fd(int via, int fd) { return send_with_fd(via, "x", 1, fd) == 1; }
+
+// Receive one byte and the descriptor sent with it on `via`. kOk (and
+// *out) when it arrived, kDenied when the kernel dropped it from the
+// message (MSG_CTRUNC without a descriptor: file_receive refused it),
+// kOtherError otherwise.
+int recv_fd(int via, int* out) {
+  char byte = 0;
+  UniqueFd fd;
+  int flags = 0;
+  if (recv_with_fd(via, &byte, 1, fd, &flags) != 1) return kOtherError;
+  if (fd) {
+    *out = fd.release();
+    return kOk;
+  }
+  return (flags & MSG_CTRUNC) ? kDenied : kOtherError;
+}
+
+// A receiver's probe: the descriptor arrives and `use` works on it.
+int receive_and(int via, int (*use)(int)) {
+  ::alarm(20);
+  int fd = -1;
+  int code = recv_fd(via, &fd);
+  if (code != kOk) return code;
+  return use(fd);
+}
+
+int read_byte(int fd) {
+  char c;
+  return ::read(fd, &c, 1) == 1 ? kOk : 10 + classify(errno);
+}
+int is_socket(int fd) {
+  int type = 0;
+  socklen_t len = sizeof type;
+  return ::getsockopt(fd, SOL_SOCKET, SO_TYPE, &type, &len) == 0 ? kOk : 10 + classify(errno);
+}
+
+class FdPassTest : public PolicyScopeTest {
+ protected:
+  static constexpr uint32_t kSlot = 24;
+  FdPassTest() : PolicyScopeTest(kSlot, "fp") {}
+
+  void SetUp() override {
+    PolicyScopeTest::SetUp();
+    if (HasFatalFailure() || IsSkipped()) return;
+    ASSERT_EQ(::socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, pair_), 0);
+    // No network rules; the workspace readable and writable, nothing else
+    // of the test's directory.
+    apply_yaml(
+        "apiVersion: agentcage/v1\nkind: Policy\nmetadata:\n  name: kt-fdpass\nspec:\n"
+        "  files:\n    write: [\"${workspace}\"]\n  network: {}\n",
+        ws_.string());
+  }
+  void TearDown() override {
+    for (int fd : pair_)
+      if (fd >= 0) ::close(fd);
+    PolicyScopeTest::TearDown();
+  }
+
+  // Queue `fd` from this (unscoped) process, then receive it in the scope.
+  int pass_in(int fd, int (*use)(int)) {
+    if (!send_fd(pair_[0], fd)) return -1;
+    const int via = pair_[1];
+    return scoped([via, use] { return receive_and(via, use); });
+  }
+
+  int pair_[2] = {-1, -1};
+};
+
+TEST_F(FdPassTest, AHostSocketIsNotPassedIn) {
+  auto host = Listener::tcp();
+  ASSERT_TRUE(host.has_value());
+  // A connection the host opened: in the run it would be a way out that
+  // network.allow (empty here) never saw.
+  int conn = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  a.sin_port = htons(host->port());
+  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  ASSERT_EQ(::connect(conn, reinterpret_cast<sockaddr*>(&a), sizeof a), 0);
+  const uint64_t before = denied(AC_HOOK_FILE_RECEIVE);
+  EXPECT_EQ(pass_in(conn, is_socket), kDenied);
+  EXPECT_EQ(denied(AC_HOOK_FILE_RECEIVE) - before, 1u);
+  ::close(conn);
+
+  // The run's own sockets pass between its processes: a TCP socket one of
+  // them created, sent to another over a socketpair of the run's.
+  EXPECT_EQ(scoped([] {
+              int sp[2];
+              if (::socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sp) != 0) return 20;
+              int sender = in_child(false, [&] {
+                int s = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+                return s >= 0 && send_fd(sp[0], s) ? kOk : kOtherError;
+              });
+              if (sender != kOk) return 30 + sender;
+              return receive_and(sp[1], is_socket);
+            }),
+            kOk);
+  EXPECT_EQ(denied(AC_HOOK_FILE_RECEIVE) - before, 1u);
+}
+
+TEST_F(FdPassTest, AnotherScopesSocketIsNotPassedIn) {
+  // The sender is another run: its socket is as foreign as the host's.
+  auto cg2 = cgroup::Cgroup::create(root_, root_ / "agentcage-kt", "fp-other-" + std::to_string(::getpid()));
+  ASSERT_TRUE(cg2.ok()) << cg2.error().message;
+  ASSERT_TRUE(enforcer()->add_scope(cg2->id(), cg2->level(), cg2->id(), slot_, ws_.string()).ok());
+  const int via = pair_[0];
+  EXPECT_EQ(run_in_cgroup(cg2->fd(),
+                          [via] {
+                            int s = ::socket(AF_INET, SOCK_DGRAM | SOCK_CLOEXEC, 0);
+                            return s >= 0 && send_fd(via, s) ? kOk : kOtherError;
+                          }),
+            kOk);
+  const uint64_t before = denied(AC_HOOK_FILE_RECEIVE);
+  const int in = pair_[1];
+  EXPECT_EQ(scoped([in] { return receive_and(in, is_socket); }), kDenied);
+  EXPECT_EQ(denied(AC_HOOK_FILE_RECEIVE) - before, 1u);
+  EXPECT_TRUE(enforcer()->remove_scope(cg2->id()).ok());
+  EXPECT_TRUE(cg2->remove().ok());
+}
+
+TEST_F(FdPassTest, AFileIsPassedInOnlyIfTheRunCouldOpenIt) {
+  const std::string secret = base("secret.txt"), mine = ws("mine.txt");
+  for (const auto& p : {secret, mine}) {
+    int fd = ::open(p.c_str(), O_WRONLY | O_CREAT | O_CLOEXEC, 0644);
+    ASSERT_GE(fd, 0);
+    ASSERT_EQ(::write(fd, "s", 1), 1);
+    ::close(fd);
+  }
+  // The run cannot open the host's file itself...
+  ASSERT_EQ(scoped([&] { return try_open(secret, O_RDONLY); }), kDenied);
+  const uint64_t before = denied(AC_HOOK_FILE_RECEIVE);
+  // ...nor have it handed in.
+  int fd = ::open(secret.c_str(), O_RDONLY | O_CLOEXEC);
+  ASSERT_GE(fd, 0);
+  EXPECT_EQ(pass_in(fd, read_byte), kDenied);
+  ::close(fd);
+  EXPECT_EQ(denied(AC_HOOK_FILE_RECEIVE) - before, 1u);
+
+  // A file of its workspace, read and read-write, and a pipe: received.
+  fd = ::open(mine.c_str(), O_RDONLY | O_CLOEXEC);
+  ASSERT_GE(fd, 0);
+  EXPECT_EQ(pass_in(fd, read_byte), kOk);
+  ::close(fd);
+  fd = ::open(mine.c_str(), O_RDWR | O_CLOEXEC);
+  ASSERT_GE(fd, 0);
+  EXPECT_EQ(pass_in(fd, read_byte), kOk);
+  ::close(fd);
+  int p[2];
+  ASSERT_EQ(::pipe2(p, O_CLOEXEC), 0);
+  ASSERT_EQ(::write(p[1], "p", 1), 1);
+  EXPECT_EQ(pass_in(p[0], read_byte), kOk);
+  ::close(p[0]);
+  ::close(p[1]);
+  EXPECT_EQ(denied(AC_HOOK_FILE_RECEIVE) - before, 1u);
+}
+
+}  // namespace
+}  // namespace agentcage
