@@ -5,6 +5,7 @@
 // seccomp filter to refuse 32-bit system calls, so the LSM has to see both.
 // The scope here is attached (no run, no filter); other terminal ioctls keep
 // working beside each denial.
+#include <fcntl.h>
 #include <pty.h>
 #include <sys/ioctl.h>
 #include <sys/mman.h>
