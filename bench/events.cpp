@@ -394,7 +394,6 @@ void EventsBench::cleanup() {
   dir_.clear();
 }
 
-
 void EventsBench::print(const std::vector<Step>& steps, const Step* forced) const {
   say("  %-22s %9s %9s %9s %9s %7s %11s %8s %10s %9s\n", "target opens/s", "produced", "produced/s",
       "delivered", "deliv./s", "lost", "metrics e/l", "drain", "not denied", "p = d + l");

@@ -47,24 +47,6 @@ int try_socket(int family, int type, int protocol) {
   return kOk;
 }
 
-sockaddr_storage inet_addr_of(int family, const char* text, uint16_t port, socklen_t* len) {
-  sockaddr_storage ss{};
-  if (family == AF_INET) {
-    auto* a = reinterpret_cast<sockaddr_in*>(&ss);
-    a->sin_family = AF_INET;
-    a->sin_port = htons(port);
-    ::inet_pton(AF_INET, text, &a->sin_addr);
-    *len = sizeof(sockaddr_in);
-  } else {
-    auto* a = reinterpret_cast<sockaddr_in6*>(&ss);
-    a->sin6_family = AF_INET6;
-    a->sin6_port = htons(port);
-    ::inet_pton(AF_INET6, text, &a->sin6_addr);
-    *len = sizeof(sockaddr_in6);
-  }
-  return ss;
-}
-
 // bind (and optionally listen) a fresh socket; kOk, kDenied or kOtherError,
 // and 10 + the code of listen when bind went through but listen did not.
 int try_bind(int family, int type, const char* addr, uint16_t port, bool listen, bool reuse = true) {

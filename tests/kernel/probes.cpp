@@ -105,6 +105,24 @@ int tcp_connect(int family, const char* addr, uint16_t port) {
   return r;
 }
 
+sockaddr_storage inet_addr_of(int family, const char* text, uint16_t port, socklen_t* len) {
+  sockaddr_storage ss{};
+  if (family == AF_INET) {
+    auto* a = reinterpret_cast<sockaddr_in*>(&ss);
+    a->sin_family = AF_INET;
+    a->sin_port = htons(port);
+    ::inet_pton(AF_INET, text, &a->sin_addr);
+    *len = sizeof(sockaddr_in);
+  } else {
+    auto* a = reinterpret_cast<sockaddr_in6*>(&ss);
+    a->sin6_family = AF_INET6;
+    a->sin6_port = htons(port);
+    ::inet_pton(AF_INET6, text, &a->sin6_addr);
+    *len = sizeof(sockaddr_in6);
+  }
+  return ss;
+}
+
 int tcp_connect_loopback(uint16_t port) { return tcp_connect(AF_INET, "127.0.0.1", port); }
 
 int udp_sendto(uint16_t port) {

@@ -8,6 +8,7 @@
 // in_child), so they only return codes and never use gtest assertions.
 #pragma once
 
+#include <sys/socket.h>
 #include <sys/types.h>
 
 #include <cstdint>
@@ -46,6 +47,8 @@ int run_program(const std::string& path);
 // execve/execveat/fexecve) in the child and map the outcome as above.
 int run_exec(const std::function<void()>& do_exec);
 
+// An AF_INET or AF_INET6 address from its text and port; *len gets its size.
+sockaddr_storage inet_addr_of(int family, const char* text, uint16_t port, socklen_t* len);
 // TCP connect to addr:port (AF_INET or AF_INET6 address text).
 int tcp_connect(int family, const char* addr, uint16_t port);
 // TCP connect to 127.0.0.1:port.

@@ -34,24 +34,6 @@ std::string policy_yaml(const std::string& spec) {
   return "apiVersion: agentcage/v1\nkind: Policy\nmetadata:\n  name: kt-selftalk\nspec:\n" + spec;
 }
 
-sockaddr_storage addr_of(int family, const char* text, uint16_t port, socklen_t* len) {
-  sockaddr_storage ss{};
-  if (family == AF_INET) {
-    auto* a = reinterpret_cast<sockaddr_in*>(&ss);
-    a->sin_family = AF_INET;
-    a->sin_port = htons(port);
-    ::inet_pton(AF_INET, text, &a->sin_addr);
-    *len = sizeof(sockaddr_in);
-  } else {
-    auto* a = reinterpret_cast<sockaddr_in6*>(&ss);
-    a->sin6_family = AF_INET6;
-    a->sin6_port = htons(port);
-    ::inet_pton(AF_INET6, text, &a->sin6_addr);
-    *len = sizeof(sockaddr_in6);
-  }
-  return ss;
-}
-
 uint16_t port_of(int fd) {
   sockaddr_storage ss{};
   socklen_t len = sizeof ss;
@@ -64,7 +46,7 @@ uint16_t port_of(int fd) {
 uint16_t free_udp_port() {
   int s = ::socket(AF_INET, SOCK_DGRAM | SOCK_CLOEXEC, 0);
   socklen_t len = 0;
-  sockaddr_storage ss = addr_of(AF_INET, "127.0.0.1", 0, &len);
+  sockaddr_storage ss = inet_addr_of(AF_INET, "127.0.0.1", 0, &len);
   ::bind(s, reinterpret_cast<sockaddr*>(&ss), len);
   uint16_t port = port_of(s);
   ::close(s);
@@ -81,10 +63,10 @@ int tcp_self_talk(int family, const char* server, int client_family, const char*
   int one = 1;
   if (reuse) ::setsockopt(s, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);  // as Python's servers do
   socklen_t len = 0;
-  sockaddr_storage ss = addr_of(family, server, 0, &len);
+  sockaddr_storage ss = inet_addr_of(family, server, 0, &len);
   if (::bind(s, reinterpret_cast<sockaddr*>(&ss), len) != 0) return 10;
   if (::listen(s, 4) != 0) return 11;
-  ss = addr_of(client_family, client, port_of(s), &len);
+  ss = inet_addr_of(client_family, client, port_of(s), &len);
   pid_t pid = ::fork();
   if (pid == 0) {
     int c = ::socket(client_family, SOCK_STREAM | SOCK_CLOEXEC, 0);
@@ -169,7 +151,7 @@ int serve_and_watch(int fd_ready, int fd_done, int type, uint16_t port) {
   ::alarm(20);
   int s = ::socket(AF_INET, type | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
   socklen_t len = 0;
-  sockaddr_storage ss = addr_of(AF_INET, "127.0.0.1", port, &len);
+  sockaddr_storage ss = inet_addr_of(AF_INET, "127.0.0.1", port, &len);
   bool up =
       ::bind(s, reinterpret_cast<sockaddr*>(&ss), len) == 0 && (type != SOCK_STREAM || ::listen(s, 4) == 0);
   uint16_t bound = up ? port_of(s) : 0;
@@ -222,7 +204,7 @@ TEST_F(SelfTalkTest, NoHostProcessReachesARunsPrivateSockets) {
               uint16_t port = free_udp_port();
               int r = ::socket(AF_INET, SOCK_DGRAM | SOCK_CLOEXEC, 0);
               socklen_t len = 0;
-              sockaddr_storage ss = addr_of(AF_INET, "127.0.0.1", port, &len);
+              sockaddr_storage ss = inet_addr_of(AF_INET, "127.0.0.1", port, &len);
               if (::bind(r, reinterpret_cast<sockaddr*>(&ss), len) != 0) return 10 + classify(errno);
               int code = udp_sendto(port);
               if (code != kOk) return 20 + code;
@@ -246,7 +228,7 @@ TEST_F(SelfTalkTest, AUdpPortTheKernelPicksIsPrivateToo) {
   EXPECT_EQ(scoped([] {
               int r = ::socket(AF_INET, SOCK_DGRAM | SOCK_CLOEXEC, 0);
               socklen_t len = 0;
-              sockaddr_storage ss = addr_of(AF_INET, "127.0.0.1", 0, &len);
+              sockaddr_storage ss = inet_addr_of(AF_INET, "127.0.0.1", 0, &len);
               if (::bind(r, reinterpret_cast<sockaddr*>(&ss), len) != 0) return 10 + classify(errno);
               int code = udp_sendto(port_of(r));
               if (code != kOk) return 20 + code;
@@ -272,7 +254,7 @@ TEST_F(SelfTalkTest, APrivateSocketKeepsItsAddressToItself) {
   EXPECT_EQ(scoped([] {
               int s = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
               socklen_t len = 0;
-              sockaddr_storage ss = addr_of(AF_INET, "127.0.0.1", 0, &len);
+              sockaddr_storage ss = inet_addr_of(AF_INET, "127.0.0.1", 0, &len);
               if (::bind(s, reinterpret_cast<sockaddr*>(&ss), len) != 0 || ::listen(s, 4) != 0) return 10;
               if (int c = set_opt(s, SO_REUSEADDR); c != kOk) return 20 + c;
               return set_opt(s, SO_REUSEPORT);
@@ -281,7 +263,7 @@ TEST_F(SelfTalkTest, APrivateSocketKeepsItsAddressToItself) {
   EXPECT_EQ(scoped([] {
               int s = ::socket(AF_INET, SOCK_DGRAM | SOCK_CLOEXEC, 0);
               socklen_t len = 0;
-              sockaddr_storage ss = addr_of(AF_INET, "127.0.0.1", 0, &len);
+              sockaddr_storage ss = inet_addr_of(AF_INET, "127.0.0.1", 0, &len);
               if (::bind(s, reinterpret_cast<sockaddr*>(&ss), len) != 0) return 10;
               port_of(s);
               return set_opt(s, SO_REUSEADDR);

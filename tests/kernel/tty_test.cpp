@@ -32,7 +32,8 @@ long ioctl32(int fd, unsigned cmd, uint32_t arg) {
   long ret;
   asm volatile("int $0x80"
                : "=a"(ret)
-               : "a"(54L), "b"(static_cast<long>(fd)), "c"(static_cast<long>(cmd)), "d"(static_cast<long>(arg))
+               : "a"(54L), "b"(static_cast<long>(fd)), "c"(static_cast<long>(cmd)),
+                 "d"(static_cast<long>(arg))
                : "memory", "r8", "r9", "r10", "r11");
   return ret;
 }
@@ -80,9 +81,10 @@ TEST_F(TtyTest, NoInputPushedByA64Or32BitIoctl) {
 #if !defined(__x86_64__)
   GTEST_SKIP() << "the 32-bit entry is x86-64's";
 #endif
-  apply_yaml("apiVersion: agentcage/v1\nkind: Policy\nmetadata:\n  name: kt-tty\nspec:\n"
-             "  files:\n    read: [/dev]\n    write: [/dev/pts, /dev/ptmx]\n",
-             ws_.string());
+  apply_yaml(
+      "apiVersion: agentcage/v1\nkind: Policy\nmetadata:\n  name: kt-tty\nspec:\n"
+      "  files:\n    read: [/dev]\n    write: [/dev/pts, /dev/ptmx]\n",
+      ws_.string());
   const uint64_t before = denied(AC_HOOK_TTY);
   EXPECT_EQ(scoped([] { return push_input(false); }), kOk) << "64-bit";
   EXPECT_EQ(denied(AC_HOOK_TTY) - before, 1u);

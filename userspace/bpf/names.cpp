@@ -5,11 +5,12 @@ namespace agentcage::bpf {
 
 std::string_view hook_name(uint32_t hook) {
   static constexpr std::string_view kNames[AC_HOOK_COUNT] = {
-      "exec",          "file_open",    "socket_connect", "file_change", "mmap_exec",     "socket_send",
-      "socket_create", "unix_connect", "scope_escape",   "socket_bind", "socket_listen", "netlink_send",
-      "ipc",           "key",          "file_stat",      "file_watch",  "proc",          "native_code",
-      "debug",         "ingress",      "tty",
-      "file_receive"};
+      "exec",         "file_open",   "socket_connect", "file_change",
+      "mmap_exec",    "socket_send", "socket_create",  "unix_connect",
+      "scope_escape", "socket_bind", "socket_listen",  "netlink_send",
+      "ipc",          "key",         "file_stat",      "file_watch",
+      "proc",         "native_code", "debug",          "ingress",
+      "tty",          "file_receive"};
   return hook < AC_HOOK_COUNT ? kNames[hook] : "unknown";
 }
 
@@ -20,9 +21,8 @@ std::string_view decision_name(uint32_t decision) {
 
 std::string_view reason_name(uint32_t reason) {
   static constexpr std::string_view kNames[AC_REASON_COUNT] = {
-      "rule_allow",      "default_deny", "rule_deny", "no_policy",     "path_too_deep",
-      "path_unreadable", "internal",     "protected", "path_too_long", "path_detached",
-      "scratch_unavailable"};
+      "rule_allow", "default_deny", "rule_deny",     "no_policy",     "path_too_deep",      "path_unreadable",
+      "internal",   "protected",    "path_too_long", "path_detached", "scratch_unavailable"};
   return reason < AC_REASON_COUNT ? kNames[reason] : "unknown";
 }
 

@@ -138,7 +138,8 @@ Status copy_dir(int src, int dst, int depth, const std::string& shown, uint64_t&
       std::string target(static_cast<size_t>(e.listed.st_size) + 1, '\0');
       ssize_t n = ::readlinkat(src, name, target.data(), target.size());
       if (n < 0) return Error::from_errno("reading the link " + e.shown);
-      if (static_cast<size_t>(n) >= target.size()) return Error{e.shown + " changed while it was read", EAGAIN};
+      if (static_cast<size_t>(n) >= target.size())
+        return Error{e.shown + " changed while it was read", EAGAIN};
       target.resize(static_cast<size_t>(n));
       if (::symlinkat(target.c_str(), dst, name) != 0 ||
           ::fchownat(dst, name, e.listed.st_uid, e.listed.st_gid, AT_SYMLINK_NOFOLLOW) != 0)
