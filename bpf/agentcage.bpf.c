@@ -25,7 +25,8 @@
  *             a run's own sockets reach each other, nobody else reaches a
  *             private one (connect/sendmsg from outside; socket_setsockopt
  *             keeps SO_REUSEPORT off it, socket_getsockname registers a
- *             port the kernel picked): selftalk.bpf.h.
+ *             port the kernel picked, socket_sock_rcv_skb lets a UDP
+ *             server answer its own clients): selftalk.bpf.h.
  *   receive   file_receive: a descriptor passed in must be the run's own
  *             socket, a file the policy lets it open, or a pipe-like file.
  *   native    mmap_file/file_mprotect also keep anonymous or written memory
@@ -607,6 +608,19 @@ int BPF_PROG(ac_socket_getsockname, struct socket *sock, int ret)
 	if (ac_current_scope(&c, AC_HOOK_INGRESS) != AC_SCOPE_POLICY || ac_udp_settle(&c, sock->sk))
 		return 0;
 	return ac_decide_on_hook(&c, AC_HOOK_INGRESS, 0, AC_REASON_INTERNAL);
+}
+
+/* A datagram reaching a run's private UDP socket: its source becomes an
+ * address the run may answer (ac_udp_note_reply). Runs in softirq for every
+ * packet the host receives: anything but UDP returns at once. Never refuses. */
+SEC("lsm/socket_sock_rcv_skb")
+int BPF_PROG(ac_socket_sock_rcv_skb, struct sock *sk, struct sk_buff *skb, int ret)
+{
+	if (ret)
+		return ret;
+	if (BPF_CORE_READ(sk, sk_protocol) == IPPROTO_UDP)
+		ac_udp_note_reply(sk, skb);
+	return 0;
 }
 
 /* Called in sendmsg on every netlink socket, before the kernel acts on the

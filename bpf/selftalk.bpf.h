@@ -24,6 +24,8 @@
  *   inet, a task outside every scope connecting/sending to a loopback
  *           address where a scope's private socket is: denied (hook
  *           ingress, counted in the owner's policy).
+ *   udp     a source that sent to a scope's private UDP socket is the
+ *           scope's own (its client): the scope may answer it.
  *   unix    a peer socket bound by the same scope is allowed (a test server
  *           on a socket in the workspace), whatever network.allow says.
  *
@@ -71,6 +73,39 @@ struct {
 	__type(value, struct ac_listener);
 } ac_listeners SEC(".maps");
 
+/*
+ * Reply addresses: where a datagram that reached a scope's private UDP
+ * socket came from. Every sender outside the scope is refused before its
+ * datagram leaves (a host task in ac_ingress_from_host, another scope in
+ * ac_peer_of), so that source is a socket of the scope's own: usually a
+ * client the kernel bound to a port of its choosing when it first sent,
+ * after every hook, so never registered. The scope may send back to it
+ * (a UDP server answering its own clients) for AC_UDP_REPLY_NS after the
+ * last datagram from it. A pending socket (port 0, not yet settled) records
+ * nothing: the host may still reach it (the README's limits), and its
+ * datagram must not make the host's address the run's.
+ *
+ * LRU: a run that makes a great many clients evicts the oldest entries, its
+ * own or another scope's (a reply to an evicted client then needs
+ * network.allow); a registration never fails.
+ */
+#define AC_UDP_REPLY_NS (60ULL * 1000000000ULL)
+#define AC_MAX_UDP_REPLIES 16384
+#define ETH_P_IP 0x0800
+#define ETH_P_IPV6 0x86DD
+
+struct ac_udp_reply {
+	__u64 scope_id;
+	__u64 seen_ns;
+};
+
+struct {
+	__uint(type, BPF_MAP_TYPE_LRU_HASH);
+	__uint(max_entries, AC_MAX_UDP_REPLIES);
+	__type(key, struct ac_listener_key);
+	__type(value, struct ac_udp_reply);
+} ac_udp_replies SEC(".maps");
+
 /* Is the socket an entry names still the one registered? Read through the
  * pointer without trusting it: TCP and UDP sockets are freed type-safe
  * (SLAB_TYPESAFE_BY_RCU), and a reused one has another cookie. */
@@ -109,8 +144,7 @@ static __noinline struct ac_listener *ac_listener_at(struct ac_listener_key *k)
  * is full): the caller denies.
  */
 static __noinline int ac_listener_register(const struct ac_ctx *c, struct sock *sk,
-					   const __u8 *addr, __u32 port_proto,
-					   __u32 flags)
+					   const __u8 *addr, __u32 port_proto, __u32 flags)
 {
 	if (!sk) /* 6.12 types socket->sk as maybe NULL */
 		return 0;
@@ -169,7 +203,49 @@ static __noinline int ac_udp_settle(const struct ac_ctx *c, struct sock *sk)
 		return 1; /* the bind failed: nothing to reach */
 	__u8 addr[16] = {};
 	ac_sock_local_addr(sk, BPF_CORE_READ(sk, __sk_common.skc_family), addr);
-	return ac_listener_register(c, sk, addr, AC_PORT_PROTO(port, IPPROTO_UDP), AC_SOCK_F_PRIVATE);
+	return ac_listener_register(c, sk, addr, AC_PORT_PROTO(port, IPPROTO_UDP),
+				    AC_SOCK_F_PRIVATE);
+}
+
+/*
+ * A datagram arrives on sk (softirq; no task to speak of): when sk is a
+ * settled private UDP socket and the datagram comes from a loopback
+ * address, remember its source as a reply address of sk's scope.
+ */
+static __always_inline void ac_udp_note_reply(struct sock *sk, struct sk_buff *skb)
+{
+	struct ac_sock_owner *o = bpf_sk_storage_get(&ac_sock_owners, sk, 0, 0);
+	if (!o || (o->flags & (AC_SOCK_F_PRIVATE | AC_SOCK_F_PENDING)) != AC_SOCK_F_PRIVATE)
+		return;
+	struct ac_listener_key k = {.netns = ac_sock_netns(sk), .proto = IPPROTO_UDP};
+	unsigned char *head = BPF_CORE_READ(skb, head);
+	__u16 nh = BPF_CORE_READ(skb, network_header), th = BPF_CORE_READ(skb, transport_header);
+	__u16 proto = bpf_ntohs(BPF_CORE_READ(skb, protocol));
+	if (proto == ETH_P_IP) {
+		k.addr[10] = 0xff;
+		k.addr[11] = 0xff;
+		if (bpf_probe_read_kernel(&k.addr[12], 4, head + nh + 12)) /* iphdr.saddr */
+			return;
+	} else if (proto == ETH_P_IPV6) {
+		if (bpf_probe_read_kernel(k.addr, 16, head + nh + 8)) /* ipv6hdr.saddr */
+			return;
+	} else {
+		return;
+	}
+	__be16 sport = 0;
+	if (!ac_is_loopback(k.addr) || bpf_probe_read_kernel(&sport, 2, head + th))
+		return;
+	k.port = bpf_ntohs(sport);
+	struct ac_udp_reply r = {.scope_id = o->scope_id, .seen_ns = bpf_ktime_get_boot_ns()};
+	bpf_map_update_elem(&ac_udp_replies, &k, &r, BPF_ANY);
+}
+
+/* Is k (a UDP destination) a reply address of scope c, fresh? */
+static __always_inline int ac_udp_reply_to(const struct ac_ctx *c, struct ac_listener_key *k)
+{
+	struct ac_udp_reply *r = bpf_map_lookup_elem(&ac_udp_replies, k);
+	return r && r->scope_id == c->scope_id &&
+	       bpf_ktime_get_boot_ns() - r->seen_ns < AC_UDP_REPLY_NS;
 }
 
 /* Whose socket does an inet destination reach? */
@@ -181,8 +257,8 @@ enum ac_peer {
 
 /* For scope c sending to addr[16]:port over `sock`: its own socket
  * at that address or on the port's wildcard, or another's private one. */
-static __noinline int ac_peer_of(const struct ac_ctx *c, struct socket *sock,
-				 const __u8 *addr, __u16 port, __u16 protocol)
+static __noinline int ac_peer_of(const struct ac_ctx *c, struct socket *sock, const __u8 *addr,
+				 __u16 port, __u16 protocol)
 {
 	struct ac_listener_key k = {
 		.netns = ac_sock_netns(BPF_CORE_READ(sock, sk)), .port = port, .proto = protocol};
@@ -192,6 +268,10 @@ static __noinline int ac_peer_of(const struct ac_ctx *c, struct socket *sock,
 		return l->scope_id == c->scope_id	? AC_PEER_SELF
 		       : (l->flags & AC_SOCK_F_PRIVATE) ? AC_PEER_PRIVATE
 							: AC_PEER_UNKNOWN;
+	/* A client of the scope's own that sent to one of its private UDP
+	 * sockets: the answer goes back. */
+	if (protocol == IPPROTO_UDP && ac_udp_reply_to(c, &k))
+		return AC_PEER_SELF;
 	/* A listener of the scope's own on 0.0.0.0 or :: (network.listen)
 	 * also answers on loopback; only the scope itself skips its rules. */
 	__builtin_memset(k.addr, 0, 16);

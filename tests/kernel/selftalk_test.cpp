@@ -10,13 +10,18 @@
 #include <fcntl.h>
 #include <netinet/in.h>
 #include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/time.h>
 #include <sys/un.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
 #include <cerrno>
+#include <csignal>
 #include <cstring>
+#include <fstream>
 #include <functional>
+#include <sstream>
 #include <string>
 #include <thread>
 #include <utility>
@@ -84,6 +89,58 @@ int tcp_self_talk(int family, const char* server, int client_family, const char*
   int code = exit_code(status);
   if (code != kOk) return 12 + 10 * code;
   return served ? kOk : 14;
+}
+
+// A UDP server on `server` (a port the kernel picks) and a client from a
+// child process that never binds (the kernel picks its port as it first
+// sends, after every hook): one datagram each way. kOk, 10 (bind), 11
+// (nothing arrived), 20 + the code of the server's answer, or 30 + the
+// client's code.
+int udp_round_trip(int family, const char* server) {
+  ::alarm(20);
+  int s = ::socket(family, SOCK_DGRAM | SOCK_CLOEXEC, 0);
+  socklen_t len = 0;
+  sockaddr_storage ss = inet_addr_of(family, server, 0, &len);
+  if (::bind(s, reinterpret_cast<sockaddr*>(&ss), len) != 0) return 10;
+  ss = inet_addr_of(family, server, port_of(s), &len);
+  pid_t pid = ::fork();
+  if (pid == 0) {
+    int c = ::socket(family, SOCK_DGRAM | SOCK_CLOEXEC, 0);
+    timeval tv{5, 0};
+    ::setsockopt(c, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
+    if (::sendto(c, "ping", 4, 0, reinterpret_cast<sockaddr*>(&ss), len) != 4) ::_exit(classify(errno));
+    char buf[4];
+    ::_exit(::recv(c, buf, 4, 0) == 4 && std::memcmp(buf, "pong", 4) == 0 ? kOk : kOtherError);
+  }
+  sockaddr_storage from{};
+  socklen_t from_len = sizeof from;
+  char buf[4];
+  int code = 11;
+  if (::recvfrom(s, buf, 4, 0, reinterpret_cast<sockaddr*>(&from), &from_len) == 4)
+    code = ::sendto(s, "pong", 4, 0, reinterpret_cast<sockaddr*>(&from), from_len) == 4
+               ? kOk
+               : 20 + classify(errno);
+  if (code != kOk) ::kill(pid, SIGKILL);
+  int status = 0;
+  ::waitpid(pid, &status, 0);
+  if (code != kOk) return code;
+  return exit_code(status) == kOk ? kOk : 30 + exit_code(status);
+}
+
+// The local port of the UDP socket with inode `ino`, from /proc/net/udp
+// (a host process's view; 0 if not found).
+uint16_t udp_port_of_inode(ino_t ino) {
+  std::ifstream in("/proc/net/udp");
+  std::string line;
+  std::getline(in, line);  // header
+  while (std::getline(in, line)) {
+    std::istringstream f(line);
+    std::string sl, local, remote, st, queues, tr, retr, uid, timeout, inode;
+    f >> sl >> local >> remote >> st >> queues >> tr >> retr >> uid >> timeout >> inode;
+    if (inode == std::to_string(ino))
+      return static_cast<uint16_t>(std::stoul(local.substr(local.find(':') + 1), nullptr, 16));
+  }
+  return 0;
 }
 
 // A unix stream server at `path`, a client from a child. kOk or 10 + step.
@@ -237,6 +294,67 @@ TEST_F(SelfTalkTest, AUdpPortTheKernelPicksIsPrivateToo) {
             }),
             kOk);
   EXPECT_EQ(denied(AC_HOOK_INGRESS) - before, 1u);
+}
+
+TEST_F(SelfTalkTest, AUdpServerAnswersItsOwnClients) {
+  // A test's UDP server answers a client that just sends: the client's
+  // port is picked by the kernel after every hook, so it is learnt from
+  // the datagram that reached the run's private socket.
+  apply(kNoNetwork);
+  auto denials = [this] {
+    return denied(AC_HOOK_SOCKET_CONNECT) + denied(AC_HOOK_SOCKET_SEND) + denied(AC_HOOK_INGRESS);
+  };
+  const uint64_t before = denials();
+  EXPECT_EQ(scoped([] { return udp_round_trip(AF_INET, "127.0.0.1"); }), kOk) << "127.0.0.1";
+  EXPECT_EQ(scoped([] { return udp_round_trip(AF_INET6, "::1"); }), kOk) << "::1";
+  EXPECT_EQ(denials(), before);
+}
+
+TEST_F(SelfTalkTest, AHostDatagramMakesNoReplyAddress) {
+  // A socket bound to port 0 that the run has not yet used can still get
+  // the host's datagram (the README's limits); answering it would send to
+  // a host socket, which network.allow (none here) decides.
+  apply(kNoNetwork);
+  auto host = ::socket(AF_INET, SOCK_DGRAM | SOCK_CLOEXEC, 0);
+  socklen_t len = 0;
+  sockaddr_storage ss = inet_addr_of(AF_INET, "127.0.0.1", 0, &len);
+  ASSERT_EQ(::bind(host, reinterpret_cast<sockaddr*>(&ss), len), 0);
+  int ready[2], sent[2];
+  ASSERT_EQ(::pipe2(ready, O_CLOEXEC), 0);
+  ASSERT_EQ(::pipe2(sent, O_CLOEXEC), 0);
+  std::thread t([&] {
+    ino_t ino = 0;
+    if (::read(ready[0], &ino, sizeof ino) == sizeof ino && ino) {
+      uint16_t port = udp_port_of_inode(ino);
+      sockaddr_storage to = inet_addr_of(AF_INET, "127.0.0.1", port, &len);
+      if (port) ::sendto(host, "x", 1, 0, reinterpret_cast<sockaddr*>(&to), len);
+    }
+    (void)!::write(sent[1], "x", 1);
+  });
+  const uint64_t before = denied(AC_HOOK_SOCKET_SEND);
+  int code = scoped([&] {
+    ::alarm(20);
+    int r = ::socket(AF_INET, SOCK_DGRAM | SOCK_CLOEXEC, 0);
+    socklen_t rlen = 0;
+    sockaddr_storage a = inet_addr_of(AF_INET, "127.0.0.1", 0, &rlen);
+    struct stat st {};
+    ino_t ino = ::bind(r, reinterpret_cast<sockaddr*>(&a), rlen) == 0 && ::fstat(r, &st) == 0 ? st.st_ino : 0;
+    (void)!::write(ready[1], &ino, sizeof ino);
+    if (!ino) return 10;
+    char c;
+    (void)!::read(sent[0], &c, 1);
+    sockaddr_storage from{};
+    socklen_t from_len = sizeof from;
+    if (::recvfrom(r, &c, 1, MSG_DONTWAIT, reinterpret_cast<sockaddr*>(&from), &from_len) != 1) return 11;
+    return ::sendto(r, "y", 1, 0, reinterpret_cast<sockaddr*>(&from), from_len) == 1 ? kOk : classify(errno);
+  });
+  t.join();
+  for (int fd : {ready[0], ready[1], sent[0], sent[1]}) ::close(fd);
+  char c;
+  EXPECT_EQ(code, kDenied) << "the run answered a host socket (11: the host's datagram never arrived)";
+  EXPECT_EQ(::recv(host, &c, 1, MSG_DONTWAIT), -1) << "the host socket got the run's answer";
+  EXPECT_EQ(denied(AC_HOOK_SOCKET_SEND) - before, 1u);
+  ::close(host);
 }
 
 // setsockopt(SOL_SOCKET, opt, 1) as a probe code.
