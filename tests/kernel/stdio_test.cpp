@@ -63,6 +63,37 @@ TEST_F(Stdio, RegularFileStdoutIsOnlyAppendedTo) {
   EXPECT_EQ(r.out, "first line\nlast line\n") << r.describe();
 }
 
+// Output the run writes into the caller's files reaches the host's disk:
+// limits.disk bounds it (stdout and stderr together). 4 MiB against a 1 MiB
+// limit: the file holds exactly the limit, the run's write past it fails
+// with EPIPE, the result and a warning say so. Half the limit arrives whole.
+TEST_F(Stdio, OutputToFilesIsBoundedByTheDiskLimit) {
+  const std::string writer =
+      "import os, sys\n"
+      "chunk = b'x' * 65536\n"
+      "try:\n"
+      "    for i in range(int(sys.argv[1])):\n"
+      "        os.write(1, chunk)\n"
+      "except BrokenPipeError:\n"
+      "    sys.exit(3)\n";
+  auto args = [&](const char* chunks) {
+    std::vector<std::string> a = py(writer, {"--disk", "1Mi"});
+    a.push_back(chunks);
+    return a;
+  };
+  Ran big = run(args("64"));
+  EXPECT_EQ(big.code, 3) << big.describe();
+  EXPECT_EQ(big.out.size(), 1u << 20) << big.describe();
+  EXPECT_EQ(big.out.find_first_not_of('x'), std::string::npos);
+  EXPECT_EQ(big.result.value("output_truncated", false), true) << big.describe();
+  EXPECT_NE(big.err.find("reached the disk limit"), std::string::npos) << big.err;
+
+  Ran small = run(args("8"));
+  EXPECT_EQ(small.code, 0) << small.describe();
+  EXPECT_EQ(small.out.size(), 8u * 65536) << small.describe();
+  EXPECT_EQ(small.result.value("output_truncated", true), false) << small.describe();
+}
+
 TEST_F(Stdio, OutputOrderAndIsattyOfPipesAndFilesStayUsual) {
   // Interleaved writes to stdout and stderr, both files: each in its order.
   Ran r =

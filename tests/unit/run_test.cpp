@@ -147,6 +147,42 @@ TEST(RunStdio, OnlyFilesAreRelayedOrReopened) {
     for (mode_t type : {S_IFIFO, S_IFCHR, S_IFSOCK}) EXPECT_EQ(stdio_way(fd, type | 0600), StdioWay::pass);
 }
 
+// What the relay writes to the caller's files stops at its limit (both
+// streams together), and the pipe is closed so the writer learns it (EPIPE).
+// In a child: it points its own 1 and 2 at a temporary file.
+TEST(RunStdio, RelayedOutputStopsAtTheLimit) {
+  char path[] = "/tmp/agentcage-relay-XXXXXX";
+  int file = ::mkstemp(path);
+  ASSERT_GE(file, 0);
+  ::unlink(path);
+  pid_t pid = ::fork();
+  ASSERT_GE(pid, 0);
+  if (pid == 0) {
+    ::signal(SIGPIPE, SIG_IGN);
+    if (::dup2(file, 1) < 0 || ::dup2(file, 2) < 0) ::_exit(10);
+    auto relay = StdioRelay::prepare(100);
+    if (!relay) ::_exit(11);
+    const int w = relay->child_fds()[1];
+    if (w < 0 || relay->child_fds()[2] != w) ::_exit(12);  // 2>&1: one pipe
+    const std::string data(60, 'a');
+    auto size = [&] { return ::lseek(file, 0, SEEK_END); };
+    if (::write(w, data.data(), 60) != 60) ::_exit(13);
+    relay->drain();
+    if (relay->truncated() || size() != 60) ::_exit(14);
+    if (::write(w, data.data(), 60) != 60) ::_exit(15);
+    relay->drain();
+    if (!relay->truncated() || size() != 100 || relay->problems().size() != 1) ::_exit(16);
+    errno = 0;
+    if (::write(w, "b", 1) != -1 || errno != EPIPE) ::_exit(17);
+    ::_exit(0);
+  }
+  int status = 0;
+  ASSERT_EQ(::waitpid(pid, &status, 0), pid);
+  ::close(file);
+  ASSERT_TRUE(WIFEXITED(status));
+  EXPECT_EQ(WEXITSTATUS(status), 0) << "step that failed (see the test)";
+}
+
 TEST(RunOptions, EnvAssignments) {
   auto kv = parse_env_assignment("A_1=x=y");
   ASSERT_TRUE(kv);
@@ -297,6 +333,7 @@ TEST(RunResult, JsonShape) {
                           "timed_out",
                           "oom_killed",
                           "oom_kills",
+                          "output_truncated",
                           "interrupted_by",
                           "error",
                           "error_errno",

@@ -77,7 +77,10 @@ LIMITS
   set-id bits, device files, FIFOs or sockets. A --workspace DIR must be on
   a file system no larger than the disk limit (statfs: a tmpfs or an XFS
   project quota), or the run is refused: mount one there, or pass --disk
-  unlimited to let the run fill DIR's file system.
+  unlimited to let the run fill DIR's file system. Output relayed to
+  regular files (stdout/stderr redirected to a file) is bounded by the disk
+  limit too, both streams together: past it nothing more is written and
+  COMMAND's next write fails with EPIPE ("output_truncated" in the result).
 
 EXIT STATUS
   COMMAND's own exit status, or:

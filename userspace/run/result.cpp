@@ -68,6 +68,7 @@ nlohmann::json to_json(const RunResult& r) {
   j["timed_out"] = r.timed_out;
   j["oom_killed"] = r.oom_killed;
   j["oom_kills"] = r.oom_kills;
+  j["output_truncated"] = r.output_truncated;
   j["interrupted_by"] = r.interrupted_by > 0 ? json(signal_name(r.interrupted_by)) : json(nullptr);
   j["error"] = r.error.empty() ? json(nullptr) : json(r.error);
   j["error_errno"] = r.error_errno ? json(errno_name(r.error_errno)) : json(nullptr);

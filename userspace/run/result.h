@@ -47,7 +47,8 @@ struct RunResult {
   std::optional<int> exit_status;  // COMMAND's exit status when it exited
   std::optional<int> signal;       // signal that killed COMMAND
   bool timed_out = false;
-  bool oom_killed = false;  // memory.events oom_kill > 0
+  bool oom_killed = false;        // memory.events oom_kill > 0
+  bool output_truncated = false;  // relayed output cut at limits.disk (run/stdio.h)
   uint64_t oom_kills = 0;
   int interrupted_by = 0;  // signal that made agentcage end the run
   std::string error;       // why agentcage failed (exit 125/126/127)

@@ -28,6 +28,7 @@ namespace fs = std::filesystem;
 void drain_stdio(Run& run) {
   if (!run.stdio) return;
   run.stdio->drain();
+  run.res.output_truncated = run.stdio->truncated();
   for (const auto& p : run.stdio->problems()) run.err << "agentcage: warning: " << p << "\n";
   run.stdio.reset();
 }

@@ -32,8 +32,9 @@ StdioWay stdio_way(int fd, mode_t mode) {
   return fd == 0 ? StdioWay::read_only : StdioWay::relay;
 }
 
-Result<StdioRelay> StdioRelay::prepare() {
+Result<StdioRelay> StdioRelay::prepare(std::optional<uint64_t> max_bytes) {
   StdioRelay r;
+  r.limit_ = max_bytes;
   struct stat st[3] = {};
   for (int fd = 0; fd <= 2; ++fd)
     if (::fstat(fd, &st[fd]) != 0) return Error::from_errno("stdio: fstat " + std::to_string(fd));
@@ -123,18 +124,31 @@ void StdioRelay::move(Out& out, bool until_eof) {
       out.read_end.reset();  // EOF: every writer is gone
       return;
     }
+    const char* what = out.target == 1 ? "stdout" : "stderr";
+    const bool over = limit_ && relayed_ + static_cast<uint64_t>(n) > *limit_;
+    if (over) n = static_cast<ssize_t>(*limit_ - relayed_);
+    relayed_ += static_cast<uint64_t>(n);
     for (ssize_t off = 0; off < n;) {
       ssize_t w = ::write(out.target, buf + off, static_cast<size_t>(n - off));
       if (w < 0 && errno == EINTR) continue;
       if (w < 0) {
         // The run's next write gets EPIPE (SIGPIPE), as a full disk or a
         // closed reader would have told it.
-        problems_.push_back("relaying the run's " + std::string(out.target == 1 ? "stdout" : "stderr") +
-                            ": " + std::strerror(errno));
+        problems_.push_back("relaying the run's " + std::string(what) + ": " + std::strerror(errno));
         out.read_end.reset();
         return;
       }
       off += w;
+    }
+    if (over) {
+      // As a full disk would: the run learns at its next write (EPIPE).
+      truncated_ = true;
+      problems_.push_back("the run's " + std::string(what) + " reached the disk limit of " +
+                          std::to_string(*limit_) +
+                          " bytes (limits.disk, --disk) for output written to files; the rest was not "
+                          "written and the run's next write failed with EPIPE");
+      out.read_end.reset();
+      return;
     }
   }
 }

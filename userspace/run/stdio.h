@@ -10,7 +10,11 @@
 //                   appends what it reads to the caller's descriptor (the
 //                   caller's offset and O_APPEND apply as for its own
 //                   writes). stdout and stderr on one description (2>&1)
-//                   share one pipe, so their order is kept.
+//                   share one pipe, so their order is kept. What reaches
+//                   the caller's files this way is bounded by limits.disk
+//                   (both together): past it the pipe is closed, so the
+//                   run's next write fails with EPIPE as it would on a full
+//                   disk, and the result says the output was cut.
 //   stdin           is reopened read-only, a description of the run's own at
 //                   the caller's offset (the caller's offset does not move);
 //                   a stdin the caller could not read becomes /dev/null.
@@ -43,7 +47,8 @@ StdioWay stdio_way(int fd, mode_t mode);
 class StdioRelay {
  public:
   // Looks at this process's 0, 1 and 2 and prepares what the run gets.
-  static Result<StdioRelay> prepare();
+  // max_bytes: at most this much relayed output in all (limits.disk).
+  static Result<StdioRelay> prepare(std::optional<uint64_t> max_bytes);
 
   // The descriptor the child makes its `i` (dup2), or -1 to keep its own.
   std::array<int, 3> child_fds() const;
@@ -57,8 +62,11 @@ class StdioRelay {
   // Moves everything left, without blocking: call when no process of the run
   // is left (then every pipe ends in EOF).
   void drain();
-  // Relay errors (the caller's descriptor refused a write), for a warning.
+  // Relay errors (the caller's descriptor refused a write, the limit was
+  // reached), for a warning.
   const std::vector<std::string>& problems() const { return problems_; }
+  // Whether output was cut at the limit.
+  bool truncated() const { return truncated_; }
 
  private:
   struct Out {
@@ -71,6 +79,9 @@ class StdioRelay {
   std::vector<Out> outs_;
   UniqueFd stdin_;  // the read-only reopened stdin, or /dev/null
   std::vector<std::string> problems_;
+  std::optional<uint64_t> limit_;  // max_bytes
+  uint64_t relayed_ = 0;           // bytes written to the caller's files so far
+  bool truncated_ = false;
 };
 
 }  // namespace agentcage::run

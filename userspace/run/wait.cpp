@@ -121,7 +121,7 @@ Step spawn(Run& run, std::optional<int>& unstarted) {
   if (!env) return internal(env.error().message);
   auto filter = build_seccomp_filter(run.policy->syscalls_allow);
   if (!filter) return internal(filter.error().message);
-  auto relay = StdioRelay::prepare();
+  auto relay = StdioRelay::prepare(res.disk_max_bytes);
   if (!relay) return internal(relay.error().message, relay.error().code);
   run.stdio = std::move(*relay);
   ChildPlan plan(run.identity->uid, run.identity->gid, r.record.workspace,
