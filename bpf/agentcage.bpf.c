@@ -26,7 +26,8 @@
  *             private one (connect/sendmsg from outside; socket_setsockopt
  *             keeps SO_REUSEPORT off it, socket_getsockname registers a
  *             port the kernel picked, socket_sock_rcv_skb lets a UDP
- *             server answer its own clients): selftalk.bpf.h.
+ *             server answer its own clients and lets a UDP client hear
+ *             only from the peers it sent to): selftalk.bpf.h.
  *   receive   file_receive: a descriptor passed in must be the run's own
  *             socket, a file the policy lets it open, or a pipe-like file.
  *   native    mmap_file/file_mprotect also keep anonymous or written memory
@@ -610,17 +611,20 @@ int BPF_PROG(ac_socket_getsockname, struct socket *sock, int ret)
 	return ac_decide_on_hook(&c, AC_HOOK_INGRESS, 0, AC_REASON_INTERNAL);
 }
 
-/* A datagram reaching a run's private UDP socket: its source becomes an
- * address the run may answer (ac_udp_note_reply). Runs in softirq for every
- * packet the host receives: anything but UDP returns at once. Never refuses. */
+/* A datagram reaching a run's UDP socket (ac_udp_receive): at a private
+ * one its source becomes an address the run may answer; at a client, only
+ * a peer it sent to gets in. Runs in softirq for every packet the host
+ * receives (and in process context for unix and netlink ones): anything but
+ * inet UDP returns at once. */
 SEC("lsm/socket_sock_rcv_skb")
 int BPF_PROG(ac_socket_sock_rcv_skb, struct sock *sk, struct sk_buff *skb, int ret)
 {
 	if (ret)
 		return ret;
-	if (BPF_CORE_READ(sk, sk_protocol) == IPPROTO_UDP)
-		ac_udp_note_reply(sk, skb);
-	return 0;
+	__u16 family = BPF_CORE_READ(sk, __sk_common.skc_family);
+	if (BPF_CORE_READ(sk, sk_protocol) != IPPROTO_UDP || (family != AF_INET && family != AF_INET6))
+		return 0;
+	return ac_udp_receive(sk, skb);
 }
 
 /* Called in sendmsg on every netlink socket, before the kernel acts on the

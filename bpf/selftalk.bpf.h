@@ -25,7 +25,9 @@
  *           address where a scope's private socket is: denied (hook
  *           ingress, counted in the owner's policy).
  *   udp     a source that sent to a scope's private UDP socket is the
- *           scope's own (its client): the scope may answer it.
+ *           scope's own (its client): the scope may answer it. A scope's
+ *           UDP client (a socket it sends from without binding it)
+ *           receives only from the peers it sent to.
  *   unix    a peer socket bound by the same scope is allowed (a test server
  *           on a socket in the workspace), whatever network.allow says.
  *
@@ -208,36 +210,166 @@ static __noinline int ac_udp_settle(const struct ac_ctx *c, struct sock *sk)
 }
 
 /*
- * A datagram arrives on sk (softirq; no task to speak of): when sk is a
- * settled private UDP socket and the datagram comes from a loopback
- * address, remember its source as a reply address of sk's scope.
+ * Who a scope's UDP client hears from: a socket the scope sends from without
+ * having bound it (the kernel binds it to the wildcard address and a port of
+ * its choosing, reachable from anywhere) receives datagrams only from the
+ * last AC_UDP_PEERS addresses and ports it sent to or connected to (as a
+ * stateful firewall keeps UDP replies), so a "no network" run cannot be
+ * sent commands by whoever sprays the host's ports. Kept on the socket
+ * itself; a socket whose note cannot be stored may not send (fail closed).
+ * Registered sockets (ac_sock_owners) are not clients: a private one is
+ * guarded at every sender, a public one is open by network.listen.
  */
-static __always_inline void ac_udp_note_reply(struct sock *sk, struct sk_buff *skb)
+#define AC_UDP_PEERS 8
+
+struct ac_udp_peer {
+	__u8 addr[16];
+	__u16 port;
+	__u16 pad;
+};
+
+struct ac_udp_client {
+	__u64 scope_cgroup; /* the scope's cgroup: where the denial is counted */
+	__u32 next;	    /* the ring's next place */
+	__u32 pad;
+	struct ac_udp_peer peers[AC_UDP_PEERS];
+};
+
+struct {
+	__uint(type, BPF_MAP_TYPE_SK_STORAGE);
+	__uint(map_flags, BPF_F_NO_PREALLOC);
+	__type(key, int);
+	__type(value, struct ac_udp_client);
+} ac_udp_clients SEC(".maps");
+
+static __always_inline int ac_udp_same_peer(const struct ac_udp_peer *p, const __u8 *addr,
+					    __u16 port)
 {
-	struct ac_sock_owner *o = bpf_sk_storage_get(&ac_sock_owners, sk, 0, 0);
-	if (!o || (o->flags & (AC_SOCK_F_PRIVATE | AC_SOCK_F_PENDING)) != AC_SOCK_F_PRIVATE)
-		return;
-	struct ac_listener_key k = {.netns = ac_sock_netns(sk), .proto = IPPROTO_UDP};
+	__u64 a[2], b[2];
+	__builtin_memcpy(a, p->addr, 16);
+	__builtin_memcpy(b, addr, 16);
+	return p->port == port && a[0] == b[0] && a[1] == b[1];
+}
+
+/* Scope c sent from (or connected) UDP socket sk to addr[16]:port, and was
+ * allowed: remember the peer. 0 when it cannot be remembered: the caller
+ * denies. */
+static __noinline int ac_udp_client_note(const struct ac_ctx *c, struct sock *sk, const __u8 *addr,
+					 __u16 port)
+{
+	if (!sk)
+		return 1;
+	if (bpf_sk_storage_get(&ac_sock_owners, sk, 0, 0))
+		return 1; /* registered: not a client */
+	struct ac_udp_client *u =
+		bpf_sk_storage_get(&ac_udp_clients, sk, 0, BPF_SK_STORAGE_GET_F_CREATE);
+	if (!u)
+		return 0;
+	u->scope_cgroup = c->scope_cgroup;
+	for (int i = 0; i < AC_UDP_PEERS; i++) {
+		if (ac_udp_same_peer(&u->peers[i], addr, port))
+			return 1;
+	}
+	struct ac_udp_peer *p = &u->peers[u->next & (AC_UDP_PEERS - 1)];
+	__builtin_memcpy(p->addr, addr, 16);
+	p->port = port;
+	u->next++;
+	return 1;
+}
+
+/* The source of a datagram, into addr[16] (IPv4 as ::ffff:a.b.c.d) and
+ * *port. 0 when it cannot be read. */
+static __always_inline int ac_skb_source(struct sk_buff *skb, __u8 *addr, __u16 *port)
+{
 	unsigned char *head = BPF_CORE_READ(skb, head);
 	__u16 nh = BPF_CORE_READ(skb, network_header), th = BPF_CORE_READ(skb, transport_header);
 	__u16 proto = bpf_ntohs(BPF_CORE_READ(skb, protocol));
 	if (proto == ETH_P_IP) {
-		k.addr[10] = 0xff;
-		k.addr[11] = 0xff;
-		if (bpf_probe_read_kernel(&k.addr[12], 4, head + nh + 12)) /* iphdr.saddr */
-			return;
+		__builtin_memset(addr, 0, 10);
+		addr[10] = 0xff;
+		addr[11] = 0xff;
+		if (bpf_probe_read_kernel(&addr[12], 4, head + nh + 12)) /* iphdr.saddr */
+			return 0;
 	} else if (proto == ETH_P_IPV6) {
-		if (bpf_probe_read_kernel(k.addr, 16, head + nh + 8)) /* ipv6hdr.saddr */
-			return;
+		if (bpf_probe_read_kernel(addr, 16, head + nh + 8)) /* ipv6hdr.saddr */
+			return 0;
 	} else {
-		return;
+		return 0;
 	}
 	__be16 sport = 0;
-	if (!ac_is_loopback(k.addr) || bpf_probe_read_kernel(&sport, 2, head + th))
-		return;
-	k.port = bpf_ntohs(sport);
-	struct ac_udp_reply r = {.scope_id = o->scope_id, .seen_ns = bpf_ktime_get_boot_ns()};
-	bpf_map_update_elem(&ac_udp_replies, &k, &r, BPF_ANY);
+	if (bpf_probe_read_kernel(&sport, 2, head + th)) /* udphdr.source */
+		return 0;
+	*port = bpf_ntohs(sport);
+	return 1;
+}
+
+/*
+ * A datagram reaches a scope's UDP client from somewhere it never sent to:
+ * dropped, counted and reported in the scope's policy (hook ingress). In
+ * softirq, so the record names no process. The scope gone (detached): no
+ * rules, let it in.
+ */
+static __noinline int ac_udp_client_refuse(const struct ac_udp_client *u, __u16 family,
+					   const __u8 *addr, __u16 port)
+{
+	struct ac_ctx c = {};
+	__u64 cg = u->scope_cgroup;
+	struct ac_scope *sc = bpf_map_lookup_elem(&ac_scopes, &cg);
+	if (!sc)
+		return 0;
+	c.scope_id = sc->scope_id;
+	c.policy_slot = sc->policy_slot;
+	c.scope_cgroup = cg;
+	c.cgroup_id = cg;
+	c.hook = AC_HOOK_INGRESS;
+	struct ac_policy *p = bpf_map_lookup_elem(&ac_policies, &c.policy_slot);
+	if (p)
+		c.policy_flags = p->flags;
+	int ret;
+	struct ac_event_decision *e = ac_finish(&c, 0, AC_REASON_PROTECTED, &ret);
+	if (e) {
+		e->pid = 0;
+		e->tid = 0;
+		e->uid = 0;
+		__builtin_memset(e->comm, 0, sizeof(e->comm));
+		ac_event_inet(e, family, port, IPPROTO_UDP, addr);
+		ac_event_submit(e);
+	}
+	return ret;
+}
+
+/*
+ * A datagram arrives on UDP socket sk (softirq; no task to speak of):
+ *   a settled private socket of a scope, from a loopback address: remember
+ *           the source as an address the scope may answer (its own client);
+ *   a scope's client: only from a peer it sent to (ac_udp_client_refuse).
+ * Anything else: no decision.
+ */
+static __always_inline int ac_udp_receive(struct sock *sk, struct sk_buff *skb)
+{
+	struct ac_listener_key k = {.proto = IPPROTO_UDP};
+	struct ac_sock_owner *o = bpf_sk_storage_get(&ac_sock_owners, sk, 0, 0);
+	if (o) {
+		if ((o->flags & (AC_SOCK_F_PRIVATE | AC_SOCK_F_PENDING)) != AC_SOCK_F_PRIVATE ||
+		    !ac_skb_source(skb, k.addr, &k.port) || !ac_is_loopback(k.addr))
+			return 0;
+		k.netns = ac_sock_netns(sk);
+		struct ac_udp_reply r = {.scope_id = o->scope_id,
+					 .seen_ns = bpf_ktime_get_boot_ns()};
+		bpf_map_update_elem(&ac_udp_replies, &k, &r, BPF_ANY);
+		return 0;
+	}
+	struct ac_udp_client *u = bpf_sk_storage_get(&ac_udp_clients, sk, 0, 0);
+	if (!u)
+		return 0;
+	if (!ac_skb_source(skb, k.addr, &k.port))
+		return ac_udp_client_refuse(u, AF_INET6, k.addr, 0);
+	for (int i = 0; i < AC_UDP_PEERS; i++) {
+		if (ac_udp_same_peer(&u->peers[i], k.addr, k.port))
+			return 0;
+	}
+	__u16 family = k.addr[10] == 0xff && k.addr[11] == 0xff && !k.addr[0] ? AF_INET : AF_INET6;
+	return ac_udp_client_refuse(u, family, k.addr, k.port);
 }
 
 /* Is k (a UDP destination) a reply address of scope c, fresh? */
@@ -356,18 +488,23 @@ static __always_inline int ac_decide_connect(struct ac_ctx *c, enum ac_scope_sta
 	    !ac_load_inet(addr, family, address, addrlen, &port))
 		return ac_decide_inet(c, scoped, sock, address, addrlen, is_connect);
 	int peer = ac_peer_of(c, sock, addr, port, protocol);
-	if (peer == AC_PEER_UNKNOWN)
-		return ac_decide_inet(c, scoped, sock, address, addrlen, is_connect);
-	if (peer == AC_PEER_PRIVATE)
-		c->hook = AC_HOOK_INGRESS;
 	int ret;
-	struct ac_event_decision *e =
-		ac_finish(c, peer == AC_PEER_SELF,
-			  peer == AC_PEER_SELF ? AC_REASON_RULE_ALLOW : AC_REASON_PROTECTED, &ret);
-	if (e) {
-		ac_event_inet(e, family, port, protocol, addr);
-		ac_event_submit(e);
+	if (peer == AC_PEER_UNKNOWN) {
+		ret = ac_decide_inet(c, scoped, sock, address, addrlen, is_connect);
+	} else {
+		if (peer == AC_PEER_PRIVATE)
+			c->hook = AC_HOOK_INGRESS;
+		struct ac_event_decision *e = ac_finish(
+			c, peer == AC_PEER_SELF,
+			peer == AC_PEER_SELF ? AC_REASON_RULE_ALLOW : AC_REASON_PROTECTED, &ret);
+		if (e) {
+			ac_event_inet(e, family, port, protocol, addr);
+			ac_event_submit(e);
+		}
 	}
+	/* Where a client sends, it may hear from (ac_udp_receive). */
+	if (!ret && protocol == IPPROTO_UDP && !ac_udp_client_note(c, sock->sk, addr, port))
+		return ac_decide_on_hook(c, AC_HOOK_INGRESS, 0, AC_REASON_INTERNAL);
 	return ret;
 }
 

@@ -357,6 +357,53 @@ TEST_F(SelfTalkTest, AHostDatagramMakesNoReplyAddress) {
   ::close(host);
 }
 
+TEST_F(SelfTalkTest, AUdpClientHearsOnlyFromWhereItSent) {
+  // A client the kernel binds to the wildcard address is reachable from
+  // anywhere: it takes datagrams only from the peers it sent to. Here the
+  // policy allows one host echo server; its answer arrives, a datagram from
+  // another host socket to the same client does not.
+  int echo = ::socket(AF_INET, SOCK_DGRAM | SOCK_CLOEXEC, 0);
+  int other = ::socket(AF_INET, SOCK_DGRAM | SOCK_CLOEXEC, 0);
+  socklen_t len = 0;
+  sockaddr_storage ss = inet_addr_of(AF_INET, "127.0.0.1", 0, &len);
+  ASSERT_EQ(::bind(echo, reinterpret_cast<sockaddr*>(&ss), len), 0);
+  ASSERT_EQ(::bind(other, reinterpret_cast<sockaddr*>(&ss), len), 0);
+  const uint16_t echo_port = port_of(echo);
+  apply("  network:\n    allow:\n      - {cidr: 127.0.0.1/32, ports: [" + std::to_string(echo_port) +
+        "], protocol: udp}\n");
+  std::thread t([&] {
+    // Answer the client, then let the other socket try the same address.
+    timeval tv{10, 0};
+    ::setsockopt(echo, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
+    sockaddr_storage from{};
+    socklen_t from_len = sizeof from;
+    char c;
+    if (::recvfrom(echo, &c, 1, 0, reinterpret_cast<sockaddr*>(&from), &from_len) != 1) return;
+    ::sendto(echo, "p", 1, 0, reinterpret_cast<sockaddr*>(&from), from_len);
+    ::sendto(other, "i", 1, 0, reinterpret_cast<sockaddr*>(&from), from_len);
+  });
+  const uint64_t before = denied(AC_HOOK_INGRESS);
+  // What the client received within 2 s of its datagram, in order.
+  int code = scoped([echo_port] {
+    ::alarm(20);
+    int c = ::socket(AF_INET, SOCK_DGRAM | SOCK_CLOEXEC, 0);
+    timeval tv{2, 0};
+    ::setsockopt(c, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
+    socklen_t l = 0;
+    sockaddr_storage to = inet_addr_of(AF_INET, "127.0.0.1", echo_port, &l);
+    if (::sendto(c, "q", 1, 0, reinterpret_cast<sockaddr*>(&to), l) != 1) return 10 + classify(errno);
+    std::string got;
+    char b;
+    while (::recv(c, &b, 1, 0) == 1) got += b;
+    return got == "p" ? kOk : got == "pi" || got == "ip" ? 20 : got.empty() ? 21 : 22;
+  });
+  t.join();
+  ::close(echo);
+  ::close(other);
+  EXPECT_EQ(code, kOk) << "20: the other socket's datagram arrived; 21: not even the answer";
+  EXPECT_EQ(denied(AC_HOOK_INGRESS) - before, 1u);
+}
+
 // setsockopt(SOL_SOCKET, opt, 1) as a probe code.
 int set_opt(int fd, int opt) {
   int one = 1;
