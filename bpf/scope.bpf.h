@@ -34,6 +34,41 @@ enum ac_scope_state {
 };
 
 /*
+ * Fill *c to decide on `hook` in the scope registered at cgroup cg, for
+ * someone outside it: a host task reaching in, or no task at all (softirq).
+ * c->cgroup_id is the scope's own; a caller with a task sets its own.
+ * AC_SCOPE_NONE when no scope is registered there (it ended, and its
+ * processes with it). ac_current_scope fills *c for a task inside a scope
+ * with the same fields in its own loop: its constant returns keep the
+ * verifier's state count down in every program (returning this function's
+ * state from there made inode_readlink exceed the instruction limit).
+ */
+static __always_inline enum ac_scope_state ac_scope_at(struct ac_ctx *c, __u64 cg, __u8 hook)
+{
+	struct ac_scope *s = bpf_map_lookup_elem(&ac_scopes, &cg);
+	if (!s)
+		return AC_SCOPE_NONE;
+	c->scope_id = s->scope_id;
+	c->policy_slot = s->policy_slot;
+	c->workspace_tag = s->workspace_tag;
+	c->scope_flags = s->flags;
+	c->scope_cgroup = cg;
+	c->cgroup_id = cg;
+	c->hook = hook;
+	struct ac_policy *p = bpf_map_lookup_elem(&ac_policies, &c->policy_slot);
+	if (!p) {
+		c->rules_id = 0;
+		c->policy_flags = 0;
+		return AC_SCOPE_NO_POLICY;
+	}
+	/* Read once: every lookup of this decision uses this rules_id, so a
+	 * concurrent swap is seen whole or not at all. */
+	c->rules_id = p->rules_id;
+	c->policy_flags = p->flags;
+	return AC_SCOPE_POLICY;
+}
+
+/*
  * Find the scope covering the current task: its own cgroup or the nearest
  * registered ancestor at one of the levels userspace marked in config.
  * Fills *c unless it returns AC_SCOPE_NONE. The loop visits only the levels

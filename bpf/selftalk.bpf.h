@@ -313,18 +313,8 @@ static __noinline int ac_udp_client_refuse(const struct ac_udp_client *u, __u16 
 					   const __u8 *addr, __u16 port)
 {
 	struct ac_ctx c = {};
-	__u64 cg = u->scope_cgroup;
-	struct ac_scope *sc = bpf_map_lookup_elem(&ac_scopes, &cg);
-	if (!sc)
+	if (ac_scope_at(&c, u->scope_cgroup, AC_HOOK_INGRESS) == AC_SCOPE_NONE)
 		return 0;
-	c.scope_id = sc->scope_id;
-	c.policy_slot = sc->policy_slot;
-	c.scope_cgroup = cg;
-	c.cgroup_id = cg;
-	c.hook = AC_HOOK_INGRESS;
-	struct ac_policy *p = bpf_map_lookup_elem(&ac_policies, &c.policy_slot);
-	if (p)
-		c.policy_flags = p->flags;
 	int ret;
 	struct ac_event_decision *e = ac_finish(&c, 0, AC_REASON_PROTECTED, &ret);
 	if (e) {
@@ -445,18 +435,9 @@ static __noinline int ac_ingress_from_host(struct socket *sock, struct sockaddr 
 
 	/* Decide in the owner's scope: its policy's counters, audit mode. */
 	struct ac_ctx c = {};
-	__u64 cg = l->scope_cgroup;
-	struct ac_scope *sc = bpf_map_lookup_elem(&ac_scopes, &cg);
-	if (!sc)
+	if (ac_scope_at(&c, l->scope_cgroup, AC_HOOK_INGRESS) == AC_SCOPE_NONE)
 		return 0; /* the scope is gone, and its processes with it */
-	c.scope_id = sc->scope_id;
-	c.policy_slot = sc->policy_slot;
-	c.scope_cgroup = cg;
 	c.cgroup_id = bpf_get_current_cgroup_id();
-	c.hook = AC_HOOK_INGRESS;
-	struct ac_policy *p = bpf_map_lookup_elem(&ac_policies, &c.policy_slot);
-	if (p)
-		c.policy_flags = p->flags;
 	int ret;
 	struct ac_event_decision *e = ac_finish(&c, 0, AC_REASON_PROTECTED, &ret);
 	if (e) {
