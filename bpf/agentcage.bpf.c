@@ -49,7 +49,8 @@
  *             gives (or a directory on the way to one), attribute changes
  *             the write access.
  *   proc      (proc.bpf.h) /proc/PID of a process outside the scope, in
- *             every path-based hook: not opened, listed, stat'ed or read.
+ *             every path-based hook: not opened, listed, stat'ed or read,
+ *             and its links not followed (inode_follow_link).
  */
 #include "vmlinux.h"
 #include <bpf/bpf_helpers.h>
@@ -295,9 +296,19 @@ int BPF_PROG(ac_file_open, struct file *file, int ret)
 		return 0;
 	/* Message queues (mq_open opens the queue's file on an internal mount,
 	 * which no path rule can name) are decided as IPC. */
-	struct super_block *sb = BPF_CORE_READ(file, f_path.mnt, mnt_sb);
+	struct vfsmount *mnt = BPF_CORE_READ(file, f_path.mnt);
+	struct super_block *sb = BPF_CORE_READ(mnt, mnt_sb);
 	if (ac_is_mqueue(sb))
 		return ac_decide_mqueue(&c, scoped, sb);
+	/* Other files on kernel-internal mounts have no path a rule could name:
+	 * a pipe or memfd reopened through /proc/self/fd (/dev/stdin on a pipe,
+	 * a shell's <(...)), a pidfd (6.12 opens pidfs files), a namespace
+	 * file, overlayfs's backing file of a file decided by its own path.
+	 * Those of a process outside the scope are out of reach: its
+	 * /proc/PID/fd and /proc/PID/ns links are never followed
+	 * (inode_follow_link). */
+	if (ac_mount_internal(mnt))
+		return ac_decide_plain(&c, scoped, 1);
 
 	__u32 fmode = BPF_CORE_READ(file, f_mode);
 	__u32 need = 0;
@@ -330,8 +341,29 @@ int BPF_PROG(ac_file_open, struct file *file, int ret)
  * queue of its own (ipc.bpf.h), a file the policy lets it open with the
  * descriptor's access mode. Pipes, anonymous inodes and memfds (files on
  * kernel-internal mounts, reached by no path) are allowed: the run's own
- * processes pass them to each other (Python's multiprocessing does).
+ * processes pass them to each other (Python's multiprocessing does). Not an
+ * io_uring instance: requests on a ring with a submission thread run in
+ * that thread, in the cgroup of whoever set the ring up (the host's, where
+ * no rule of the run applies), and any ring's registered files are its
+ * creator's; a run's seccomp filter refuses io_uring anyway, an attached
+ * workload has none.
  */
+static __always_inline int ac_io_uring_file(struct file *file)
+{
+	/* Its anonymous inode's name: "[io_uring]" (11 bytes with the NUL). */
+	char name[12] = {};
+	const unsigned char *n = BPF_CORE_READ(file, f_path.dentry, d_name.name);
+	if (bpf_probe_read_kernel_str(name, sizeof(name), n) != 11)
+		return 0;
+	__u64 head, want_head;
+	__u32 tail, want_tail;
+	__builtin_memcpy(&head, name, 8);
+	__builtin_memcpy(&want_head, "[io_urin", 8);
+	__builtin_memcpy(&tail, name + 8, 4);
+	__builtin_memcpy(&want_tail, "g]\0\0", 4);
+	return head == want_head && tail == want_tail;
+}
+
 SEC("lsm/file_receive")
 int BPF_PROG(ac_file_receive, struct file *file, int ret)
 {
@@ -351,7 +383,7 @@ int BPF_PROG(ac_file_receive, struct file *file, int ret)
 	if (ac_is_mqueue(sb))
 		return ac_decide_mqueue(&c, scoped, sb);
 	if (ac_mount_internal(mnt))
-		return ac_decide_plain(&c, scoped, 1);
+		return ac_decide_plain(&c, scoped, !ac_io_uring_file(file));
 	__u32 fmode = BPF_CORE_READ(file, f_mode), need = 0;
 	if (fmode & FMODE_READ)
 		need |= AC_ACCESS_READ;
@@ -360,6 +392,27 @@ int BPF_PROG(ac_file_receive, struct file *file, int ret)
 	if (!need) /* O_PATH: still the name */
 		need = AC_ACCESS_READ;
 	return ac_decide_path(&c, scoped, &file->f_path, NEED(need));
+}
+
+/*
+ * Following a symbolic link: one under /proc/PID of a process outside the
+ * scope (fd/N, cwd, root, exe, ns/..., map_files/) leads into that process's
+ * files, some of which no path names (its pipes, memfds, sockets): denied
+ * (hook proc), as everything else under its /proc/PID is (proc.bpf.h).
+ * Any other link: its target is decided where it is used.
+ */
+SEC("lsm/inode_follow_link")
+int BPF_PROG(ac_inode_follow_link, struct dentry *dentry, struct inode *inode, bool rcu, int ret)
+{
+	struct ac_ctx c = {};
+	enum ac_scope_state scoped;
+
+	if (ret)
+		return ret;
+	scoped = ac_current_scope(&c, AC_HOOK_PROC);
+	if (scoped == AC_SCOPE_NONE || ac_proc_owner(&c, dentry) != AC_PROC_OTHER)
+		return 0;
+	return ac_decide_on_hook(&c, AC_HOOK_PROC, 0, AC_REASON_PROTECTED);
 }
 
 /* A change to the entry `dentry` in directory `dir` needs write access to it. */

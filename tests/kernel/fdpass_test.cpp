@@ -2,13 +2,16 @@
 // No descriptor passed in from outside the scope: a socket the host or
 // another run created (a connection that would carry the run's traffic past
 // network.allow) and a file the policy would not let the run open are
-// refused at file_receive; the run's own sockets, the files it may open and
-// pipes still pass. The sender queues the descriptor on a socketpair before
-// the scoped receiver starts, so each case differs only in what is passed.
+// refused at file_receive, and so is any io_uring instance; the run's own
+// sockets, the files it may open, pipes and eventfds still pass. The sender queues the descriptor on a
+// socketpair before the scoped receiver starts, so each case differs only in what is passed.
 #include <arpa/inet.h>
 #include <fcntl.h>
+#include <linux/io_uring.h>
 #include <netinet/in.h>
+#include <sys/eventfd.h>
 #include <sys/socket.h>
+#include <sys/syscall.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -180,6 +183,66 @@ TEST_F(FdPassTest, AFileIsPassedInOnlyIfTheRunCouldOpenIt) {
   EXPECT_EQ(pass_in(p[0], read_byte), kOk);
   ::close(p[0]);
   ::close(p[1]);
+  EXPECT_EQ(denied(AC_HOOK_FILE_RECEIVE) - before, 1u);
+}
+
+// pidfd_getfd of descriptor `fd` of process `pid` as a probe code: kOk,
+// kDenied (EACCES: file_receive refused it), 13 (EPERM: no ptrace access to
+// the process), 20 (pidfd_open failed), kOtherError.
+int grab(pid_t pid, int fd) {
+  int pidfd = static_cast<int>(::syscall(SYS_pidfd_open, pid, 0));
+  if (pidfd < 0) return 20;
+  int got = static_cast<int>(::syscall(SYS_pidfd_getfd, pidfd, fd, 0));
+  int err = errno;
+  ::close(pidfd);
+  if (got >= 0) {
+    ::close(got);
+    return kOk;
+  }
+  return err == EACCES ? kDenied : err == EPERM ? 13 : kOtherError;
+}
+
+int new_ring(unsigned flags) {
+  io_uring_params p{};
+  p.flags = flags;
+  p.sq_thread_idle = 1000;
+  return static_cast<int>(::syscall(__NR_io_uring_setup, 4, &p));
+}
+
+TEST_F(FdPassTest, NoIoUringInstanceGetsIn) {
+  // A ring carries requests past the run's rules: with a submission thread
+  // they run in the cgroup of whoever set the ring up, and its registered
+  // files are its creator's. A scope without a seccomp filter (as an
+  // attached workload) could submit on a host's ring. From the host, the
+  // kernel refuses to pass a ring over a unix socket, and pidfd_getfd of a
+  // host process is ptrace across the scope's border.
+  int ring = new_ring(IORING_SETUP_SQPOLL);
+  ASSERT_GE(ring, 0) << std::strerror(errno);
+  EXPECT_FALSE(send_fd(pair_[0], ring)) << "the kernel passed an io_uring instance over SCM_RIGHTS";
+  const pid_t self = ::getpid();
+  const uint64_t escape_before = denied(AC_HOOK_SCOPE_ESCAPE);
+  EXPECT_EQ(scoped([self, ring] { return grab(self, ring); }), 13) << "pidfd_getfd of a host process's ring";
+  EXPECT_EQ(denied(AC_HOOK_SCOPE_ESCAPE) - escape_before, 1u);
+  ::close(ring);
+
+  // Inside the run, with debugging allowed (its processes may take each
+  // other's descriptors): no ring either (file_receive), an eventfd passes.
+  apply_yaml(
+      "apiVersion: agentcage/v1\nkind: Policy\nmetadata:\n  name: kt-fdpass\nspec:\n"
+      "  exec:\n    debugging: allow\n  files:\n    write: [\"${workspace}\"]\n  network: {}\n",
+      ws_.string());
+  const uint64_t before = denied(AC_HOOK_FILE_RECEIVE);
+  EXPECT_EQ(scoped([] {
+              int r = new_ring(0);
+              int efd = ::eventfd(0, EFD_CLOEXEC);
+              if (r < 0 || efd < 0) return 20;
+              const pid_t parent = ::getpid();
+              return in_child(false, [&] {
+                int a = grab(parent, r), b = grab(parent, efd);
+                return a != kDenied ? 30 + a : b != kOk ? 60 + b : kOk;
+              });
+            }),
+            kOk);
   EXPECT_EQ(denied(AC_HOOK_FILE_RECEIVE) - before, 1u);
 }
 

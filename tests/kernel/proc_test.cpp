@@ -8,6 +8,7 @@
 #include <dirent.h>
 #include <fcntl.h>
 #include <sys/stat.h>
+#include <sys/syscall.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -128,6 +129,38 @@ TEST_F(ProcTest, OwnProcessesStayReadableWithoutARule) {
   // Not a process of the run: still denied, and /proc itself needs a rule.
   EXPECT_EQ(scoped([] { return do_read("/proc/1/status"); }), kDenied);
   EXPECT_EQ(scoped([] { return do_list("/proc"); }), kDenied);
+}
+
+TEST_F(ProcTest, OwnPipesAndPidfdsReopenWithoutARule) {
+  // Files that no path names: /dev/stdin on a pipe and a shell's <(...)
+  // reopen a pipe through /proc/self/fd; a pidfd of the run's own process
+  // (asyncio, Go's os/exec) is a pidfs file on 6.12. A host process's
+  // descriptors stay out of reach (ptrace across the border).
+  ASSERT_NO_FATAL_FAILURE(apply("    write: [\"${workspace}\"]\n"));
+  EXPECT_EQ(scoped([] {
+              int p[2];
+              if (::pipe(p) != 0 || ::write(p[1], "x", 1) != 1) return kOtherError;
+              return do_read("/proc/self/fd/" + std::to_string(p[0]));
+            }),
+            kOk)
+      << "a pipe reopened through /proc/self/fd";
+  EXPECT_EQ(scoped([] {
+              int fd = static_cast<int>(::syscall(SYS_pidfd_open, ::getpid(), 0));
+              return fd >= 0 ? kOk : classify(errno);
+            }),
+            kOk)
+      << "pidfd_open of itself";
+  int p[2];
+  ASSERT_EQ(::pipe(p), 0);
+  ASSERT_EQ(::write(p[1], "x", 1), 1);
+  const std::string host_fd = "/proc/" + std::to_string(::getpid()) + "/fd/" + std::to_string(p[0]);
+  EXPECT_EQ(do_read(host_fd), kOk) << "fails outside the scope: the test proves nothing";
+  ASSERT_EQ(::write(p[1], "x", 1), 1);
+  const uint64_t before = denied(AC_HOOK_PROC);
+  EXPECT_EQ(scoped([&] { return do_read(host_fd); }), kDenied) << "the host's pipe";
+  EXPECT_EQ(denied(AC_HOOK_PROC) - before, 1u);
+  ::close(p[0]);
+  ::close(p[1]);
 }
 
 }  // namespace
