@@ -108,6 +108,37 @@ struct {
 	__type(value, struct ac_udp_reply);
 } ac_udp_replies SEC(".maps");
 
+/*
+ * Ports a private socket was ever registered on, one byte each, never
+ * cleared: a host task's send to another loopback port skips the
+ * ac_listeners lookup (what every process on the host pays in
+ * ac_ingress_from_host). Marked before the registration, so a lookup is
+ * never skipped for a private socket.
+ */
+struct ac_port_marks {
+	__u8 used[65536];
+};
+
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(max_entries, 1);
+	__type(key, __u32);
+	__type(value, struct ac_port_marks);
+} ac_private_ports SEC(".maps");
+
+/* The mark of `port` (NULL only if the map cannot be read). */
+static __always_inline __u8 *ac_port_mark(__u16 port)
+{
+	__u32 zero = 0;
+	struct ac_port_marks *m = bpf_map_lookup_elem(&ac_private_ports, &zero);
+	if (!m)
+		return NULL;
+	__u64 idx = port;
+	/* The verifier loses a u16's bound on the way here: restate it. */
+	asm volatile("%0 &= 0xffff" : "+r"(idx));
+	return &m->used[idx];
+}
+
 /* Is the socket an entry names still the one registered? Read through the
  * pointer without trusting it: TCP and UDP sockets are freed type-safe
  * (SLAB_TYPESAFE_BY_RCU), and a reused one has another cookie. */
@@ -156,6 +187,12 @@ static __noinline int ac_listener_register(const struct ac_ctx *c, struct sock *
 	struct ac_listener *old = bpf_map_lookup_elem(&ac_listeners, &k);
 	if (old && old->sk != (__u64)sk && ac_listener_live(old, port, proto))
 		return 0;
+	if (flags & AC_SOCK_F_PRIVATE) {
+		__u8 *mark = ac_port_mark(port);
+		if (!mark)
+			return 0;
+		*mark = 1;
+	}
 	struct ac_listener l = {.scope_id = c->scope_id,
 				.scope_cgroup = c->scope_cgroup,
 				.sk = (__u64)sk,
@@ -426,6 +463,9 @@ static __noinline int ac_ingress_from_host(struct socket *sock, struct sockaddr 
 		return 0;
 	if (!ac_load_inet(addr, family, address, addrlen, &port) || !ac_is_loopback(addr))
 		return 0;
+	__u8 *mark = ac_port_mark(port);
+	if (mark && !*mark)
+		return 0; /* no private socket was ever on this port */
 	struct ac_listener_key k = {
 		.netns = ac_sock_netns(BPF_CORE_READ(sock, sk)), .port = port, .proto = protocol};
 	__builtin_memcpy(k.addr, addr, 16);
