@@ -283,6 +283,8 @@ int BPF_PROG(ac_file_mprotect, struct vm_area_struct *vma, unsigned long reqprot
 
 /* ---- files ------------------------------------------------------------------ */
 
+#define NSFS_MAGIC 0x6e736673
+
 SEC("lsm/file_open")
 int BPF_PROG(ac_file_open, struct file *file, int ret)
 {
@@ -302,13 +304,14 @@ int BPF_PROG(ac_file_open, struct file *file, int ret)
 		return ac_decide_mqueue(&c, scoped, sb);
 	/* Other files on kernel-internal mounts have no path a rule could name:
 	 * a pipe or memfd reopened through /proc/self/fd (/dev/stdin on a pipe,
-	 * a shell's <(...)), a pidfd (6.12 opens pidfs files), a namespace
-	 * file, overlayfs's backing file of a file decided by its own path.
-	 * Those of a process outside the scope are out of reach: its
-	 * /proc/PID/fd and /proc/PID/ns links are never followed
-	 * (inode_follow_link). */
+	 * a shell's <(...)), a pidfd (6.12 opens pidfs files), overlayfs's
+	 * backing file of a file decided by its own path. Those of a process
+	 * outside the scope are out of reach: its /proc/PID/fd links are never
+	 * followed (inode_follow_link). Not a namespace file (nsfs): a pidfd's
+	 * PIDFD_GET_*_NAMESPACE (6.11+) opens another process's namespaces
+	 * without a /proc path, and setns needs nothing else. */
 	if (ac_mount_internal(mnt))
-		return ac_decide_plain(&c, scoped, 1);
+		return ac_decide_plain(&c, scoped, BPF_CORE_READ(sb, s_magic) != NSFS_MAGIC);
 
 	__u32 fmode = BPF_CORE_READ(file, f_mode);
 	__u32 need = 0;

@@ -24,10 +24,8 @@
  *   inet, a task outside every scope connecting/sending to a loopback
  *           address where a scope's private socket is: denied (hook
  *           ingress, counted in the owner's policy).
- *   udp     a source that sent to a scope's private UDP socket is the
- *           scope's own (its client): the scope may answer it. A scope's
- *           UDP client (a socket it sends from without binding it)
- *           receives only from the peers it sent to.
+ *   udp     a scope's UDP client (a socket it sends from without having
+ *           bound it) receives only from the peers it sent to.
  *   unix    a peer socket bound by the same scope is allowed (a test server
  *           on a socket in the workspace), whatever network.allow says.
  *
@@ -75,38 +73,8 @@ struct {
 	__type(value, struct ac_listener);
 } ac_listeners SEC(".maps");
 
-/*
- * Reply addresses: where a datagram that reached a scope's private UDP
- * socket came from. Every sender outside the scope is refused before its
- * datagram leaves (a host task in ac_ingress_from_host, another scope in
- * ac_peer_of), so that source is a socket of the scope's own: usually a
- * client the kernel bound to a port of its choosing when it first sent,
- * after every hook, so never registered. The scope may send back to it
- * (a UDP server answering its own clients) for AC_UDP_REPLY_NS after the
- * last datagram from it. A pending socket (port 0, not yet settled) records
- * nothing: the host may still reach it (the README's limits), and its
- * datagram must not make the host's address the run's.
- *
- * LRU: a run that makes a great many clients evicts the oldest entries, its
- * own or another scope's (a reply to an evicted client then needs
- * network.allow); a registration never fails.
- */
-#define AC_UDP_REPLY_NS (60ULL * 1000000000ULL)
-#define AC_MAX_UDP_REPLIES 16384
 #define ETH_P_IP 0x0800
 #define ETH_P_IPV6 0x86DD
-
-struct ac_udp_reply {
-	__u64 scope_id;
-	__u64 seen_ns;
-};
-
-struct {
-	__uint(type, BPF_MAP_TYPE_LRU_HASH);
-	__uint(max_entries, AC_MAX_UDP_REPLIES);
-	__type(key, struct ac_listener_key);
-	__type(value, struct ac_udp_reply);
-} ac_udp_replies SEC(".maps");
 
 /*
  * Ports a private socket was ever registered on, one byte each, never
@@ -254,8 +222,9 @@ static __noinline int ac_udp_settle(const struct ac_ctx *c, struct sock *sk)
  * stateful firewall keeps UDP replies), so a "no network" run cannot be
  * sent commands by whoever sprays the host's ports. Kept on the socket
  * itself; a socket whose note cannot be stored may not send (fail closed).
- * Registered sockets (ac_sock_owners) are not clients: a private one is
- * guarded at every sender, a public one is open by network.listen.
+ * A socket registered where it is bound (ac_udp_registered) is not a
+ * client: a private one is guarded at every sender, a public one is open by
+ * network.listen.
  */
 #define AC_UDP_PEERS 8
 
@@ -288,6 +257,21 @@ static __always_inline int ac_udp_same_peer(const struct ac_udp_peer *p, const _
 	return p->port == port && a[0] == b[0] && a[1] == b[1];
 }
 
+/* Is UDP socket sk the live registered socket at the address and port it
+ * is bound to (a private or public one)? Its ownership storage alone does
+ * not say: a bind the kernel refused after the hook (the socket already
+ * bound, the port taken or privileged) leaves it behind. */
+static __noinline int ac_udp_registered(struct sock *sk)
+{
+	__u16 port = BPF_CORE_READ(sk, __sk_common.skc_num);
+	if (!port)
+		return 0;
+	struct ac_listener_key k = {.netns = ac_sock_netns(sk), .port = port, .proto = IPPROTO_UDP};
+	ac_sock_local_addr(sk, BPF_CORE_READ(sk, __sk_common.skc_family), k.addr);
+	struct ac_listener *l = ac_listener_at(&k);
+	return l && l->sk == (__u64)sk;
+}
+
 /* Scope c sent from (or connected) UDP socket sk to addr[16]:port, and was
  * allowed: remember the peer. 0 when it cannot be remembered: the caller
  * denies. */
@@ -296,8 +280,8 @@ static __noinline int ac_udp_client_note(const struct ac_ctx *c, struct sock *sk
 {
 	if (!sk)
 		return 1;
-	if (bpf_sk_storage_get(&ac_sock_owners, sk, 0, 0))
-		return 1; /* registered: not a client */
+	if (ac_udp_registered(sk))
+		return 1; /* not a client */
 	struct ac_udp_client *u =
 		bpf_sk_storage_get(&ac_udp_clients, sk, 0, BPF_SK_STORAGE_GET_F_CREATE);
 	if (!u)
@@ -366,28 +350,16 @@ static __noinline int ac_udp_client_refuse(const struct ac_udp_client *u, __u16 
 }
 
 /*
- * A datagram arrives on UDP socket sk (softirq; no task to speak of):
- *   a settled private socket of a scope, from a loopback address: remember
- *           the source as an address the scope may answer (its own client);
- *   a scope's client: only from a peer it sent to (ac_udp_client_refuse).
- * Anything else: no decision.
+ * A datagram arrives on UDP socket sk (softirq; no task to speak of): a
+ * scope's client takes it only from a peer it sent to
+ * (ac_udp_client_refuse). Anything else: no decision here (a registered
+ * socket is guarded at every sender).
  */
 static __always_inline int ac_udp_receive(struct sock *sk, struct sk_buff *skb)
 {
 	struct ac_listener_key k = {.proto = IPPROTO_UDP};
-	struct ac_sock_owner *o = bpf_sk_storage_get(&ac_sock_owners, sk, 0, 0);
-	if (o) {
-		if ((o->flags & (AC_SOCK_F_PRIVATE | AC_SOCK_F_PENDING)) != AC_SOCK_F_PRIVATE ||
-		    !ac_skb_source(skb, k.addr, &k.port) || !ac_is_loopback(k.addr))
-			return 0;
-		k.netns = ac_sock_netns(sk);
-		struct ac_udp_reply r = {.scope_id = o->scope_id,
-					 .seen_ns = bpf_ktime_get_boot_ns()};
-		bpf_map_update_elem(&ac_udp_replies, &k, &r, BPF_ANY);
-		return 0;
-	}
 	struct ac_udp_client *u = bpf_sk_storage_get(&ac_udp_clients, sk, 0, 0);
-	if (!u)
+	if (!u || ac_udp_registered(sk))
 		return 0;
 	if (!ac_skb_source(skb, k.addr, &k.port))
 		return ac_udp_client_refuse(u, AF_INET6, k.addr, 0);
@@ -399,12 +371,36 @@ static __always_inline int ac_udp_receive(struct sock *sk, struct sk_buff *skb)
 	return ac_udp_client_refuse(u, family, k.addr, k.port);
 }
 
-/* Is k (a UDP destination) a reply address of scope c, fresh? */
-static __always_inline int ac_udp_reply_to(const struct ac_ctx *c, struct ac_listener_key *k)
+/*
+ * A destination of 0.0.0.0 or :: reaches this host: the address the sending
+ * socket is bound to, or loopback (127.0.0.1, ::1) when it is not bound (the
+ * kernel's route for it). Rewrite addr[16] to that, so a private socket is
+ * found there whatever the sender wrote.
+ */
+static __always_inline void ac_unspecified_to_local(__u8 *addr, struct sock *sk)
 {
-	struct ac_udp_reply *r = bpf_map_lookup_elem(&ac_udp_replies, k);
-	return r && r->scope_id == c->scope_id &&
-	       bpf_ktime_get_boot_ns() - r->seen_ns < AC_UDP_REPLY_NS;
+	__u8 any = 0;
+	for (int i = 0; i < 16; i++)
+		any |= (i == 10 || i == 11) ? 0 : addr[i];
+	int mapped = addr[10] == 0xff && addr[11] == 0xff;
+	if (any || (!mapped && (addr[10] | addr[11])))
+		return;
+	if (sk)
+		ac_sock_local_addr(sk, mapped ? AF_INET : AF_INET6, addr);
+	if (mapped) {
+		addr[10] = 0xff;
+		addr[11] = 0xff;
+		if (!(addr[12] | addr[13] | addr[14] | addr[15])) {
+			addr[12] = 127;
+			addr[15] = 1;
+		}
+	} else {
+		__u8 bound = 0;
+		for (int i = 0; i < 16; i++)
+			bound |= addr[i];
+		if (!bound)
+			addr[15] = 1;
+	}
 }
 
 /* Whose socket does an inet destination reach? */
@@ -427,10 +423,6 @@ static __noinline int ac_peer_of(const struct ac_ctx *c, struct socket *sock, co
 		return l->scope_id == c->scope_id	? AC_PEER_SELF
 		       : (l->flags & AC_SOCK_F_PRIVATE) ? AC_PEER_PRIVATE
 							: AC_PEER_UNKNOWN;
-	/* A client of the scope's own that sent to one of its private UDP
-	 * sockets: the answer goes back. */
-	if (protocol == IPPROTO_UDP && ac_udp_reply_to(c, &k))
-		return AC_PEER_SELF;
 	/* A listener of the scope's own on 0.0.0.0 or :: (network.listen)
 	 * also answers on loopback; only the scope itself skips its rules. */
 	__builtin_memset(k.addr, 0, 16);
@@ -461,7 +453,10 @@ static __noinline int ac_ingress_from_host(struct socket *sock, struct sockaddr 
 	if ((family != AF_INET && family != AF_INET6) ||
 	    (protocol != IPPROTO_TCP && protocol != IPPROTO_UDP))
 		return 0;
-	if (!ac_load_inet(addr, family, address, addrlen, &port) || !ac_is_loopback(addr))
+	if (!ac_load_inet(addr, family, address, addrlen, &port))
+		return 0;
+	ac_unspecified_to_local(addr, BPF_CORE_READ(sock, sk));
+	if (!ac_is_loopback(addr))
 		return 0;
 	__u8 *mark = ac_port_mark(port);
 	if (mark && !*mark)
@@ -508,6 +503,7 @@ static __always_inline int ac_decide_connect(struct ac_ctx *c, enum ac_scope_sta
 	    (protocol != IPPROTO_TCP && protocol != IPPROTO_UDP) ||
 	    !ac_load_inet(addr, family, address, addrlen, &port))
 		return ac_decide_inet(c, scoped, sock, address, addrlen, is_connect);
+	ac_unspecified_to_local(addr, sock->sk);
 	int peer = ac_peer_of(c, sock, addr, port, protocol);
 	int ret;
 	if (peer == AC_PEER_UNKNOWN) {

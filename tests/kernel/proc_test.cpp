@@ -135,7 +135,7 @@ TEST_F(ProcTest, OwnPipesAndPidfdsReopenWithoutARule) {
   // Files that no path names: /dev/stdin on a pipe and a shell's <(...)
   // reopen a pipe through /proc/self/fd; a pidfd of the run's own process
   // (asyncio, Go's os/exec) is a pidfs file on 6.12. A host process's
-  // descriptors stay out of reach (ptrace across the border).
+  // descriptors stay out of reach (its /proc/PID links are not followed).
   ASSERT_NO_FATAL_FAILURE(apply("    write: [\"${workspace}\"]\n"));
   EXPECT_EQ(scoped([] {
               int p[2];
@@ -150,6 +150,9 @@ TEST_F(ProcTest, OwnPipesAndPidfdsReopenWithoutARule) {
             }),
             kOk)
       << "pidfd_open of itself";
+  // A namespace file is not among them: a pidfd's PIDFD_GET_*_NAMESPACE
+  // would open another process's that way.
+  EXPECT_EQ(scoped([] { return try_open("/proc/self/ns/net", O_RDONLY); }), kDenied);
   int p[2];
   ASSERT_EQ(::pipe(p), 0);
   ASSERT_EQ(::write(p[1], "x", 1), 1);

@@ -92,11 +92,11 @@ int tcp_self_talk(int family, const char* server, int client_family, const char*
 }
 
 // A UDP server on `server` (a port the kernel picks) and a client from a
-// child process that never binds (the kernel picks its port as it first
-// sends, after every hook): one datagram each way. kOk, 10 (bind), 11
-// (nothing arrived), 20 + the code of the server's answer, or 30 + the
-// client's code.
-int udp_round_trip(int family, const char* server) {
+// child process, bound to `server` with port 0 first when client_binds
+// (else the kernel picks its port as it first sends, after every hook): one
+// datagram each way. kOk, 10 (bind), 11 (nothing arrived), 20 + the code of
+// the server's answer, or 30 + the client's code.
+int udp_round_trip(int family, const char* server, bool client_binds) {
   ::alarm(20);
   int s = ::socket(family, SOCK_DGRAM | SOCK_CLOEXEC, 0);
   socklen_t len = 0;
@@ -108,6 +108,9 @@ int udp_round_trip(int family, const char* server) {
     int c = ::socket(family, SOCK_DGRAM | SOCK_CLOEXEC, 0);
     timeval tv{5, 0};
     ::setsockopt(c, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
+    socklen_t own_len = 0;
+    sockaddr_storage own = inet_addr_of(family, server, 0, &own_len);
+    if (client_binds && ::bind(c, reinterpret_cast<sockaddr*>(&own), own_len) != 0) ::_exit(kOtherError);
     if (::sendto(c, "ping", 4, 0, reinterpret_cast<sockaddr*>(&ss), len) != 4) ::_exit(classify(errno));
     char buf[4];
     ::_exit(::recv(c, buf, 4, 0) == 4 && std::memcmp(buf, "pong", 4) == 0 ? kOk : kOtherError);
@@ -255,6 +258,23 @@ TEST_F(SelfTalkTest, NoHostProcessReachesARunsPrivateSockets) {
   EXPECT_EQ(udp_server, kOk) << "the host's datagram reached the run's socket";
   EXPECT_EQ(sender, kDenied);
   EXPECT_EQ(denied(AC_HOOK_INGRESS) - before, 2u) << "counted in the owner's policy";
+  // 0.0.0.0 as the destination reaches loopback too (the kernel's route for
+  // it from an unbound socket).
+  auto [server0, client0] =
+      reach_in(in_scope, SOCK_STREAM, 0, [](uint16_t p) { return tcp_connect(AF_INET, "0.0.0.0", p); });
+  EXPECT_EQ(server0, kOk) << "the host's connection to 0.0.0.0 reached the run's server";
+  EXPECT_EQ(client0, kDenied);
+  auto [udp_server0, sender0] = reach_in(in_scope, SOCK_DGRAM, free_udp_port(), [](uint16_t p) {
+    int s = ::socket(AF_INET, SOCK_DGRAM | SOCK_CLOEXEC, 0);
+    socklen_t l = 0;
+    sockaddr_storage to = inet_addr_of(AF_INET, "0.0.0.0", p, &l);
+    int r = ::sendto(s, "x", 1, 0, reinterpret_cast<sockaddr*>(&to), l) == 1 ? kOk : classify(errno);
+    ::close(s);
+    return r;
+  });
+  EXPECT_EQ(udp_server0, kOk) << "the host's datagram to 0.0.0.0 reached the run's socket";
+  EXPECT_EQ(sender0, kDenied);
+  EXPECT_EQ(denied(AC_HOOK_INGRESS) - before, 4u);
 
   // The same datagram between two sockets of the run arrives.
   EXPECT_EQ(scoped([] {
@@ -296,18 +316,22 @@ TEST_F(SelfTalkTest, AUdpPortTheKernelPicksIsPrivateToo) {
   EXPECT_EQ(denied(AC_HOOK_INGRESS) - before, 1u);
 }
 
-TEST_F(SelfTalkTest, AUdpServerAnswersItsOwnClients) {
-  // A test's UDP server answers a client that just sends: the client's
-  // port is picked by the kernel after every hook, so it is learnt from
-  // the datagram that reached the run's private socket.
+TEST_F(SelfTalkTest, AUdpServerAnswersItsOwnBoundClients) {
+  // A client bound to loopback (port 0) is the run's private socket, so
+  // its server's answer reaches it. A client that just sends gets its port
+  // from the kernel after every hook: nothing can tell the answer's
+  // destination is the run's own, and network.allow decides (the README's
+  // limits; a datagram's source cannot vouch for it, a sender chooses it).
   apply(kNoNetwork);
   auto denials = [this] {
     return denied(AC_HOOK_SOCKET_CONNECT) + denied(AC_HOOK_SOCKET_SEND) + denied(AC_HOOK_INGRESS);
   };
   const uint64_t before = denials();
-  EXPECT_EQ(scoped([] { return udp_round_trip(AF_INET, "127.0.0.1"); }), kOk) << "127.0.0.1";
-  EXPECT_EQ(scoped([] { return udp_round_trip(AF_INET6, "::1"); }), kOk) << "::1";
+  EXPECT_EQ(scoped([] { return udp_round_trip(AF_INET, "127.0.0.1", true); }), kOk) << "127.0.0.1";
+  EXPECT_EQ(scoped([] { return udp_round_trip(AF_INET6, "::1", true); }), kOk) << "::1";
   EXPECT_EQ(denials(), before);
+  EXPECT_EQ(scoped([] { return udp_round_trip(AF_INET, "127.0.0.1", false); }), 20 + kDenied);
+  EXPECT_EQ(denials(), before + 1);
 }
 
 TEST_F(SelfTalkTest, AHostDatagramMakesNoReplyAddress) {
@@ -392,6 +416,10 @@ TEST_F(SelfTalkTest, AUdpClientHearsOnlyFromWhereItSent) {
     socklen_t l = 0;
     sockaddr_storage to = inet_addr_of(AF_INET, "127.0.0.1", echo_port, &l);
     if (::sendto(c, "q", 1, 0, reinterpret_cast<sockaddr*>(&to), l) != 1) return 10 + classify(errno);
+    // A bind the kernel refuses (the socket is bound already) changes
+    // nothing: it is still a client.
+    sockaddr_storage lo = inet_addr_of(AF_INET, "127.0.0.1", 0, &l);
+    if (::bind(c, reinterpret_cast<sockaddr*>(&lo), l) == 0) return 23;
     std::string got;
     char b;
     while (::recv(c, &b, 1, 0) == 1) got += b;
