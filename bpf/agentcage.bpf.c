@@ -285,6 +285,36 @@ int BPF_PROG(ac_file_mprotect, struct vm_area_struct *vma, unsigned long reqprot
 
 #define NSFS_MAGIC 0x6e736673
 
+static __always_inline int ac_io_uring_file(struct file *file)
+{
+	/* Its anonymous inode's name: "[io_uring]" (11 bytes with the NUL). */
+	char name[12] = {};
+	const unsigned char *n = BPF_CORE_READ(file, f_path.dentry, d_name.name);
+	if (bpf_probe_read_kernel_str(name, sizeof(name), n) != 11)
+		return 0;
+	__u64 head, want_head;
+	__u32 tail, want_tail;
+	__builtin_memcpy(&head, name, 8);
+	__builtin_memcpy(&want_head, "[io_urin", 8);
+	__builtin_memcpy(&tail, name + 8, 4);
+	__builtin_memcpy(&want_tail, "g]\0\0", 4);
+	return head == want_head && tail == want_tail;
+}
+
+/*
+ * A file on a kernel-internal mount (no path names it) that a run may open
+ * or be handed: a pipe, a memfd, a pidfd, an anonymous inode. Not a
+ * namespace file (nsfs): a pidfd's PIDFD_GET_*_NAMESPACE (6.11+) opens
+ * another process's namespaces without a /proc path, and setns needs
+ * nothing else. Not an io_uring instance: requests on a ring with a
+ * submission thread run in the cgroup of whoever set it up, and any ring's
+ * registered files are its creator's.
+ */
+static __always_inline int ac_internal_file_ok(struct file *file, struct super_block *sb)
+{
+	return BPF_CORE_READ(sb, s_magic) != NSFS_MAGIC && !ac_io_uring_file(file);
+}
+
 SEC("lsm/file_open")
 int BPF_PROG(ac_file_open, struct file *file, int ret)
 {
@@ -305,13 +335,12 @@ int BPF_PROG(ac_file_open, struct file *file, int ret)
 	/* Other files on kernel-internal mounts have no path a rule could name:
 	 * a pipe or memfd reopened through /proc/self/fd (/dev/stdin on a pipe,
 	 * a shell's <(...)), a pidfd (6.12 opens pidfs files), overlayfs's
-	 * backing file of a file decided by its own path. Those of a process
-	 * outside the scope are out of reach: its /proc/PID/fd links are never
-	 * followed (inode_follow_link). Not a namespace file (nsfs): a pidfd's
-	 * PIDFD_GET_*_NAMESPACE (6.11+) opens another process's namespaces
-	 * without a /proc path, and setns needs nothing else. */
+	 * backing file of a file decided by its own path; not every kind
+	 * (ac_internal_file_ok). Those of a process outside the scope are out
+	 * of reach: its /proc/PID/fd links are never followed
+	 * (inode_follow_link). */
 	if (ac_mount_internal(mnt))
-		return ac_decide_plain(&c, scoped, BPF_CORE_READ(sb, s_magic) != NSFS_MAGIC);
+		return ac_decide_plain(&c, scoped, ac_internal_file_ok(file, sb));
 
 	__u32 fmode = BPF_CORE_READ(file, f_mode);
 	__u32 need = 0;
@@ -344,29 +373,9 @@ int BPF_PROG(ac_file_open, struct file *file, int ret)
  * queue of its own (ipc.bpf.h), a file the policy lets it open with the
  * descriptor's access mode. Pipes, anonymous inodes and memfds (files on
  * kernel-internal mounts, reached by no path) are allowed: the run's own
- * processes pass them to each other (Python's multiprocessing does). Not an
- * io_uring instance: requests on a ring with a submission thread run in
- * that thread, in the cgroup of whoever set the ring up (the host's, where
- * no rule of the run applies), and any ring's registered files are its
- * creator's; a run's seccomp filter refuses io_uring anyway, an attached
- * workload has none.
+ * processes pass them to each other (Python's multiprocessing does). Not a
+ * namespace file or an io_uring instance (ac_internal_file_ok).
  */
-static __always_inline int ac_io_uring_file(struct file *file)
-{
-	/* Its anonymous inode's name: "[io_uring]" (11 bytes with the NUL). */
-	char name[12] = {};
-	const unsigned char *n = BPF_CORE_READ(file, f_path.dentry, d_name.name);
-	if (bpf_probe_read_kernel_str(name, sizeof(name), n) != 11)
-		return 0;
-	__u64 head, want_head;
-	__u32 tail, want_tail;
-	__builtin_memcpy(&head, name, 8);
-	__builtin_memcpy(&want_head, "[io_urin", 8);
-	__builtin_memcpy(&tail, name + 8, 4);
-	__builtin_memcpy(&want_tail, "g]\0\0", 4);
-	return head == want_head && tail == want_tail;
-}
-
 SEC("lsm/file_receive")
 int BPF_PROG(ac_file_receive, struct file *file, int ret)
 {
@@ -386,7 +395,7 @@ int BPF_PROG(ac_file_receive, struct file *file, int ret)
 	if (ac_is_mqueue(sb))
 		return ac_decide_mqueue(&c, scoped, sb);
 	if (ac_mount_internal(mnt))
-		return ac_decide_plain(&c, scoped, !ac_io_uring_file(file));
+		return ac_decide_plain(&c, scoped, ac_internal_file_ok(file, sb));
 	__u32 fmode = BPF_CORE_READ(file, f_mode), need = 0;
 	if (fmode & FMODE_READ)
 		need |= AC_ACCESS_READ;

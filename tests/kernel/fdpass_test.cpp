@@ -246,5 +246,26 @@ TEST_F(FdPassTest, NoIoUringInstanceGetsIn) {
   EXPECT_EQ(denied(AC_HOOK_FILE_RECEIVE) - before, 1u);
 }
 
+TEST_F(FdPassTest, NoNamespaceFileIsPassedIn) {
+  // A namespace descriptor of the host (what setns needs) is refused like
+  // the run's own open of one; an eventfd from the host still passes.
+  int ns = ::open("/proc/self/ns/net", O_RDONLY | O_CLOEXEC);
+  ASSERT_GE(ns, 0);
+  const uint64_t before = denied(AC_HOOK_FILE_RECEIVE);
+  EXPECT_EQ(pass_in(ns, [](int) { return kOk; }), kDenied);
+  ::close(ns);
+  EXPECT_EQ(denied(AC_HOOK_FILE_RECEIVE) - before, 1u);
+  int efd = ::eventfd(1, EFD_CLOEXEC);
+  ASSERT_GE(efd, 0);
+  EXPECT_EQ(pass_in(efd,
+                    [](int fd) {
+                      uint64_t v = 0;
+                      return ::read(fd, &v, sizeof v) == sizeof v ? kOk : kOtherError;
+                    }),
+            kOk);
+  ::close(efd);
+  EXPECT_EQ(denied(AC_HOOK_FILE_RECEIVE) - before, 1u);
+}
+
 }  // namespace
 }  // namespace agentcage
