@@ -593,13 +593,15 @@ int BPF_PROG(ac_socket_sendmsg, struct socket *sock, struct msghdr *msg, int siz
 
 	if (ret)
 		return ret;
-	struct sockaddr *addr = BPF_CORE_READ(msg, msg_name);
+	/* Direct loads: every send on the host passes here. */
+	struct sockaddr *addr = msg->msg_name;
 	if (!addr)
 		return 0;
+	int addrlen = msg->msg_namelen;
 	scoped = ac_current_scope(&c, AC_HOOK_SOCKET_SEND);
 	if (scoped == AC_SCOPE_NONE)
-		return ac_ingress_from_host(sock, addr, BPF_CORE_READ(msg, msg_namelen));
-	return ac_decide_connect(&c, scoped, sock, addr, BPF_CORE_READ(msg, msg_namelen), 0);
+		return ac_ingress_from_host(sock, addr, addrlen);
+	return ac_decide_connect(&c, scoped, sock, addr, addrlen, 0);
 }
 
 SEC("lsm/socket_create")
@@ -686,8 +688,9 @@ int BPF_PROG(ac_socket_sock_rcv_skb, struct sock *sk, struct sk_buff *skb, int r
 {
 	if (ret)
 		return ret;
-	__u16 family = BPF_CORE_READ(sk, __sk_common.skc_family);
-	if (BPF_CORE_READ(sk, sk_protocol) != IPPROTO_UDP || (family != AF_INET && family != AF_INET6))
+	/* Direct loads: every datagram the host receives passes here. */
+	__u16 family = sk->__sk_common.skc_family;
+	if (sk->sk_protocol != IPPROTO_UDP || (family != AF_INET && family != AF_INET6))
 		return 0;
 	return ac_udp_receive(sk, skb);
 }
@@ -722,10 +725,8 @@ int BPF_PROG(ac_unix_stream_connect, struct sock *sock, struct sock *other, stru
 		return ret;
 	scoped = ac_current_scope(&c, AC_HOOK_UNIX_CONNECT);
 	if (scoped == AC_SCOPE_NONE)
-		return 0;
-	if (scoped == AC_SCOPE_POLICY && ac_unix_own(&c, other))
-		return ac_decide_on_hook(&c, AC_HOOK_UNIX_CONNECT, 1, AC_REASON_RULE_ALLOW);
-	return ac_decide_unix(&c, scoped, other);
+		return ac_unix_ingress_from_host(other);
+	return ac_decide_unix_peer(&c, scoped, other);
 }
 
 SEC("lsm/unix_may_send")
@@ -736,14 +737,15 @@ int BPF_PROG(ac_unix_may_send, struct socket *sock, struct socket *other, int re
 
 	if (ret)
 		return ret;
+	/* A typed pointer for the storage lookup, maybe NULL on 6.12 (then
+	 * there is nothing to reach, as ac_decide_unix says too). */
+	struct sock *peer = other->sk;
+	if (!peer)
+		return 0;
 	scoped = ac_current_scope(&c, AC_HOOK_UNIX_CONNECT);
 	if (scoped == AC_SCOPE_NONE)
-		return 0;
-	/* other->sk for the storage lookup (a typed pointer, maybe NULL on
-	 * 6.12), read again as a plain value for the path walk. */
-	if (scoped == AC_SCOPE_POLICY && ac_unix_own(&c, other->sk))
-		return ac_decide_on_hook(&c, AC_HOOK_UNIX_CONNECT, 1, AC_REASON_RULE_ALLOW);
-	return ac_decide_unix(&c, scoped, BPF_CORE_READ(other, sk));
+		return ac_unix_ingress_from_host(peer);
+	return ac_decide_unix_peer(&c, scoped, peer);
 }
 
 /* ---- the scope itself ---------------------------------------------------------- */

@@ -108,14 +108,10 @@ static __always_inline int ac_bind_udp_private(struct ac_ctx *c, struct sock *sk
 		return 0;
 	}
 	if (!port) {
-		struct ac_sock_owner *o =
-			bpf_sk_storage_get(&ac_sock_owners, sk, 0, BPF_SK_STORAGE_GET_F_CREATE);
-		if (!o) {
+		if (!ac_sock_own(c, sk, AC_SOCK_F_PRIVATE | AC_SOCK_F_PENDING)) {
 			*reason = AC_REASON_INTERNAL;
 			return 0;
 		}
-		o->scope_id = c->scope_id;
-		o->flags = AC_SOCK_F_PRIVATE | AC_SOCK_F_PENDING;
 		return 1;
 	}
 	if (!ac_listener_register(c, sk, s->net.addr, AC_PORT_PROTO(port, IPPROTO_UDP), AC_SOCK_F_PRIVATE)) {
@@ -125,9 +121,12 @@ static __always_inline int ac_bind_udp_private(struct ac_ctx *c, struct sock *sk
 	return 1;
 }
 
-/* bind() of an abstract unix name: only a name network.listen lists. */
+/* bind() of an abstract unix name: only a name network.listen lists, and
+ * the socket is then public (the host and other runs reach it as their
+ * rules allow). */
 static __always_inline int ac_decide_bind_abstract(struct ac_ctx *c, enum ac_scope_state scoped,
-						   struct sockaddr *address, int addrlen)
+						   struct sock *sk, struct sockaddr *address,
+						   int addrlen)
 {
 	__u32 access;
 	__u8 reason = AC_REASON_DEFAULT_DENY;
@@ -149,8 +148,8 @@ static __always_inline int ac_decide_bind_abstract(struct ac_ctx *c, enum ac_sco
 		if (state != AC_POLICY_HELD) {
 			reason = ac_policy_reason(state);
 		} else if (access & AC_ACCESS_BIND) {
-			allowed = 1;
-			reason = AC_REASON_RULE_ALLOW;
+			allowed = ac_sock_own(c, sk, 0);
+			reason = allowed ? AC_REASON_RULE_ALLOW : AC_REASON_INTERNAL;
 		}
 	}
 	int ret;
@@ -181,14 +180,15 @@ static __always_inline int ac_decide_bind(struct ac_ctx *c, enum ac_scope_state 
 
 	if (family == AF_UNIX) {
 		/* The socket is the scope's: its own processes may connect to
-		 * it whatever network.allow says (selftalk.bpf.h). */
-		if (scoped == AC_SCOPE_POLICY)
-			ac_unix_claim(c, sock->sk);
+		 * it whatever network.allow says, nobody else may
+		 * (selftalk.bpf.h). Unclaimed, anyone could: refused. */
+		if (scoped == AC_SCOPE_POLICY && !ac_sock_own(c, sock->sk, AC_SOCK_F_PRIVATE))
+			return ac_decide_on_hook(c, AC_HOOK_SOCKET_BIND, 0, AC_REASON_INTERNAL);
 		/* addrlen == sizeof(sa_family_t): autobind, the kernel picks
 		 * a free name; a path: a file, decided by path_mknod. */
 		if (addrlen <= 2 || BPF_CORE_READ((struct sockaddr_un *)address, sun_path[0]))
 			return 0;
-		return ac_decide_bind_abstract(c, scoped, address, addrlen);
+		return ac_decide_bind_abstract(c, scoped, sock->sk, address, addrlen);
 	}
 	if (family != AF_INET && family != AF_INET6)
 		return 0; /* netlink: socket_create allowed route sockets only */

@@ -40,30 +40,67 @@ static __always_inline void ac_event_inet(struct ac_event_decision *e, __u16 fam
 		bpf_probe_read_kernel(e->addr, 16, addr16);
 }
 
-/* Read an inet address into addr[16] (IPv4 as ::ffff:a.b.c.d; the scratch's
- * net.addr when it becomes a rule key, the stack otherwise) and its port. 0
- * when the address is too short to hold one: the caller then fails closed.
- * `family` is the socket's or the address's, as the caller decides what the
- * kernel will use. */
-static __always_inline int ac_load_inet(__u8 *addr, __u16 family, struct sockaddr *address,
+/*
+ * addr[16] (IPv4 as ::ffff:a.b.c.d) and *port from the bytes of a sockaddr
+ * already read into `sa`, taken as `family`. 0 when addrlen is too short
+ * for that family: the caller then fails closed.
+ */
+static __always_inline int ac_inet_from(__u8 *addr, __u16 family, const struct sockaddr_in6 *sa,
 					int addrlen, __u16 *port)
 {
 	if (family == AF_INET && addrlen >= (int)sizeof(struct sockaddr_in)) {
-		struct sockaddr_in *in = (struct sockaddr_in *)address;
-		*port = bpf_ntohs(BPF_CORE_READ(in, sin_port));
+		const struct sockaddr_in *in = (const struct sockaddr_in *)sa;
+		*port = bpf_ntohs(in->sin_port);
 		__builtin_memset(addr, 0, 10);
 		addr[10] = 0xff;
 		addr[11] = 0xff;
-		bpf_probe_read_kernel(&addr[12], 4, &in->sin_addr);
+		__builtin_memcpy(&addr[12], &in->sin_addr, 4);
 		return 1;
 	}
 	if (family == AF_INET6 && addrlen >= (int)sizeof(struct sockaddr_in6)) {
-		struct sockaddr_in6 *in6 = (struct sockaddr_in6 *)address;
-		*port = bpf_ntohs(BPF_CORE_READ(in6, sin6_port));
-		bpf_probe_read_kernel(addr, 16, &in6->sin6_addr);
+		*port = bpf_ntohs(sa->sin6_port);
+		__builtin_memcpy(addr, &sa->sin6_addr, 16);
 		return 1;
 	}
 	return 0;
+}
+
+/* The first addrlen bytes of `address`, at most a sockaddr_in6, in one probe
+ * read (every send with an address on the host comes here: one helper call,
+ * not one per field). 0 when shorter than a sockaddr_in or unreadable. */
+static __always_inline int ac_read_sockaddr(struct sockaddr_in6 *sa, struct sockaddr *address,
+					    int addrlen)
+{
+	if (addrlen >= (int)sizeof(*sa))
+		return !bpf_probe_read_kernel(sa, sizeof(*sa), address);
+	if (addrlen >= (int)sizeof(struct sockaddr_in))
+		return !bpf_probe_read_kernel(sa, sizeof(struct sockaddr_in), address);
+	return 0;
+}
+
+/* Read an inet address into addr[16] (the scratch's net.addr when it
+ * becomes a rule key, the stack otherwise) and its port. 0 when the address
+ * is too short to hold one: the caller then fails closed. `family` is the
+ * socket's or the address's, as the caller decides what the kernel will
+ * use. */
+static __always_inline int ac_load_inet(__u8 *addr, __u16 family, struct sockaddr *address,
+					int addrlen, __u16 *port)
+{
+	struct sockaddr_in6 sa = {};
+	return ac_read_sockaddr(&sa, address, addrlen) &&
+	       ac_inet_from(addr, family, &sa, addrlen, port);
+}
+
+/* ac_load_inet with the family the address itself names, which it returns:
+ * AF_INET or AF_INET6, 0 for any other family or an address too short. */
+static __always_inline __u16 ac_load_inet_named(__u8 *addr, struct sockaddr *address, int addrlen,
+						__u16 *port)
+{
+	struct sockaddr_in6 sa = {};
+	if (!ac_read_sockaddr(&sa, address, addrlen))
+		return 0;
+	__u16 family = sa.sin6_family;
+	return ac_inet_from(addr, family, &sa, addrlen, port) ? family : 0;
 }
 
 static __always_inline __u8 ac_proto_bit(__u16 protocol)

@@ -63,6 +63,22 @@ struct {
 	__type(value, struct ac_sock_owner);
 } ac_sock_owners SEC(".maps");
 
+/* Make sk scope c's socket. 0 when its storage cannot be had: the caller
+ * denies (a socket nobody knows is the run's is reachable by anyone). */
+static __always_inline int ac_sock_own(const struct ac_ctx *c, struct sock *sk, __u32 flags)
+{
+	if (!sk) /* 6.12 types socket->sk as maybe NULL */
+		return 0;
+	struct ac_sock_owner *o =
+		bpf_sk_storage_get(&ac_sock_owners, sk, 0, BPF_SK_STORAGE_GET_F_CREATE);
+	if (!o)
+		return 0;
+	o->scope_id = c->scope_id;
+	o->scope_cgroup = c->scope_cgroup;
+	o->flags = flags;
+	return 1;
+}
+
 /* Entries of scopes that ended are deleted by userspace with the scope; a
  * full map refuses the registration, and with it the listen (fail closed). */
 struct {
@@ -168,12 +184,7 @@ static __noinline int ac_listener_register(const struct ac_ctx *c, struct sock *
 				.flags = flags};
 	if (bpf_map_update_elem(&ac_listeners, &k, &l, BPF_ANY))
 		return 0;
-	struct ac_sock_owner *o =
-		bpf_sk_storage_get(&ac_sock_owners, sk, 0, BPF_SK_STORAGE_GET_F_CREATE);
-	if (o) {
-		o->scope_id = c->scope_id;
-		o->flags = flags;
-	}
+	ac_sock_own(c, sk, flags);
 	return 1;
 }
 
@@ -446,23 +457,27 @@ static __noinline int ac_peer_of(const struct ac_ctx *c, struct socket *sock, co
 static __noinline int ac_ingress_from_host(struct socket *sock, struct sockaddr *address,
 					   int addrlen)
 {
-	/* On the stack: a host task never gets a scratch (task storage) */
+	/* Every connect and addressed send of every process on the host
+	 * comes here: one probe read for the address, direct loads for the
+	 * socket, and the port's mark before any map lookup. On the stack: a
+	 * host task never gets a scratch (task storage). */
 	__u8 addr[16] = {};
-	__u16 port = 0, family = BPF_CORE_READ(address, sa_family);
-	__u16 protocol = BPF_CORE_READ(sock, sk, sk_protocol);
-	if ((family != AF_INET && family != AF_INET6) ||
-	    (protocol != IPPROTO_TCP && protocol != IPPROTO_UDP))
+	__u16 port = 0, family = ac_load_inet_named(addr, address, addrlen, &port);
+	if (!family)
 		return 0;
-	if (!ac_load_inet(addr, family, address, addrlen, &port))
+	struct sock *sk = sock->sk;
+	if (!sk)
 		return 0;
-	ac_unspecified_to_local(addr, BPF_CORE_READ(sock, sk));
+	__u16 protocol = sk->sk_protocol;
+	if (protocol != IPPROTO_TCP && protocol != IPPROTO_UDP)
+		return 0;
+	ac_unspecified_to_local(addr, sk);
 	if (!ac_is_loopback(addr))
 		return 0;
 	__u8 *mark = ac_port_mark(port);
 	if (mark && !*mark)
 		return 0; /* no private socket was ever on this port */
-	struct ac_listener_key k = {
-		.netns = ac_sock_netns(BPF_CORE_READ(sock, sk)), .port = port, .proto = protocol};
+	struct ac_listener_key k = {.netns = ac_sock_netns(sk), .port = port, .proto = protocol};
 	__builtin_memcpy(k.addr, addr, 16);
 	struct ac_listener *l = ac_listener_at(&k);
 	if (!l || !(l->flags & AC_SOCK_F_PRIVATE))
@@ -525,26 +540,70 @@ static __always_inline int ac_decide_connect(struct ac_ctx *c, enum ac_scope_sta
 	return ret;
 }
 
-/* A unix socket reached by scope c: one its own task bound. */
-static __always_inline int ac_unix_own(const struct ac_ctx *c, struct sock *other)
+/* The live scope that bound unix socket `other` (a path, an abstract or an
+ * autobound name: ac_decide_bind), or NULL: none did, or that scope ended
+ * (the socket outlived it in another process's hands). */
+static __always_inline struct ac_sock_owner *ac_unix_owner(struct sock *other)
 {
 	if (!other)
-		return 0;
+		return NULL;
 	struct ac_sock_owner *o = bpf_sk_storage_get(&ac_sock_owners, other, 0, 0);
-	return o && o->scope_id == c->scope_id;
+	if (!o)
+		return NULL;
+	struct ac_scope *s = bpf_map_lookup_elem(&ac_scopes, &o->scope_cgroup);
+	return s && s->scope_id == o->scope_id ? o : NULL;
 }
 
-/* bind() of a unix path in scope c: the socket is the scope's. */
-static __always_inline void ac_unix_claim(const struct ac_ctx *c, struct sock *sk)
+/* Whose is the unix socket scope c connects or sends to? */
+static __always_inline int ac_unix_peer(const struct ac_ctx *c, struct sock *other)
 {
-	if (!sk)
-		return;
-	struct ac_sock_owner *o =
-		bpf_sk_storage_get(&ac_sock_owners, sk, 0, BPF_SK_STORAGE_GET_F_CREATE);
-	if (o) {
-		o->scope_id = c->scope_id;
-		o->flags = AC_SOCK_F_PRIVATE;
+	struct ac_sock_owner *o = ac_unix_owner(other);
+	if (!o)
+		return AC_PEER_UNKNOWN;
+	if (o->scope_id == c->scope_id)
+		return AC_PEER_SELF;
+	return o->flags & AC_SOCK_F_PRIVATE ? AC_PEER_PRIVATE : AC_PEER_UNKNOWN;
+}
+
+/*
+ * A task outside every scope connects or sends to unix socket `other`:
+ * denied when a scope bound it privately (every unix socket but an abstract
+ * name network.listen opens), as for its loopback sockets
+ * (ac_ingress_from_host). Every unix connect and datagram of the host pays
+ * one socket-storage lookup here.
+ */
+static __noinline int ac_unix_ingress_from_host(struct sock *other)
+{
+	struct ac_sock_owner *o = ac_unix_owner(other);
+	if (!o || !(o->flags & AC_SOCK_F_PRIVATE))
+		return 0;
+	struct ac_ctx c = {};
+	if (ac_scope_at(&c, o->scope_cgroup, AC_HOOK_INGRESS) == AC_SCOPE_NONE)
+		return 0;
+	c.cgroup_id = bpf_get_current_cgroup_id();
+	int ret;
+	struct ac_event_decision *e = ac_finish(&c, 0, AC_REASON_PROTECTED, &ret);
+	if (e) {
+		e->family = AF_UNIX;
+		ac_event_submit(e);
 	}
+	return ret;
+}
+
+/* Scope c connects or sends to unix socket `other`: its own is allowed
+ * whatever network.allow says, another scope's is denied (hook ingress);
+ * otherwise the rules decide (ac_decide_unix). */
+static __always_inline int ac_decide_unix_peer(struct ac_ctx *c, enum ac_scope_state scoped,
+					       struct sock *other)
+{
+	if (scoped == AC_SCOPE_POLICY) {
+		int peer = ac_unix_peer(c, other);
+		if (peer == AC_PEER_SELF)
+			return ac_decide_on_hook(c, AC_HOOK_UNIX_CONNECT, 1, AC_REASON_RULE_ALLOW);
+		if (peer == AC_PEER_PRIVATE)
+			return ac_decide_on_hook(c, AC_HOOK_INGRESS, 0, AC_REASON_PROTECTED);
+	}
+	return ac_decide_unix(c, scoped, other);
 }
 
 /*

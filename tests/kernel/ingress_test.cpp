@@ -18,8 +18,10 @@
 
 #include <cerrno>
 #include <cstring>
+#include <functional>
 #include <string>
 #include <thread>
+#include <utility>
 #include <vector>
 
 #include "kernel_env.h"
@@ -360,32 +362,63 @@ TEST_F(IngressTest, NetworkListenAllowsADevServerOnItsPort) {
   EXPECT_EQ(scoped([&] { return try_bind(AF_INET, SOCK_STREAM, "127.0.0.1", dev, true); }), kOk);
   EXPECT_EQ(scoped([&] { return try_bind(AF_INET, SOCK_STREAM, "0.0.0.0", wild, true); }), kOk);
   EXPECT_EQ(scoped([] { return try_bind_unix(std::string("\0agentcage-kt-dev", 17)); }), kOk);
-  // The server is reachable: a client outside the scope connects to it.
-  int ready[2];
-  ASSERT_EQ(::pipe2(ready, O_CLOEXEC), 0);
-  int client = kOtherError;
-  std::thread host_client([&] {
-    char c;
-    if (::read(ready[0], &c, 1) == 1) client = tcp_connect_loopback(dev);
-  });
-  const int server = scoped([&] {
-    ::alarm(20);
-    int s = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-    int one = 1;
-    ::setsockopt(s, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
-    socklen_t len = 0;
-    sockaddr_storage ss = inet_addr_of(AF_INET, "127.0.0.1", dev, &len);
-    const bool up = ::bind(s, reinterpret_cast<sockaddr*>(&ss), len) == 0 && ::listen(s, 4) == 0;
-    (void)!::write(ready[1], "x", 1);  // the client must not wait forever either way
-    if (!up) return kOtherError;
-    int c = ::accept4(s, nullptr, nullptr, SOCK_CLOEXEC);
-    return c >= 0 ? kOk : kOtherError;
-  });
-  host_client.join();
-  ::close(ready[0]);
-  ::close(ready[1]);
+  // The servers are reachable: a client outside the scope connects to each.
+  // `listen_on` runs in the scope and returns a listening socket (or -1).
+  auto host_reaches = [&](const std::function<int()>& listen_on, const std::function<int()>& connect) {
+    int ready[2];
+    if (::pipe2(ready, O_CLOEXEC) != 0) return std::pair{kOtherError, kOtherError};
+    int client = kOtherError;
+    std::thread host_client([&] {
+      char c;
+      if (::read(ready[0], &c, 1) == 1) client = connect();
+    });
+    const int server = scoped([&] {
+      ::alarm(20);
+      int s = listen_on();
+      (void)!::write(ready[1], "x", 1);  // the client must not wait forever either way
+      if (s < 0) return kOtherError;
+      int c = ::accept4(s, nullptr, nullptr, SOCK_CLOEXEC);
+      return c >= 0 ? kOk : kOtherError;
+    });
+    host_client.join();
+    ::close(ready[0]);
+    ::close(ready[1]);
+    return std::pair{server, client};
+  };
+  auto [server, client] = host_reaches(
+      [&] {
+        int s = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+        int one = 1;
+        ::setsockopt(s, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
+        socklen_t len = 0;
+        sockaddr_storage ss = inet_addr_of(AF_INET, "127.0.0.1", dev, &len);
+        return ::bind(s, reinterpret_cast<sockaddr*>(&ss), len) == 0 && ::listen(s, 4) == 0 ? s : -1;
+      },
+      [&] { return tcp_connect_loopback(dev); });
   EXPECT_EQ(server, kOk);
   EXPECT_EQ(client, kOk);
+  // The abstract name network.listen opens is public too (a name the run
+  // binds without a rule, or autobinds, is private: selftalk_test.cpp).
+  const std::string dev_name("\0agentcage-kt-dev", 17);
+  sockaddr_un dev_addr{};
+  dev_addr.sun_family = AF_UNIX;
+  std::memcpy(dev_addr.sun_path, dev_name.data(), dev_name.size());
+  const auto dev_len = static_cast<socklen_t>(sizeof(sa_family_t) + dev_name.size());
+  auto [unix_server, unix_client] = host_reaches(
+      [&] {
+        int s = ::socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+        return ::bind(s, reinterpret_cast<const sockaddr*>(&dev_addr), dev_len) == 0 && ::listen(s, 4) == 0
+                   ? s
+                   : -1;
+      },
+      [&] {
+        int c = ::socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+        int code = result(::connect(c, reinterpret_cast<const sockaddr*>(&dev_addr), dev_len));
+        ::close(c);
+        return code;
+      });
+  EXPECT_EQ(unix_server, kOk);
+  EXPECT_EQ(unix_client, kOk) << "the host reaches the abstract name network.listen opens";
 
   // Another port, another address, another protocol, another name.
   // On loopback another port listens as the run's private listener, which

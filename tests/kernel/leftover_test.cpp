@@ -118,10 +118,9 @@ TEST_F(Leftovers, NothingOfTheRunExistsAfterIt) {
   EXPECT_FALSE(fs::exists(r.result["cgroup"].get<std::string>()));
   EXPECT_FALSE(fs::exists(cgroup_escape));
   EXPECT_FALSE(fs::exists(outside));
-  // No listening socket.
-  if (res["port"].get<int>() != 0) {
-    EXPECT_FALSE(listening_on(res["port"].get<int>()));
-  }
+  // No listening socket (the run's private loopback listener was up).
+  ASSERT_NE(res["port"].get<int>(), 0) << r.out;
+  EXPECT_FALSE(listening_on(res["port"].get<int>()));
   // No System V object, no message queue.
   EXPECT_FALSE(sysv_msq_exists(key));
   EXPECT_FALSE(sysv_shm_exists(key));

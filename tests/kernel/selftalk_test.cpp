@@ -207,11 +207,11 @@ TEST_F(SelfTalkTest, AUnixServerInTheWorkspaceServesItsOwnClients) {
 
 // The scoped server listens and waits; `outside` tries to reach it; the
 // server reports whether anything arrived. kOk: nothing did.
-int serve_and_watch(int fd_ready, int fd_done, int type, uint16_t port) {
+int serve_and_watch(int fd_ready, int fd_done, int type, uint16_t port, int family) {
   ::alarm(20);
-  int s = ::socket(AF_INET, type | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
+  int s = ::socket(family, type | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
   socklen_t len = 0;
-  sockaddr_storage ss = inet_addr_of(AF_INET, "127.0.0.1", port, &len);
+  sockaddr_storage ss = inet_addr_of(family, family == AF_INET ? "127.0.0.1" : "::1", port, &len);
   bool up =
       ::bind(s, reinterpret_cast<sockaddr*>(&ss), len) == 0 && (type != SOCK_STREAM || ::listen(s, 4) == 0);
   uint16_t bound = up ? port_of(s) : 0;
@@ -224,10 +224,11 @@ int serve_and_watch(int fd_ready, int fd_done, int type, uint16_t port) {
   return ::recv(s, buf, sizeof buf, 0) < 0 ? kOk : kOtherError;
 }
 
-// Runs serve_and_watch in the scope and `outside(port)` meanwhile; returns
-// {server code, outside code}.
+// Runs serve_and_watch (on 127.0.0.1, or ::1 for AF_INET6) in the scope and
+// `outside(port)` meanwhile; returns {server code, outside code}.
 std::pair<int, int> reach_in(const std::function<int(std::function<int()>)>& run_server, int type,
-                             uint16_t port, const std::function<int(uint16_t)>& outside) {
+                             uint16_t port, const std::function<int(uint16_t)>& outside,
+                             int family = AF_INET) {
   int ready[2], done[2];
   if (::pipe2(ready, O_CLOEXEC) != 0 || ::pipe2(done, O_CLOEXEC) != 0) return {kOtherError, kOtherError};
   int outside_code = kOtherError;
@@ -236,10 +237,135 @@ std::pair<int, int> reach_in(const std::function<int(std::function<int()>)>& run
     if (::read(ready[0], &bound, sizeof bound) == sizeof bound && bound) outside_code = outside(bound);
     (void)!::write(done[1], "x", 1);
   });
-  int server = run_server([&] { return serve_and_watch(ready[1], done[0], type, port); });
+  int server = run_server([&] { return serve_and_watch(ready[1], done[0], type, port, family); });
   t.join();
   for (int fd : {ready[0], ready[1], done[0], done[1]}) ::close(fd);
   return {server, outside_code};
+}
+
+// A connect (stream) or one datagram (dgram) to the unix address a/len.
+int unix_reach(int type, const sockaddr_un& a, socklen_t len) {
+  int c = ::socket(AF_UNIX, type | SOCK_CLOEXEC, 0);
+  const auto* to = reinterpret_cast<const sockaddr*>(&a);
+  int r = type == SOCK_STREAM ? ::connect(c, to, len) : (::sendto(c, "x", 1, 0, to, len) == 1 ? 0 : -1);
+  int code = r == 0 ? kOk : classify(errno);
+  ::close(c);
+  return code;
+}
+
+// serve_and_watch for a unix socket bound at `path`, or autobound (an
+// abstract name the kernel picks) when `path` is empty: the address goes to
+// fd_ready as its length and its bytes.
+int serve_unix_and_watch(int fd_ready, int fd_done, int type, const std::string& path) {
+  ::alarm(20);
+  int s = ::socket(AF_UNIX, type | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
+  sockaddr_un a{};
+  a.sun_family = AF_UNIX;
+  socklen_t len = sizeof(sa_family_t);
+  if (!path.empty()) {
+    std::strncpy(a.sun_path, path.c_str(), sizeof a.sun_path - 1);
+    len = sizeof a;
+  }
+  bool up =
+      ::bind(s, reinterpret_cast<sockaddr*>(&a), len) == 0 && (type != SOCK_STREAM || ::listen(s, 4) == 0);
+  sockaddr_un got{};
+  socklen_t got_len = sizeof got;
+  up = up && ::getsockname(s, reinterpret_cast<sockaddr*>(&got), &got_len) == 0;
+  uint32_t n = up ? got_len : 0;
+  (void)!::write(fd_ready, &n, sizeof n);
+  if (!up) return kOtherError;
+  (void)!::write(fd_ready, &got, n);
+  char c;
+  (void)!::read(fd_done, &c, 1);
+  char buf[16];
+  if (type == SOCK_STREAM) return ::accept4(s, nullptr, nullptr, SOCK_CLOEXEC) < 0 ? kOk : kOtherError;
+  return ::recv(s, buf, sizeof buf, 0) < 0 ? kOk : kOtherError;
+}
+
+// reach_in for unix sockets: {server code, outside code}.
+std::pair<int, int> reach_in_unix(const std::function<int(std::function<int()>)>& run_server, int type,
+                                  const std::string& path,
+                                  const std::function<int(const sockaddr_un&, socklen_t)>& outside) {
+  int ready[2], done[2];
+  if (::pipe2(ready, O_CLOEXEC) != 0 || ::pipe2(done, O_CLOEXEC) != 0) return {kOtherError, kOtherError};
+  int outside_code = kOtherError;
+  std::thread t([&] {
+    uint32_t n = 0;
+    sockaddr_un a{};
+    if (::read(ready[0], &n, sizeof n) == sizeof n && n && n <= sizeof a &&
+        ::read(ready[0], &a, n) == static_cast<ssize_t>(n))
+      outside_code = outside(a, n);
+    (void)!::write(done[1], "x", 1);
+  });
+  int server = run_server([&] { return serve_unix_and_watch(ready[1], done[0], type, path); });
+  t.join();
+  for (int fd : {ready[0], ready[1], done[0], done[1]}) ::close(fd);
+  return {server, outside_code};
+}
+
+TEST_F(SelfTalkTest, NoHostProcessOrOtherScopeReachesARunsUnixSockets) {
+  // A run's listener on its workspace path or an autobound abstract name
+  // (no rule needed) is a bind shell for any local process, unless only the
+  // run may reach it.
+  apply(kNoNetwork);
+  auto in_scope = [this](std::function<int()> fn) { return scoped(fn); };
+  const uint64_t before = denied(AC_HOOK_INGRESS);
+  struct Case {
+    int type;
+    std::string path;
+    const char* what;
+  };
+  const Case cases[] = {{SOCK_STREAM, ws("srv.sock"), "a stream listener in the workspace"},
+                        {SOCK_STREAM, "", "a stream listener on an autobound abstract name"},
+                        {SOCK_DGRAM, ws("dgram.sock"), "a datagram socket in the workspace"},
+                        {SOCK_DGRAM, "", "a datagram socket on an autobound abstract name"}};
+  for (const Case& k : cases) {
+    auto [server, host] = reach_in_unix(in_scope, k.type, k.path, [&](const sockaddr_un& a, socklen_t l) {
+      return unix_reach(k.type, a, l);
+    });
+    EXPECT_EQ(server, kOk) << k.what << ": the host reached it";
+    EXPECT_EQ(host, kDenied) << k.what;
+    if (!k.path.empty()) ::unlink(k.path.c_str());
+  }
+  EXPECT_EQ(denied(AC_HOOK_INGRESS) - before, 4u) << "counted in the owner's policy";
+
+  // Another scope, even one whose rules would let it connect anywhere.
+  auto cg2 = cgroup::Cgroup::create(root_, root_ / "agentcage-kt", "st-unix-" + std::to_string(::getpid()));
+  ASSERT_TRUE(cg2.ok()) << cg2.error().message;
+  ASSERT_TRUE(enforcer()->add_scope(cg2->id(), cg2->level(), cg2->id(), slot_, ws_.string()).ok());
+  auto [server2, other] = reach_in_unix(in_scope, SOCK_STREAM, "", [&](const sockaddr_un& a, socklen_t l) {
+    return run_in_cgroup(cg2->fd(), [&] { return unix_reach(SOCK_STREAM, a, l); });
+  });
+  EXPECT_EQ(server2, kOk) << "the other scope's connection reached the run's listener";
+  EXPECT_EQ(other, kDenied);
+  EXPECT_EQ(denied(AC_HOOK_INGRESS) - before, 5u);
+  EXPECT_TRUE(enforcer()->remove_scope(cg2->id()).ok());
+  EXPECT_TRUE(cg2->remove().ok());
+
+  // The run's own processes reach each kind, and the host its own sockets.
+  EXPECT_EQ(scoped([] {
+              for (int type : {SOCK_STREAM, SOCK_DGRAM}) {
+                int s = ::socket(AF_UNIX, type | SOCK_CLOEXEC, 0);
+                sockaddr_un a{};
+                a.sun_family = AF_UNIX;
+                if (::bind(s, reinterpret_cast<sockaddr*>(&a), sizeof(sa_family_t)) != 0)
+                  return 10 + classify(errno);
+                if (type == SOCK_STREAM && ::listen(s, 1) != 0) return 20 + classify(errno);
+                sockaddr_un got{};
+                socklen_t l = sizeof got;
+                ::getsockname(s, reinterpret_cast<sockaddr*>(&got), &l);
+                int code = unix_reach(type, got, l);
+                ::close(s);
+                if (code != kOk) return 30 + code;
+              }
+              return kOk;
+            }),
+            kOk);
+  EXPECT_EQ(scoped([&] { return unix_self_talk(ws("own.sock")); }), kOk);
+  auto host = Listener::unix_at(ws("host.sock"));
+  ASSERT_TRUE(host.has_value());
+  EXPECT_EQ(unix_connect(ws("host.sock")), kOk);
+  EXPECT_EQ(denied(AC_HOOK_INGRESS) - before, 5u);
 }
 
 TEST_F(SelfTalkTest, NoHostProcessReachesARunsPrivateSockets) {
@@ -264,17 +390,30 @@ TEST_F(SelfTalkTest, NoHostProcessReachesARunsPrivateSockets) {
       reach_in(in_scope, SOCK_STREAM, 0, [](uint16_t p) { return tcp_connect(AF_INET, "0.0.0.0", p); });
   EXPECT_EQ(server0, kOk) << "the host's connection to 0.0.0.0 reached the run's server";
   EXPECT_EQ(client0, kDenied);
-  auto [udp_server0, sender0] = reach_in(in_scope, SOCK_DGRAM, free_udp_port(), [](uint16_t p) {
-    int s = ::socket(AF_INET, SOCK_DGRAM | SOCK_CLOEXEC, 0);
+  auto send_one = [](int family, const char* to_addr, uint16_t p) {
+    int s = ::socket(family, SOCK_DGRAM | SOCK_CLOEXEC, 0);
     socklen_t l = 0;
-    sockaddr_storage to = inet_addr_of(AF_INET, "0.0.0.0", p, &l);
+    sockaddr_storage to = inet_addr_of(family, to_addr, p, &l);
     int r = ::sendto(s, "x", 1, 0, reinterpret_cast<sockaddr*>(&to), l) == 1 ? kOk : classify(errno);
     ::close(s);
     return r;
-  });
+  };
+  auto [udp_server0, sender0] = reach_in(in_scope, SOCK_DGRAM, free_udp_port(),
+                                         [&](uint16_t p) { return send_one(AF_INET, "0.0.0.0", p); });
   EXPECT_EQ(udp_server0, kOk) << "the host's datagram to 0.0.0.0 reached the run's socket";
   EXPECT_EQ(sender0, kDenied);
   EXPECT_EQ(denied(AC_HOOK_INGRESS) - before, 4u);
+  // And :: reaches ::1, the run's IPv6 loopback sockets.
+  auto [server6, client6] = reach_in(
+      in_scope, SOCK_STREAM, 0, [](uint16_t p) { return tcp_connect(AF_INET6, "::", p); }, AF_INET6);
+  EXPECT_EQ(server6, kOk) << "the host's connection to :: reached the run's server on ::1";
+  EXPECT_EQ(client6, kDenied);
+  auto [udp_server6, sender6] = reach_in(
+      in_scope, SOCK_DGRAM, free_udp_port(), [&](uint16_t p) { return send_one(AF_INET6, "::", p); },
+      AF_INET6);
+  EXPECT_EQ(udp_server6, kOk) << "the host's datagram to :: reached the run's socket on ::1";
+  EXPECT_EQ(sender6, kDenied);
+  EXPECT_EQ(denied(AC_HOOK_INGRESS) - before, 6u);
 
   // The same datagram between two sockets of the run arrives.
   EXPECT_EQ(scoped([] {

@@ -19,7 +19,7 @@
 #include <linux/types.h>
 #endif
 
-#define AC_ABI_VERSION 9
+#define AC_ABI_VERSION 10
 
 /* ---- capacities ------------------------------------------------------- */
 
@@ -288,7 +288,8 @@ struct ac_net_rule {
 	struct ac_port_range ranges[AC_NET_MAX_RANGES];
 };
 
-/* ac_sock_owners: SK_STORAGE. The scope a socket belongs to, set when a
+/* ac_sock_owners: SK_STORAGE. The scope a socket belongs to (its id, and
+ * its cgroup to decide a stranger's attempt in its policy), set when a
  * scoped task binds a unix socket or listens on / binds an inet address
  * (see bpf/selftalk.bpf.h); freed with the socket. */
 #define AC_SOCK_F_PRIVATE (1u << 0) /* reachable from its own scope only */
@@ -298,6 +299,7 @@ struct ac_net_rule {
 #define AC_SOCK_F_PENDING (1u << 1)
 struct ac_sock_owner {
 	__u64 scope_id;
+	__u64 scope_cgroup;
 	__u32 flags; /* AC_SOCK_F_* */
 	__u32 pad;
 };
