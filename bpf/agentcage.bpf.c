@@ -780,12 +780,12 @@ int BPF_PROG(ac_ptrace_access_check, struct task_struct *child, unsigned int mod
 	struct ac_ctx c = {};
 	enum ac_scope_state scoped;
 
-	if (ret || !(mode & PTRACE_MODE_ATTACH))
+	if (ret)
 		return ret;
 	scoped = ac_current_scope(&c, AC_HOOK_SCOPE_ESCAPE);
 	if (scoped == AC_SCOPE_NONE)
 		return 0;
-	return ac_decide_ptrace(&c, scoped, child);
+	return ac_decide_ptrace(&c, scoped, child, mode & PTRACE_MODE_ATTACH);
 }
 
 /* PTRACE_TRACEME hands the current task to its parent, which may then poke
@@ -802,7 +802,7 @@ int BPF_PROG(ac_ptrace_traceme, struct task_struct *parent, int ret)
 	scoped = ac_current_scope(&c, AC_HOOK_SCOPE_ESCAPE);
 	if (scoped == AC_SCOPE_NONE)
 		return 0;
-	return ac_decide_ptrace(&c, scoped, parent);
+	return ac_decide_ptrace(&c, scoped, parent, 1);
 }
 
 /* A new user namespace hands out capabilities (mount, chroot, ...) that the

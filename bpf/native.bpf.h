@@ -71,11 +71,17 @@ static __always_inline int ac_exec_makes_code(struct file *file, struct vm_area_
 }
 
 /* A ptrace relation between the current (scoped) task and `other`: a debug
- * decision inside the scope, a scope escape across its border. */
+ * decision inside the scope, a scope escape across its border. Read access
+ * (PTRACE_MODE_READ: kcmp, get_robust_list, and every /proc/PID file the
+ * proc hook already keeps closed) is no debugging inside the scope, and
+ * crosses the border no more than attaching does. */
 static __always_inline int ac_decide_ptrace(struct ac_ctx *c, enum ac_scope_state scoped,
-					    struct task_struct *other)
+					    struct task_struct *other, int attach)
 {
-	if (scoped == AC_SCOPE_POLICY && ac_task_in_scope(c, other)) {
+	int inside = scoped == AC_SCOPE_POLICY && ac_task_in_scope(c, other);
+	if (inside && !attach)
+		return 0;
+	if (inside) {
 		int allowed = (c->policy_flags & AC_POLICY_F_DEBUG) != 0;
 		return ac_decide_on_hook(c, AC_HOOK_DEBUG, allowed,
 				       allowed ? AC_REASON_RULE_ALLOW : AC_REASON_DEFAULT_DENY);

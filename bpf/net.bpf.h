@@ -91,18 +91,6 @@ static __always_inline int ac_load_inet(__u8 *addr, __u16 family, struct sockadd
 	       ac_inet_from(addr, family, &sa, addrlen, port);
 }
 
-/* ac_load_inet with the family the address itself names, which it returns:
- * AF_INET or AF_INET6, 0 for any other family or an address too short. */
-static __always_inline __u16 ac_load_inet_named(__u8 *addr, struct sockaddr *address, int addrlen,
-						__u16 *port)
-{
-	struct sockaddr_in6 sa = {};
-	if (!ac_read_sockaddr(&sa, address, addrlen))
-		return 0;
-	__u16 family = sa.sin6_family;
-	return ac_inet_from(addr, family, &sa, addrlen, port) ? family : 0;
-}
-
 static __always_inline __u8 ac_proto_bit(__u16 protocol)
 {
 	return protocol == IPPROTO_TCP ? AC_PROTO_TCP :

@@ -458,12 +458,22 @@ static __noinline int ac_ingress_from_host(struct socket *sock, struct sockaddr 
 					   int addrlen)
 {
 	/* Every connect and addressed send of every process on the host
-	 * comes here: one probe read for the address, direct loads for the
-	 * socket, and the port's mark before any map lookup. On the stack: a
-	 * host task never gets a scratch (task storage). */
+	 * comes here: one probe read for the address, then the port's mark,
+	 * which ends it for every port no private socket ever used, before
+	 * anything else is looked at. On the stack: a host task never gets a
+	 * scratch (task storage). */
+	struct sockaddr_in6 sa = {};
+	if (!ac_read_sockaddr(&sa, address, addrlen))
+		return 0;
+	__u16 family = sa.sin6_family;
+	if (family != AF_INET && family != AF_INET6)
+		return 0;
+	__u16 port = bpf_ntohs(sa.sin6_port); /* where sin_port is too */
+	__u8 *mark = ac_port_mark(port);
+	if (mark && !*mark)
+		return 0;
 	__u8 addr[16] = {};
-	__u16 port = 0, family = ac_load_inet_named(addr, address, addrlen, &port);
-	if (!family)
+	if (!ac_inet_from(addr, family, &sa, addrlen, &port))
 		return 0;
 	struct sock *sk = sock->sk;
 	if (!sk)
@@ -474,9 +484,6 @@ static __noinline int ac_ingress_from_host(struct socket *sock, struct sockaddr 
 	ac_unspecified_to_local(addr, sk);
 	if (!ac_is_loopback(addr))
 		return 0;
-	__u8 *mark = ac_port_mark(port);
-	if (mark && !*mark)
-		return 0; /* no private socket was ever on this port */
 	struct ac_listener_key k = {.netns = ac_sock_netns(sk), .port = port, .proto = protocol};
 	__builtin_memcpy(k.addr, addr, 16);
 	struct ac_listener *l = ac_listener_at(&k);

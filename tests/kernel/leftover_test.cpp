@@ -135,7 +135,8 @@ TEST_F(Leftovers, NothingOfTheRunExistsAfterIt) {
     keys = keys_of_uid(uid);
   }
   EXPECT_EQ(keys, 0) << "uid " << uid << " still owns keys";
-  // No entry of the run in the pinned maps: scope, report.
+  // No entry of the run in the pinned maps: scope, report, the places its
+  // sockets were registered at.
   auto shared = bpf::Enforcer::open_shared();
   ASSERT_TRUE(shared) << shared.error().message;
   const uint64_t scope_id = r.result["scope_id"].get<uint64_t>();
@@ -143,6 +144,9 @@ TEST_F(Leftovers, NothingOfTheRunExistsAfterIt) {
   ASSERT_TRUE(scopes) << scopes.error().message;
   for (const auto& s : *scopes) EXPECT_NE(s.scope_id, scope_id) << "the run's scope is still registered";
   EXPECT_FALSE((*shared)->scope_report(scope_id)) << "the run's report is still in the map";
+  auto listeners = (*shared)->listeners_of(scope_id);
+  ASSERT_TRUE(listeners) << listeners.error().message;
+  EXPECT_EQ(*listeners, 0u) << "the run's listener is still registered";
 }
 
 }  // namespace

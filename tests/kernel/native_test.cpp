@@ -15,6 +15,7 @@
 #include <sys/mman.h>
 #include <sys/personality.h>
 #include <sys/ptrace.h>
+#include <sys/syscall.h>
 #include <sys/uio.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -194,6 +195,18 @@ int attach_child() {
   return code;
 }
 
+// Read access to another process (PTRACE_MODE_READ): kcmp of its address
+// space with ours, and its robust futex list head (an address of its heap).
+// The kernel returns EPERM for the LSM's EACCES here too.
+int inspect(pid_t pid) {
+  constexpr int kKcmpVm = 1;  // KCMP_VM, <linux/kcmp.h>
+  if (::syscall(SYS_kcmp, ::getpid(), pid, kKcmpVm, 0, 0) < 0) return 10 + classify_eperm(errno);
+  void* head = nullptr;
+  size_t len = 0;
+  if (::syscall(SYS_get_robust_list, pid, &head, &len) != 0) return 20 + classify_eperm(errno);
+  return kOk;
+}
+
 // A child asks to be traced by the probe (PTRACE_TRACEME).
 int traceme_in_child() {
   return in_child(false,
@@ -348,6 +361,35 @@ TEST_F(NativeTest, DebuggingTheRunsOwnProcessesIsDeniedByDefault) {
   EXPECT_EQ(denied(AC_HOOK_DEBUG) - before, 4u);
   // Reading one's own memory is not debugging.
   EXPECT_EQ(scoped([] { return try_open("/proc/self/mem", O_RDONLY); }), kOk);
+}
+
+TEST_F(NativeTest, NoProcessOutsideTheScopeIsInspected) {
+  pid_t outside = sleeper();
+  ASSERT_GT(outside, 0);
+  EXPECT_EQ(in_child(false, [outside] { return inspect(outside); }), kOk)
+      << "kcmp and get_robust_list do not work even outside the scope";
+  ASSERT_NO_FATAL_FAILURE(apply(""));
+  const uint64_t escapes = denied(AC_HOOK_SCOPE_ESCAPE), debug = denied(AC_HOOK_DEBUG);
+  EXPECT_EQ(scoped([outside] { return inspect(outside); }), 10 + kDenied) << "kcmp across the border";
+  EXPECT_EQ(scoped([outside] {
+              void* head = nullptr;
+              size_t len = 0;
+              return ::syscall(SYS_get_robust_list, outside, &head, &len) == 0 ? kOk : classify_eperm(errno);
+            }),
+            kDenied)
+      << "get_robust_list across the border";
+  EXPECT_EQ(denied(AC_HOOK_SCOPE_ESCAPE) - escapes, 2u);
+  // The run's own processes: reading is not debugging (no exec.debugging).
+  EXPECT_EQ(scoped([] {
+              pid_t own = sleeper();
+              if (own <= 0) return kSetupFailed;
+              int code = inspect(own);
+              reap(own);
+              return code;
+            }),
+            kOk);
+  EXPECT_EQ(denied(AC_HOOK_DEBUG) - debug, 0u);
+  reap(outside);
 }
 
 TEST_F(NativeTest, DebuggingAllowWorksInsideTheScopeOnly) {

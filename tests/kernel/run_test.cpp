@@ -607,6 +607,43 @@ TEST_F(Run, ResultKeepsItsRecordsWhenTheSharedRingBufferIsFull) {
   EXPECT_EQ(group_records, 3) << later.result.dump(2);
 }
 
+// The run names itself and the file it is refused with invalid UTF-8, a
+// terminal escape and control characters: the result is valid JSON that
+// still tells what happened, and agentcage's own stderr carries no escape.
+TEST_F(Run, HostileNamesLeaveTheResultValidAndTheTerminalAlone) {
+  const fs::path dir = "/tmp/ac-hostile-" + std::to_string(::getpid());
+  fs::create_directories(dir);
+  fs::permissions(dir, fs::perms::owner_all | fs::perms::group_read | fs::perms::group_exec |
+                           fs::perms::others_read | fs::perms::others_exec);
+  const std::string name = "\xff\x1b]0;owned\x07" + std::string(200, 'n');
+  { std::ofstream(dir / name) << "secret"; }
+  fs::permissions(dir / name, fs::perms::owner_read | fs::perms::group_read | fs::perms::others_read);
+  Ran r = run(py("import ctypes, os\n"
+                 "ctypes.CDLL(None).prctl(15, b'\\xff\\x1b[31mevil\\x01', 0, 0, 0)\n"
+                 "name = os.fsencode('" + dir.string() + "/') + b'\\xff\\x1b]0;owned\\x07' + b'n' * 200\n"
+                 "try:\n"
+                 "    open(name, 'rb').close()\n"
+                 "    print('read')\n"
+                 "except OSError as e:\n"
+                 "    print(e.errno)\n"));
+  fs::remove_all(dir);
+  ASSERT_EQ(r.code, 0) << r.describe();
+  EXPECT_EQ(r.out, "13\n") << "refused by the policy (EACCES), not by permissions";
+  ASSERT_TRUE(r.result.is_object()) << r.describe();
+  int found = 0;
+  for (const auto& rec : r.result["denials"]["records"]) {
+    const std::string target = rec["target"].get<std::string>();
+    if (target.rfind(dir.string() + "/", 0) != 0) continue;
+    ++found;
+    EXPECT_EQ(rec["hook"], "file_open");
+    EXPECT_NE(target.find("owned"), std::string::npos) << target;
+    EXPECT_NE(rec["comm"].get<std::string>().find("evil"), std::string::npos) << rec.dump();
+  }
+  EXPECT_EQ(found, 1) << r.result.dump(2);
+  EXPECT_EQ(r.err.find('\x1b'), std::string::npos) << "an escape reached agentcage's stderr: " << r.err;
+  EXPECT_EQ(r.err.find('\x07'), std::string::npos) << r.err;
+}
+
 // Two runs denying at the same time: each result holds its own records only.
 TEST_F(Run, ConcurrentRunsReportOnlyTheirOwnRecords) {
   Started a = start(deny_loop("/etc/passwd", 0, 2.0));

@@ -15,6 +15,7 @@
 #include <string>
 #include <vector>
 
+#include "core/limits.h"
 #include "core/paths.h"
 
 namespace agentcage {
@@ -146,6 +147,17 @@ TEST(Cli, HelpShowsTheDefaultPathsTheCodeUses) {
     EXPECT_EQ(help.status, 0) << command << ": " << help.err;
     EXPECT_FALSE(contains(help.out, "@")) << "a placeholder is left in\n" << help.out;
   }
+}
+
+// The limits a policy without `limits` gets are printed, from the constants
+// `run` applies.
+TEST(Cli, RunHelpShowsTheLimitDefaults) {
+  Output help = agentcage({"run", "--help"});
+  EXPECT_EQ(help.status, 0) << help.err;
+  for (const std::string& shown :
+       {std::string("memory ") + core::kDefaultMemory, std::string("pids ") + core::kDefaultPids,
+        std::string("timeout ") + core::kDefaultTimeout, std::string("disk ") + core::kDefaultDisk})
+    EXPECT_TRUE(contains(help.out, shown)) << "'" << shown << "' missing from\n" << help.out;
 }
 
 // Every option names what it takes; CLI11's TEXT/INT appear nowhere.

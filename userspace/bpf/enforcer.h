@@ -132,6 +132,9 @@ class Enforcer {
   Status with_lock(const std::function<Status()>& fn);
 
   Result<std::vector<ScopeInfo>> scopes() const;
+  // How many places (address, port, protocol) hold a socket of scope
+  // `scope_id` (none once the scope is removed).
+  Result<size_t> listeners_of(uint64_t scope_id) const;
   Result<std::vector<PolicyInfo>> policies() const;
   std::vector<ProgramInfo> programs() const;
   bool shared() const { return shared_; }

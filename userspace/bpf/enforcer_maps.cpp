@@ -272,6 +272,15 @@ Result<std::vector<ScopeInfo>> Enforcer::scopes() const {
   return out;
 }
 
+Result<size_t> Enforcer::listeners_of(uint64_t scope_id) const {
+  size_t n = 0;
+  for (const auto& key : all_keys<ac_listener_key>(maps_.listeners)) {
+    ac_listener l{};
+    if (bpf_map_lookup_elem(maps_.listeners, &key, &l) == 0 && l.scope_id == scope_id) ++n;
+  }
+  return n;
+}
+
 Result<std::vector<PolicyInfo>> Enforcer::policies() const {
   std::vector<PolicyInfo> out;
   for (uint32_t slot : all_keys<uint32_t>(maps_.policies)) {
