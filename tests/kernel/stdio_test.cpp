@@ -58,9 +58,18 @@ TEST_F(Stdio, RegularFileStdoutIsOnlyAppendedTo) {
              "attempt('reopen', lambda: os.open('/proc/self/fd/1', os.O_WRONLY | os.O_TRUNC))\n"
              "attempt('fchmod', lambda: os.fchmod(1, 0o777))\n"
              "os.write(1, b'last line\\n')\n"
-             "sys.stderr.write(' '.join(tries) + '\\n')\n"));
+             "os.write(2, b'first err\\n')\n"
+             "attempt('lseek', lambda: (os.lseek(2, 0, os.SEEK_SET), os.write(2, b'XXXXX')))\n"
+             "attempt('pwrite', lambda: os.pwrite(2, b'YYYYY', 0))\n"
+             "attempt('ftruncate', lambda: os.ftruncate(2, 0))\n"
+             "attempt('reopen', lambda: os.open('/proc/self/fd/2', os.O_WRONLY | os.O_TRUNC))\n"
+             "os.write(2, b'last err\\n')\n"));
   EXPECT_EQ(r.code, 0) << r.describe();
   EXPECT_EQ(r.out, "first line\nlast line\n") << r.describe();
+  // stderr goes through the same relay (agentcage's own lines share it).
+  EXPECT_NE(r.err.find("first err\nlast err\n"), std::string::npos) << r.describe();
+  EXPECT_EQ(r.err.find("XXXXX"), std::string::npos) << r.describe();
+  EXPECT_EQ(r.err.find("YYYYY"), std::string::npos) << r.describe();
 }
 
 // Output the run writes into the caller's files reaches the host's disk:
