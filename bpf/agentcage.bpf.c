@@ -618,6 +618,25 @@ int BPF_PROG(ac_socket_create, int family, int type, int protocol, int kern, int
 	return ac_decide_socket_create(&c, scoped, family, type, protocol);
 }
 
+/* A unix socket created in a scope is the scope's private one from the
+ * start: the kernel can give it a name without a bind (autobind on
+ * SO_PASSCRED at connect or sendmsg), after which it could listen. A
+ * socket whose owner cannot be recorded is not created. */
+SEC("lsm/socket_post_create")
+int BPF_PROG(ac_socket_post_create, struct socket *sock, int family, int type, int protocol, int kern,
+	     int ret)
+{
+	struct ac_ctx c = {};
+
+	if (ret || kern || family != AF_UNIX)
+		return ret;
+	if (ac_current_scope(&c, AC_HOOK_SOCKET_CREATE) != AC_SCOPE_POLICY)
+		return 0;
+	if (!ac_sock_own(&c, sock->sk, AC_SOCK_F_PRIVATE))
+		return ac_decide_on_hook(&c, AC_HOOK_SOCKET_CREATE, 0, AC_REASON_INTERNAL);
+	return 0;
+}
+
 SEC("lsm/socket_bind")
 int BPF_PROG(ac_socket_bind, struct socket *sock, struct sockaddr *address, int addrlen, int ret)
 {
@@ -725,8 +744,8 @@ int BPF_PROG(ac_unix_stream_connect, struct sock *sock, struct sock *other, stru
 		return ret;
 	scoped = ac_current_scope(&c, AC_HOOK_UNIX_CONNECT);
 	if (scoped == AC_SCOPE_NONE)
-		return ac_unix_ingress_from_host(other);
-	return ac_decide_unix_peer(&c, scoped, other);
+		return ac_unix_ingress_from_host(other, NULL);
+	return ac_decide_unix_peer(&c, scoped, other, NULL);
 }
 
 SEC("lsm/unix_may_send")
@@ -737,15 +756,15 @@ int BPF_PROG(ac_unix_may_send, struct socket *sock, struct socket *other, int re
 
 	if (ret)
 		return ret;
-	/* A typed pointer for the storage lookup, maybe NULL on 6.12 (then
+	/* Typed pointers for the storage lookups, maybe NULL on 6.12 (then
 	 * there is nothing to reach, as ac_decide_unix says too). */
-	struct sock *peer = other->sk;
-	if (!peer)
+	struct sock *peer = other->sk, *sender = sock->sk;
+	if (!peer || !sender)
 		return 0;
 	scoped = ac_current_scope(&c, AC_HOOK_UNIX_CONNECT);
 	if (scoped == AC_SCOPE_NONE)
-		return ac_unix_ingress_from_host(peer);
-	return ac_decide_unix_peer(&c, scoped, peer);
+		return ac_unix_ingress_from_host(peer, sender);
+	return ac_decide_unix_peer(&c, scoped, peer, sender);
 }
 
 /* ---- the scope itself ---------------------------------------------------------- */

@@ -121,11 +121,19 @@ static __always_inline int ac_bind_udp_private(struct ac_ctx *c, struct sock *sk
 	return 1;
 }
 
+/* Has the unix socket a name already (a bind would fail)? Read through a
+ * plain value: socket->sk is a maybe-NULL pointer on 6.12. */
+static __always_inline int ac_unix_named(struct socket *sock)
+{
+	struct unix_sock *u = (struct unix_sock *)BPF_CORE_READ(sock, sk);
+	return BPF_CORE_READ(u, addr) != NULL;
+}
+
 /* bind() of an abstract unix name: only a name network.listen lists, and
  * the socket is then public (the host and other runs reach it as their
  * rules allow). */
 static __always_inline int ac_decide_bind_abstract(struct ac_ctx *c, enum ac_scope_state scoped,
-						   struct sock *sk, struct sockaddr *address,
+						   struct socket *sock, struct sockaddr *address,
 						   int addrlen)
 {
 	__u32 access;
@@ -148,7 +156,9 @@ static __always_inline int ac_decide_bind_abstract(struct ac_ctx *c, enum ac_sco
 		if (state != AC_POLICY_HELD) {
 			reason = ac_policy_reason(state);
 		} else if (access & AC_ACCESS_BIND) {
-			allowed = ac_sock_own(c, sk, 0);
+			/* Public from now on; a socket that already has a
+			 * name keeps it (the kernel refuses this bind). */
+			allowed = ac_unix_named(sock) || ac_sock_own(c, sock->sk, 0);
 			reason = allowed ? AC_REASON_RULE_ALLOW : AC_REASON_INTERNAL;
 		}
 	}
@@ -181,14 +191,18 @@ static __always_inline int ac_decide_bind(struct ac_ctx *c, enum ac_scope_state 
 	if (family == AF_UNIX) {
 		/* The socket is the scope's: its own processes may connect to
 		 * it whatever network.allow says, nobody else may
-		 * (selftalk.bpf.h). Unclaimed, anyone could: refused. */
-		if (scoped == AC_SCOPE_POLICY && !ac_sock_own(c, sock->sk, AC_SOCK_F_PRIVATE))
+		 * (selftalk.bpf.h). Created in the scope it is already
+		 * (socket_post_create); created before attach, it becomes so
+		 * here, unless it has a name already. Unclaimed, anyone could
+		 * reach it: refused. */
+		if (scoped == AC_SCOPE_POLICY && !ac_unix_named(sock) &&
+		    !ac_sock_own(c, sock->sk, AC_SOCK_F_PRIVATE))
 			return ac_decide_on_hook(c, AC_HOOK_SOCKET_BIND, 0, AC_REASON_INTERNAL);
 		/* addrlen == sizeof(sa_family_t): autobind, the kernel picks
 		 * a free name; a path: a file, decided by path_mknod. */
 		if (addrlen <= 2 || BPF_CORE_READ((struct sockaddr_un *)address, sun_path[0]))
 			return 0;
-		return ac_decide_bind_abstract(c, scoped, sock->sk, address, addrlen);
+		return ac_decide_bind_abstract(c, scoped, sock, address, addrlen);
 	}
 	if (family != AF_INET && family != AF_INET6)
 		return 0; /* netlink: socket_create allowed route sockets only */

@@ -25,6 +25,9 @@
 #define IPPROTO_TCP 6
 #define IPPROTO_UDP 17
 #define NETLINK_ROUTE 0
+#define IPPROTO_MPTCP 262
+/* The kernel takes an AF_INET6 address without sin6_scope_id (RFC 2133). */
+#define SIN6_LEN_RFC2133 24
 
 /* Report an inet target in an event. */
 static __always_inline void ac_event_inet(struct ac_event_decision *e, __u16 family, __u16 port,
@@ -57,7 +60,7 @@ static __always_inline int ac_inet_from(__u8 *addr, __u16 family, const struct s
 		__builtin_memcpy(&addr[12], &in->sin_addr, 4);
 		return 1;
 	}
-	if (family == AF_INET6 && addrlen >= (int)sizeof(struct sockaddr_in6)) {
+	if (family == AF_INET6 && addrlen >= SIN6_LEN_RFC2133) {
 		*port = bpf_ntohs(sa->sin6_port);
 		__builtin_memcpy(addr, &sa->sin6_addr, 16);
 		return 1;
@@ -73,6 +76,8 @@ static __always_inline int ac_read_sockaddr(struct sockaddr_in6 *sa, struct sock
 {
 	if (addrlen >= (int)sizeof(*sa))
 		return !bpf_probe_read_kernel(sa, sizeof(*sa), address);
+	if (addrlen >= SIN6_LEN_RFC2133)
+		return !bpf_probe_read_kernel(sa, SIN6_LEN_RFC2133, address);
 	if (addrlen >= (int)sizeof(struct sockaddr_in))
 		return !bpf_probe_read_kernel(sa, sizeof(struct sockaddr_in), address);
 	return 0;

@@ -198,7 +198,11 @@ static __always_inline void ac_sock_local_addr(struct sock *sk, __u16 family, __
 		__be32 a4 = BPF_CORE_READ(sk, __sk_common.skc_rcv_saddr);
 		__builtin_memcpy(&addr[12], &a4, 4);
 	} else {
-		BPF_CORE_READ_INTO(addr, sk, __sk_common.skc_v6_rcv_saddr);
+		/* Into a typed copy: BPF_CORE_READ_INTO reads sizeof(*dst),
+		 * which through a __u8 pointer is one byte. */
+		struct in6_addr a6 = {};
+		BPF_CORE_READ_INTO(&a6, sk, __sk_common.skc_v6_rcv_saddr);
+		__builtin_memcpy(addr, &a6, 16);
 	}
 }
 
@@ -383,10 +387,12 @@ static __always_inline int ac_udp_receive(struct sock *sk, struct sk_buff *skb)
 }
 
 /*
- * A destination of 0.0.0.0 or :: reaches this host: the address the sending
- * socket is bound to, or loopback (127.0.0.1, ::1) when it is not bound (the
- * kernel's route for it). Rewrite addr[16] to that, so a private socket is
- * found there whatever the sender wrote.
+ * A destination of 0.0.0.0 or :: reaches this host, where the kernel routes
+ * it: 0.0.0.0 to the source address (the one the sending socket is bound
+ * to, else 127.0.0.1); :: to ::1, or to 127.0.0.1 from a socket bound to a
+ * v4-mapped address (tcp_v6_connect, ip6_datagram_connect). Rewrite addr[16]
+ * to that, so a private socket is found there whatever the sender wrote. (A
+ * source chosen per message with IP_PKTINFO is not seen: README.)
  */
 static __always_inline void ac_unspecified_to_local(__u8 *addr, struct sock *sk)
 {
@@ -396,8 +402,21 @@ static __always_inline void ac_unspecified_to_local(__u8 *addr, struct sock *sk)
 	int mapped = addr[10] == 0xff && addr[11] == 0xff;
 	if (any || (!mapped && (addr[10] | addr[11])))
 		return;
-	if (sk)
-		ac_sock_local_addr(sk, mapped ? AF_INET : AF_INET6, addr);
+	if (mapped) {
+		if (sk)
+			ac_sock_local_addr(sk, AF_INET, addr);
+	} else {
+		__u8 local[16] = {};
+		if (sk)
+			ac_sock_local_addr(sk, AF_INET6, local);
+		__u8 prefix = 0;
+		for (int i = 0; i < 10; i++)
+			prefix |= local[i];
+		mapped = !prefix && local[10] == 0xff && local[11] == 0xff;
+		__builtin_memset(addr, 0, 16);
+		if (!mapped)
+			addr[15] = 1;
+	}
 	if (mapped) {
 		addr[10] = 0xff;
 		addr[11] = 0xff;
@@ -405,12 +424,6 @@ static __always_inline void ac_unspecified_to_local(__u8 *addr, struct sock *sk)
 			addr[12] = 127;
 			addr[15] = 1;
 		}
-	} else {
-		__u8 bound = 0;
-		for (int i = 0; i < 16; i++)
-			bound |= addr[i];
-		if (!bound)
-			addr[15] = 1;
 	}
 }
 
@@ -465,21 +478,25 @@ static __noinline int ac_ingress_from_host(struct socket *sock, struct sockaddr 
 	struct sockaddr_in6 sa = {};
 	if (!ac_read_sockaddr(&sa, address, addrlen))
 		return 0;
-	__u16 family = sa.sin6_family;
-	if (family != AF_INET && family != AF_INET6)
-		return 0;
 	__u16 port = bpf_ntohs(sa.sin6_port); /* where sin_port is too */
 	__u8 *mark = ac_port_mark(port);
 	if (mark && !*mark)
 		return 0;
-	__u8 addr[16] = {};
-	if (!ac_inet_from(addr, family, &sa, addrlen, &port))
-		return 0;
 	struct sock *sk = sock->sk;
 	if (!sk)
 		return 0;
-	__u16 protocol = sk->sk_protocol;
-	if (protocol != IPPROTO_TCP && protocol != IPPROTO_UDP)
+	__u16 family = sa.sin6_family, protocol = sk->sk_protocol;
+	/* udp_sendmsg takes AF_UNSPEC for AF_INET; an MPTCP connection falls
+	 * back to TCP at a TCP listener, its subflows past every hook. */
+	if (family == AF_UNSPEC && protocol == IPPROTO_UDP && sk->__sk_common.skc_family == AF_INET)
+		family = AF_INET;
+	if (protocol == IPPROTO_MPTCP)
+		protocol = IPPROTO_TCP;
+	if ((family != AF_INET && family != AF_INET6) ||
+	    (protocol != IPPROTO_TCP && protocol != IPPROTO_UDP))
+		return 0;
+	__u8 addr[16] = {};
+	if (!ac_inet_from(addr, family, &sa, addrlen, &port))
 		return 0;
 	ac_unspecified_to_local(addr, sk);
 	if (!ac_is_loopback(addr))
@@ -572,17 +589,31 @@ static __always_inline int ac_unix_peer(const struct ac_ctx *c, struct sock *oth
 	return o->flags & AC_SOCK_F_PRIVATE ? AC_PEER_PRIVATE : AC_PEER_UNKNOWN;
 }
 
+/* Did the scope's unix socket (owner o) send to socket `cookie` (which may
+ * then answer it)? */
+static __always_inline int ac_unix_heard_from(const struct ac_sock_owner *o, __u64 cookie)
+{
+	for (int i = 0; i < AC_UNIX_PEERS; i++) {
+		if (o->peers[i] == cookie)
+			return 1;
+	}
+	return 0;
+}
+
 /*
  * A task outside every scope connects or sends to unix socket `other`:
- * denied when a scope bound it privately (every unix socket but an abstract
- * name network.listen opens), as for its loopback sockets
- * (ac_ingress_from_host). Every unix connect and datagram of the host pays
- * one socket-storage lookup here.
+ * denied when a scope's socket is private (every unix socket a scoped task
+ * creates, but one bound to an abstract name network.listen opens), as for
+ * its loopback sockets (ac_ingress_from_host), unless `sender` (a datagram's
+ * socket; NULL for a connect) is one the run's socket sent to. Every unix
+ * connect and datagram of the host pays one socket-storage lookup here.
  */
-static __noinline int ac_unix_ingress_from_host(struct sock *other)
+static __noinline int ac_unix_ingress_from_host(struct sock *other, struct sock *sender)
 {
 	struct ac_sock_owner *o = ac_unix_owner(other);
 	if (!o || !(o->flags & AC_SOCK_F_PRIVATE))
+		return 0;
+	if (sender && ac_unix_heard_from(o, bpf_get_socket_cookie(sender)))
 		return 0;
 	struct ac_ctx c = {};
 	if (ac_scope_at(&c, o->scope_cgroup, AC_HOOK_INGRESS) == AC_SCOPE_NONE)
@@ -597,11 +628,16 @@ static __noinline int ac_unix_ingress_from_host(struct sock *other)
 	return ret;
 }
 
-/* Scope c connects or sends to unix socket `other`: its own is allowed
- * whatever network.allow says, another scope's is denied (hook ingress);
- * otherwise the rules decide (ac_decide_unix). */
+/*
+ * Scope c connects or sends to unix socket `other` from `sender` (a
+ * datagram's socket; NULL for a connect): its own is allowed whatever
+ * network.allow says, another scope's is denied (hook ingress); otherwise
+ * the rules decide (ac_decide_unix), and a datagram socket that may send
+ * there remembers `other` as one that may answer it (as a UDP client
+ * does).
+ */
 static __always_inline int ac_decide_unix_peer(struct ac_ctx *c, enum ac_scope_state scoped,
-					       struct sock *other)
+					       struct sock *other, struct sock *sender)
 {
 	if (scoped == AC_SCOPE_POLICY) {
 		int peer = ac_unix_peer(c, other);
@@ -610,7 +646,18 @@ static __always_inline int ac_decide_unix_peer(struct ac_ctx *c, enum ac_scope_s
 		if (peer == AC_PEER_PRIVATE)
 			return ac_decide_on_hook(c, AC_HOOK_INGRESS, 0, AC_REASON_PROTECTED);
 	}
-	return ac_decide_unix(c, scoped, other);
+	int ret = ac_decide_unix(c, scoped, other);
+	if (ret || !sender || !other)
+		return ret;
+	struct ac_sock_owner *o = bpf_sk_storage_get(&ac_sock_owners, sender, 0, 0);
+	if (!o || o->scope_id != c->scope_id)
+		return 0; /* not the scope's own (created before attach): nothing to guard */
+	__u64 cookie = bpf_get_socket_cookie(other);
+	if (!ac_unix_heard_from(o, cookie)) {
+		o->peers[o->next_peer & (AC_UNIX_PEERS - 1)] = cookie;
+		o->next_peer++;
+	}
+	return 0;
 }
 
 /*

@@ -253,8 +253,12 @@ int unix_reach(int type, const sockaddr_un& a, socklen_t len) {
   return code;
 }
 
-// serve_and_watch for a unix socket bound at `path`, or autobound (an
-// abstract name the kernel picks) when `path` is empty: the address goes to
+// How serve_unix_and_watch names its socket.
+constexpr const char* kAutobind = "";              // bind() with no name: the kernel picks one
+constexpr const char* kPasscred = "\x01passcred";  // no bind(): SO_PASSCRED, then a failed connect
+
+// serve_and_watch for a unix socket bound at `path`, or given an abstract
+// name the kernel picks (kAutobind, kPasscred): the address goes to
 // fd_ready as its length and its bytes.
 int serve_unix_and_watch(int fd_ready, int fd_done, int type, const std::string& path) {
   ::alarm(20);
@@ -262,12 +266,24 @@ int serve_unix_and_watch(int fd_ready, int fd_done, int type, const std::string&
   sockaddr_un a{};
   a.sun_family = AF_UNIX;
   socklen_t len = sizeof(sa_family_t);
-  if (!path.empty()) {
-    std::strncpy(a.sun_path, path.c_str(), sizeof a.sun_path - 1);
-    len = sizeof a;
+  bool up = true;
+  if (path == kPasscred) {
+    // The kernel autobinds a SO_PASSCRED socket before it looks for the
+    // peer, and the name stays when the peer is not there.
+    int one = 1;
+    const std::string nowhere = std::string(1, '\0') + "agentcage-kt-nowhere-" + std::to_string(::getpid());
+    std::memcpy(a.sun_path, nowhere.data(), nowhere.size());
+    auto nl = static_cast<socklen_t>(sizeof(sa_family_t) + nowhere.size());
+    up = ::setsockopt(s, SOL_SOCKET, SO_PASSCRED, &one, sizeof one) == 0 &&
+         ::connect(s, reinterpret_cast<sockaddr*>(&a), nl) != 0;
+  } else {
+    if (!path.empty()) {
+      std::strncpy(a.sun_path, path.c_str(), sizeof a.sun_path - 1);
+      len = sizeof a;
+    }
+    up = ::bind(s, reinterpret_cast<sockaddr*>(&a), len) == 0;
   }
-  bool up =
-      ::bind(s, reinterpret_cast<sockaddr*>(&a), len) == 0 && (type != SOCK_STREAM || ::listen(s, 4) == 0);
+  up = up && (type != SOCK_STREAM || ::listen(s, 4) == 0);
   sockaddr_un got{};
   socklen_t got_len = sizeof got;
   up = up && ::getsockname(s, reinterpret_cast<sockaddr*>(&got), &got_len) == 0;
@@ -316,29 +332,32 @@ TEST_F(SelfTalkTest, NoHostProcessOrOtherScopeReachesARunsUnixSockets) {
     const char* what;
   };
   const Case cases[] = {{SOCK_STREAM, ws("srv.sock"), "a stream listener in the workspace"},
-                        {SOCK_STREAM, "", "a stream listener on an autobound abstract name"},
+                        {SOCK_STREAM, kAutobind, "a stream listener on an autobound abstract name"},
+                        {SOCK_STREAM, kPasscred, "a stream listener named by SO_PASSCRED's autobind"},
                         {SOCK_DGRAM, ws("dgram.sock"), "a datagram socket in the workspace"},
-                        {SOCK_DGRAM, "", "a datagram socket on an autobound abstract name"}};
+                        {SOCK_DGRAM, kAutobind, "a datagram socket on an autobound abstract name"},
+                        {SOCK_DGRAM, kPasscred, "a datagram socket named by SO_PASSCRED's autobind"}};
   for (const Case& k : cases) {
     auto [server, host] = reach_in_unix(in_scope, k.type, k.path, [&](const sockaddr_un& a, socklen_t l) {
       return unix_reach(k.type, a, l);
     });
     EXPECT_EQ(server, kOk) << k.what << ": the host reached it";
     EXPECT_EQ(host, kDenied) << k.what;
-    if (!k.path.empty()) ::unlink(k.path.c_str());
+    if (!k.path.empty() && k.path[0] == '/') ::unlink(k.path.c_str());
   }
-  EXPECT_EQ(denied(AC_HOOK_INGRESS) - before, 4u) << "counted in the owner's policy";
+  EXPECT_EQ(denied(AC_HOOK_INGRESS) - before, 6u) << "counted in the owner's policy";
 
   // Another scope, even one whose rules would let it connect anywhere.
   auto cg2 = cgroup::Cgroup::create(root_, root_ / "agentcage-kt", "st-unix-" + std::to_string(::getpid()));
   ASSERT_TRUE(cg2.ok()) << cg2.error().message;
   ASSERT_TRUE(enforcer()->add_scope(cg2->id(), cg2->level(), cg2->id(), slot_, ws_.string()).ok());
-  auto [server2, other] = reach_in_unix(in_scope, SOCK_STREAM, "", [&](const sockaddr_un& a, socklen_t l) {
-    return run_in_cgroup(cg2->fd(), [&] { return unix_reach(SOCK_STREAM, a, l); });
-  });
+  auto [server2, other] =
+      reach_in_unix(in_scope, SOCK_STREAM, kAutobind, [&](const sockaddr_un& a, socklen_t l) {
+        return run_in_cgroup(cg2->fd(), [&] { return unix_reach(SOCK_STREAM, a, l); });
+      });
   EXPECT_EQ(server2, kOk) << "the other scope's connection reached the run's listener";
   EXPECT_EQ(other, kDenied);
-  EXPECT_EQ(denied(AC_HOOK_INGRESS) - before, 5u);
+  EXPECT_EQ(denied(AC_HOOK_INGRESS) - before, 7u);
   EXPECT_TRUE(enforcer()->remove_scope(cg2->id()).ok());
   EXPECT_TRUE(cg2->remove().ok());
 
@@ -365,7 +384,56 @@ TEST_F(SelfTalkTest, NoHostProcessOrOtherScopeReachesARunsUnixSockets) {
   auto host = Listener::unix_at(ws("host.sock"));
   ASSERT_TRUE(host.has_value());
   EXPECT_EQ(unix_connect(ws("host.sock")), kOk);
-  EXPECT_EQ(denied(AC_HOOK_INGRESS) - before, 5u);
+  EXPECT_EQ(denied(AC_HOOK_INGRESS) - before, 7u);
+}
+
+// A unix datagram socket of the run hears back from the host socket it sent
+// to (a reply to a client, as for UDP), from nobody else.
+TEST_F(SelfTalkTest, AUnixDatagramClientHearsOnlyFromWhereItSent) {
+  const std::string server_path = "/tmp/agentcage-kt-dgram-" + std::to_string(::getpid());
+  ::unlink(server_path.c_str());
+  apply("  files:\n    write: [\"${workspace}\"]\n  network:\n    allow:\n      - {unix: " + server_path +
+        "}\n");
+  int server = ::socket(AF_UNIX, SOCK_DGRAM | SOCK_CLOEXEC, 0);
+  sockaddr_un sa{};
+  sa.sun_family = AF_UNIX;
+  std::strncpy(sa.sun_path, server_path.c_str(), sizeof sa.sun_path - 1);
+  ASSERT_EQ(::bind(server, reinterpret_cast<sockaddr*>(&sa), sizeof sa), 0);
+  const uint64_t before = denied(AC_HOOK_INGRESS);
+  int replies = kOtherError, stranger = kOtherError;
+  std::thread host([&] {
+    // The client's datagram; a datagram from another host socket to the
+    // client's address; the server's reply to it.
+    char buf[16];
+    sockaddr_un from{};
+    socklen_t fl = sizeof from;
+    if (::recvfrom(server, buf, sizeof buf, 0, reinterpret_cast<sockaddr*>(&from), &fl) <= 0) return;
+    stranger = unix_reach(SOCK_DGRAM, from, fl);
+    replies =
+        ::sendto(server, "pong", 4, 0, reinterpret_cast<sockaddr*>(&from), fl) == 4 ? kOk : classify(errno);
+  });
+  int client = scoped([&] {
+    ::alarm(20);
+    int c = ::socket(AF_UNIX, SOCK_DGRAM | SOCK_CLOEXEC, 0);
+    sockaddr_un me{};
+    me.sun_family = AF_UNIX;
+    const std::string mine = ws("client.sock");
+    std::strncpy(me.sun_path, mine.c_str(), sizeof me.sun_path - 1);
+    if (::bind(c, reinterpret_cast<sockaddr*>(&me), sizeof me) != 0) return 10 + classify(errno);
+    if (::sendto(c, "ping", 4, 0, reinterpret_cast<sockaddr*>(&sa), sizeof sa) != 4)
+      return 20 + classify(errno);
+    char buf[16];
+    ssize_t n = ::recv(c, buf, sizeof buf, 0);  // the reply, and only it
+    if (n != 4 || std::memcmp(buf, "pong", 4) != 0) return 30;
+    return ::recv(c, buf, sizeof buf, MSG_DONTWAIT) < 0 ? kOk : 40;
+  });
+  host.join();
+  ::close(server);
+  ::unlink(server_path.c_str());
+  EXPECT_EQ(client, kOk);
+  EXPECT_EQ(replies, kOk) << "the server's reply to the run's client was refused";
+  EXPECT_EQ(stranger, kDenied) << "another host socket reached the run's client";
+  EXPECT_EQ(denied(AC_HOOK_INGRESS) - before, 1u);
 }
 
 TEST_F(SelfTalkTest, NoHostProcessReachesARunsPrivateSockets) {
@@ -414,6 +482,74 @@ TEST_F(SelfTalkTest, NoHostProcessReachesARunsPrivateSockets) {
   EXPECT_EQ(udp_server6, kOk) << "the host's datagram to :: reached the run's socket on ::1";
   EXPECT_EQ(sender6, kDenied);
   EXPECT_EQ(denied(AC_HOOK_INGRESS) - before, 6u);
+
+  // Addresses the kernel takes in other spellings: what it reaches is
+  // decided, not what the sender wrote. `connect_with(socket, to, len,
+  // bind_to)` connects (stream) or sends one datagram (dgram).
+  auto connect_with = [](int s, const sockaddr_storage& to, socklen_t len, const char* bind_to = nullptr) {
+    int type = 0;
+    socklen_t tl = sizeof type;
+    ::getsockopt(s, SOL_SOCKET, SO_TYPE, &type, &tl);
+    if (bind_to) {
+      socklen_t bl = 0;
+      sockaddr_storage b = inet_addr_of(AF_INET6, bind_to, 0, &bl);
+      if (::bind(s, reinterpret_cast<sockaddr*>(&b), bl) != 0) return kOtherError;
+    }
+    const auto* a = reinterpret_cast<const sockaddr*>(&to);
+    int rc = type == SOCK_STREAM ? ::connect(s, a, len) : (::sendto(s, "x", 1, 0, a, len) == 1 ? 0 : -1);
+    int code = rc == 0 ? kOk : classify(errno);
+    ::close(s);
+    return code;
+  };
+  struct Odd {
+    int type, server_family;
+    std::function<int(uint16_t)> outside;
+    const char* what;
+  };
+  // ::1 in the 24 bytes of a sockaddr_in6 without sin6_scope_id.
+  auto short6 = [&](int type) {
+    return [&connect_with, type](uint16_t p) {
+      socklen_t l = 0;
+      sockaddr_storage to = inet_addr_of(AF_INET6, "::1", p, &l);
+      return connect_with(::socket(AF_INET6, type | SOCK_CLOEXEC, 0), to, 24);
+    };
+  };
+  const Odd odd[] = {
+      {SOCK_STREAM, AF_INET6, short6(SOCK_STREAM), "a 24-byte sockaddr_in6 (no sin6_scope_id), TCP"},
+      {SOCK_DGRAM, AF_INET6, short6(SOCK_DGRAM), "a 24-byte sockaddr_in6, UDP"},
+      {SOCK_DGRAM, AF_INET,
+       [&](uint16_t p) {
+         socklen_t l = 0;
+         sockaddr_storage to = inet_addr_of(AF_INET, "127.0.0.1", p, &l);
+         to.ss_family = AF_UNSPEC;  // udp_sendmsg takes it for AF_INET
+         return connect_with(::socket(AF_INET, SOCK_DGRAM | SOCK_CLOEXEC, 0), to, l);
+       },
+       "AF_UNSPEC to a UDP socket"},
+      {SOCK_STREAM, AF_INET,
+       [&](uint16_t p) {
+         int s = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, IPPROTO_MPTCP);
+         if (s < 0) return kOtherError;
+         socklen_t l = 0;
+         sockaddr_storage to = inet_addr_of(AF_INET, "127.0.0.1", p, &l);
+         return connect_with(s, to, l);
+       },
+       "MPTCP (falls back to TCP at the listener)"},
+      {SOCK_STREAM, AF_INET,
+       [&](uint16_t p) {
+         socklen_t l = 0;
+         sockaddr_storage to = inet_addr_of(AF_INET6, "::", p, &l);
+         return connect_with(::socket(AF_INET6, SOCK_STREAM | SOCK_CLOEXEC, 0), to, l, "::ffff:127.0.0.2");
+       },
+       ":: from a socket bound to ::ffff:127.0.0.2 (the kernel goes to 127.0.0.1)"},
+  };
+  uint64_t expected = 6;
+  for (const Odd& o : odd) {
+    auto [odd_server, odd_outside] =
+        reach_in(in_scope, o.type, o.type == SOCK_DGRAM ? free_udp_port() : 0, o.outside, o.server_family);
+    EXPECT_EQ(odd_server, kOk) << o.what << ": the host reached the run's socket";
+    EXPECT_EQ(odd_outside, kDenied) << o.what;
+    EXPECT_EQ(denied(AC_HOOK_INGRESS) - before, ++expected) << o.what;
+  }
 
   // The same datagram between two sockets of the run arrives.
   EXPECT_EQ(scoped([] {

@@ -297,11 +297,15 @@ struct ac_net_rule {
  * bind hook, so it is registered in ac_listeners at the scope's next
  * getsockname, connect or sendto on it. */
 #define AC_SOCK_F_PENDING (1u << 1)
+#define AC_UNIX_PEERS 4
 struct ac_sock_owner {
 	__u64 scope_id;
 	__u64 scope_cgroup;
-	__u32 flags; /* AC_SOCK_F_* */
-	__u32 pad;
+	__u32 flags;	 /* AC_SOCK_F_* */
+	__u32 next_peer; /* the ring's next place in peers */
+	/* A unix datagram socket's: the cookies of the last sockets outside
+	 * the scope it sent to, which may answer it. */
+	__u64 peers[AC_UNIX_PEERS];
 };
 
 /* ac_listeners: HASH (no prealloc). Where a scope's inet sockets can be
