@@ -16,6 +16,20 @@
 
 namespace agentcage::bpf {
 
+namespace {
+
+// The places (ac_listeners keys) where scope `scope_id` has a socket registered.
+std::vector<ac_listener_key> listener_keys_of(int listeners_fd, uint64_t scope_id) {
+  std::vector<ac_listener_key> out;
+  for (const auto& key : detail::all_keys<ac_listener_key>(listeners_fd)) {
+    ac_listener l{};
+    if (bpf_map_lookup_elem(listeners_fd, &key, &l) == 0 && l.scope_id == scope_id) out.push_back(key);
+  }
+  return out;
+}
+
+}  // namespace
+
 using detail::all_keys;
 using detail::bpf_error;
 using detail::cpu_count;
@@ -231,11 +245,8 @@ Status Enforcer::remove_scope(uint64_t cgroup_id) {
     if (scope.workspace_tag) delete_workspace(scope.workspace_tag);
     // So do the places its sockets were registered at (the sockets died
     // with its processes; the entries would only take room).
-    for (const auto& key : all_keys<ac_listener_key>(maps_.listeners)) {
-      ac_listener l{};
-      if (bpf_map_lookup_elem(maps_.listeners, &key, &l) == 0 && l.scope_id == scope.scope_id)
-        bpf_map_delete_elem(maps_.listeners, &key);
-    }
+    for (const auto& key : listener_keys_of(maps_.listeners, scope.scope_id))
+      bpf_map_delete_elem(maps_.listeners, &key);
     return {};
   });
 }
@@ -273,12 +284,7 @@ Result<std::vector<ScopeInfo>> Enforcer::scopes() const {
 }
 
 Result<size_t> Enforcer::listeners_of(uint64_t scope_id) const {
-  size_t n = 0;
-  for (const auto& key : all_keys<ac_listener_key>(maps_.listeners)) {
-    ac_listener l{};
-    if (bpf_map_lookup_elem(maps_.listeners, &key, &l) == 0 && l.scope_id == scope_id) ++n;
-  }
-  return n;
+  return listener_keys_of(maps_.listeners, scope_id).size();
 }
 
 Result<std::vector<PolicyInfo>> Enforcer::policies() const {
