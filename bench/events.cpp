@@ -358,7 +358,9 @@ Status EventsBench::setup() {
   if (!cg) return cg.error().wrap("bench");
   cg_ = std::move(cg).value();
   // An attachment on the daemon's named slot, as `attach` makes one.
-  if (auto st = e_->with_lock([&] { return e_->add_scope(cg_.id(), cg_.level(), cg_.id(), slot_); });
+  if (auto st = e_->with_lock([&] {
+        return e_->add_scope({cg_.fd(), cg_.id(), cg_.level()}, cg_.id(), slot_);
+      });
       !st.ok())
     return st.error().wrap("bench: registering the generator's scope");
   scope_added_ = true;
@@ -367,7 +369,7 @@ Status EventsBench::setup() {
 
 void EventsBench::cleanup() {
   if (scope_added_ && e_) {
-    (void)e_->with_lock([&] { return e_->remove_scope(cg_.id()); });
+    (void)e_->with_lock([&] { return e_->remove_scope({cg_.fd(), cg_.id(), cg_.level()}); });
     scope_added_ = false;
   }
   if (cg_.id()) {

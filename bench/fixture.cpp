@@ -114,13 +114,15 @@ Status Fixture::load() {
   if (auto st = enforcer_->put_policy(kSlot, policy_); !st.ok())
     return st.error().wrap("bench: installing the policy");
   uint64_t scope_id = 1;
-  if (auto st = enforcer_->add_scope(scoped_.id(), scoped_.level(), scope_id++, kSlot, workspace_.string());
+  if (auto st = enforcer_->add_scope({scoped_.fd(), scoped_.id(), scoped_.level()}, scope_id++, kSlot,
+                                     workspace_.string());
       !st.ok())
     return st.error().wrap("bench: registering the scoped cgroup");
   for (const auto& cg : live_) {
     // A workspace per scope, as real runs have; the directory need not exist.
     auto ws = base_dir_ / cg.path().filename();
-    if (auto st = enforcer_->add_scope(cg.id(), cg.level(), scope_id++, kSlot, ws.string()); !st.ok())
+    if (auto st = enforcer_->add_scope({cg.fd(), cg.id(), cg.level()}, scope_id++, kSlot, ws.string());
+        !st.ok())
       return st.error().wrap("bench: registering live scope " + cg.path().string());
   }
 

@@ -1,6 +1,7 @@
 // SPDX-License-Identifier: Apache-2.0
 // BPF program run-time statistics: turning them on, and reading them for the
-// agentcage LSM programs the kernel has loaded.
+// agentcage programs the kernel has loaded (the LSM programs and the UDP
+// client filter attached to the scopes' cgroups).
 #include <bpf/bpf.h>
 #include <bpf/btf.h>
 #include <unistd.h>
@@ -88,9 +89,14 @@ Result<std::map<uint32_t, ProgStat>> agentcage_programs() {
     ::close(fd);
     if (rc != 0)
       return Error::from_errno("bench: bpf_obj_get_info_by_fd(prog " + std::to_string(id) + ")", err);
-    if (info.type != BPF_PROG_TYPE_LSM || std::strncmp(info.name, "ac_", 3) != 0) continue;
+    if (std::strncmp(info.name, "ac_", 3) != 0) continue;
     ProgStat s;
-    s.hook = hook_name(info.attach_btf_id);
+    if (info.type == BPF_PROG_TYPE_CGROUP_SKB)
+      s.hook = "cgroup_skb_ingress";  // the UDP client filter, on each scope's cgroup
+    else if (info.type == BPF_PROG_TYPE_LSM)
+      s.hook = hook_name(info.attach_btf_id);
+    else
+      continue;
     if (s.hook.empty()) s.hook = std::string(info.name, strnlen(info.name, sizeof info.name));
     s.run_time_ns = info.run_time_ns;
     s.run_cnt = info.run_cnt;

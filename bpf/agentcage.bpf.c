@@ -25,9 +25,9 @@
  *             a run's own sockets reach each other, nobody else reaches a
  *             private one (connect/sendmsg from outside; socket_setsockopt
  *             keeps SO_REUSEPORT off it, socket_getsockname registers a
- *             port the kernel picked, socket_sock_rcv_skb lets a UDP
- *             server answer its own clients and lets a UDP client hear
- *             only from the peers it sent to): selftalk.bpf.h.
+ *             port the kernel picked, and a cgroup_skb/ingress program
+ *             on each scope's cgroup lets a UDP client hear only from the
+ *             peers it sent to): selftalk.bpf.h.
  *   receive   file_receive: a descriptor passed in must be the run's own
  *             socket, a file the policy lets it open, or a pipe-like file.
  *   native    mmap_file/file_mprotect also keep anonymous or written memory
@@ -697,21 +697,21 @@ int BPF_PROG(ac_socket_getsockname, struct socket *sock, int ret)
 	return ac_decide_on_hook(&c, AC_HOOK_INGRESS, 0, AC_REASON_INTERNAL);
 }
 
-/* A datagram reaching a run's UDP socket (ac_udp_receive): at a private
- * one its source becomes an address the run may answer; at a client, only
- * a peer it sent to gets in. Runs in softirq for every packet the host
- * receives (and in process context for unix and netlink ones): anything but
- * inet UDP returns at once. */
-SEC("lsm/socket_sock_rcv_skb")
-int BPF_PROG(ac_socket_sock_rcv_skb, struct sock *sk, struct sk_buff *skb, int ret)
+/* A datagram reaching a UDP socket made in a scope's cgroup
+ * (ac_udp_receive): a client of the scope hears only from the peers it sent
+ * to. Not an LSM program: attached to each scope's cgroup (BPF_CGROUP_INET_
+ * INGRESS, by Enforcer::add_scope), so the rest of the host runs no program
+ * for the packets it receives. 1 lets the packet in, 0 drops it. */
+SEC("cgroup_skb/ingress")
+int ac_udp_client_filter(struct __sk_buff *skb)
 {
-	if (ret)
-		return ret;
-	/* Direct loads: every datagram the host receives passes here. */
-	__u16 family = sk->__sk_common.skc_family;
-	if (sk->sk_protocol != IPPROTO_UDP || (family != AF_INET && family != AF_INET6))
-		return 0;
-	return ac_udp_receive(sk, skb);
+	struct bpf_sock *sk = skb->sk;
+	if (!sk)
+		return 1;
+	sk = bpf_sk_fullsock(sk);
+	if (!sk || sk->protocol != IPPROTO_UDP)
+		return 1;
+	return ac_udp_receive(sk, skb) ? 0 : 1;
 }
 
 /* Called in sendmsg on every netlink socket, before the kernel acts on the

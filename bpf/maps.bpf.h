@@ -117,6 +117,14 @@ struct {
 	__type(value, struct ac_task_record);
 } ac_task_records SEC(".maps");
 
+/* The same for decisions no task makes (ac_finish_no_task): one per CPU. */
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+	__uint(max_entries, 1);
+	__type(key, __u32);
+	__type(value, struct ac_task_record);
+} ac_cpu_records SEC(".maps");
+
 /*
  * State of the path walk and the copy (path.bpf.h), kept in a map value
  * rather than on the stack. The bpf_loop callbacks must not decide on state

@@ -170,6 +170,41 @@ static __always_inline void ac_scratch_put(struct ac_scratch *s)
 		s->busy = 0;
 }
 
+/* Fill what every record carries into record buffer t, marked busy until
+ * ac_event_submit; no task's fields (ac_event_begin adds them). */
+static __always_inline struct ac_event_decision *
+ac_event_fill(struct ac_task_record *t, const struct ac_ctx *c, __u8 decision, __u8 reason,
+	      __s32 error)
+{
+	t->busy = 1;
+	struct ac_event_decision *e = &t->rec;
+	e->hdr.type = AC_EVENT_DECISION;
+	e->hdr.size = sizeof(*e);
+	e->hdr.abi = AC_ABI_VERSION;
+	e->hdr.time_ns = bpf_ktime_get_boot_ns();
+	e->hdr.cgroup_id = c->cgroup_id;
+	e->scope_id = c->scope_id;
+	e->policy_slot = c->policy_slot;
+	e->pid = 0;
+	e->tid = 0;
+	e->uid = 0;
+	e->hook = c->hook;
+	e->decision = decision;
+	e->reason = reason;
+	e->target_kind = AC_TARGET_NONE;
+	e->error = error;
+	e->family = 0;
+	e->port = 0;
+	e->protocol = 0;
+	e->target_len = 0;
+	__builtin_memset(e->addr, 0, sizeof(e->addr));
+	__builtin_memset(e->comm, 0, sizeof(e->comm));
+	/* The whole text, not just its first byte: the buffer holds an
+	 * earlier record, and every byte of this one is copied out. */
+	__builtin_memset(e->target, 0, sizeof(e->target));
+	return e;
+}
+
 /* Start a decision record in the task's own storage (struct
  * ac_task_record): NULL only when that storage cannot be had (no memory, or
  * an interrupt on this task is building one): the loss is counted and the
@@ -183,33 +218,12 @@ ac_event_begin(const struct ac_ctx *c, __u8 decision, __u8 reason, __s32 error)
 		ac_stat_inc(AC_STAT_EVENTS_LOST);
 		return NULL;
 	}
-	t->busy = 1;
-	struct ac_event_decision *e = &t->rec;
+	struct ac_event_decision *e = ac_event_fill(t, c, decision, reason, error);
 	__u64 pid_tgid = bpf_get_current_pid_tgid();
-	e->hdr.type = AC_EVENT_DECISION;
-	e->hdr.size = sizeof(*e);
-	e->hdr.abi = AC_ABI_VERSION;
-	e->hdr.time_ns = bpf_ktime_get_boot_ns();
-	e->hdr.cgroup_id = c->cgroup_id;
-	e->scope_id = c->scope_id;
-	e->policy_slot = c->policy_slot;
 	e->pid = pid_tgid >> 32;
 	e->tid = (__u32)pid_tgid;
 	e->uid = (__u32)bpf_get_current_uid_gid();
-	e->hook = c->hook;
-	e->decision = decision;
-	e->reason = reason;
-	e->target_kind = AC_TARGET_NONE;
-	e->error = error;
-	e->family = 0;
-	e->port = 0;
-	e->protocol = 0;
-	e->target_len = 0;
-	__builtin_memset(e->addr, 0, sizeof(e->addr));
 	bpf_get_current_comm(e->comm, sizeof(e->comm));
-	/* The whole text, not just its first byte: the storage holds the task's
-	 * previous record, and every byte of this one is copied out. */
-	__builtin_memset(e->target, 0, sizeof(e->target));
 	return e;
 }
 
@@ -319,6 +333,29 @@ static __always_inline struct ac_event_decision *ac_finish(const struct ac_ctx *
 	return ac_event_begin(c, decision, reason, *ret);
 }
 
+/*
+ * ac_finish where no task decides (a packet arriving, in softirq): the
+ * record names no process and is built in this CPU's buffer
+ * (ac_cpu_records), which nothing else on the CPU holds meanwhile (softirqs
+ * do not nest; a busy buffer is counted as a lost record).
+ */
+static __always_inline struct ac_event_decision *ac_finish_no_task(const struct ac_ctx *c,
+								   int allowed, __u8 reason,
+								   int *ret)
+{
+	__u8 decision;
+	*ret = ac_verdict(c, allowed, reason, &decision);
+	if (decision == AC_DECISION_ALLOW)
+		return NULL;
+	__u32 zero = 0;
+	struct ac_task_record *t = bpf_map_lookup_elem(&ac_cpu_records, &zero);
+	if (!t || t->busy) {
+		ac_stat_inc(AC_STAT_EVENTS_LOST);
+		return NULL;
+	}
+	return ac_event_fill(t, c, decision, reason, *ret);
+}
+
 /* A decision without a target on hook `hook`: allowed or denied for
  * `reason`, counted and reported. Returns 0 or -EACCES. */
 static __always_inline int ac_decide_on_hook(struct ac_ctx *c, __u8 hook, int allowed, __u8 reason)
@@ -348,9 +385,8 @@ static __always_inline int ac_decide_plain(struct ac_ctx *c, enum ac_scope_state
  * below it)? Its ancestor at the scope's level is the scope's cgroup. 0
  * when that cannot be read.
  */
-static __always_inline int ac_cgroup_in_scope(const struct ac_ctx *c, struct cgroup *cg)
+static __always_inline int ac_cgroup_at_level_is(struct cgroup *cg, __u32 level, __u64 id_wanted)
 {
-	__u32 level = c->scope_level;
 	if (!cg || level > AC_MAX_SCOPE_LEVEL || BPF_CORE_READ(cg, level) < (int)level)
 		return 0;
 	struct cgroup *anc = NULL;
@@ -359,7 +395,12 @@ static __always_inline int ac_cgroup_in_scope(const struct ac_ctx *c, struct cgr
 	if (bpf_probe_read_kernel(&anc, sizeof(anc), (void *)slot) || !anc)
 		return 0;
 	__u64 id = BPF_CORE_READ(anc, kn, id);
-	return id && id == c->scope_cgroup;
+	return id && id == id_wanted;
+}
+
+static __always_inline int ac_cgroup_in_scope(const struct ac_ctx *c, struct cgroup *cg)
+{
+	return ac_cgroup_at_level_is(cg, c->scope_level, c->scope_cgroup);
 }
 
 /* Is task t one of the scope's processes? */

@@ -251,8 +251,9 @@ struct ac_udp_peer {
 
 struct ac_udp_client {
 	__u64 scope_cgroup; /* the scope's cgroup: where the denial is counted */
+	__u64 sk;	    /* the socket itself and its net namespace: what */
+	__u32 netns;	    /* ac_udp_registered needs where no struct sock is */
 	__u32 next;	    /* the ring's next place */
-	__u32 pad;
 	struct ac_udp_peer peers[AC_UDP_PEERS];
 };
 
@@ -272,68 +273,140 @@ static __always_inline int ac_udp_same_peer(const struct ac_udp_peer *p, const _
 	return p->port == port && a[0] == b[0] && a[1] == b[1];
 }
 
-/* Is UDP socket sk the live registered socket at the address and port it
- * is bound to (a private or public one)? Its ownership storage alone does
- * not say: a bind the kernel refused after the hook (the socket already
+/* Is UDP socket sk (at key k: where it is bound) the live socket
+ * registered there (a private or public one)? Its ownership storage alone
+ * does not say: a bind the kernel refused after the hook (the socket already
  * bound, the port taken or privileged) leaves it behind. */
-static __noinline int ac_udp_registered(struct sock *sk)
+static __noinline int ac_udp_registered_at(struct ac_listener_key *k, __u64 sk)
 {
-	__u16 port = BPF_CORE_READ(sk, __sk_common.skc_num);
-	if (!port)
+	if (!k->port)
 		return 0;
-	struct ac_listener_key k = {.netns = ac_sock_netns(sk), .port = port, .proto = IPPROTO_UDP};
+	struct ac_listener *l = ac_listener_at(k);
+	return l && l->sk == sk;
+}
+
+static __always_inline int ac_udp_registered(struct sock *sk)
+{
+	struct ac_listener_key k = {.netns = ac_sock_netns(sk),
+				    .port = BPF_CORE_READ(sk, __sk_common.skc_num),
+				    .proto = IPPROTO_UDP};
 	ac_sock_local_addr(sk, BPF_CORE_READ(sk, __sk_common.skc_family), k.addr);
-	struct ac_listener *l = ac_listener_at(&k);
-	return l && l->sk == (__u64)sk;
+	return ac_udp_registered_at(&k, (__u64)sk);
+}
+
+/*
+ * Was socket sk (its address, as a number) created in the scope whose
+ * cgroup is scope_cgroup, at level? A global function: verified once on its
+ * own (for any sk), not again on each of the send hooks' paths to it.
+ */
+__noinline int ac_sock_in_scope_cgroup(__u64 sk, __u64 scope_cgroup, __u32 level)
+{
+	struct cgroup *cg = NULL;
+	if (bpf_probe_read_kernel(&cg, sizeof(cg),
+				  (void *)(sk + bpf_core_field_offset(struct sock, sk_cgrp_data.cgroup))))
+		return 0;
+	return ac_cgroup_at_level_is(cg, level, scope_cgroup);
 }
 
 /* Scope c sent from (or connected) UDP socket sk to addr[16]:port, and was
- * allowed: remember the peer. 0 when it cannot be remembered: the caller
- * denies. */
+ * allowed: remember the peer. 0 when done (or not a client); otherwise the
+ * reason the caller denies with: AC_REASON_INTERNAL when the peer cannot
+ * be remembered, AC_REASON_PROTECTED for a socket whose arrivals the
+ * scope's filter does not see. */
 static __noinline int ac_udp_client_note(const struct ac_ctx *c, struct sock *sk, const __u8 *addr,
 					 __u16 port)
 {
 	if (!sk)
-		return 1;
+		return 0;
 	if (ac_udp_registered(sk))
-		return 1; /* not a client */
+		return 0; /* not a client */
 	struct ac_udp_client *u =
 		bpf_sk_storage_get(&ac_udp_clients, sk, 0, BPF_SK_STORAGE_GET_F_CREATE);
 	if (!u)
-		return 0;
-	u->scope_cgroup = c->scope_cgroup;
+		return AC_REASON_INTERNAL;
+	__u64 scope_cgroup = c->scope_cgroup;
+	if (u->scope_cgroup != scope_cgroup) {
+		/* The first note in this scope. The filter of what arrives is
+		 * attached to the scope's cgroup and sees the sockets created
+		 * in it (sk_cgrp_data): a socket from elsewhere (made before
+		 * `attach`, or before its process was moved in) would hear
+		 * from anyone, so it may not send. The level from the map,
+		 * not from c: ac_current_scope's loop leaves a constant there
+		 * per level, and reading it here kept the verifier from
+		 * merging those paths. */
+		struct ac_scope *s = bpf_map_lookup_elem(&ac_scopes, &scope_cgroup);
+		if (!s)
+			return AC_REASON_INTERNAL;
+		/* Read back (volatile: from memory) as a number, for the call:
+		 * a global function takes no socket pointer. */
+		u->sk = (__u64)sk;
+		if (!ac_sock_in_scope_cgroup(*(volatile __u64 *)&u->sk, scope_cgroup, s->level))
+			return AC_REASON_PROTECTED;
+		u->netns = ac_sock_netns(sk);
+		u->scope_cgroup = scope_cgroup;
+	}
 	for (int i = 0; i < AC_UDP_PEERS; i++) {
 		if (ac_udp_same_peer(&u->peers[i], addr, port))
-			return 1;
+			return 0;
 	}
 	struct ac_udp_peer *p = &u->peers[u->next & (AC_UDP_PEERS - 1)];
 	__builtin_memcpy(p->addr, addr, 16);
 	p->port = port;
 	u->next++;
-	return 1;
+	return 0;
 }
 
 /* The source of a datagram, into addr[16] (IPv4 as ::ffff:a.b.c.d) and
- * *port. 0 when it cannot be read. */
-static __always_inline int ac_skb_source(struct sk_buff *skb, __u8 *addr, __u16 *port)
+ * *port, read from the packet (which starts at its IP header here). An
+ * IPv6 datagram's UDP header follows at most AC_IPV6_EXT_MAX extension
+ * headers. 0 when it cannot be read. */
+#define AC_IPV6_EXT_MAX 4
+#define AC_NEXTHDR_HOP 0
+#define AC_NEXTHDR_ROUTING 43
+#define AC_NEXTHDR_FRAGMENT 44
+#define AC_NEXTHDR_AUTH 51
+#define AC_NEXTHDR_DEST 60
+
+static __always_inline int ac_skb_source(struct __sk_buff *skb, __u8 *addr, __u16 *port)
 {
-	unsigned char *head = BPF_CORE_READ(skb, head);
-	__u16 nh = BPF_CORE_READ(skb, network_header), th = BPF_CORE_READ(skb, transport_header);
-	__u16 proto = bpf_ntohs(BPF_CORE_READ(skb, protocol));
-	if (proto == ETH_P_IP) {
+	__u32 off;
+	if (skb->protocol == bpf_htons(ETH_P_IP)) {
+		__u8 vihl = 0;
 		__builtin_memset(addr, 0, 10);
 		addr[10] = 0xff;
 		addr[11] = 0xff;
-		if (bpf_probe_read_kernel(&addr[12], 4, head + nh + 12)) /* iphdr.saddr */
+		if (bpf_skb_load_bytes(skb, 0, &vihl, 1) ||
+		    bpf_skb_load_bytes(skb, 12, &addr[12], 4)) /* iphdr.saddr */
 			return 0;
-	} else if (proto == ETH_P_IPV6) {
-		if (bpf_probe_read_kernel(addr, 16, head + nh + 8)) /* ipv6hdr.saddr */
+		off = (vihl & 0xf) * 4;
+	} else if (skb->protocol == bpf_htons(ETH_P_IPV6)) {
+		__u8 next = 0;
+		if (bpf_skb_load_bytes(skb, 6, &next, 1) ||
+		    bpf_skb_load_bytes(skb, 8, addr, 16)) /* ipv6hdr.nexthdr, saddr */
+			return 0;
+		off = 40;
+		for (int i = 0; i < AC_IPV6_EXT_MAX && next != IPPROTO_UDP; i++) {
+			__u8 ext[2] = {};
+			if (bpf_skb_load_bytes(skb, off, ext, 2))
+				return 0;
+			if (next == AC_NEXTHDR_HOP || next == AC_NEXTHDR_ROUTING ||
+			    next == AC_NEXTHDR_DEST)
+				off += (ext[1] + 1) * 8;
+			else if (next == AC_NEXTHDR_FRAGMENT)
+				off += 8;
+			else if (next == AC_NEXTHDR_AUTH)
+				off += (ext[1] + 2) * 4;
+			else
+				return 0;
+			next = ext[0];
+		}
+		if (next != IPPROTO_UDP)
 			return 0;
 	} else {
 		return 0;
 	}
 	__be16 sport = 0;
-	if (bpf_probe_read_kernel(&sport, 2, head + th)) /* udphdr.source */
+	if (bpf_skb_load_bytes(skb, off, &sport, 2)) /* udphdr.source */
 		return 0;
 	*port = bpf_ntohs(sport);
 	return 1;
@@ -352,12 +425,8 @@ static __noinline int ac_udp_client_refuse(const struct ac_udp_client *u, __u16 
 	if (ac_scope_at(&c, u->scope_cgroup, AC_HOOK_INGRESS) == AC_SCOPE_NONE)
 		return 0;
 	int ret;
-	struct ac_event_decision *e = ac_finish(&c, 0, AC_REASON_PROTECTED, &ret);
+	struct ac_event_decision *e = ac_finish_no_task(&c, 0, AC_REASON_PROTECTED, &ret);
 	if (e) {
-		e->pid = 0;
-		e->tid = 0;
-		e->uid = 0;
-		__builtin_memset(e->comm, 0, sizeof(e->comm));
 		ac_event_inet(e, family, port, IPPROTO_UDP, addr);
 		ac_event_submit(e);
 	}
@@ -365,17 +434,30 @@ static __noinline int ac_udp_client_refuse(const struct ac_udp_client *u, __u16 
 }
 
 /*
- * A datagram arrives on UDP socket sk (softirq; no task to speak of): a
- * scope's client takes it only from a peer it sent to
- * (ac_udp_client_refuse). Anything else: no decision here (a registered
- * socket is guarded at every sender).
+ * A datagram arrives on a UDP socket sk of a scope's cgroup (softirq; no
+ * task to speak of): a client of the scope takes it only from a peer it
+ * sent to (ac_udp_client_refuse). Anything else: no decision here (a
+ * registered socket is guarded at every sender). 0 or -EACCES.
  */
-static __always_inline int ac_udp_receive(struct sock *sk, struct sk_buff *skb)
+static __always_inline int ac_udp_receive(struct bpf_sock *sk, struct __sk_buff *skb)
 {
-	struct ac_listener_key k = {.proto = IPPROTO_UDP};
 	struct ac_udp_client *u = bpf_sk_storage_get(&ac_udp_clients, sk, 0, 0);
-	if (!u || ac_udp_registered(sk))
+	if (!u)
 		return 0;
+	struct ac_listener_key k = {.netns = u->netns, .port = sk->src_port, .proto = IPPROTO_UDP};
+	if (sk->family == AF_INET) {
+		k.addr[10] = 0xff;
+		k.addr[11] = 0xff;
+		__u32 a4 = sk->src_ip4;
+		__builtin_memcpy(&k.addr[12], &a4, 4);
+	} else {
+		__u32 a6[4] = {sk->src_ip6[0], sk->src_ip6[1], sk->src_ip6[2], sk->src_ip6[3]};
+		__builtin_memcpy(k.addr, a6, 16);
+	}
+	if (ac_udp_registered_at(&k, u->sk))
+		return 0;
+	__builtin_memset(k.addr, 0, 16);
+	k.port = 0;
 	if (!ac_skb_source(skb, k.addr, &k.port))
 		return ac_udp_client_refuse(u, AF_INET6, k.addr, 0);
 	for (int i = 0; i < AC_UDP_PEERS; i++) {
@@ -559,8 +641,11 @@ static __always_inline int ac_decide_connect(struct ac_ctx *c, enum ac_scope_sta
 		}
 	}
 	/* Where a client sends, it may hear from (ac_udp_receive). */
-	if (!ret && protocol == IPPROTO_UDP && !ac_udp_client_note(c, sock->sk, addr, port))
-		return ac_decide_on_hook(c, AC_HOOK_INGRESS, 0, AC_REASON_INTERNAL);
+	if (!ret && protocol == IPPROTO_UDP) {
+		int why = ac_udp_client_note(c, sock->sk, addr, port);
+		if (why)
+			return ac_decide_on_hook(c, AC_HOOK_INGRESS, 0, why);
+	}
 	return ret;
 }
 

@@ -35,7 +35,7 @@ class AuditBudgetTest : public kt::PolicyScopeTest {
 
   void TearDown() override {
     if (other_scoped_) {
-      EXPECT_TRUE(kt::enforcer()->remove_scope(other_.id()).ok());
+      EXPECT_TRUE(kt::enforcer()->remove_scope(kt::scope_cgroup(other_)).ok());
     }
     if (other_.fd() >= 0) {
       EXPECT_TRUE(other_.remove().ok());
@@ -68,7 +68,7 @@ TEST_F(AuditBudgetTest, AFloodingScopeCannotStarveAnotherScopesEvents) {
       apply_yaml("apiVersion: agentcage/v1\nkind: Policy\nmetadata:\n  name: kt-budget\nspec:\n  files:\n    "
                  "read: [/usr]\n",
                  ws_.string()));
-  auto st = kt::enforcer()->add_scope(other_.id(), other_.level(), other_.id(), slot_, "");
+  auto st = kt::enforcer()->add_scope(kt::scope_cgroup(other_), other_.id(), slot_, "");
   ASSERT_TRUE(st.ok()) << st.error().message;
   other_scoped_ = true;
 

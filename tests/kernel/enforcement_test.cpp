@@ -67,14 +67,14 @@ class ScopedCgroupTest : public ::testing::Test {
     fs::create_symlink(dir_ / "secret" / "secret.txt", dir_ / "allowed" / "link-to-secret");
 
     ASSERT_TRUE(install_policy(0).ok());
-    auto st = kt::enforcer()->add_scope(cg_.id(), cg_.level(), scope_id_, kSlot);
+    auto st = kt::enforcer()->add_scope(kt::scope_cgroup(cg_), scope_id_, kSlot);
     ASSERT_TRUE(st.ok()) << st.error().message;
     scoped_ = true;
   }
 
   void TearDown() override {
     if (scoped_) {
-      EXPECT_TRUE(kt::enforcer()->remove_scope(cg_.id()).ok());
+      EXPECT_TRUE(kt::enforcer()->remove_scope(kt::scope_cgroup(cg_)).ok());
     }
     if (kt::enforcer()) (void)kt::enforcer()->remove_policy(kSlot);
     EXPECT_TRUE(cg_.remove().ok());
@@ -251,7 +251,7 @@ TEST_F(ScopedCgroupTest, ProcessesOutsideTheScopeAreUntouched) {
 
 TEST_F(ScopedCgroupTest, RemovingTheScopeLiftsEnforcement) {
   EXPECT_EQ(run_scoped([] { return try_exec("/bin/true"); }), kDenied);
-  ASSERT_TRUE(kt::enforcer()->remove_scope(cg_.id()).ok());
+  ASSERT_TRUE(kt::enforcer()->remove_scope(kt::scope_cgroup(cg_)).ok());
   scoped_ = false;
   EXPECT_EQ(run_scoped([] { return try_exec("/bin/true"); }), kOk);
 }

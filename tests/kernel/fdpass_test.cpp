@@ -134,7 +134,7 @@ TEST_F(FdPassTest, AnotherScopesSocketIsNotPassedIn) {
   // The sender is another run: its socket is as foreign as the host's.
   auto cg2 = cgroup::Cgroup::create(root_, root_ / "agentcage-kt", "fp-other-" + std::to_string(::getpid()));
   ASSERT_TRUE(cg2.ok()) << cg2.error().message;
-  ASSERT_TRUE(enforcer()->add_scope(cg2->id(), cg2->level(), cg2->id(), slot_, ws_.string()).ok());
+  ASSERT_TRUE(enforcer()->add_scope(kt::scope_cgroup(*cg2), cg2->id(), slot_, ws_.string()).ok());
   const int via = pair_[0];
   EXPECT_EQ(run_in_cgroup(cg2->fd(),
                           [via] {
@@ -146,7 +146,7 @@ TEST_F(FdPassTest, AnotherScopesSocketIsNotPassedIn) {
   const int in = pair_[1];
   EXPECT_EQ(scoped([in] { return receive_and(in, is_socket); }), kDenied);
   EXPECT_EQ(denied(AC_HOOK_FILE_RECEIVE) - before, 1u);
-  EXPECT_TRUE(enforcer()->remove_scope(cg2->id()).ok());
+  EXPECT_TRUE(enforcer()->remove_scope(kt::scope_cgroup(*cg2)).ok());
   EXPECT_TRUE(cg2->remove().ok());
 }
 

@@ -204,7 +204,7 @@ class IpcScope : public ::testing::Test {
   }
 
   void confine(uint16_t flags) {
-    auto st = kt::enforcer()->add_scope(cg_.id(), cg_.level(), 6000 + static_cast<uint64_t>(::getpid()),
+    auto st = kt::enforcer()->add_scope(kt::scope_cgroup(cg_), 6000 + static_cast<uint64_t>(::getpid()),
                                         kSlot, {}, flags);
     ASSERT_TRUE(st.ok()) << st.error().message;
     scoped_ = true;
@@ -212,7 +212,7 @@ class IpcScope : public ::testing::Test {
 
   void TearDown() override {
     if (scoped_) {
-      EXPECT_TRUE(kt::enforcer()->remove_scope(cg_.id()).ok());
+      EXPECT_TRUE(kt::enforcer()->remove_scope(kt::scope_cgroup(cg_)).ok());
     }
     if (kt::enforcer()) (void)kt::enforcer()->remove_policy(kSlot);
     if (cg_.fd() >= 0) {

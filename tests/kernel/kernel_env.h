@@ -10,11 +10,15 @@
 #include <string>
 
 #include "bpf/enforcer.h"
+#include "cgroup/cgroup.h"
 
 namespace agentcage::kt {
 
 // The loaded programs, or null with skip_reason() set.
 bpf::Enforcer* enforcer();
+
+// A test cgroup as the Enforcer's scope operations take it.
+inline bpf::ScopeCgroup scope_cgroup(const cgroup::Cgroup& cg) { return {cg.fd(), cg.id(), cg.level()}; }
 const std::string& skip_reason();
 
 // Kernel tests must run in CI and whenever AGENTCAGE_REQUIRE_KERNEL=1

@@ -51,7 +51,7 @@ class PolicyScopeTest : public ::testing::Test {
 
   void TearDown() override {
     if (scoped_) {
-      EXPECT_TRUE(enforcer()->remove_scope(cg_.id()).ok());
+      EXPECT_TRUE(enforcer()->remove_scope(kt::scope_cgroup(cg_)).ok());
     }
     if (enforcer()) static_cast<void>(enforcer()->remove_policy(slot_));
     if (cg_.fd() >= 0) {
@@ -80,7 +80,7 @@ class PolicyScopeTest : public ::testing::Test {
     auto st = enforcer()->put_policy(slot_, *compiled);
     ASSERT_TRUE(st.ok()) << st.error().message;
     if (!scoped_) {
-      st = enforcer()->add_scope(cg_.id(), cg_.level(), cg_.id(), slot_, workspace);
+      st = enforcer()->add_scope(kt::scope_cgroup(cg_), cg_.id(), slot_, workspace);
       ASSERT_TRUE(st.ok()) << st.error().message;
       scoped_ = true;
     }

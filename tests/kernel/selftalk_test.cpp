@@ -25,10 +25,14 @@
 #include <string>
 #include <thread>
 #include <utility>
+#include <vector>
+
+#include <bpf/bpf.h>
 
 #include "kernel_env.h"
 #include "policy_fixture.h"
 #include "probes.h"
+#include "scope/scope.h"
 
 namespace agentcage {
 namespace {
@@ -350,7 +354,7 @@ TEST_F(SelfTalkTest, NoHostProcessOrOtherScopeReachesARunsUnixSockets) {
   // Another scope, even one whose rules would let it connect anywhere.
   auto cg2 = cgroup::Cgroup::create(root_, root_ / "agentcage-kt", "st-unix-" + std::to_string(::getpid()));
   ASSERT_TRUE(cg2.ok()) << cg2.error().message;
-  ASSERT_TRUE(enforcer()->add_scope(cg2->id(), cg2->level(), cg2->id(), slot_, ws_.string()).ok());
+  ASSERT_TRUE(enforcer()->add_scope(kt::scope_cgroup(*cg2), cg2->id(), slot_, ws_.string()).ok());
   auto [server2, other] =
       reach_in_unix(in_scope, SOCK_STREAM, kAutobind, [&](const sockaddr_un& a, socklen_t l) {
         return run_in_cgroup(cg2->fd(), [&] { return unix_reach(SOCK_STREAM, a, l); });
@@ -358,7 +362,7 @@ TEST_F(SelfTalkTest, NoHostProcessOrOtherScopeReachesARunsUnixSockets) {
   EXPECT_EQ(server2, kOk) << "the other scope's connection reached the run's listener";
   EXPECT_EQ(other, kDenied);
   EXPECT_EQ(denied(AC_HOOK_INGRESS) - before, 7u);
-  EXPECT_TRUE(enforcer()->remove_scope(cg2->id()).ok());
+  EXPECT_TRUE(enforcer()->remove_scope(kt::scope_cgroup(*cg2)).ok());
   EXPECT_TRUE(cg2->remove().ok());
 
   // The run's own processes reach each kind, and the host its own sockets.
@@ -656,22 +660,22 @@ TEST_F(SelfTalkTest, AHostDatagramMakesNoReplyAddress) {
   ::close(host);
 }
 
-TEST_F(SelfTalkTest, AUdpClientHearsOnlyFromWhereItSent) {
-  // A client the kernel binds to the wildcard address is reachable from
-  // anywhere: it takes datagrams only from the peers it sent to. Here the
-  // policy allows one host echo server; its answer arrives, a datagram from
-  // another host socket to the same client does not.
-  int echo = ::socket(AF_INET, SOCK_DGRAM | SOCK_CLOEXEC, 0);
-  int other = ::socket(AF_INET, SOCK_DGRAM | SOCK_CLOEXEC, 0);
+// A UDP socket bound to `addr` (AF_INET or AF_INET6 text) and a free port.
+int udp_bound(int family, const char* addr) {
+  int s = ::socket(family, SOCK_DGRAM | SOCK_CLOEXEC, 0);
   socklen_t len = 0;
-  sockaddr_storage ss = inet_addr_of(AF_INET, "127.0.0.1", 0, &len);
-  ASSERT_EQ(::bind(echo, reinterpret_cast<sockaddr*>(&ss), len), 0);
-  ASSERT_EQ(::bind(other, reinterpret_cast<sockaddr*>(&ss), len), 0);
-  const uint16_t echo_port = port_of(echo);
-  apply("  network:\n    allow:\n      - {cidr: 127.0.0.1/32, ports: [" + std::to_string(echo_port) +
-        "], protocol: udp}\n");
-  std::thread t([&] {
-    // Answer the client, then let the other socket try the same address.
+  sockaddr_storage ss = inet_addr_of(family, addr, 0, &len);
+  if (::bind(s, reinterpret_cast<sockaddr*>(&ss), len) != 0) {
+    ::close(s);
+    return -1;
+  }
+  return s;
+}
+
+// An echo server on `echo` that answers the first datagram, then has
+// `other` send to the same client: what a client of the run hears.
+std::thread answer_then_spray(int echo, int other) {
+  return std::thread([echo, other] {
     timeval tv{10, 0};
     ::setsockopt(echo, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
     sockaddr_storage from{};
@@ -681,30 +685,160 @@ TEST_F(SelfTalkTest, AUdpClientHearsOnlyFromWhereItSent) {
     ::sendto(echo, "p", 1, 0, reinterpret_cast<sockaddr*>(&from), from_len);
     ::sendto(other, "i", 1, 0, reinterpret_cast<sockaddr*>(&from), from_len);
   });
+}
+
+// In a scoped process: send one datagram from a fresh client socket to
+// addr:port, then collect what arrives within 2 s. kOk when only the
+// answer did; 20: the other socket's datagram too; 21: nothing.
+int udp_client_hears(int family, const char* addr, uint16_t port) {
+  ::alarm(20);
+  int c = ::socket(family, SOCK_DGRAM | SOCK_CLOEXEC, 0);
+  timeval tv{2, 0};
+  ::setsockopt(c, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
+  socklen_t l = 0;
+  sockaddr_storage to = inet_addr_of(family, addr, port, &l);
+  if (::sendto(c, "q", 1, 0, reinterpret_cast<sockaddr*>(&to), l) != 1) return 10 + classify(errno);
+  // A bind the kernel refuses (the socket is bound already) changes
+  // nothing: it is still a client.
+  sockaddr_storage lo = inet_addr_of(family, addr, 0, &l);
+  if (::bind(c, reinterpret_cast<sockaddr*>(&lo), l) == 0) return 23;
+  std::string got;
+  char b;
+  while (::recv(c, &b, 1, 0) == 1) got += b;
+  return got == "p" ? kOk : got == "pi" || got == "ip" ? 20 : got.empty() ? 21 : 22;
+}
+
+TEST_F(SelfTalkTest, AUdpClientHearsOnlyFromWhereItSent) {
+  // A client the kernel binds to the wildcard address is reachable from
+  // anywhere: it takes datagrams only from the peers it sent to (the
+  // filter on the scope's cgroup). Here the policy allows one host echo
+  // server per family; its answer arrives, a datagram from another host
+  // socket to the same client does not, over IPv4 and IPv6.
+  struct Family {
+    int family;
+    const char* addr;
+    int echo, other;
+  } families[] = {{AF_INET, "127.0.0.1", udp_bound(AF_INET, "127.0.0.1"), udp_bound(AF_INET, "127.0.0.1")},
+                  {AF_INET6, "::1", udp_bound(AF_INET6, "::1"), udp_bound(AF_INET6, "::1")}};
+  for (const auto& f : families) ASSERT_TRUE(f.echo >= 0 && f.other >= 0) << f.addr;
+  apply("  network:\n    allow:\n      - {cidr: 127.0.0.1/32, ports: [" +
+        std::to_string(port_of(families[0].echo)) + "], protocol: udp}\n      - {cidr: ::1/128, ports: [" +
+        std::to_string(port_of(families[1].echo)) + "], protocol: udp}\n");
+  for (const auto& f : families) {
+    std::thread t = answer_then_spray(f.echo, f.other);
+    const uint64_t before = denied(AC_HOOK_INGRESS);
+    const uint16_t port = port_of(f.echo);
+    int code = scoped([&f, port] { return udp_client_hears(f.family, f.addr, port); });
+    t.join();
+    EXPECT_EQ(code, kOk) << f.addr << " (20: the other socket's datagram arrived; 21: not even the answer)";
+    EXPECT_EQ(denied(AC_HOOK_INGRESS) - before, 1u) << f.addr;
+    ::close(f.echo);
+    ::close(f.other);
+  }
+}
+
+TEST_F(SelfTalkTest, AUdpSocketMadeOutsideTheScopeDoesNotSendAsAClient) {
+  // The filter of what a client hears sits on the scope's cgroup and sees
+  // the sockets made in it. A process that made its socket elsewhere and
+  // was then moved into the scope (as `attach` finds a running one) would
+  // hear from anyone through it: that socket may not send. A socket it
+  // makes once inside works as any client's.
+  int echo = udp_bound(AF_INET, "127.0.0.1");
+  ASSERT_GE(echo, 0);
+  const uint16_t echo_port = port_of(echo);
+  apply("  network:\n    allow:\n      - {cidr: 127.0.0.1/32, ports: [" + std::to_string(echo_port) +
+        "], protocol: udp}\n");
+  std::thread t([echo] {
+    timeval tv{10, 0};
+    ::setsockopt(echo, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
+    sockaddr_storage from{};
+    socklen_t from_len = sizeof from;
+    char c;
+    // Answer every datagram until "x" (or none comes for 10 s).
+    while (::recvfrom(echo, &c, 1, 0, reinterpret_cast<sockaddr*>(&from), &from_len) == 1 && c != 'x')
+      ::sendto(echo, "p", 1, 0, reinterpret_cast<sockaddr*>(&from), from_len);
+  });
+  int moved[2], made[2];
+  ASSERT_EQ(::pipe2(moved, O_CLOEXEC), 0);
+  ASSERT_EQ(::pipe2(made, O_CLOEXEC), 0);
   const uint64_t before = denied(AC_HOOK_INGRESS);
-  // What the client received within 2 s of its datagram, in order.
-  int code = scoped([echo_port] {
-    ::alarm(20);
-    int c = ::socket(AF_INET, SOCK_DGRAM | SOCK_CLOEXEC, 0);
-    timeval tv{2, 0};
-    ::setsockopt(c, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
+  const uint64_t protected_before = reason(AC_HOOK_INGRESS, AC_REASON_PROTECTED);
+  pid_t pid = ::fork();
+  ASSERT_GE(pid, 0);
+  if (pid == 0) {
+    ::alarm(30);
+    int outside = ::socket(AF_INET, SOCK_DGRAM | SOCK_CLOEXEC, 0);
+    (void)!::write(made[1], "m", 1);
+    char m;
+    if (::read(moved[0], &m, 1) != 1) ::_exit(9);
     socklen_t l = 0;
     sockaddr_storage to = inet_addr_of(AF_INET, "127.0.0.1", echo_port, &l);
-    if (::sendto(c, "q", 1, 0, reinterpret_cast<sockaddr*>(&to), l) != 1) return 10 + classify(errno);
-    // A bind the kernel refuses (the socket is bound already) changes
-    // nothing: it is still a client.
-    sockaddr_storage lo = inet_addr_of(AF_INET, "127.0.0.1", 0, &l);
-    if (::bind(c, reinterpret_cast<sockaddr*>(&lo), l) == 0) return 23;
-    std::string got;
+    int first =
+        ::sendto(outside, "q", 1, 0, reinterpret_cast<sockaddr*>(&to), l) == 1 ? kOk : classify(errno);
+    int inside = ::socket(AF_INET, SOCK_DGRAM | SOCK_CLOEXEC, 0);
+    timeval tv{5, 0};
+    ::setsockopt(inside, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
     char b;
-    while (::recv(c, &b, 1, 0) == 1) got += b;
-    return got == "p" ? kOk : got == "pi" || got == "ip" ? 20 : got.empty() ? 21 : 22;
-  });
+    if (::sendto(inside, "q", 1, 0, reinterpret_cast<sockaddr*>(&to), l) != 1 ||
+        ::recv(inside, &b, 1, 0) != 1)
+      ::_exit(30 + first);
+    ::_exit(first == kDenied ? 0 : 20 + first);
+  }
+  char m;
+  ASSERT_EQ(::read(made[0], &m, 1), 1);
+  auto st = cgroup::write_file(cg_.path() / "cgroup.procs", std::to_string(pid));
+  EXPECT_TRUE(st.ok()) << st.error().message;
+  (void)!::write(moved[1], "g", 1);
+  int status = 0;
+  ::waitpid(pid, &status, 0);
+  int stop = ::socket(AF_INET, SOCK_DGRAM | SOCK_CLOEXEC, 0);
+  socklen_t l = 0;
+  sockaddr_storage to = inet_addr_of(AF_INET, "127.0.0.1", echo_port, &l);
+  ::sendto(stop, "x", 1, 0, reinterpret_cast<sockaddr*>(&to), l);
   t.join();
-  ::close(echo);
-  ::close(other);
-  EXPECT_EQ(code, kOk) << "20: the other socket's datagram arrived; 21: not even the answer";
+  for (int fd : {moved[0], moved[1], made[0], made[1], echo, stop}) ::close(fd);
+  ASSERT_TRUE(WIFEXITED(status));
+  EXPECT_EQ(WEXITSTATUS(status), 0)
+      << "20: the socket made outside sent; 30+: the socket made inside got no answer";
   EXPECT_EQ(denied(AC_HOOK_INGRESS) - before, 1u);
+  EXPECT_EQ(reason(AC_HOOK_INGRESS, AC_REASON_PROTECTED) - protected_before, 1u);
+}
+
+// The ids of the programs attached to cgroup `fd` at BPF_CGROUP_INET_INGRESS.
+std::vector<uint32_t> ingress_programs(int fd) {
+  uint32_t ids[16] = {};
+  uint32_t count = 16, flags = 0;
+  if (bpf_prog_query(fd, BPF_CGROUP_INET_INGRESS, 0, &flags, ids, &count) != 0) return {0};
+  return std::vector<uint32_t>(ids, ids + count);
+}
+
+TEST_F(SelfTalkTest, TheReceiveFilterComesAndGoesWithTheScope) {
+  // Attached to the scope's cgroup when it becomes a scope, to no other
+  // cgroup, and gone when the scope is removed (an attached cgroup goes
+  // on living after detach). Through the scope lifecycle, as runs and
+  // attach do it.
+  auto cg2 = cgroup::Cgroup::create(root_, root_ / "agentcage-kt", "st-filter-" + std::to_string(::getpid()));
+  ASSERT_TRUE(cg2.ok()) << cg2.error().message;
+  ASSERT_TRUE(ingress_programs(cg2->fd()).empty());
+  scope::CgroupRef ref{cg2->id(), cg2->level(), cg2->path()};
+  bpf::CompiledPolicy none;
+  auto c = scope::confine(*enforcer(), ref, scope::TransientPolicy{"kt-filter", none, false}, "");
+  ASSERT_TRUE(c.ok()) << c.error().message;
+  auto attached = ingress_programs(cg2->fd());
+  ASSERT_EQ(attached.size(), 1u);
+  int prog = bpf_prog_get_fd_by_id(attached[0]);
+  ASSERT_GE(prog, 0);
+  bpf_prog_info info{};
+  uint32_t len = sizeof info;
+  ASSERT_EQ(bpf_obj_get_info_by_fd(prog, &info, &len), 0);
+  ::close(prog);
+  EXPECT_STREQ(info.name, "ac_udp_client_f") << "the kernel keeps 15 characters of a name";
+  EXPECT_EQ(info.type, BPF_PROG_TYPE_CGROUP_SKB);
+  EXPECT_TRUE(ingress_programs(cg_.fd()).empty()) << "a filter on a cgroup that is no scope";
+  auto r = scope::release(*enforcer(), *c, scope::Ending::detach);
+  ASSERT_TRUE(r.ok()) << r.error().message;
+  EXPECT_TRUE(ingress_programs(cg2->fd()).empty()) << "the filter outlived the scope";
+  EXPECT_TRUE(cg2->remove().ok());
 }
 
 // setsockopt(SOL_SOCKET, opt, 1) as a probe code.
@@ -756,7 +890,7 @@ TEST_F(SelfTalkTest, AnotherScopeCannotReachARunsPrivateListener) {
   apply("  network:\n    allow:\n      - {cidr: 127.0.0.0/8, protocol: any}\n");
   auto cg2 = cgroup::Cgroup::create(root_, root_ / "agentcage-kt", "st-other-" + std::to_string(::getpid()));
   ASSERT_TRUE(cg2.ok()) << cg2.error().message;
-  ASSERT_TRUE(enforcer()->add_scope(cg2->id(), cg2->level(), cg2->id(), slot_, ws_.string()).ok());
+  ASSERT_TRUE(enforcer()->add_scope(kt::scope_cgroup(*cg2), cg2->id(), slot_, ws_.string()).ok());
   EXPECT_EQ(scoped([] { return tcp_self_talk(AF_INET, "127.0.0.1", AF_INET, "127.0.0.1"); }), kOk);
   const uint64_t before = denied(AC_HOOK_INGRESS);
   auto in_scope = [this](std::function<int()> fn) { return scoped(fn); };
@@ -766,7 +900,7 @@ TEST_F(SelfTalkTest, AnotherScopeCannotReachARunsPrivateListener) {
   EXPECT_EQ(server, kOk) << "the other scope's connection reached the run's server";
   EXPECT_EQ(client, kDenied);
   EXPECT_EQ(denied(AC_HOOK_INGRESS) - before, 1u);
-  EXPECT_TRUE(enforcer()->remove_scope(cg2->id()).ok());
+  EXPECT_TRUE(enforcer()->remove_scope(kt::scope_cgroup(*cg2)).ok());
   EXPECT_TRUE(cg2->remove().ok());
 }
 

@@ -126,7 +126,7 @@ TEST_F(SharedTest, SecondOpenAdoptsAndEnforcementOutlivesTheLoader) {
   auto slot = acquire(**second, "usr-only", usr_only());
   ASSERT_TRUE(slot.ok()) << slot.error().message;
   const uint64_t scope_id = cg_.id();
-  ASSERT_TRUE((*second)->add_scope(cg_.id(), cg_.level(), scope_id, *slot).ok());
+  ASSERT_TRUE((*second)->add_scope(kt::scope_cgroup(cg_), scope_id, *slot).ok());
 
   // No agentcage object is left in this process: the pins keep enforcing.
   first->reset();
@@ -151,7 +151,7 @@ TEST_F(SharedTest, SecondOpenAdoptsAndEnforcementOutlivesTheLoader) {
   EXPECT_EQ(report->records[0].decision, AC_DECISION_DENY);
   EXPECT_EQ(std::string(report->records[0].target), outside_);
 
-  ASSERT_TRUE((*third)->remove_scope(cg_.id()).ok());
+  ASSERT_TRUE((*third)->remove_scope(kt::scope_cgroup(cg_)).ok());
   ASSERT_TRUE(release(**third, *slot).ok());
   auto remaining = (*third)->scopes();
   ASSERT_TRUE(remaining.ok());
@@ -206,11 +206,11 @@ TEST_F(SharedTest, SlotsAreSharedByContentCachedAndBounded) {
   EXPECT_NE(*other_rules, *other_name);
 
   // A slot a scope points at keeps enforcing whatever is released.
-  ASSERT_TRUE(enf.add_scope(cg_.id(), cg_.level(), cg_.id(), *a).ok());
+  ASSERT_TRUE(enf.add_scope(kt::scope_cgroup(cg_), cg_.id(), *a).ok());
   ASSERT_TRUE(release(enf, *a).ok());
   EXPECT_EQ(in_scope([&] { return kt::try_open(outside_, O_RDONLY); }), kt::kDenied)
       << "still enforced after the release";
-  ASSERT_TRUE(enf.remove_scope(cg_.id()).ok());
+  ASSERT_TRUE(enf.remove_scope(kt::scope_cgroup(cg_)).ok());
   for (uint32_t slot : {*a, *other_name, *other_rules}) ASSERT_TRUE(release(enf, slot).ok());
 
   // Unused transient policies stay cached: the same policy gets its slot back.

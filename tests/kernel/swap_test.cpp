@@ -83,7 +83,7 @@ TEST_F(SwapTest, HammeredDecisionsNeverSeeAGapOrAMix) {
   ASSERT_FALSE(a.paths.empty());
   ASSERT_FALSE(b.paths.empty());
   ASSERT_TRUE(kt::enforcer()->put_policy(kSlot, a).ok());
-  auto st = kt::enforcer()->add_scope(cg_.id(), cg_.level(), 4000 + static_cast<uint64_t>(::getpid()), kSlot,
+  auto st = kt::enforcer()->add_scope(kt::scope_cgroup(cg_), 4000 + static_cast<uint64_t>(::getpid()), kSlot,
                                       (base_ / "workspace").string());
   ASSERT_TRUE(st.ok()) << st.error().message;
   scoped_ = true;

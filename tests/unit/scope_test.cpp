@@ -190,17 +190,19 @@ class FakeBackend : public Backend {
     pols.erase(slot);
     return {};
   }
-  Status add_scope(uint64_t cgroup_id, unsigned level, uint64_t scope_id, uint32_t slot,
-                   const std::string& workspace, uint16_t flags) override {
+  Status add_scope(const std::filesystem::path& path, uint64_t cgroup_id, unsigned level, uint64_t scope_id,
+                   uint32_t slot, const std::string& workspace, uint16_t flags) override {
     log("add_scope " + std::to_string(cgroup_id) + (flags ? " flags " + std::to_string(flags) : ""));
+    paths[cgroup_id] = path;
     if (fail_add_scope) return Error{"add_scope failed", ENOMEM};
     scps[cgroup_id] = bpf::ScopeInfo{cgroup_id, scope_id, slot, level};
     workspaces[cgroup_id] = workspace;
     reports[scope_id] = bpf::ScopeReport{};
     return {};
   }
-  Status remove_scope(uint64_t cgroup_id) override {
+  Status remove_scope(const std::filesystem::path& path, uint64_t cgroup_id) override {
     log("remove_scope " + std::to_string(cgroup_id));
+    removed_paths[cgroup_id] = path;
     if (auto it = scps.find(cgroup_id); it != scps.end()) {
       reports.erase(it->second.scope_id);
       scps.erase(it);
@@ -240,6 +242,9 @@ class FakeBackend : public Backend {
   std::map<std::string, std::vector<cgroup::CgroupNode>> above, below;  // by cgroup path
   std::vector<std::string> ops;
   bool fail_add_scope = false;
+  // The cgroup directory each scope was added and removed with (where the
+  // receive filter is attached and detached).
+  std::map<uint64_t, std::filesystem::path> paths, removed_paths;
   int depth = 0;
 };
 
@@ -262,6 +267,7 @@ TEST(Confine, InstallsATransientPolicyAndRegistersTheScope) {
   EXPECT_LT(b.at("put 0"), b.at("add_scope 77")) << "the policy is in its slot before a scope points at it";
   EXPECT_EQ(b.scps.at(77).scope_id, 77u) << "the scope id is the cgroup id";
   EXPECT_EQ(b.workspaces.at(77), "/ws");
+  EXPECT_EQ(b.paths.at(77), "/sys/fs/cgroup/test/77") << "the receive filter goes on the confined cgroup";
 }
 
 TEST(Confine, RefusesAnAlreadyConfinedCgroupAndChangesNothing) {
@@ -378,6 +384,7 @@ TEST(Release, ReadsTheReportThenRemovesTheScopeThenReleasesTheSlot) {
   EXPECT_FALSE(r->kept);
   EXPECT_LT(b.at("report 5"), b.at("remove_scope 5")) << "the report goes with the scope";
   EXPECT_LT(b.at("remove_scope 5"), b.at("remove_policy 10")) << "the scope goes before its slot is released";
+  EXPECT_EQ(b.removed_paths.at(5), "/sys/fs/cgroup/test/5") << "the receive filter comes off the same cgroup";
   EXPECT_TRUE(b.scps.empty());
   EXPECT_TRUE(b.pols.count(c->slot)) << "the slot just released stays cached";
   EXPECT_EQ(b.pols.size(), kCachedTransient);

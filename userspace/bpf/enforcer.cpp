@@ -50,7 +50,11 @@ Result<std::unique_ptr<Enforcer>> Enforcer::load_skeleton(const LoadOptions& opt
           err);
     return bpf_error("loading the LSM programs into the kernel (run with -vv for libbpf's log)", err);
   }
+  // The receive filter is attached to each scope's cgroup (add_scope), not
+  // to a hook.
+  bpf_program__set_autoattach(self->skel_->progs.ac_udp_client_filter, false);
   if (int err = agentcage_bpf__attach(self->skel_.get())) return bpf_error("attaching the LSM programs", err);
+  self->receive_filter_ = bpf_program__fd(self->skel_->progs.ac_udp_client_filter);
 
   auto& m = self->skel_->maps;
   self->maps_ = {bpf_map__fd(m.ac_scopes),          bpf_map__fd(m.ac_policies),   bpf_map__fd(m.ac_settings),
@@ -60,7 +64,8 @@ Result<std::unique_ptr<Enforcer>> Enforcer::load_skeleton(const LoadOptions& opt
   bpf_program* prog = nullptr;
   bpf_object__for_each_program(prog, self->skel_->obj) {
     if (program_skipped(prog)) continue;
-    self->programs_.push_back({bpf_program__name(prog), bpf_program__fd(prog)});
+    self->programs_.push_back(
+        {bpf_program__name(prog), bpf_program__fd(prog), prog == self->skel_->progs.ac_udp_client_filter});
   }
   return self;
 }

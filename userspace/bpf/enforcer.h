@@ -71,9 +71,21 @@ struct PolicyInfo {
   uint64_t digest = 0;
 };
 
+// The cgroup a scope is made of: its directory, open (the UDP receive
+// filter is attached through it; -1 on removal when the cgroup is gone,
+// which took the filter with it), its id and its level below the root.
+struct ScopeCgroup {
+  int fd = -1;
+  uint64_t id = 0;
+  unsigned level = 0;
+};
+
 struct ProgramInfo {
   std::string name;  // the BPF program's name (e.g. "ac_file_open")
   int fd = -1;       // owned by the Enforcer
+  // The UDP client filter: attached to each scope's cgroup (add_scope), so
+  // a shared set pins the program itself (under programs/), not a link.
+  bool per_scope = false;
 };
 
 // Decision counters for one policy slot, summed over CPUs.
@@ -114,15 +126,17 @@ class Enforcer {
   // Install a transient policy (AC_POLICY_OWNER_TRANSIENT) into `slot`, with
   // the slot's decision counters reset.
   Status put_transient_policy(uint32_t slot, const std::string& name, const CompiledPolicy& policy);
-  // Put the cgroup `cgroup_id` (at cgroup `level`) and everything below it
-  // under the policy in `policy_slot`.
+  // Put `cgroup` and everything below it under the policy in `policy_slot`:
+  // first the UDP receive filter is attached to it (the program the LSM
+  // hooks cannot be: ac_udp_client_filter, run only for the sockets made in
+  // a scope), then the scope is registered.
   // `workspace`: absolute, normalised directory the policy's ${workspace}
   // rules apply to for this scope (empty: none). `flags`: AC_SCOPE_F_*.
-  Status add_scope(uint64_t cgroup_id, unsigned level, uint64_t scope_id, uint32_t policy_slot,
+  Status add_scope(const ScopeCgroup& cgroup, uint64_t scope_id, uint32_t policy_slot,
                    const std::string& workspace = {}, uint16_t flags = 0);
-  // ENOENT counts as success: removing twice is not an error. The scope's
-  // report goes with it.
-  Status remove_scope(uint64_t cgroup_id);
+  // The scope, then its filter. A scope not registered counts as success:
+  // removing twice is not an error. The scope's report goes with it.
+  Status remove_scope(const ScopeCgroup& cgroup);
   // The deny/audit report of a live scope, by scope id.
   Result<ScopeReport> scope_report(uint64_t scope_id) const;
 
@@ -152,6 +166,8 @@ class Enforcer {
   Status adopt_pinned(const std::string& dir);
   Status pin_all(const std::string& dir);
   Status check_lsm_active() const;
+  Status attach_receive_filter(int cgroup_fd);
+  void detach_receive_filter(int cgroup_fd);
   Status take_lock();
   void drop_lock();
 
@@ -175,6 +191,7 @@ class Enforcer {
     int scopes = -1, policies = -1, settings = -1, path_rules = -1, workspaces = -1, net_rules = -1,
         decision_counts = -1, stats = -1, events = -1, scope_reports = -1, listeners = -1;
   } maps_;
+  int receive_filter_ = -1;                    // ac_udp_client_filter (owned by skel_ or owned_fds_)
   mutable std::vector<UniqueFd> owned_fds_;    // adopted maps and programs
   mutable std::vector<ProgramInfo> programs_;  // filled on demand for an adopted set
   bool shared_ = false;

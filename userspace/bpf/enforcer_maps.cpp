@@ -156,8 +156,37 @@ void Enforcer::reset_counters(uint32_t slot) {
   }
 }
 
-Status Enforcer::add_scope(uint64_t cgroup_id, unsigned level, uint64_t scope_id, uint32_t policy_slot,
+// The filter is attached at most once per cgroup (the kernel refuses the
+// same program twice; a retry finds it there).
+Status Enforcer::attach_receive_filter(int cgroup_fd) {
+  uint32_t ids[64] = {};
+  uint32_t count = 64, flags = 0;
+  if (int err = bpf_prog_query(cgroup_fd, BPF_CGROUP_INET_INGRESS, 0, &flags, ids, &count))
+    return bpf_error("listing the programs attached to the scope's cgroup (BPF_CGROUP_INET_INGRESS)", err);
+  bpf_prog_info info{};
+  uint32_t len = sizeof info;
+  if (int err = bpf_obj_get_info_by_fd(receive_filter_, &info, &len))
+    return bpf_error("reading the UDP receive filter's program id", err);
+  for (uint32_t i = 0; i < count && i < 64; ++i)
+    if (ids[i] == info.id) return {};
+  if (int err = bpf_prog_attach(receive_filter_, cgroup_fd, BPF_CGROUP_INET_INGRESS, BPF_F_ALLOW_MULTI))
+    return bpf_error(
+        "attaching the UDP receive filter to the scope's cgroup (BPF_CGROUP_INET_INGRESS)" +
+            std::string(err == -EPERM ? ": a program attached to it or above it without BPF_F_ALLOW_MULTI "
+                                        "admits no other; confine a cgroup outside that subtree"
+                                      : ""),
+        err);
+  return {};
+}
+
+void Enforcer::detach_receive_filter(int cgroup_fd) {
+  if (cgroup_fd >= 0) bpf_prog_detach2(receive_filter_, cgroup_fd, BPF_CGROUP_INET_INGRESS);
+}
+
+Status Enforcer::add_scope(const ScopeCgroup& cgroup, uint64_t scope_id, uint32_t policy_slot,
                            const std::string& workspace, uint16_t flags) {
+  const uint64_t cgroup_id = cgroup.id;
+  const unsigned level = cgroup.level;
   // Level 0 is the root cgroup: scoping it would confine the whole host.
   if (level == 0 || level > AC_MAX_SCOPE_LEVEL)
     return Error{"bpf: a scope must be a non-root cgroup at level 1.." + std::to_string(AC_MAX_SCOPE_LEVEL) +
@@ -165,11 +194,19 @@ Status Enforcer::add_scope(uint64_t cgroup_id, unsigned level, uint64_t scope_id
                  EINVAL};
   if (policy_slot >= AC_MAX_POLICIES)
     return Error{"bpf: policy slot " + std::to_string(policy_slot) + " out of range", EINVAL};
+  if (cgroup.fd < 0) return Error{"bpf: no descriptor of cgroup " + std::to_string(cgroup_id), EBADF};
   return with_lock([&]() -> Status {
     ac_scope existing{};
     if (bpf_map_lookup_elem(maps_.scopes, &cgroup_id, &existing) == 0)
       return Error{"bpf: cgroup " + std::to_string(cgroup_id) + " is already a scope", EEXIST};
+    // The filter before the scope: no socket of the scope is a UDP client
+    // without it.
+    if (Status st = attach_receive_filter(cgroup.fd); !st) return st;
 
+    auto fail = [&](Error e) -> Status {
+      detach_receive_filter(cgroup.fd);
+      return e;
+    };
     ac_scope scope{};
     scope.scope_id = scope_id;
     scope.policy_slot = policy_slot;
@@ -177,17 +214,17 @@ Status Enforcer::add_scope(uint64_t cgroup_id, unsigned level, uint64_t scope_id
     scope.flags = flags;
     ac_path_key ws_key{};
     if (!workspace.empty()) {
-      if (workspace == "/") return Error{"bpf: the workspace cannot be /", EINVAL};
+      if (workspace == "/") return fail(Error{"bpf: the workspace cannot be /", EINVAL});
       auto key = make_path_key(0, workspace);
-      if (!key) return key.error().wrap("workspace");
+      if (!key) return fail(key.error().wrap("workspace"));
       auto tag = next_id(&ac_config::next_workspace_tag, AC_WORKSPACE_ANCESTOR - 1);
-      if (!tag) return tag.error();
+      if (!tag) return fail(tag.error());
       scope.workspace_tag = *tag;
       key->rules_id_be = htonl(*tag);
       ws_key = *key;
       ac_workspace ws{static_cast<uint32_t>(workspace.size()), 0};
       if (int err = bpf_map_update_elem(maps_.workspaces, &ws_key, &ws, BPF_ANY))
-        return bpf_error("registering workspace " + workspace, err);
+        return fail(bpf_error("registering workspace " + workspace, err));
       // The directories down to the workspace, and the workspace itself, may
       // be stat'ed (exact entries: see AC_WORKSPACE_ANCESTOR).
       auto dirs = ancestors_of(workspace);
@@ -195,12 +232,12 @@ Status Enforcer::add_scope(uint64_t cgroup_id, unsigned level, uint64_t scope_id
       for (const auto& dir : dirs) {
         PathRule rule{dir, 0, RuleSpace::absolute};
         auto akey = make_path_key(0, rule);
-        if (!akey) return akey.error().wrap("workspace");
+        if (!akey) return fail(akey.error().wrap("workspace"));
         akey->rules_id_be = htonl(*tag | AC_WORKSPACE_ANCESTOR);
         ac_workspace anc{static_cast<uint32_t>(path_key_bytes(rule)), 0};
         if (int err = bpf_map_update_elem(maps_.workspaces, &*akey, &anc, BPF_ANY)) {
           delete_workspace(*tag);
-          return bpf_error("registering the directories above workspace " + workspace, err);
+          return fail(bpf_error("registering the directories above workspace " + workspace, err));
         }
       }
     }
@@ -215,26 +252,30 @@ Status Enforcer::add_scope(uint64_t cgroup_id, unsigned level, uint64_t scope_id
     auto report = std::make_unique<ac_scope_report>();
     if (int err = bpf_map_update_elem(maps_.scope_reports, &scope_id, report.get(), BPF_ANY)) {
       undo();
-      return bpf_error("creating the report of scope " + std::to_string(scope_id), err);
+      return fail(bpf_error("creating the report of scope " + std::to_string(scope_id), err));
     }
     if (int err = bpf_map_update_elem(maps_.scopes, &cgroup_id, &scope, BPF_NOEXIST)) {
       bpf_map_delete_elem(maps_.scope_reports, &scope_id);
       if (scope.workspace_tag) delete_workspace(scope.workspace_tag);
-      return bpf_error("registering scope for cgroup " + std::to_string(cgroup_id), err);
+      return fail(bpf_error("registering scope for cgroup " + std::to_string(cgroup_id), err));
     }
     // Without its level bit the scope would silently not apply: undo it.
     if (Status st = write_levels(); !st) {
       undo();
-      return st;
+      return fail(st.error());
     }
     return {};
   });
 }
 
-Status Enforcer::remove_scope(uint64_t cgroup_id) {
+Status Enforcer::remove_scope(const ScopeCgroup& cgroup) {
+  const uint64_t cgroup_id = cgroup.id;
   return with_lock([&]() -> Status {
     ac_scope scope{};
-    if (bpf_map_lookup_elem(maps_.scopes, &cgroup_id, &scope) != 0) return {};
+    if (bpf_map_lookup_elem(maps_.scopes, &cgroup_id, &scope) != 0) {
+      detach_receive_filter(cgroup.fd);  // a retry after a removal that failed half way
+      return {};
+    }
     int err = bpf_map_delete_elem(maps_.scopes, &cgroup_id);
     if (err && err != -ENOENT)
       return bpf_error("removing scope for cgroup " + std::to_string(cgroup_id), err);
@@ -247,6 +288,8 @@ Status Enforcer::remove_scope(uint64_t cgroup_id) {
     // with its processes; the entries would only take room).
     for (const auto& key : listener_keys_of(maps_.listeners, scope.scope_id))
       bpf_map_delete_elem(maps_.listeners, &key);
+    // Last, the filter: the scope's sockets are no one's clients any more.
+    detach_receive_filter(cgroup.fd);
     return {};
   });
 }

@@ -55,6 +55,10 @@ Status make_dirs(const std::string& path, mode_t mode) {
   return {};
 }
 
+// The receive filter's pin: a program attached to cgroups one by one
+// (add_scope), so it has no link to pin.
+constexpr const char* kReceiveFilterPin = "/programs/ac_udp_client_filter";
+
 // Remove a pin directory tree (unlinking pins drops their references; links
 // whose last reference goes are detached).
 void remove_pins(const std::string& dir) {
@@ -126,6 +130,7 @@ Result<std::unique_ptr<Enforcer>> Enforcer::open_shared(const SharedOptions& opt
 Status Enforcer::pin_all(const std::string& dir) {
   if (Status st = make_dirs(dir + "/maps", 0700); !st) return st;
   if (Status st = make_dirs(dir + "/links", 0700); !st) return st;
+  if (Status st = make_dirs(dir + "/programs", 0700); !st) return st;
   bpf_map* map = nullptr;
   bpf_object__for_each_map(map, skel_->obj) {
     if (bpf_map__is_internal(map)) continue;
@@ -136,11 +141,14 @@ Status Enforcer::pin_all(const std::string& dir) {
   const bpf_object_skeleton* sk = skel_->skeleton;
   for (int i = 0; i < sk->prog_cnt; ++i) {
     if (program_skipped(*sk->progs[i].prog)) continue;  // this kernel has no such hook
+    if (*sk->progs[i].prog == skel_->progs.ac_udp_client_filter) continue;
     bpf_link* link = *sk->progs[i].link;
     std::string path = dir + "/links/" + sk->progs[i].name;
     if (!link) return Error{"bpf: program " + std::string(sk->progs[i].name) + " is not attached", ENOENT};
     if (int err = bpf_link__pin(link, path.c_str())) return bpf_error("pinning link " + path, err);
   }
+  const std::string filter = dir + kReceiveFilterPin;
+  if (int err = bpf_obj_pin(receive_filter_, filter.c_str())) return bpf_error("pinning " + filter, err);
   // Last: the mark that says the set is complete.
   if (int err = bpf_obj_pin(maps_.settings, (dir + "/ready").c_str()))
     return bpf_error("pinning " + dir + "/ready", err);
@@ -171,10 +179,15 @@ Status Enforcer::adopt_pinned(const std::string& dir) {
                                                  {"ac_listeners", &maps_.listeners}};
   for (const auto& [name, out] : wanted)
     if (Status st = get(name, out); !st) return st;
+  const std::string filter = dir + kReceiveFilterPin;
+  receive_filter_ = bpf_obj_get(filter.c_str());
+  if (receive_filter_ < 0) return bpf_error("opening pinned " + filter, receive_filter_);
+  owned_fds_.emplace_back(receive_filter_);
 
-  // Every program must still be attached: a pinned link is an attachment,
-  // and the set pins one link per program of this build's object.
-  constexpr size_t kPrograms = sizeof(agentcage_bpf::progs) / sizeof(bpf_program*);
+  // Every LSM program must still be attached: a pinned link is an
+  // attachment, and the set pins one link per LSM program of this build's
+  // object (all but the receive filter).
+  constexpr size_t kPrograms = sizeof(agentcage_bpf::progs) / sizeof(bpf_program*) - 1;
   std::error_code ec;
   size_t links = 0;
   for (const auto& entry : std::filesystem::directory_iterator(dir + "/links", ec)) {
@@ -207,6 +220,7 @@ std::vector<ProgramInfo> Enforcer::programs() const {
     owned_fds_.emplace_back(prog_fd);
     programs_.push_back({entry.path().filename().string(), prog_fd});
   }
+  if (receive_filter_ >= 0) programs_.push_back({"ac_udp_client_filter", receive_filter_, true});
   return programs_;
 }
 

@@ -25,6 +25,12 @@ Readiness check_ready(const bpf::Enforcer& enforcer) {
   if (::stat((dir + "/ready").c_str(), &st) != 0)
     return {false, dir + "/ready is missing (the pinned set was removed)"};
   for (const auto& prog : enforcer.programs()) {
+    if (prog.per_scope) {
+      const std::string pin = dir + "/programs/" + prog.name;
+      if (UniqueFd fd(bpf_obj_get(pin.c_str())); !fd)
+        return {false, pin + " is missing: new scopes cannot get " + prog.name};
+      continue;
+    }
     const std::string link = dir + "/links/" + prog.name;
     UniqueFd fd(bpf_obj_get(link.c_str()));
     if (!fd) return {false, "link " + link + " is missing: program " + prog.name + " is not attached"};
@@ -133,7 +139,7 @@ std::string format_status_text(const json& s) {
   const json& e = s["enforcement"];
   o << "enforcement: " << (e.value("ready", false) ? "ready" : "NOT ready");
   if (!e.value("detail", std::string()).empty()) o << " (" << e.value("detail", std::string()) << ")";
-  o << "\n  programs: " << e.value("programs", json::array()).size() << " attached from "
+  o << "\n  programs: " << e.value("programs", json::array()).size() << " loaded from "
     << str(e.value("pin_dir", json())) << "\n";
   o << "policies:\n";
   for (const auto& p : s.value("policies", json::array()))

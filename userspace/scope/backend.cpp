@@ -1,7 +1,10 @@
 // SPDX-License-Identifier: Apache-2.0
 #include "scope/backend.h"
 
+#include <fcntl.h>
+
 #include "cgroup/cgroup.h"
+#include "util/unique_fd.h"
 
 namespace agentcage::scope {
 
@@ -18,12 +21,19 @@ Status EnforcerBackend::put_transient_policy(uint32_t slot, const std::string& n
 
 Status EnforcerBackend::remove_policy(uint32_t slot) { return enf_.remove_policy(slot); }
 
-Status EnforcerBackend::add_scope(uint64_t cgroup_id, unsigned level, uint64_t scope_id, uint32_t slot,
-                                  const std::string& workspace, uint16_t flags) {
-  return enf_.add_scope(cgroup_id, level, scope_id, slot, workspace, flags);
+Status EnforcerBackend::add_scope(const std::filesystem::path& path, uint64_t cgroup_id, unsigned level,
+                                  uint64_t scope_id, uint32_t slot, const std::string& workspace,
+                                  uint16_t flags) {
+  UniqueFd dir(::open(path.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC));
+  if (!dir) return Error::from_errno("opening cgroup " + path.string());
+  return enf_.add_scope({dir.get(), cgroup_id, level}, scope_id, slot, workspace, flags);
 }
 
-Status EnforcerBackend::remove_scope(uint64_t cgroup_id) { return enf_.remove_scope(cgroup_id); }
+Status EnforcerBackend::remove_scope(const std::filesystem::path& path, uint64_t cgroup_id) {
+  // Gone (a stale run's cgroup, removed already): nothing to detach.
+  UniqueFd dir(::open(path.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC));
+  return enf_.remove_scope({dir.get(), cgroup_id, 0});
+}
 
 Result<bpf::ScopeReport> EnforcerBackend::scope_report(uint64_t scope_id) {
   return enf_.scope_report(scope_id);

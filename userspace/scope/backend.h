@@ -27,10 +27,13 @@ class Backend {
   virtual Status put_transient_policy(uint32_t slot, const std::string& name,
                                       const bpf::CompiledPolicy& policy) = 0;
   virtual Status remove_policy(uint32_t slot) = 0;
-  // `flags`: AC_SCOPE_F_* (abi.h).
-  virtual Status add_scope(uint64_t cgroup_id, unsigned level, uint64_t scope_id, uint32_t slot,
-                           const std::string& workspace, uint16_t flags) = 0;
-  virtual Status remove_scope(uint64_t cgroup_id) = 0;
+  // The cgroup at `path` (id `cgroup_id`, at `level`) becomes a scope, its
+  // receive filter attached first. `flags`: AC_SCOPE_F_* (abi.h).
+  virtual Status add_scope(const std::filesystem::path& path, uint64_t cgroup_id, unsigned level,
+                           uint64_t scope_id, uint32_t slot, const std::string& workspace,
+                           uint16_t flags) = 0;
+  // The scope, then the filter (a cgroup already removed took it along).
+  virtual Status remove_scope(const std::filesystem::path& path, uint64_t cgroup_id) = 0;
   virtual Result<bpf::ScopeReport> scope_report(uint64_t scope_id) = 0;
   // Any process left in the cgroup's subtree (false when it is gone).
   virtual bool populated(const std::filesystem::path& cgroup) = 0;
@@ -50,9 +53,9 @@ class EnforcerBackend final : public Backend {
   Status put_transient_policy(uint32_t slot, const std::string& name,
                               const bpf::CompiledPolicy& policy) override;
   Status remove_policy(uint32_t slot) override;
-  Status add_scope(uint64_t cgroup_id, unsigned level, uint64_t scope_id, uint32_t slot,
-                   const std::string& workspace, uint16_t flags) override;
-  Status remove_scope(uint64_t cgroup_id) override;
+  Status add_scope(const std::filesystem::path& path, uint64_t cgroup_id, unsigned level, uint64_t scope_id,
+                   uint32_t slot, const std::string& workspace, uint16_t flags) override;
+  Status remove_scope(const std::filesystem::path& path, uint64_t cgroup_id) override;
   Result<bpf::ScopeReport> scope_report(uint64_t scope_id) override;
   bool populated(const std::filesystem::path& cgroup) override;
   Result<std::vector<cgroup::CgroupNode>> ancestors(const std::filesystem::path& path,

@@ -128,7 +128,7 @@ Result<Confinement> confine(Backend& b, const CgroupRef& cg, const PolicyRef& po
       out.policy_name = transient.name;
     }
     const uint16_t flags = cg.own_ipc_namespace ? AC_SCOPE_F_OWN_IPC : 0;
-    if (Status s = b.add_scope(cg.id, cg.level, cg.id, choice.slot, workspace, flags); !s) {
+    if (Status s = b.add_scope(cg.path, cg.id, cg.level, cg.id, choice.slot, workspace, flags); !s) {
       if (choice.transient) static_cast<void>(release_slot(b, choice.slot));
       return s;
     }
@@ -166,7 +166,7 @@ Result<Released> release(Backend& b, const Confinement& c, Ending ending) {
       return {};
     }
     // Rule 2: the scope before its slot.
-    if (Status s = b.remove_scope(c.cgroup_id); !s) return s;
+    if (Status s = b.remove_scope(c.cgroup, c.cgroup_id); !s) return s;
     return release_slot(b, out.slot);
   });
   if (!st) return st.error();
