@@ -841,6 +841,74 @@ TEST_F(SelfTalkTest, TheReceiveFilterComesAndGoesWithTheScope) {
   EXPECT_TRUE(cg2->remove().ok());
 }
 
+TEST_F(SelfTalkTest, APrivateSetTakesItsFilterAlongWhenItGoes) {
+  // A private set (tests, the doctor's probe, the bench) is detached when
+  // it is destroyed: its filter leaves the cgroups of the scopes it still
+  // had, as its LSM programs leave their hooks.
+  auto cg2 =
+      cgroup::Cgroup::create(root_, root_ / "agentcage-kt", "st-private-" + std::to_string(::getpid()));
+  ASSERT_TRUE(cg2.ok()) << cg2.error().message;
+  {
+    auto e = bpf::Enforcer::load();
+    ASSERT_TRUE(e.ok()) << e.error().message;
+    ASSERT_TRUE((*e)->put_policy(1, std::vector<bpf::PathRule>{}).ok());
+    ASSERT_TRUE((*e)->add_scope(kt::scope_cgroup(*cg2), cg2->id(), 1).ok());
+    EXPECT_EQ(ingress_programs(cg2->fd()).size(), 1u);
+  }
+  EXPECT_TRUE(ingress_programs(cg2->fd()).empty()) << "the filter outlived its private set";
+  EXPECT_TRUE(cg2->remove().ok());
+}
+
+// Another tool's cgroup_skb program: lets every packet through.
+int pass_all_program() {
+  const bpf_insn insns[] = {{BPF_ALU64 | BPF_MOV | BPF_K, BPF_REG_0, 0, 0, 1},
+                            {BPF_JMP | BPF_EXIT, 0, 0, 0, 0}};
+  return bpf_prog_load(BPF_PROG_TYPE_CGROUP_SKB, "kt_other_tool", "GPL", insns, 2, nullptr);
+}
+
+TEST_F(SelfTalkTest, TheReceiveFilterNeverSwitchesOffAnotherToolsFilter) {
+  // A program attached with BPF_F_ALLOW_OVERRIDE applies below its cgroup
+  // until something is attached there: the filter would switch it off for
+  // the scope, so confining is refused, naming the cgroup, and nothing
+  // changes. Attached with BPF_F_ALLOW_MULTI, both run.
+  const std::string tag = std::to_string(::getpid());
+  auto outer = cgroup::Cgroup::create(root_, root_ / "agentcage-kt", "st-tool-" + tag);
+  ASSERT_TRUE(outer.ok()) << outer.error().message;
+  auto inner = cgroup::Cgroup::create(root_, outer->path(), "scope");
+  ASSERT_TRUE(inner.ok()) << inner.error().message;
+  int tool = pass_all_program();
+  ASSERT_GE(tool, 0) << std::strerror(errno);
+  scope::CgroupRef ref{inner->id(), inner->level(), inner->path()};
+  const scope::TransientPolicy policy{"kt-tool", bpf::CompiledPolicy{}, false};
+
+  ASSERT_EQ(bpf_prog_attach(tool, outer->fd(), BPF_CGROUP_INET_INGRESS, BPF_F_ALLOW_OVERRIDE), 0);
+  auto refused = scope::confine(*enforcer(), ref, policy, "");
+  ASSERT_FALSE(refused.ok());
+  EXPECT_EQ(refused.error().code, EPERM);
+  EXPECT_NE(refused.error().message.find(outer->path().string() + " has BPF_CGROUP_INET_INGRESS programs"),
+            std::string::npos)
+      << refused.error().message;
+  EXPECT_TRUE(ingress_programs(inner->fd()).empty());
+  auto scopes = enforcer()->scopes();
+  ASSERT_TRUE(scopes.ok());
+  for (const auto& sc : *scopes) EXPECT_NE(sc.cgroup_id, inner->id()) << "a refused confine left a scope";
+
+  ASSERT_EQ(bpf_prog_detach2(tool, outer->fd(), BPF_CGROUP_INET_INGRESS), 0);
+  ASSERT_EQ(bpf_prog_attach(tool, outer->fd(), BPF_CGROUP_INET_INGRESS, BPF_F_ALLOW_MULTI), 0);
+  auto c = scope::confine(*enforcer(), ref, policy, "");
+  ASSERT_TRUE(c.ok()) << c.error().message;
+  uint32_t ids[8] = {};
+  uint32_t count = 8, flags = 0;
+  ASSERT_EQ(bpf_prog_query(inner->fd(), BPF_CGROUP_INET_INGRESS, BPF_F_QUERY_EFFECTIVE, &flags, ids, &count),
+            0);
+  EXPECT_EQ(count, 2u) << "the other tool's program and the filter both apply to the scope";
+  EXPECT_TRUE(scope::release(*enforcer(), *c, scope::Ending::detach).ok());
+  EXPECT_EQ(bpf_prog_detach2(tool, outer->fd(), BPF_CGROUP_INET_INGRESS), 0);
+  ::close(tool);
+  EXPECT_TRUE(inner->remove().ok());
+  EXPECT_TRUE(outer->remove().ok());
+}
+
 // setsockopt(SOL_SOCKET, opt, 1) as a probe code.
 int set_opt(int fd, int opt) {
   int one = 1;

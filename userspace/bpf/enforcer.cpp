@@ -94,7 +94,9 @@ Result<std::unique_ptr<Enforcer>> Enforcer::load(const LoadOptions& opts) {
   return std::move(*self);
 }
 
-Enforcer::~Enforcer() = default;
+Enforcer::~Enforcer() {
+  for (const auto& [id, fd] : filtered_) detach_receive_filter(fd.get());
+}
 
 int Enforcer::events_fd() const { return maps_.events; }
 

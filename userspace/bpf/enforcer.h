@@ -20,6 +20,7 @@
 #include <memory>
 #include <span>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "bpf/compiled.h"
@@ -96,7 +97,8 @@ struct SlotCounters {
 class Enforcer {
  public:
   // A private program set: loaded and attached for this process only, detached
-  // when the Enforcer is destroyed (tests, doctor's probe).
+  // when the Enforcer is destroyed (tests, doctor's probe), the UDP receive
+  // filter from every scope's cgroup too.
   static Result<std::unique_ptr<Enforcer>> load(const LoadOptions& opts = {});
   // The shared, pinned program set (see SharedOptions): adopted when this
   // build's set is pinned and complete, otherwise loaded, attached and pinned.
@@ -191,7 +193,10 @@ class Enforcer {
     int scopes = -1, policies = -1, settings = -1, path_rules = -1, workspaces = -1, net_rules = -1,
         decision_counts = -1, stats = -1, events = -1, scope_reports = -1, listeners = -1;
   } maps_;
-  int receive_filter_ = -1;                    // ac_udp_client_filter (owned by skel_ or owned_fds_)
+  int receive_filter_ = -1;  // ac_udp_client_filter (owned by skel_ or owned_fds_)
+  // A private set's scopes' cgroups (id, descriptor): the filter comes off
+  // them when the set goes. A shared set's filter stays (as its links do).
+  std::vector<std::pair<uint64_t, UniqueFd>> filtered_;
   mutable std::vector<UniqueFd> owned_fds_;    // adopted maps and programs
   mutable std::vector<ProgramInfo> programs_;  // filled on demand for an adopted set
   bool shared_ = false;

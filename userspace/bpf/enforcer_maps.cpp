@@ -6,13 +6,18 @@
 
 #include <arpa/inet.h>
 #include <bpf/bpf.h>
+#include <fcntl.h>
+#include <linux/magic.h>
+#include <sys/statfs.h>
 
 #include <algorithm>
 #include <cerrno>
 #include <cstring>
+#include <filesystem>
 #include <memory>
 
 #include "bpf/enforcer_internal.h"
+#include "util/unique_fd.h"
 
 namespace agentcage::bpf {
 
@@ -156,9 +161,47 @@ void Enforcer::reset_counters(uint32_t slot) {
   }
 }
 
+namespace {
+
+// A cgroup above the scope's whose BPF_CGROUP_INET_INGRESS programs were
+// attached with BPF_F_ALLOW_OVERRIDE: a program attached below it replaces
+// them there (the kernel's override rule), so attaching the filter would
+// switch off another tool's packet filter for the scope. ("" : none.) Walks
+// up with ".." while the directory is still on cgroupfs.
+Result<std::string> overridable_ancestor(int cgroup_fd) {
+  UniqueFd cur(::fcntl(cgroup_fd, F_DUPFD_CLOEXEC, 0));
+  for (int depth = 0; cur && depth <= 64; ++depth) {
+    UniqueFd parent(::openat(cur.get(), "..", O_RDONLY | O_DIRECTORY | O_CLOEXEC));
+    struct statfs fs {};
+    if (!parent || ::fstatfs(parent.get(), &fs) != 0 || fs.f_type != CGROUP2_SUPER_MAGIC)
+      return std::string();
+    uint32_t count = 0, flags = 0;
+    if (int err = bpf_prog_query(parent.get(), BPF_CGROUP_INET_INGRESS, 0, &flags, nullptr, &count))
+      return bpf_error("listing the programs attached above the scope's cgroup", err);
+    if (count > 0 && (flags & BPF_F_ALLOW_OVERRIDE)) {
+      std::error_code ec;
+      auto path = std::filesystem::read_symlink("/proc/self/fd/" + std::to_string(parent.get()), ec);
+      return ec ? "at " + std::to_string(depth + 1) + " level(s) above the scope's" : path.string();
+    }
+    cur = std::move(parent);
+  }
+  return std::string();
+}
+
+}  // namespace
+
 // The filter is attached at most once per cgroup (the kernel refuses the
 // same program twice; a retry finds it there).
 Status Enforcer::attach_receive_filter(int cgroup_fd) {
+  auto above = overridable_ancestor(cgroup_fd);
+  if (!above) return above.error();
+  if (!above->empty())
+    return Error{"bpf: the cgroup " + *above +
+                     " has BPF_CGROUP_INET_INGRESS programs attached with "
+                     "BPF_F_ALLOW_OVERRIDE; agentcage's UDP receive filter would replace them for the scope "
+                     "(the kernel's override rule). Confine a cgroup outside that subtree, or have that "
+                     "tool attach with BPF_F_ALLOW_MULTI",
+                 EPERM};
   uint32_t ids[64] = {};
   uint32_t count = 64, flags = 0;
   if (int err = bpf_prog_query(cgroup_fd, BPF_CGROUP_INET_INGRESS, 0, &flags, ids, &count))
@@ -264,16 +307,21 @@ Status Enforcer::add_scope(const ScopeCgroup& cgroup, uint64_t scope_id, uint32_
       undo();
       return fail(st.error());
     }
+    if (!shared_) filtered_.emplace_back(cgroup_id, UniqueFd(::fcntl(cgroup.fd, F_DUPFD_CLOEXEC, 0)));
     return {};
   });
 }
 
 Status Enforcer::remove_scope(const ScopeCgroup& cgroup) {
   const uint64_t cgroup_id = cgroup.id;
+  auto detach = [&] {
+    detach_receive_filter(cgroup.fd);
+    std::erase_if(filtered_, [&](const auto& f) { return f.first == cgroup_id; });
+  };
   return with_lock([&]() -> Status {
     ac_scope scope{};
     if (bpf_map_lookup_elem(maps_.scopes, &cgroup_id, &scope) != 0) {
-      detach_receive_filter(cgroup.fd);  // a retry after a removal that failed half way
+      detach();  // a retry after a removal that failed half way
       return {};
     }
     int err = bpf_map_delete_elem(maps_.scopes, &cgroup_id);
@@ -289,7 +337,7 @@ Status Enforcer::remove_scope(const ScopeCgroup& cgroup) {
     for (const auto& key : listener_keys_of(maps_.listeners, scope.scope_id))
       bpf_map_delete_elem(maps_.listeners, &key);
     // Last, the filter: the scope's sockets are no one's clients any more.
-    detach_receive_filter(cgroup.fd);
+    detach();
     return {};
   });
 }
