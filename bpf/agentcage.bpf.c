@@ -620,19 +620,25 @@ int BPF_PROG(ac_socket_create, int family, int type, int protocol, int kern, int
 
 /* A unix socket created in a scope is the scope's private one from the
  * start: the kernel can give it a name without a bind (autobind on
- * SO_PASSCRED at connect or sendmsg), after which it could listen. A
- * socket whose owner cannot be recorded is not created. */
+ * SO_PASSCRED at connect or sendmsg), after which it could listen. A UDP
+ * socket is a client with no peer from the start (ac_udp_client_start): the
+ * kernel can bind it without a send the hooks see. A socket whose state
+ * cannot be recorded is not created. */
 SEC("lsm/socket_post_create")
 int BPF_PROG(ac_socket_post_create, struct socket *sock, int family, int type, int protocol, int kern,
 	     int ret)
 {
 	struct ac_ctx c = {};
 
-	if (ret || kern || family != AF_UNIX)
+	if (ret || kern)
 		return ret;
+	int udp = (family == AF_INET || family == AF_INET6) && type == SOCK_DGRAM &&
+		  (protocol == 0 || protocol == IPPROTO_UDP);
+	if (family != AF_UNIX && !udp)
+		return 0;
 	if (ac_current_scope(&c, AC_HOOK_SOCKET_CREATE) != AC_SCOPE_POLICY)
 		return 0;
-	if (!ac_sock_own(&c, sock->sk, AC_SOCK_F_PRIVATE))
+	if (udp ? !ac_udp_client_start(&c, sock->sk) : !ac_sock_own(&c, sock->sk, AC_SOCK_F_PRIVATE))
 		return ac_decide_on_hook(&c, AC_HOOK_SOCKET_CREATE, 0, AC_REASON_INTERNAL);
 	return 0;
 }

@@ -326,6 +326,9 @@ static __noinline int ac_udp_client_note(const struct ac_ctx *c, struct sock *sk
 		return AC_REASON_INTERNAL;
 	__u64 scope_cgroup = c->scope_cgroup;
 	if (u->scope_cgroup != scope_cgroup) {
+		/* Peers heard in another scope are not this one's. */
+		u->next = 0;
+		__builtin_memset(u->peers, 0, sizeof(u->peers));
 		/* The first note in this scope. The filter of what arrives is
 		 * attached to the scope's cgroup and sees the sockets created
 		 * in it (sk_cgrp_data): a socket from elsewhere (made before
@@ -356,6 +359,29 @@ static __noinline int ac_udp_client_note(const struct ac_ctx *c, struct sock *sk
 	return 0;
 }
 
+/*
+ * A UDP socket a scoped task creates is a client from the start, with no
+ * peer: nothing gets in before its first send or connect names one
+ * (ac_udp_client_note). The kernel can bind it without either (a send with
+ * no address, or with one of another family, binds it and then fails),
+ * and it would hear from anyone. 0 when this cannot be stored: the caller
+ * denies.
+ */
+static __noinline int ac_udp_client_start(const struct ac_ctx *c, struct sock *sk)
+{
+	if (!sk) /* 6.12 types socket->sk as maybe NULL */
+		return 1;
+	struct ac_udp_client *u =
+		bpf_sk_storage_get(&ac_udp_clients, sk, 0, BPF_SK_STORAGE_GET_F_CREATE);
+	if (!u)
+		return 0;
+	u->scope_cgroup = c->scope_cgroup;
+	u->sk = (__u64)sk;
+	u->netns = ac_sock_netns(sk);
+	u->next = 0;
+	return 1;
+}
+
 /* The source of a datagram, into addr[16] (IPv4 as ::ffff:a.b.c.d) and
  * *port, read from the packet (which starts at its IP header here). An
  * IPv6 datagram's UDP header follows at most AC_IPV6_EXT_MAX extension
@@ -383,6 +409,15 @@ static __always_inline int ac_skb_source(struct __sk_buff *skb, __u8 *addr, __u1
 		__u8 next = 0;
 		if (bpf_skb_load_bytes(skb, 6, &next, 1) ||
 		    bpf_skb_load_bytes(skb, 8, addr, 16)) /* ipv6hdr.nexthdr, saddr */
+			return 0;
+		/* No IPv6 packet comes from :: or from a v4-mapped address
+		 * (::ffff:a.b.c.d names an IPv4 peer, whose packets arrive as
+		 * IPv4): such a source is forged to pass for a peer. */
+		__u8 prefix = 0;
+		for (int i = 0; i < 10; i++)
+			prefix |= addr[i];
+		if (!prefix && ((addr[10] == 0xff && addr[11] == 0xff) ||
+				!(addr[10] | addr[11] | addr[12] | addr[13] | addr[14] | addr[15])))
 			return 0;
 		off = 40;
 		for (int i = 0; i < AC_IPV6_EXT_MAX && next != IPPROTO_UDP; i++) {
@@ -460,7 +495,8 @@ static __always_inline int ac_udp_receive(struct bpf_sock *sk, struct __sk_buff 
 	k.port = 0;
 	if (!ac_skb_source(skb, k.addr, &k.port))
 		return ac_udp_client_refuse(u, AF_INET6, k.addr, 0);
-	for (int i = 0; i < AC_UDP_PEERS; i++) {
+	/* Only places a peer was written to: an empty one is no peer. */
+	for (__u32 i = 0; i < AC_UDP_PEERS && i < u->next; i++) {
 		if (ac_udp_same_peer(&u->peers[i], k.addr, k.port))
 			return 0;
 	}

@@ -613,10 +613,10 @@ TEST_F(SelfTalkTest, AUdpServerAnswersItsOwnBoundClients) {
   EXPECT_EQ(denials(), before + 1);
 }
 
-TEST_F(SelfTalkTest, AHostDatagramMakesNoReplyAddress) {
-  // A socket bound to port 0 that the run has not yet used can still get
-  // the host's datagram (the README's limits); answering it would send to
-  // a host socket, which network.allow (none here) decides.
+TEST_F(SelfTalkTest, AHostDatagramReachesNoSocketThatHasNoPeer) {
+  // A UDP socket of the run is a client with no peer from its creation:
+  // bound to port 0 and not yet used, it takes no host datagram (nor could
+  // it answer one: network.allow, none here, decides that).
   apply(kNoNetwork);
   auto host = ::socket(AF_INET, SOCK_DGRAM | SOCK_CLOEXEC, 0);
   socklen_t len = 0;
@@ -634,7 +634,7 @@ TEST_F(SelfTalkTest, AHostDatagramMakesNoReplyAddress) {
     }
     (void)!::write(sent[1], "x", 1);
   });
-  const uint64_t before = denied(AC_HOOK_SOCKET_SEND);
+  const uint64_t before = denied(AC_HOOK_INGRESS);
   int code = scoped([&] {
     ::alarm(20);
     int r = ::socket(AF_INET, SOCK_DGRAM | SOCK_CLOEXEC, 0);
@@ -646,18 +646,64 @@ TEST_F(SelfTalkTest, AHostDatagramMakesNoReplyAddress) {
     if (!ino) return 10;
     char c;
     (void)!::read(sent[0], &c, 1);
-    sockaddr_storage from{};
-    socklen_t from_len = sizeof from;
-    if (::recvfrom(r, &c, 1, MSG_DONTWAIT, reinterpret_cast<sockaddr*>(&from), &from_len) != 1) return 11;
-    return ::sendto(r, "y", 1, 0, reinterpret_cast<sockaddr*>(&from), from_len) == 1 ? kOk : classify(errno);
+    ::usleep(200 * 1000);  // the datagram, if let in, is queued by now
+    return ::recv(r, &c, 1, MSG_DONTWAIT) == 1 ? 11 : kOk;
   });
   t.join();
   for (int fd : {ready[0], ready[1], sent[0], sent[1]}) ::close(fd);
-  char c;
-  EXPECT_EQ(code, kDenied) << "the run answered a host socket (11: the host's datagram never arrived)";
-  EXPECT_EQ(::recv(host, &c, 1, MSG_DONTWAIT), -1) << "the host socket got the run's answer";
-  EXPECT_EQ(denied(AC_HOOK_SOCKET_SEND) - before, 1u);
+  EXPECT_EQ(code, kOk) << "11: the host's datagram reached the run's socket";
+  EXPECT_EQ(denied(AC_HOOK_INGRESS) - before, 1u);
   ::close(host);
+}
+
+TEST_F(SelfTalkTest, ASocketTheKernelBindsOnAFailedSendHearsFromNoOne) {
+  // send() without an address on an unconnected UDP socket, or sendto()
+  // with an address of another family, binds the socket to the wildcard
+  // address and a port before failing, without the send hooks seeing an
+  // inet destination: the socket has no peer and takes nothing.
+  apply(kNoNetwork);
+  auto host = ::socket(AF_INET, SOCK_DGRAM | SOCK_CLOEXEC, 0);
+  int ports[2], sent[2];
+  ASSERT_EQ(::pipe2(ports, O_CLOEXEC), 0);
+  ASSERT_EQ(::pipe2(sent, O_CLOEXEC), 0);
+  std::thread t([&] {
+    uint16_t port = 0;
+    while (::read(ports[0], &port, sizeof port) == sizeof port && port) {
+      socklen_t len = 0;
+      sockaddr_storage to = inet_addr_of(AF_INET, "127.0.0.1", port, &len);
+      ::sendto(host, "x", 1, 0, reinterpret_cast<sockaddr*>(&to), len);
+      (void)!::write(sent[1], "x", 1);
+    }
+  });
+  const uint64_t before = denied(AC_HOOK_INGRESS);
+  int code = scoped([&] {
+    ::alarm(20);
+    int got = 0;
+    for (int way = 0; way < 2; ++way) {
+      int s = ::socket(AF_INET, SOCK_DGRAM | SOCK_CLOEXEC, 0);
+      sockaddr_un un{};
+      un.sun_family = AF_UNIX;
+      int r = way == 0
+                  ? static_cast<int>(::send(s, "q", 1, 0))
+                  : static_cast<int>(::sendto(s, "q", 1, 0, reinterpret_cast<sockaddr*>(&un), sizeof un));
+      if (r != -1) return 20 + way;
+      uint16_t port = port_of(s);
+      if (!port) return 30 + way;  // not bound: nothing to test
+      (void)!::write(ports[1], &port, sizeof port);
+      char c;
+      (void)!::read(sent[0], &c, 1);
+      ::usleep(200 * 1000);
+      if (::recv(s, &c, 1, MSG_DONTWAIT) == 1) got |= 1 << way;
+    }
+    return got ? 10 + got : kOk;
+  });
+  uint16_t stop = 0;
+  (void)!::write(ports[1], &stop, sizeof stop);
+  t.join();
+  for (int fd : {ports[0], ports[1], sent[0], sent[1], host}) ::close(fd);
+  EXPECT_EQ(code, kOk)
+      << "11: after send() without an address, 12: after sendto() to a unix address, 13: both";
+  EXPECT_EQ(denied(AC_HOOK_INGRESS) - before, 2u);
 }
 
 // A UDP socket bound to `addr` (AF_INET or AF_INET6 text) and a free port.
@@ -735,6 +781,92 @@ TEST_F(SelfTalkTest, AUdpClientHearsOnlyFromWhereItSent) {
     ::close(f.echo);
     ::close(f.other);
   }
+}
+
+// Sends one UDP datagram over IPv6 to [::1]:dport with a source of our
+// choosing (a raw socket writes the whole IPv6 header). 0 on success.
+int send_udp6_from(const char* src, uint16_t sport, uint16_t dport) {
+  struct {
+    uint32_t flow;
+    uint16_t plen;
+    uint8_t next, hops;
+    in6_addr saddr, daddr;
+    uint16_t sport, dport, len, sum;
+    char data;
+  } __attribute__((packed)) pkt{};
+  pkt.flow = htonl(6u << 28);
+  pkt.plen = htons(9);
+  pkt.next = IPPROTO_UDP;
+  pkt.hops = 64;
+  ::inet_pton(AF_INET6, src, &pkt.saddr);
+  ::inet_pton(AF_INET6, "::1", &pkt.daddr);
+  pkt.sport = htons(sport);
+  pkt.dport = htons(dport);
+  pkt.len = htons(9);
+  pkt.data = 'i';
+  // The UDP checksum over the pseudo-header (addresses, length, protocol).
+  uint32_t sum = 0;
+  auto add = [&sum](const void* p, size_t n) {
+    const auto* b = static_cast<const uint8_t*>(p);
+    for (size_t i = 0; i < n; i += 2) sum += (b[i] << 8) | (i + 1 < n ? b[i + 1] : 0);
+  };
+  add(&pkt.saddr, 16);
+  add(&pkt.daddr, 16);
+  sum += 9 + IPPROTO_UDP;
+  add(&pkt.sport, 9);
+  while (sum >> 16) sum = (sum & 0xffff) + (sum >> 16);
+  pkt.sum = htons(static_cast<uint16_t>(~sum) ? static_cast<uint16_t>(~sum) : 0xffff);
+  int raw = ::socket(AF_INET6, SOCK_RAW | SOCK_CLOEXEC, IPPROTO_RAW);
+  if (raw < 0) return -1;
+  sockaddr_in6 to{};
+  to.sin6_family = AF_INET6;
+  to.sin6_addr = in6addr_loopback;
+  int r =
+      ::sendto(raw, &pkt, sizeof pkt, 0, reinterpret_cast<sockaddr*>(&to), sizeof to) == sizeof pkt ? 0 : -1;
+  ::close(raw);
+  return r;
+}
+
+TEST_F(SelfTalkTest, AForgedIPv6SourceIsNoPeer) {
+  // A dual-stack client that sent to an IPv4 peer (::ffff:127.0.0.1) hears
+  // that peer's IPv4 answers; an IPv6 packet claiming that v4-mapped
+  // source (or ::) is forged and matches no peer.
+  int echo = udp_bound(AF_INET, "127.0.0.1");
+  ASSERT_GE(echo, 0);
+  const uint16_t echo_port = port_of(echo);
+  apply("  network:\n    allow:\n      - {cidr: 127.0.0.1/32, ports: [" + std::to_string(echo_port) +
+        "], protocol: udp}\n");
+  int ports[2], sent[2];
+  ASSERT_EQ(::pipe2(ports, O_CLOEXEC), 0);
+  ASSERT_EQ(::pipe2(sent, O_CLOEXEC), 0);
+  std::thread t([&] {
+    uint16_t port = 0;
+    if (::read(ports[0], &port, sizeof port) == sizeof port && port) {
+      char c = send_udp6_from("::ffff:127.0.0.1", echo_port, port) == 0 ? 'y' : 'n';
+      if (c == 'y') c = send_udp6_from("::", 0, port) == 0 ? 'y' : 'n';
+      (void)!::write(sent[1], &c, 1);
+    }
+  });
+  const uint64_t before = denied(AC_HOOK_INGRESS);
+  int code = scoped([&] {
+    ::alarm(20);
+    int s = ::socket(AF_INET6, SOCK_DGRAM | SOCK_CLOEXEC, 0);
+    socklen_t l = 0;
+    sockaddr_storage to = inet_addr_of(AF_INET6, "::ffff:127.0.0.1", echo_port, &l);
+    if (::sendto(s, "q", 1, 0, reinterpret_cast<sockaddr*>(&to), l) != 1) return 10 + classify(errno);
+    uint16_t port = port_of(s);
+    (void)!::write(ports[1], &port, sizeof port);
+    char c = 0;
+    if (::read(sent[0], &c, 1) != 1 || c != 'y') return 30;  // could not forge
+    ::usleep(200 * 1000);
+    return ::recv(s, &c, 1, MSG_DONTWAIT) == 1 ? 20 : kOk;
+  });
+  uint16_t stop = 0;
+  (void)!::write(ports[1], &stop, sizeof stop);
+  t.join();
+  for (int fd : {ports[0], ports[1], sent[0], sent[1], echo}) ::close(fd);
+  EXPECT_EQ(code, kOk) << "20: a forged IPv6 datagram reached the client; 30: the raw socket failed";
+  EXPECT_EQ(denied(AC_HOOK_INGRESS) - before, 2u);
 }
 
 TEST_F(SelfTalkTest, AUdpSocketMadeOutsideTheScopeDoesNotSendAsAClient) {

@@ -169,6 +169,7 @@ class Enforcer {
   Status pin_all(const std::string& dir);
   Status check_lsm_active() const;
   Status attach_receive_filter(int cgroup_fd);
+  Result<bool> receive_filter_on(int cgroup_fd) const;
   void detach_receive_filter(int cgroup_fd);
   Status take_lock();
   void drop_lock();

@@ -8,6 +8,7 @@
 #include <bpf/bpf.h>
 #include <fcntl.h>
 #include <linux/magic.h>
+#include <sys/stat.h>
 #include <sys/statfs.h>
 
 #include <algorithm>
@@ -202,16 +203,9 @@ Status Enforcer::attach_receive_filter(int cgroup_fd) {
                      "(the kernel's override rule). Confine a cgroup outside that subtree, or have that "
                      "tool attach with BPF_F_ALLOW_MULTI",
                  EPERM};
-  uint32_t ids[64] = {};
-  uint32_t count = 64, flags = 0;
-  if (int err = bpf_prog_query(cgroup_fd, BPF_CGROUP_INET_INGRESS, 0, &flags, ids, &count))
-    return bpf_error("listing the programs attached to the scope's cgroup (BPF_CGROUP_INET_INGRESS)", err);
-  bpf_prog_info info{};
-  uint32_t len = sizeof info;
-  if (int err = bpf_obj_get_info_by_fd(receive_filter_, &info, &len))
-    return bpf_error("reading the UDP receive filter's program id", err);
-  for (uint32_t i = 0; i < count && i < 64; ++i)
-    if (ids[i] == info.id) return {};
+  auto attached = receive_filter_on(cgroup_fd);
+  if (!attached) return attached.error();
+  if (*attached) return {};
   if (int err = bpf_prog_attach(receive_filter_, cgroup_fd, BPF_CGROUP_INET_INGRESS, BPF_F_ALLOW_MULTI))
     return bpf_error(
         "attaching the UDP receive filter to the scope's cgroup (BPF_CGROUP_INET_INGRESS)" +
@@ -222,8 +216,26 @@ Status Enforcer::attach_receive_filter(int cgroup_fd) {
   return {};
 }
 
+Result<bool> Enforcer::receive_filter_on(int cgroup_fd) const {
+  uint32_t ids[64] = {};
+  uint32_t count = 64, flags = 0;
+  if (int err = bpf_prog_query(cgroup_fd, BPF_CGROUP_INET_INGRESS, 0, &flags, ids, &count))
+    return bpf_error("listing the programs attached to the scope's cgroup (BPF_CGROUP_INET_INGRESS)", err);
+  bpf_prog_info info{};
+  uint32_t len = sizeof info;
+  if (int err = bpf_obj_get_info_by_fd(receive_filter_, &info, &len))
+    return bpf_error("reading the UDP receive filter's program id", err);
+  for (uint32_t i = 0; i < count && i < 64; ++i)
+    if (ids[i] == info.id) return true;
+  return false;
+}
+
+// Only when the filter is there: on a cgroup not in ALLOW_MULTI mode the
+// kernel's detach takes off whatever single program is attached.
 void Enforcer::detach_receive_filter(int cgroup_fd) {
-  if (cgroup_fd >= 0) bpf_prog_detach2(receive_filter_, cgroup_fd, BPF_CGROUP_INET_INGRESS);
+  if (cgroup_fd < 0) return;
+  if (auto on = receive_filter_on(cgroup_fd); on && *on)
+    bpf_prog_detach2(receive_filter_, cgroup_fd, BPF_CGROUP_INET_INGRESS);
 }
 
 Status Enforcer::add_scope(const ScopeCgroup& cgroup, uint64_t scope_id, uint32_t policy_slot,
@@ -237,7 +249,11 @@ Status Enforcer::add_scope(const ScopeCgroup& cgroup, uint64_t scope_id, uint32_
                  EINVAL};
   if (policy_slot >= AC_MAX_POLICIES)
     return Error{"bpf: policy slot " + std::to_string(policy_slot) + " out of range", EINVAL};
-  if (cgroup.fd < 0) return Error{"bpf: no descriptor of cgroup " + std::to_string(cgroup_id), EBADF};
+  // The descriptor is the cgroup's (a cgroup2 directory's inode number is
+  // its id): the filter goes where the scope is.
+  struct stat cg_stat {};
+  if (cgroup.fd < 0 || ::fstat(cgroup.fd, &cg_stat) != 0 || cg_stat.st_ino != cgroup_id)
+    return Error{"bpf: the descriptor given is not that of cgroup " + std::to_string(cgroup_id), EBADF};
   return with_lock([&]() -> Status {
     ac_scope existing{};
     if (bpf_map_lookup_elem(maps_.scopes, &cgroup_id, &existing) == 0)
@@ -315,7 +331,9 @@ Status Enforcer::add_scope(const ScopeCgroup& cgroup, uint64_t scope_id, uint32_
 Status Enforcer::remove_scope(const ScopeCgroup& cgroup) {
   const uint64_t cgroup_id = cgroup.id;
   auto detach = [&] {
-    detach_receive_filter(cgroup.fd);
+    struct stat cg_stat {};
+    if (cgroup.fd >= 0 && ::fstat(cgroup.fd, &cg_stat) == 0 && cg_stat.st_ino == cgroup_id)
+      detach_receive_filter(cgroup.fd);  // (another descriptor: the scope's cgroup is gone)
     std::erase_if(filtered_, [&](const auto& f) { return f.first == cgroup_id; });
   };
   return with_lock([&]() -> Status {
