@@ -973,6 +973,42 @@ TEST_F(SelfTalkTest, TheReceiveFilterComesAndGoesWithTheScope) {
   EXPECT_TRUE(cg2->remove().ok());
 }
 
+// Another tool's cgroup_skb program: lets every packet through.
+int pass_all_program() {
+  const bpf_insn insns[] = {{BPF_ALU64 | BPF_MOV | BPF_K, BPF_REG_0, 0, 0, 1},
+                            {BPF_JMP | BPF_EXIT, 0, 0, 0, 0}};
+  return bpf_prog_load(BPF_PROG_TYPE_CGROUP_SKB, "kt_other_tool", "GPL", insns, 2, nullptr);
+}
+
+TEST_F(SelfTalkTest, TheFilterGoesOnTheScopesCgroupAndComesOffOnlyItself) {
+  // A descriptor of another cgroup is refused (the filter would go where
+  // the scope is not), and nothing is registered. Removing a scope that is
+  // gone never takes another tool's program off its cgroup (the kernel's
+  // detach on a cgroup not in multi mode takes whatever is there).
+  const std::string tag = std::to_string(::getpid());
+  auto cg2 = cgroup::Cgroup::create(root_, root_ / "agentcage-kt", "st-fd-" + tag);
+  auto cg3 = cgroup::Cgroup::create(root_, root_ / "agentcage-kt", "st-fd3-" + tag);
+  ASSERT_TRUE(cg2.ok() && cg3.ok());
+  ASSERT_TRUE(enforcer()->put_policy(slot_, std::vector<bpf::PathRule>{}).ok());
+  auto st = enforcer()->add_scope({cg3->fd(), cg2->id(), cg2->level()}, cg2->id(), slot_);
+  ASSERT_FALSE(st.ok());
+  EXPECT_EQ(st.error().code, EBADF);
+  EXPECT_TRUE(ingress_programs(cg3->fd()).empty());
+  auto scopes = enforcer()->scopes();
+  ASSERT_TRUE(scopes.ok());
+  for (const auto& sc : *scopes) EXPECT_NE(sc.cgroup_id, cg2->id());
+
+  int tool = pass_all_program();
+  ASSERT_GE(tool, 0);
+  ASSERT_EQ(bpf_prog_attach(tool, cg2->fd(), BPF_CGROUP_INET_INGRESS, 0), 0);  // exclusive
+  EXPECT_TRUE(enforcer()->remove_scope(kt::scope_cgroup(*cg2)).ok());
+  EXPECT_EQ(ingress_programs(cg2->fd()).size(), 1u) << "removing a scope took another tool's program off";
+  EXPECT_EQ(bpf_prog_detach2(tool, cg2->fd(), BPF_CGROUP_INET_INGRESS), 0);
+  ::close(tool);
+  EXPECT_TRUE(cg2->remove().ok());
+  EXPECT_TRUE(cg3->remove().ok());
+}
+
 TEST_F(SelfTalkTest, APrivateSetTakesItsFilterAlongWhenItGoes) {
   // A private set (tests, the doctor's probe, the bench) is detached when
   // it is destroyed: its filter leaves the cgroups of the scopes it still
@@ -989,13 +1025,6 @@ TEST_F(SelfTalkTest, APrivateSetTakesItsFilterAlongWhenItGoes) {
   }
   EXPECT_TRUE(ingress_programs(cg2->fd()).empty()) << "the filter outlived its private set";
   EXPECT_TRUE(cg2->remove().ok());
-}
-
-// Another tool's cgroup_skb program: lets every packet through.
-int pass_all_program() {
-  const bpf_insn insns[] = {{BPF_ALU64 | BPF_MOV | BPF_K, BPF_REG_0, 0, 0, 1},
-                            {BPF_JMP | BPF_EXIT, 0, 0, 0, 0}};
-  return bpf_prog_load(BPF_PROG_TYPE_CGROUP_SKB, "kt_other_tool", "GPL", insns, 2, nullptr);
 }
 
 TEST_F(SelfTalkTest, TheReceiveFilterNeverSwitchesOffAnotherToolsFilter) {
