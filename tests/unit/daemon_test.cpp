@@ -10,7 +10,9 @@
 #include <nlohmann/json.hpp>
 
 #include "control/protocol.h"
+#include "core/labels.h"
 #include "daemon/config.h"
+#include "daemon/run_service.h"
 #include "telemetry/audit.h"
 #include "telemetry/metrics.h"
 
@@ -231,12 +233,134 @@ TEST(ControlRequest, InvalidRequests) {
         << bad;
   EXPECT_EQ(rejection(R"({"op":"run_start","run_id":"0123456789ABCDEF","policy":"p","scope_id":1})"),
             "request: \"run_id\" must be 16 lowercase hex digits");
-  EXPECT_EQ(rejection(std::string(control::kMaxRequestBytes + 1, ' ')), "request: longer than 16384 bytes");
+  EXPECT_EQ(rejection(std::string(control::kMaxRequestBytes + 1, ' ')),
+            "request: longer than " + std::to_string(control::kMaxRequestBytes) + " bytes");
   // Deep nesting is a parse, not a crash.
   EXPECT_FALSE(control::parse_request(std::string(5000, '[') + std::string(5000, ']')).ok());
 }
 
+TEST(ControlRequest, HelloSaysWhichProtocol) {
+  auto r = control::parse_request(R"({"op":"hello","protocol":1,"client":"agentcage-client-py/0.1"})");
+  ASSERT_TRUE(r.ok()) << r.error().message;
+  EXPECT_EQ(r->op, control::Op::hello);
+  EXPECT_EQ(r->protocol, 1);
+  EXPECT_EQ(control::to_json(*r), json::parse(R"({"op":"hello","protocol":1})"));
+  EXPECT_EQ(rejection(R"({"op":"hello"})").rfind("request: \"protocol\" must be the protocol version", 0),
+            0u);
+  EXPECT_EQ(rejection(R"({"op":"hello","protocol":-1})").rfind("request: \"protocol\"", 0), 0u);
+  EXPECT_EQ(rejection(R"({"op":"hello","protocol":1,"client":7})").rfind("request: \"client\"", 0), 0u);
+}
+
+TEST(ControlRequest, ARunNamesAPolicyAndCommand) {
+  auto r = control::parse_request(
+      R"j({"op":"run","policy":"python-sandbox","argv":["python3","-c","print(1)"],"env":["A=1"],)j"
+      R"("workspace":"/home/u/ws","limits":{"memory":"512Mi","timeout":"30s"},"labels":{"task":"t-1"}})");
+  ASSERT_TRUE(r.ok()) << r.error().message;
+  EXPECT_EQ(r->op, control::Op::run);
+  EXPECT_EQ(r->argv, (std::vector<std::string>{"python3", "-c", "print(1)"}));
+  EXPECT_EQ(r->env, std::vector<std::string>{"A=1"});
+  EXPECT_EQ(r->workspace, "/home/u/ws");
+  EXPECT_EQ(r->limits.memory, "512Mi");
+  EXPECT_EQ(r->limits.timeout, "30s");
+  EXPECT_FALSE(r->limits.pids);
+  EXPECT_EQ(r->labels.at("task"), "t-1");
+  // The same request back (what the client library sends).
+  auto again = control::parse_request(control::to_json(*r).dump());
+  ASSERT_TRUE(again.ok());
+  EXPECT_EQ(control::to_json(*again), control::to_json(*r));
+
+  const std::string run = R"({"op":"run","policy":"p",)";
+  // A client names a policy; it never sends one.
+  EXPECT_EQ(rejection(R"({"op":"run","policy":"/tmp/evil.yaml","argv":["true"]})")
+                .find("a client cannot send a policy file"),
+            rejection(R"({"op":"run","policy":"/tmp/evil.yaml","argv":["true"]})").size() - 34);
+  EXPECT_EQ(rejection(R"({"op":"run","argv":["true"]})").rfind("request: missing \"policy\"", 0), 0u);
+  EXPECT_EQ(rejection(run + R"("argv":[]})"), "request: \"argv\" must start with a COMMAND");
+  EXPECT_EQ(rejection(run + R"("argv":[""]})"), "request: \"argv\" must start with a COMMAND");
+  EXPECT_EQ(rejection(run + R"("argv":"true"})"), "request: \"argv\" must be an array of strings");
+  EXPECT_EQ(rejection(run + R"("argv":["true",1]})"), "request: \"argv\" must be an array of strings");
+  EXPECT_EQ(rejection(run + R"("argv":["a\u0000b"]})").rfind("request: an entry of \"argv\"", 0), 0u);
+  EXPECT_EQ(
+      rejection(run + R"("argv":["true"],"workspace":"rel"})").rfind("request: \"workspace\" must be", 0),
+      0u);
+  EXPECT_EQ(rejection(run + R"("argv":["true"],"limits":{"swap":"1G"}})").rfind("request: unknown limit", 0),
+            0u);
+  EXPECT_EQ(rejection(run + R"("argv":["true"],"limits":{"memory":512}})").rfind("request: limit memory", 0),
+            0u);
+  EXPECT_EQ(rejection(run + R"("argv":["true"],"labels":{"Task":"x"}})").rfind("request: label key", 0), 0u);
+  EXPECT_EQ(rejection(run + R"("argv":["true"],"labels":{"t":"a\nb"}})"),
+            "request: a label value contains a control character (label t)");
+  EXPECT_EQ(rejection(run + R"("argv":["true"],"user":"root"})"),
+            "request: unknown field \"user\" for op run");
+  std::string many = run + R"("argv":["true"],"labels":{)";
+  for (size_t i = 0; i <= core::kMaxLabels; ++i)
+    many += (i ? "," : "") + std::string("\"k") + std::to_string(i) + "\":\"v\"";
+  EXPECT_EQ(rejection(many + "}}"), "request: at most 16 labels");
+}
+
+TEST(Labels, KeysAndValuesFollowOneRule) {
+  EXPECT_TRUE(core::label_key_error("task").empty());
+  EXPECT_TRUE(core::label_key_error("a.b-c_9").empty());
+  EXPECT_FALSE(core::label_key_error("").empty());
+  EXPECT_FALSE(core::label_key_error("-a").empty());
+  EXPECT_FALSE(core::label_key_error("A").empty());
+  EXPECT_FALSE(core::label_key_error(std::string(64, 'a')).empty());
+  EXPECT_TRUE(core::label_value_error("").empty());
+  EXPECT_TRUE(core::label_value_error("caf\xc3\xa9 ok").empty());
+  EXPECT_FALSE(core::label_value_error("\xff").empty());
+  EXPECT_FALSE(core::label_value_error("a\x1b[2J").empty());
+  EXPECT_FALSE(core::label_value_error(std::string(257, 'v')).empty());
+  auto kv = core::parse_label("task=a=b");
+  ASSERT_TRUE(kv.ok());
+  EXPECT_EQ(kv->first, "task");
+  EXPECT_EQ(kv->second, "a=b");
+  EXPECT_FALSE(core::parse_label("novalue").ok());
+  core::Labels labels;
+  EXPECT_TRUE(core::add_label(labels, "a", "1").ok());
+  EXPECT_FALSE(core::add_label(labels, "a", "2").ok());
+}
+
+TEST(RunCaps, ALimitIsTheAskedOneOrThePolicysLoweredToTheCap) {
+  policy::Limits caps;
+  caps.memory_bytes = 1024 * 1024 * 1024;
+  caps.timeout = std::chrono::minutes(10);
+  policy::Limits from_policy;
+  from_policy.memory_bytes = uint64_t{2} << 30;  // over the cap: lowered
+  from_policy.unlimited.timeout = true;          // unlimited under a cap: the cap
+  from_policy.pids = 64;
+  auto out = daemon::capped_limits(from_policy, {}, caps);
+  ASSERT_TRUE(out.ok()) << out.error().message;
+  EXPECT_EQ(out->memory, "1073741824");
+  EXPECT_EQ(out->timeout, "600000ms");
+  EXPECT_EQ(out->pids, "64");
+  EXPECT_EQ(out->cpu, "unlimited");                         // no cap, no limit
+  EXPECT_EQ(out->disk, std::to_string(uint64_t{1} << 30));  // the default (core/limits.h)
+
+  control::RunLimits asked;
+  asked.memory = "512Mi";
+  asked.cpu = "0.5";
+  out = daemon::capped_limits(from_policy, asked, caps);
+  ASSERT_TRUE(out.ok()) << out.error().message;
+  EXPECT_EQ(out->memory, std::to_string(512u << 20));
+  EXPECT_EQ(out->cpu, "0.5");
+
+  asked = {};
+  asked.memory = "2Gi";
+  auto over = daemon::capped_limits(from_policy, asked, caps);
+  ASSERT_FALSE(over.ok());
+  EXPECT_EQ(over.error().message,
+            "limit memory 2Gi is over this daemon's cap of 1073741824 (run_max_memory in its configuration)");
+  asked = {};
+  asked.timeout = "unlimited";
+  EXPECT_FALSE(daemon::capped_limits(from_policy, asked, caps).ok());
+  asked = {};
+  asked.pids = "lots";
+  EXPECT_FALSE(daemon::capped_limits(from_policy, asked, caps).ok());
+}
+
 TEST(ControlRequest, GroupMayOnlyRead) {
+  EXPECT_TRUE(control::op_allowed_for_group(control::Op::hello));
+  EXPECT_TRUE(control::op_allowed_for_group(control::Op::run));
   EXPECT_TRUE(control::op_allowed_for_group(control::Op::status));
   EXPECT_TRUE(control::op_allowed_for_group(control::Op::events));
   for (auto op : {control::Op::attach, control::Op::detach, control::Op::run_start, control::Op::run_end,
@@ -281,7 +405,7 @@ ac_event_decision sample_event() {
 }
 
 TEST(AuditLine, StableFieldNames) {
-  telemetry::EventContext ctx{1735787045123456789LL, "python-sandbox", "0123456789abcdef"};
+  telemetry::EventContext ctx{1735787045123456789LL, "python-sandbox", "0123456789abcdef", {}};
   std::string line = telemetry::event_line(sample_event(), ctx);
   ASSERT_EQ(line.back(), '\n');
   EXPECT_EQ(line.find('\n'), line.size() - 1);
@@ -302,7 +426,7 @@ TEST(AuditLine, InetTargetUnknownRunAndHostileBytes) {
   ev.port = 443;
   ev.addr[0] = 10, ev.addr[1] = 0, ev.addr[2] = 0, ev.addr[3] = 1;
   std::memcpy(ev.comm, "\xff\xfe\"\n\\xyzxyzxyzxyzx", 16);  // not NUL-terminated, invalid UTF-8
-  json j = json::parse(telemetry::event_line(ev, {0, "", ""}));
+  json j = json::parse(telemetry::event_line(ev, {0, "", "", {}}));
   EXPECT_EQ(j["target"], "10.0.0.1:443");
   EXPECT_EQ(j["target_kind"], "inet");
   EXPECT_EQ(j["hook"], "socket_connect");

@@ -234,7 +234,7 @@ TEST(PolicyName, RunNotificationsUseTheRule) {
   FakeDaemon fake;
   ASSERT_TRUE(fake.ok());
   auto start = [&](const std::string& name) {
-    return fake.policy_of([&] { control::notify_run_start("0123456789abcdef", name, 1); });
+    return fake.policy_of([&] { control::notify_run_start("0123456789abcdef", name, 1, {}); });
   };
   EXPECT_EQ(start("my-policy"), "my-policy");
   // Before, "-x" and "x-" were sent as they are, and the daemon refused the

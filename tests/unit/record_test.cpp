@@ -133,7 +133,9 @@ TEST(DecisionRecord, OneShapeInTheAuditLogAndTheResult) {
     EXPECT_EQ(expected["errno"], 13);
     EXPECT_EQ(expected["errno_name"], "EACCES");
 
-    json audit = telemetry::event_json(rec, {1735787045123456789LL, "python-sandbox", "0123456789abcdef"});
+    json audit = telemetry::event_json(rec, {1735787045123456789LL, "python-sandbox", "0123456789abcdef", {}});
+    EXPECT_FALSE(audit.contains("labels"));  // only a run with labels has them
+    EXPECT_EQ(telemetry::event_json(rec, {0, "p", "0123456789abcdef", {{"task", "t-1"}}})["labels"]["task"], "t-1");
     EXPECT_EQ(audit["time"], "2025-01-02T03:04:05.123456789Z");
     EXPECT_EQ(audit["policy"], "python-sandbox");
     EXPECT_EQ(audit["run_id"], "0123456789abcdef");

@@ -1,6 +1,8 @@
 // SPDX-License-Identifier: Apache-2.0
 // `agentcage run`: its options, its manual, and how COMMAND [ARGS...] is
 // kept away from CLI11.
+#include <unistd.h>
+
 #include <cstring>
 #include <iostream>
 #include <memory>
@@ -11,7 +13,10 @@
 
 #include "cli/command.h"
 #include "cli/help.h"
+#include "control/client.h"
+#include "core/labels.h"
 #include "run/options.h"
+#include "run/remote.h"
 #include "run/runner.h"
 #include "util/log.h"
 
@@ -60,6 +65,27 @@ WORKSPACE
   is given. A --workspace DIR must exist; agentcage hands the directory itself
   (not its contents) to the sandbox identity for the run (owner + mode 0700)
   and restores its owner and mode afterwards; it is never removed.
+  --io-dir DIR instead copies DIR into the fresh workspace before COMMAND
+  and the workspace back into DIR after it: DIR is opened with the
+  permissions of its owner (or --io-owner UID:GID) by a path without
+  symbolic links and must be that owner's and writable; only that owner's
+  entries are copied in, and what comes back belongs to it (files replace
+  files of the same name; set-id bits, devices, FIFOs and sockets never).
+
+WITHOUT ROOT
+  As root, agentcage run runs COMMAND itself. Any other user's run goes
+  through the agentcage daemon (its control socket, $AGENTCAGE_CONTROL_SOCKET,
+  default @CONTROL_SOCKET@), which the user may use when it is in the
+  daemon's control_group: same options, output, result and exit statuses,
+  with these differences. --policy is a NAME of the daemon's policy
+  directory (no files, no --policy-dir); --user, --keep, --io-dir are
+  root's. --workspace DIR is the caller's own directory (owned and
+  writable by the caller, by a path without symbolic links) and works as
+  --io-dir: copied into the run's workspace and back, never written by the
+  run directly. Limits are capped by the daemon (run_max_memory, ...): a
+  request over a cap is refused (125), a policy's larger limit lowered to
+  it; so is a run over max_runs or max_runs_per_client. If this process
+  dies or the daemon stops, the run is ended (cgroup killed, nothing left).
 
 LIMITS
   --memory, --pids, --cpu, --timeout and --disk override the policy's limits;
@@ -117,6 +143,8 @@ ENVIRONMENT
   AGENTCAGE_CGROUP_PARENT   run cgroups' parent, relative to the cgroup2 mount;
                             default @CGROUP_PARENT@ (under /sys/fs/cgroup)
   AGENTCAGE_STATE_DIR       run records and uid leases; default @STATE_DIR@
+  AGENTCAGE_CONTROL_SOCKET  the daemon's socket, for a run without root;
+                            default @CONTROL_SOCKET@
 
 FILES
   @STATE_DIR@/runs/<id>.{lock,json}
@@ -135,7 +163,8 @@ EXAMPLES
 // The options as typed; run_main gets them as RunOptions.
 struct RunArgs {
   run::RunOptions options;
-  std::string workspace, timeout, memory, pids, cpus, disk, result, user, policy_dir;
+  std::string workspace, timeout, memory, pids, cpus, disk, result, user, policy_dir, io_dir, io_owner;
+  std::vector<std::string> labels;
   std::vector<std::string> command;  // after "--"
 };
 
@@ -152,6 +181,17 @@ int run_action(RunArgs& args, const CLI::App& run, const Globals& globals) {
   ropts.disk = opt(args.disk);
   ropts.result_file = opt(args.result);
   ropts.user = opt(args.user);
+  ropts.io_dir = opt(args.io_dir);
+  ropts.io_owner = opt(args.io_owner);
+  for (const auto& text : args.labels) {
+    auto label = core::parse_label(text);
+    Status added = label ? core::add_label(ropts.labels, label->first, label->second) : Status(label.error());
+    if (!added) {
+      std::cerr << "agentcage: --label: " << added.error().message << " (KEY: " << core::kLabelKeyRule
+                << ")\n";
+      return run::kExitSetup;
+    }
+  }
   if (!args.policy_dir.empty()) ropts.paths.policy_dir = args.policy_dir;
   ropts.command = args.command;
   std::vector<std::string> rest = run.remaining();
@@ -160,6 +200,13 @@ int run_action(RunArgs& args, const CLI::App& run, const Globals& globals) {
     return run::kExitSetup;
   }
   if (ropts.command.empty()) ropts.command = rest;
+  if (::geteuid() != 0) {
+    if (std::string why = run::remote_refusal(ropts, !args.policy_dir.empty()); !why.empty()) {
+      std::cerr << "agentcage: " << why << "\n";
+      return run::kExitSetup;
+    }
+    return run::run_via_daemon(ropts, control::default_control_socket(), std::cerr);
+  }
   return run::run_main(ropts, std::cerr);
 }
 
@@ -242,6 +289,19 @@ void add_run(CLI::App& app, const Globals& globals, Commands& commands, std::vec
       ->type_name("N");
   run->add_option("--user", args->user, "Run as NAME, UID or UID:GID instead of a per-run uid")
       ->type_name("NAME|UID[:GID]");
+  run->add_option(
+         "--label", args->labels,
+         "Attach KEY=VALUE to the run: in the result and the audit log, never in metrics (repeatable)")
+      ->allow_extra_args(false)
+      ->type_name("KEY=VALUE")
+      ->option_text("KEY=VALUE");
+  run->add_option("--io-dir", args->io_dir,
+                  "Copy DIR into the fresh workspace before COMMAND and the workspace back into DIR after it")
+      ->type_name("DIR");
+  run->add_option(
+         "--io-owner", args->io_owner,
+         "Whose --io-dir it is (opened with its permissions; copies belong to it; default: DIR's owner)")
+      ->type_name("UID:GID");
   run->add_option(
          "--policy-dir", args->policy_dir,
          with_defaults("Where --policy NAME is looked up (default: $AGENTCAGE_POLICY_DIR or @POLICY_DIR@)"))

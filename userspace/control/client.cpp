@@ -13,6 +13,7 @@
 #include <utility>
 
 #include "core/paths.h"
+#include "util/fd_passing.h"
 
 namespace agentcage::control {
 
@@ -114,6 +115,33 @@ Result<Stream> open_stream(const std::string& socket_path, const json& request, 
   if (!stream.head.is_object())
     return Error{"control socket: the daemon's answer is not a JSON object", EPROTO};
   return stream;
+}
+
+Result<json> call_with_fds(const std::string& socket_path, const json& request, const int* fds, size_t count,
+                           int timeout_ms) {
+  auto fd = connect_control(socket_path, timeout_ms < 0 ? 5000 : timeout_ms);
+  if (!fd) return fd.error();
+  const std::string line = request.dump() + "\n";
+  // The descriptors go with the first bytes; the rest of a long line after.
+  ssize_t n = send_with_fds(fd->get(), line.data(), line.size(), fds, count);
+  Status sent = n > 0
+                    ? write_all(fd->get(), std::string_view(line).substr(static_cast<size_t>(n)), timeout_ms)
+                    : Status(Error::from_errno("control socket: sending the request"));
+  std::string buffer;
+  if (!sent) {
+    // A daemon that refused the connection said why before it closed it.
+    auto refusal = read_line(fd->get(), buffer, 1000);
+    json j = refusal && !refusal->empty() ? json::parse(*refusal, nullptr, false) : json();
+    if (j.is_object()) return j;
+    return sent.error();
+  }
+  auto answer = read_line(fd->get(), buffer, timeout_ms, 64u << 20);
+  if (!answer) return answer.error();
+  if (answer->empty())
+    return Error{"control socket: the daemon closed the connection without answering (did it stop?)", EPIPE};
+  json j = json::parse(*answer, nullptr, false);
+  if (!j.is_object()) return Error{"control socket: the daemon's answer is not a JSON object", EPROTO};
+  return j;
 }
 
 Result<json> call(const std::string& socket_path, const json& request, int timeout_ms) {

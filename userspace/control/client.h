@@ -31,6 +31,12 @@ struct Stream {
 // ("ok": false) is an error carrying the daemon's message; so is a daemon
 // that cannot be reached, closes the connection, or answers something else.
 Result<Stream> open_stream(const std::string& socket_path, const nlohmann::json& request, int timeout_ms);
+// Sends one request with descriptors attached (SCM_RIGHTS, e.g. a run's
+// stdin, stdout and stderr) and reads one answer line, waiting up to
+// timeout_ms (-1: as long as it takes, e.g. until the run ends).
+Result<nlohmann::json> call_with_fds(const std::string& socket_path, const nlohmann::json& request, const int* fds,
+                                     size_t count, int timeout_ms);
+
 // Reads one line from fd (blocking up to timeout_ms; -1: forever), at most
 // max bytes. An empty result with ok() means EOF.
 Result<std::string> read_line(int fd, std::string& buffer, int timeout_ms, size_t max = 1u << 20);

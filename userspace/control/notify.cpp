@@ -28,8 +28,10 @@ void send(const Request& r) {
 
 }  // namespace
 
-void notify_run_start(const std::string& run_id, const std::string& policy, uint64_t scope_id) {
+void notify_run_start(const std::string& run_id, const std::string& policy, uint64_t scope_id,
+                      const core::Labels& labels) {
   Request r;
+  r.labels = labels;
   r.op = Op::run_start;
   r.run_id = run_id;
   r.policy = policy::valid_policy_name(policy) ? policy : "unknown";

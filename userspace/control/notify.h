@@ -11,6 +11,7 @@
 #include <string>
 
 #include "core/fail_closed.h"
+#include "core/labels.h"
 #include "core/run_outcome.h"
 
 namespace agentcage::control {
@@ -26,7 +27,9 @@ struct RunEnd {
   uint64_t syscalls_denied = 0;                       // the run's seccomp denials
 };
 
-void notify_run_start(const std::string& run_id, const std::string& policy, uint64_t scope_id);
+// `labels` go into the audit lines of the run's decisions.
+void notify_run_start(const std::string& run_id, const std::string& policy, uint64_t scope_id,
+                      const core::Labels& labels);
 void notify_run_end(const RunEnd& end);
 
 }  // namespace agentcage::control

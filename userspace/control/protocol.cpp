@@ -38,10 +38,97 @@ std::string names_of(const Set& set) {
   return out;
 }
 
+std::string op_list() {
+  std::string out;
+  for (Op op : kOps) out += (out.empty() ? "" : ", ") + std::string(op_name(op));
+  return out;
+}
+
+Status parse_labels(const json& v, core::Labels& out) {
+  if (!v.is_object()) return bad("\"labels\" must be an object of strings");
+  if (v.size() > core::kMaxLabels) return bad("at most " + std::to_string(core::kMaxLabels) + " labels");
+  for (const auto& [key, value] : v.items()) {
+    if (std::string why = core::label_key_error(key); !why.empty()) return bad(why);
+    if (!value.is_string()) return bad("label " + key + " must be a string");
+    const std::string text = value.get<std::string>();
+    if (std::string why = core::label_value_error(text); !why.empty())
+      return bad(why + " (label " + key + ")");
+    out.emplace(key, text);
+  }
+  return {};
+}
+
+// A list of strings: at most kMaxRunArgs, each at most kMaxArgBytes and
+// without NUL bytes (they could not reach execve).
+Status parse_strings(const json& j, const char* key, std::vector<std::string>& out) {
+  const json& v = j[key];
+  if (!v.is_array()) return bad(std::string("\"") + key + "\" must be an array of strings");
+  if (v.size() > kMaxRunArgs)
+    return bad(std::string("\"") + key + "\" has more than " + std::to_string(kMaxRunArgs) + " entries");
+  for (const json& e : v) {
+    if (!e.is_string()) return bad(std::string("\"") + key + "\" must be an array of strings");
+    std::string s = e.get<std::string>();
+    if (s.size() > kMaxArgBytes || s.find('\0') != std::string::npos)
+      return bad(std::string("an entry of \"") + key + "\" is longer than " + std::to_string(kMaxArgBytes) +
+                 " bytes or contains a NUL byte");
+    out.push_back(std::move(s));
+  }
+  return {};
+}
+
+Status parse_run(const json& j, Request& r) {
+  if (!j.contains("policy") || !j["policy"].is_string())
+    return bad("missing \"policy\" (the name of a policy in the daemon's policy directory)");
+  r.policy = j["policy"].get<std::string>();
+  if (!policy::valid_policy_name(r.policy))
+    return bad("\"policy\" must be the name of a policy in the daemon's policy directory (" +
+               std::string(policy::kPolicyNameRule) + "); a client cannot send a policy file");
+  if (!j.contains("argv")) return bad("missing \"argv\" (COMMAND and its arguments)");
+  if (Status s = parse_strings(j, "argv", r.argv); !s) return s;
+  if (r.argv.empty() || r.argv.front().empty()) return bad("\"argv\" must start with a COMMAND");
+  if (j.contains("env"))
+    if (Status s = parse_strings(j, "env", r.env); !s) return s;
+  if (j.contains("workspace")) {
+    if (!j["workspace"].is_string() || !valid_path_text(j["workspace"].get<std::string>(), true))
+      return bad("\"workspace\" must be an absolute path (a directory the client owns)");
+    r.workspace = j["workspace"].get<std::string>();
+  }
+  if (j.contains("keep")) {
+    if (!j["keep"].is_boolean()) return bad("\"keep\" must be true or false");
+    r.keep = j["keep"].get<bool>();
+  }
+  if (j.contains("limits")) {
+    const json& l = j["limits"];
+    if (!l.is_object()) return bad("\"limits\" must be an object (timeout, memory, pids, cpu, disk)");
+    for (const auto& [key, value] : l.items()) {
+      std::optional<std::string>* field = key == "timeout"  ? &r.limits.timeout
+                                          : key == "memory" ? &r.limits.memory
+                                          : key == "pids"   ? &r.limits.pids
+                                          : key == "cpu"    ? &r.limits.cpu
+                                          : key == "disk"   ? &r.limits.disk
+                                                            : nullptr;
+      if (!field)
+        return bad("unknown limit \"" + key.substr(0, 64) + "\" (timeout, memory, pids, cpu, disk)");
+      if (!value.is_string() || value.get<std::string>().empty() || value.get<std::string>().size() > 64)
+        return bad("limit " + key +
+                   " must be a string such as agentcage run takes (e.g. \"512Mi\", \"30s\", " +
+                   "\"unlimited\")");
+      *field = value.get<std::string>();
+    }
+  }
+  if (j.contains("labels"))
+    if (Status s = parse_labels(j["labels"], r.labels); !s) return s;
+  return {};
+}
+
 }  // namespace
 
 std::string_view op_name(Op op) {
   switch (op) {
+    case Op::hello:
+      return "hello";
+    case Op::run:
+      return "run";
     case Op::status:
       return "status";
     case Op::events:
@@ -60,7 +147,9 @@ std::string_view op_name(Op op) {
   return "unknown";
 }
 
-bool op_allowed_for_group(Op op) { return op == Op::status || op == Op::events; }
+bool op_allowed_for_group(Op op) {
+  return op == Op::hello || op == Op::status || op == Op::events || op == Op::run;
+}
 
 Result<Request> parse_request(std::string_view line) {
   if (line.size() > kMaxRequestBytes)
@@ -72,7 +161,11 @@ Result<Request> parse_request(std::string_view line) {
   const std::string op = j["op"].get<std::string>();
   Request r;
   std::set<std::string> allowed = {"op"};
-  if (op == "status")
+  if (op == "hello")
+    r.op = Op::hello, allowed = {"op", "protocol", "client"};
+  else if (op == "run")
+    r.op = Op::run, allowed = {"op", "policy", "argv", "env", "workspace", "keep", "limits", "labels"};
+  else if (op == "status")
     r.op = Op::status;
   else if (op == "events")
     r.op = Op::events, allowed = {"op", "follow"};
@@ -81,15 +174,14 @@ Result<Request> parse_request(std::string_view line) {
   else if (op == "detach")
     r.op = Op::detach, allowed = {"op", "cgroup"};
   else if (op == "run_start")
-    r.op = Op::run_start, allowed = {"op", "run_id", "policy", "scope_id"};
+    r.op = Op::run_start, allowed = {"op", "run_id", "policy", "scope_id", "labels"};
   else if (op == "run_end")
     r.op = Op::run_end, allowed = {"op",        "run_id",           "policy",      "outcome",
                                    "exit_code", "duration_seconds", "fail_closed", "syscalls_denied"};
   else if (op == "reload")
     r.op = Op::reload;
   else
-    return bad("unknown op \"" + op.substr(0, 32) +
-               "\" (status, events, attach, detach, run_start, run_end, reload)");
+    return bad("unknown op \"" + op.substr(0, 32) + "\" (" + op_list() + ")");
 
   for (const auto& [key, value] : j.items())
     if (!allowed.count(key)) return bad("unknown field \"" + key.substr(0, 64) + "\" for op " + op);
@@ -103,6 +195,18 @@ Result<Request> parse_request(std::string_view line) {
   switch (r.op) {
     case Op::status:
     case Op::reload:
+      break;
+    case Op::hello:
+      if (!j.contains("protocol") || !j["protocol"].is_number_unsigned() ||
+          j["protocol"].get<uint64_t>() > 1000)
+        return bad("\"protocol\" must be the protocol version the client speaks (this daemon speaks " +
+                   std::to_string(kProtocolVersion) + ")");
+      r.protocol = static_cast<int>(j["protocol"].get<uint64_t>());
+      if (j.contains("client") && (!j["client"].is_string() || j["client"].get<std::string>().size() > 128))
+        return bad("\"client\" must be a string of at most 128 bytes (the client's name and version)");
+      break;
+    case Op::run:
+      if (Status s = parse_run(j, r); !s) return s.error();
       break;
     case Op::events:
       if (j.contains("follow")) {
@@ -132,6 +236,8 @@ Result<Request> parse_request(std::string_view line) {
         if (!j.contains("scope_id") || !j["scope_id"].is_number_unsigned())
           return bad("\"scope_id\" must be a non-negative integer");
         r.scope_id = j["scope_id"].get<uint64_t>();
+        if (j.contains("labels"))
+          if (Status s = parse_labels(j["labels"], r.labels); !s) return s.error();
         break;
       }
       {
@@ -181,6 +287,28 @@ json to_json(const Request& r) {
     case Op::status:
     case Op::reload:
       break;
+    case Op::hello:
+      j["protocol"] = r.protocol;
+      break;
+    case Op::run: {
+      j["policy"] = r.policy;
+      j["argv"] = r.argv;
+      if (!r.env.empty()) j["env"] = r.env;
+      if (!r.workspace.empty()) j["workspace"] = r.workspace;
+      if (r.keep) j["keep"] = true;
+      json limits = json::object();
+      auto put = [&limits](const char* key, const std::optional<std::string>& v) {
+        if (v) limits[key] = *v;
+      };
+      put("timeout", r.limits.timeout);
+      put("memory", r.limits.memory);
+      put("pids", r.limits.pids);
+      put("cpu", r.limits.cpu);
+      put("disk", r.limits.disk);
+      if (!limits.empty()) j["limits"] = limits;
+      if (!r.labels.empty()) j["labels"] = r.labels;
+      break;
+    }
     case Op::events:
       j["follow"] = r.follow;
       break;
@@ -196,6 +324,7 @@ json to_json(const Request& r) {
       j["run_id"] = r.run_id;
       j["policy"] = r.policy;
       j["scope_id"] = r.scope_id;
+      if (!r.labels.empty()) j["labels"] = r.labels;
       break;
     case Op::run_end:
       j["run_id"] = r.run_id;

@@ -15,31 +15,53 @@
 #include <nlohmann/json.hpp>
 
 #include "core/fail_closed.h"
+#include "core/labels.h"
 #include "core/run_outcome.h"
 #include "util/result.h"
 
 namespace agentcage::control {
 
+// The protocol's version: a client says which it speaks in "hello", the
+// daemon answers with its own. Changes that old clients could misread bump
+// it; new optional fields do not.
+inline constexpr int kProtocolVersion = 1;
+
 // A request line longer than this is refused and the connection closed.
-inline constexpr size_t kMaxRequestBytes = 16 * 1024;
+inline constexpr size_t kMaxRequestBytes = 64 * 1024;
+// A run request's argv and env at most (entries), each entry at most 4096 bytes.
+inline constexpr size_t kMaxRunArgs = 1024;
+inline constexpr size_t kMaxArgBytes = 4096;
+// The descriptors a run request carries (SCM_RIGHTS): stdin, stdout, stderr.
+inline constexpr size_t kRunDescriptors = 3;
 
 // run_end's "syscalls_denied" at most: 2^53, the largest count a Prometheus
 // counter (a double) still holds exactly. No run gets near it (one denial per
 // notification round trip), so a larger value is a client bug or a lie.
 inline constexpr uint64_t kMaxSyscallsDenied = uint64_t{1} << 53;
 
-enum class Op { status, events, attach, detach, run_start, run_end, reload };
+enum class Op { hello, status, events, attach, detach, run, run_start, run_end, reload };
+inline constexpr Op kOps[] = {Op::hello,  Op::status,    Op::events,  Op::attach, Op::detach,
+                              Op::run,    Op::run_start, Op::run_end, Op::reload};
 std::string_view op_name(Op op);
 // Operations the configured group may use; everything else needs uid 0
-// (attach/detach change enforcement; run_* and reload feed the daemon).
+// (attach/detach change enforcement; run_start, run_end and reload feed the
+// daemon). A run by a member of the group runs under a policy of the
+// daemon's policy directory with the daemon's caps.
 bool op_allowed_for_group(Op op);
+
+// A run request's limits, as written on agentcage run's command line
+// ("512Mi", "30s", "unlimited"); unset: the policy's (capped by the daemon).
+struct RunLimits {
+  std::optional<std::string> timeout, memory, pids, cpu, disk;
+};
 
 struct Request {
   Op op = Op::status;
+  int protocol = kProtocolVersion;                    // hello
   bool follow = false;                                // events
   std::string cgroup;                                 // attach, detach
-  std::string policy;                                 // attach, run_start, run_end: a policy name
-  std::string workspace;                              // attach (optional)
+  std::string policy;                                 // attach, run, run_start, run_end: a policy name
+  std::string workspace;                              // attach, run (optional)
   std::string run_id;                                 // run_start, run_end
   uint64_t scope_id = 0;                              // run_start
   core::RunOutcome outcome = core::RunOutcome::ok;    // run_end
@@ -47,6 +69,11 @@ struct Request {
   double duration_seconds = 0;                        // run_end
   std::optional<core::FailClosedReason> fail_closed;  // run_end
   uint64_t syscalls_denied = 0;                       // run_end (optional): seccomp denials
+  std::vector<std::string> argv;                      // run: COMMAND [ARGS...]
+  std::vector<std::string> env;                       // run (optional): KEY=VALUE
+  bool keep = false;                                  // run (optional): keep a generated workspace
+  RunLimits limits;                                   // run (optional)
+  core::Labels labels;                                // run, run_start (optional)
 };
 
 // Parses and validates one request line (without its '\n').

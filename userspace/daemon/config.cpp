@@ -10,6 +10,7 @@
 #include <map>
 #include <vector>
 
+#include "policy/values.h"
 #include "util/text.h"
 #include "yaml/document.h"
 
@@ -38,6 +39,15 @@ bool parse_port(std::string_view text) {
 bool absolute_path(const std::string& s) { return !s.empty() && s.front() == '/' && s.size() < 4096; }
 
 }  // namespace
+
+policy::Limits Config::default_run_caps() {
+  policy::Limits caps;
+  caps.memory_bytes = uint64_t{4} << 30;  // 4Gi
+  caps.pids = 4096;
+  caps.timeout = std::chrono::hours(1);
+  caps.disk_bytes = uint64_t{4} << 30;  // 4Gi
+  return caps;
+}
 
 bool valid_listen_address(std::string_view a) {
   if (a.empty() || a.size() > 255) return false;
@@ -104,6 +114,24 @@ ConfigResult parse_config(std::string_view text, const std::string& filename) {
     };
   };
 
+  // A cap on runs through the daemon: a limit as a policy writes it, or
+  // "unlimited" for none.
+  auto cap_setting = [&](auto& field, auto parse) {
+    return [&, parse](const YAML::Node& v, const std::string& key) {
+      auto s = scalar(v, key);
+      if (!s) return;
+      if (*s == policy::kUnlimited) {
+        field.reset();
+        return;
+      }
+      auto parsed = parse(*s);
+      if (!parsed)
+        rep.error(pos_of(v.Mark()), key + ": " + parsed.error().message + " (or \"unlimited\")");
+      else
+        field = *parsed;
+    };
+  };
+
   using Handler = std::function<void(const YAML::Node&, const std::string&)>;
   const std::map<std::string, Handler> handlers = {
       {"policy_dir", path_setting(cfg.policy_dir)},
@@ -160,6 +188,13 @@ ConfigResult parse_config(std::string_view text, const std::string& filename) {
       {"recent_events", count_setting(cfg.recent_events, 0, 65536)},
       {"client_buffer_bytes", count_setting(cfg.client_buffer_bytes, 4096, 64u << 20)},
       {"max_clients", count_setting(cfg.max_clients, 1, 1024)},
+      {"max_runs", count_setting(cfg.max_runs, 0, 4096)},
+      {"max_runs_per_client", count_setting(cfg.max_runs_per_client, 1, 4096)},
+      {"run_max_memory", cap_setting(cfg.run_caps.memory_bytes, policy::parse_size)},
+      {"run_max_pids", cap_setting(cfg.run_caps.pids, policy::parse_pids)},
+      {"run_max_cpu", cap_setting(cfg.run_caps.cpus, policy::parse_cpus)},
+      {"run_max_timeout", cap_setting(cfg.run_caps.timeout, policy::parse_duration)},
+      {"run_max_disk", cap_setting(cfg.run_caps.disk_bytes, policy::parse_size)},
   };
   std::vector<std::string_view> known;
   for (const auto& [k, h] : handlers) known.push_back(k);

@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "core/paths.h"
+#include "policy/model.h"
 #include "yaml/diagnostic.h"
 
 namespace agentcage::daemon {
@@ -39,6 +40,15 @@ struct Config {
   size_t recent_events = 256;
   size_t client_buffer_bytes = 1u << 20;
   size_t max_clients = 64;
+  // Runs through the daemon (the control protocol's "run"): at most this
+  // many at once in all and per client uid; over either is a refusal.
+  size_t max_runs = 32;
+  size_t max_runs_per_client = 8;
+  // The most a run through the daemon may get (run_max_memory, ...): a
+  // client asking for more (or unlimited) is refused; a policy's larger (or
+  // unlimited) limit is lowered to the cap. Unset: no cap ("unlimited").
+  policy::Limits run_caps = default_run_caps();
+  static policy::Limits default_run_caps();
 };
 
 struct ConfigResult {

@@ -14,6 +14,7 @@
 #include <filesystem>
 #include <vector>
 
+#include "util/fd_passing.h"
 #include "util/log.h"
 
 namespace agentcage::daemon {
@@ -120,8 +121,7 @@ void ControlServer::accept_clients() {
     int raw = fd.get();
     Client c;
     c.fd = std::move(fd);
-    c.uid = cred.uid;
-    c.root = root;
+    c.peer = Peer{next_id_++, cred.uid, cred.gid, cred.pid, root};
     clients_.emplace(raw, std::move(c));
     loop_.add(raw, EPOLLIN | EPOLLRDHUP, [this, raw](uint32_t events) { on_client(raw, events); });
   }
@@ -152,8 +152,25 @@ void ControlServer::flush(Client& c) {
 }
 
 void ControlServer::close(int fd) {
+  auto it = clients_.find(fd);
+  if (it == clients_.end()) return;
+  const bool running = it->second.running;
+  const uint64_t id = it->second.peer.id;
   loop_.remove(fd);
-  clients_.erase(fd);
+  clients_.erase(it);
+  if (running) handler_.client_gone(id);
+}
+
+void ControlServer::finish_run(uint64_t id, const json& reply) {
+  for (auto& [fd, c] : clients_) {
+    if (c.peer.id != id || !c.running) continue;
+    c.running = false;
+    respond(c, reply);
+    c.close_after_flush = true;
+    flush(c);
+    if (c.out.empty()) close(fd);
+    return;
+  }
 }
 
 void ControlServer::on_client(int fd, uint32_t events) {
@@ -163,18 +180,31 @@ void ControlServer::on_client(int fd, uint32_t events) {
   if (events & EPOLLIN) {
     char buf[16384];
     for (;;) {
-      ssize_t n = ::recv(fd, buf, sizeof buf, MSG_DONTWAIT);
-      if (n < 0 && errno == EINTR) continue;
+      int flags = 0;
+      ssize_t n = recv_with_fds(fd, buf, sizeof buf, c.fds, &flags, true);
       if (n < 0) break;
       if (n == 0) {
-        if (c.out.empty() || !c.streaming) c.close_after_flush = true;
-        if (c.streaming) return close(fd);
+        // A run's client that hangs up gives up the run (client_gone).
+        if (c.streaming || c.running) return close(fd);
+        c.close_after_flush = true;
         break;
       }
-      if (c.streaming || c.close_after_flush) continue;  // nothing more is read from a stream
+      if (c.fds.size() > control::kRunDescriptors || (flags & MSG_CTRUNC)) {
+        c.fds.clear();
+        respond(c, {{"ok", false},
+                    {"error", "request: at most " + std::to_string(control::kRunDescriptors) +
+                                  " descriptors (stdin, stdout, stderr), sent with a run request"}});
+        c.close_after_flush = true;
+      }
+      // Nothing more is read from a stream or during a run (but its end).
+      if (c.streaming || c.close_after_flush || c.running) {
+        c.fds.clear();
+        continue;
+      }
       c.in.append(buf, static_cast<size_t>(n));
       size_t nl;
-      while (!c.close_after_flush && !c.streaming && (nl = c.in.find('\n')) != std::string::npos) {
+      while (!c.close_after_flush && !c.streaming && !c.running &&
+             (nl = c.in.find('\n')) != std::string::npos) {
         std::string line = c.in.substr(0, nl);
         c.in.erase(0, nl + 1);
         handle_line(c, line);
@@ -188,6 +218,7 @@ void ControlServer::on_client(int fd, uint32_t events) {
     }
   }
   if ((events & (EPOLLHUP | EPOLLERR)) && !(events & EPOLLIN)) return close(fd);
+  if ((events & EPOLLRDHUP) && c.running) return close(fd);
   flush(c);
   if (c.close_after_flush && c.out.empty()) close(fd);
 }
@@ -198,14 +229,41 @@ void ControlServer::handle_line(Client& c, const std::string& line) {
     respond(c, {{"ok", false}, {"error", req.error().message}});
     return;
   }
-  if (!c.root && !op_allowed_for_group(req->op)) {
+  if (!c.peer.root && !op_allowed_for_group(req->op)) {
     respond(c, {{"ok", false},
                 {"error",
                  std::string("permission denied: op ") + std::string(op_name(req->op)) + " needs root"}});
     return;
   }
+  if (req->op == Op::run) {
+    if (c.fds.size() != control::kRunDescriptors) {
+      c.fds.clear();
+      respond(
+          c, {{"ok", false},
+              {"error", "request: a run request carries exactly " + std::to_string(control::kRunDescriptors) +
+                            " descriptors (stdin, stdout, stderr) as SCM_RIGHTS"},
+              {"exit_code", 125}});
+      c.close_after_flush = true;
+      return;
+    }
+    std::optional<json> refused = handler_.start_run(*req, c.peer, std::move(c.fds));
+    c.fds.clear();
+    if (refused) {
+      respond(c, *refused);
+      c.close_after_flush = true;
+      return;
+    }
+    c.running = true;
+    return;
+  }
+  if (!c.fds.empty()) {
+    c.fds.clear();
+    respond(c, {{"ok", false}, {"error", "request: descriptors go only with a run request"}});
+    c.close_after_flush = true;
+    return;
+  }
   if (req->op != Op::events) {
-    respond(c, handler_.handle(*req));
+    respond(c, handler_.handle(*req, c.peer));
     return;
   }
   const std::deque<std::string>& recent = handler_.recent_events();

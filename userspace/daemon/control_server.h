@@ -15,6 +15,7 @@
 #include <map>
 #include <optional>
 #include <string>
+#include <vector>
 
 #include <nlohmann/json.hpp>
 
@@ -25,11 +26,27 @@
 
 namespace agentcage::daemon {
 
+// Who sent a request: the connection (ids are never reused) and its peer
+// credentials at connect time.
+struct Peer {
+  uint64_t id = 0;
+  uid_t uid = 0;
+  gid_t gid = 0;
+  pid_t pid = 0;
+  bool root = false;
+};
+
 class ControlHandler {
  public:
   virtual ~ControlHandler() = default;
-  // The answer to a request the client may make (any op but events).
-  virtual nlohmann::json handle(const control::Request& request) = 0;
+  // The answer to a request the client may make (any op but events and run).
+  virtual nlohmann::json handle(const control::Request& request, const Peer& peer) = 0;
+  // A run with the client's stdin, stdout and stderr: a refusal now, or
+  // nullopt when it started (the answer comes with ControlServer::finish_run).
+  virtual std::optional<nlohmann::json> start_run(const control::Request& request, const Peer& peer,
+                                                  std::vector<UniqueFd> stdio) = 0;
+  // The client of a started run closed its connection or died.
+  virtual void client_gone(uint64_t id) = 0;
   // The ring of recent audit lines, for the events op.
   virtual const std::deque<std::string>& recent_events() = 0;
 };
@@ -54,13 +71,17 @@ class ControlServer {
   // Sends what the streaming clients have buffered.
   void flush_streams();
   size_t clients() const { return clients_.size(); }
+  // The answer to the run of client `id` (nothing when it is gone); the
+  // connection closes after it.
+  void finish_run(uint64_t id, const nlohmann::json& reply);
   uint64_t stream_dropped() const { return stream_dropped_; }
 
  private:
   struct Client {
     UniqueFd fd;
-    uid_t uid = 0;
-    bool root = false;
+    Peer peer;
+    std::vector<UniqueFd> fds;  // descriptors received and not yet taken by a run
+    bool running = false;       // a run is in flight: its answer is awaited
     std::string in, out;
     bool streaming = false;
     bool close_after_flush = false;
@@ -81,6 +102,7 @@ class ControlServer {
   UniqueFd listen_fd_;
   std::optional<gid_t> gid_;
   std::map<int, Client> clients_;
+  uint64_t next_id_ = 1;
   uint64_t stream_dropped_ = 0;
 };
 

@@ -33,6 +33,7 @@
 #include "daemon/named_slots.h"
 #include "daemon/policy_dir.h"
 #include "daemon/policy_watch.h"
+#include "daemon/run_service.h"
 #include "daemon/runs.h"
 #include "daemon/status.h"
 #include "run/runner.h"
@@ -61,6 +62,9 @@ using nlohmann::json;
 constexpr int kTickMs = 1000;
 constexpr int kEnforcerRetryTicks = 10;
 constexpr int kReapTicks = 60;
+// How long a stopping daemon waits for its runs to end (each runner kills
+// and removes its run on SIGTERM).
+constexpr int kStopGraceMs = 10000;
 
 class Daemon final : private PolicyDirListener, private ControlHandler {
  public:
@@ -71,7 +75,9 @@ class Daemon final : private PolicyDirListener, private ControlHandler {
         dir_(cfg_.policy_dir, cfg_.state_dir, *this),
         watch_(cfg_.policy_dir),
         server_({cfg_.control_socket, cfg_.control_group, cfg_.max_clients, cfg_.client_buffer_bytes}, loop_,
-                *this) {}
+                *this),
+        runner_(cfg_, loop_,
+                [this](uint64_t client, const json& reply) { server_.finish_run(client, reply); }) {}
   Status start();
   int run();
 
@@ -86,7 +92,13 @@ class Daemon final : private PolicyDirListener, private ControlHandler {
   json detach(const Request& r);
 
   // ControlHandler
-  json handle(const Request& req) override;
+  json handle(const Request& req, const Peer& peer) override;
+  std::optional<json> start_run(const Request& req, const Peer& peer, std::vector<UniqueFd> stdio) override {
+    if (!enf_)
+      return json{{"ok", false}, {"error", "cannot enforce: " + enforcer_error_}, {"exit_code", 125}};
+    return runner_.start(req, peer, std::move(stdio), dir_.limits(req.policy));
+  }
+  void client_gone(uint64_t id) override { runner_.client_gone(id); }
   const std::deque<std::string>& recent_events() override { return sink_.recent(); }
 
   // PolicyDirListener: metrics, and the counter ordering rules (event_sink.h).
@@ -114,6 +126,7 @@ class Daemon final : private PolicyDirListener, private ControlHandler {
   PolicyWatch watch_;
   bool watch_registered_ = false;
   ControlServer server_;
+  RunService runner_;
   uint64_t ticks_ = 0;
   size_t runs_active_ = 0;
 };
@@ -247,6 +260,8 @@ void Daemon::tick() {
 
 int Daemon::run() {
   int status = loop_.run();
+  // Runs in flight end with the daemon, and their clients are told.
+  runner_.stop_all(kStopGraceMs);
   if (status != 0) return status;
   sink_.consume();
   server_.flush_streams();
@@ -260,10 +275,27 @@ int Daemon::run() {
 // ---------------------------------------------------------------------------
 // requests
 
-json Daemon::handle(const Request& req) {
+json Daemon::handle(const Request& req, const Peer& peer) {
   const bool needs_enforcer = req.op == Op::attach || req.op == Op::detach;
   if (needs_enforcer && !enf_) return {{"ok", false}, {"error", "cannot enforce: " + enforcer_error_}};
   switch (req.op) {
+    case Op::hello: {
+      json ops = json::array();
+      for (Op op : control::kOps)
+        if (peer.root || control::op_allowed_for_group(op)) ops.push_back(std::string(op_name(op)));
+      json reply = {{"ok", req.protocol == control::kProtocolVersion},
+                    {"protocol", control::kProtocolVersion},
+                    {"version", AGENTCAGE_VERSION},
+                    {"ops", ops},
+                    {"uid", peer.uid}};
+      if (req.protocol != control::kProtocolVersion)
+        reply["error"] = "protocol version " + std::to_string(req.protocol) +
+                         " is not spoken here (this daemon speaks " +
+                         std::to_string(control::kProtocolVersion) + "): update the client or the daemon";
+      return reply;
+    }
+    case Op::run:
+      break;  // start_run
     case Op::status:
       return {{"ok", true}, {"status", status_json()}};
     case Op::attach:
@@ -271,7 +303,7 @@ json Daemon::handle(const Request& req) {
     case Op::detach:
       return detach(req);
     case Op::run_start:
-      runs_.note(req.scope_id, req.run_id);
+      runs_.note(req.scope_id, req.run_id, req.labels);
       return {{"ok", true}};
     case Op::run_end:
       metrics_.run_finished(req.policy, req.outcome, req.duration_seconds);

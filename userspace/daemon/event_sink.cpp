@@ -76,7 +76,10 @@ void EventSink::on_event(const ac_event_decision& ev) {
   telemetry::EventContext ctx;
   ctx.realtime_ns = static_cast<int64_t>(ev.hdr.time_ns) + boot_offset_ns_;
   ctx.policy = policy == "unknown" ? std::string() : policy;
-  if (std::optional<std::string> run = runs_.run_id(ev.scope_id)) ctx.run_id = *run;
+  if (std::optional<std::string> run = runs_.run_id(ev.scope_id)) {
+    ctx.run_id = *run;
+    ctx.labels = runs_.labels(ev.scope_id);
+  }
   std::string line = telemetry::event_line(ev, ctx);
   if (audit_buf_.size() + line.size() <= kMaxAuditBuffer)
     audit_buf_ += line;

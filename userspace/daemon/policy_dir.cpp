@@ -65,6 +65,12 @@ bool PolicyDirectory::uses_workspace(const std::string& policy) const {
   return f != files_.end() && f->second.uses_workspace;
 }
 
+std::optional<policy::Limits> PolicyDirectory::limits(const std::string& policy) const {
+  auto f = files_.find(policy + ".yaml");
+  if (f == files_.end() || !f->second.loaded) return std::nullopt;
+  return f->second.limits;
+}
+
 void PolicyDirectory::load_state_file() {
   std::ifstream in(state_file_);
   if (!in) return;
@@ -202,6 +208,7 @@ void PolicyDirectory::install(PolicyFile& pf, const std::string& path) {
   if (!compiled)
     return reject(pf, {path + ": " + compiled.error().message}, core::FailClosedReason::policy_invalid);
   const uint64_t digest = bpf::policy_digest(pf.name, *compiled);
+  pf.limits = parsed.policy->limits;
   pf.uses_workspace = std::any_of(compiled->paths.begin(), compiled->paths.end(), [](const bpf::PathRule& r) {
     return r.space == bpf::RuleSpace::workspace;
   });

@@ -32,6 +32,7 @@
 
 #include "core/fail_closed.h"
 #include "daemon/named_slots.h"
+#include "policy/model.h"
 
 namespace agentcage::daemon {
 
@@ -59,6 +60,7 @@ struct PolicyFile {
   uint64_t digest = 0;
   bool loaded = false;  // the file's current content is what enforces
   bool uses_workspace = false;
+  policy::Limits limits;  // the loaded content's limits (runs through the daemon)
   std::string error;  // why the current content was rejected
   // What was last processed (skip unchanged files on a rescan).
   dev_t dev = 0;
@@ -95,6 +97,8 @@ class PolicyDirectory {
   const std::string& path() const { return dir_; }
   std::optional<uint32_t> named_slot(const std::string& policy) const;
   bool uses_workspace(const std::string& policy) const;
+  // The limits of a loaded policy (unset: no policy of that name enforces).
+  std::optional<policy::Limits> limits(const std::string& policy) const;
   size_t loaded_count() const { return named_slots_.size(); }
   const std::map<std::string, PolicyFile>& files() const { return files_; }
   // The "policy_files" part of the status answer.

@@ -54,13 +54,23 @@ std::optional<std::string> RunIndex::run_id(uint64_t scope_id) {
   return run->second;
 }
 
-void RunIndex::note(uint64_t scope_id, const std::string& run_id) {
+void RunIndex::note(uint64_t scope_id, const std::string& run_id, const core::Labels& labels) {
   if (!run_ids_.count(scope_id)) order_.push_back(scope_id);
   run_ids_[scope_id] = run_id;
+  if (labels.empty())
+    labels_.erase(scope_id);
+  else
+    labels_[scope_id] = labels;
   while (order_.size() > kMaxRunIds) {
     run_ids_.erase(order_.front());
+    labels_.erase(order_.front());
     order_.pop_front();
   }
+}
+
+core::Labels RunIndex::labels(uint64_t scope_id) const {
+  auto it = labels_.find(scope_id);
+  return it == labels_.end() ? core::Labels{} : it->second;
 }
 
 }  // namespace agentcage::daemon

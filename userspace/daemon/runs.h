@@ -13,6 +13,8 @@
 #include <optional>
 #include <string>
 
+#include "core/labels.h"
+
 namespace agentcage::daemon {
 
 class RunIndex {
@@ -26,8 +28,10 @@ class RunIndex {
   // The run id of a scope; an unknown scope rescans the records, at most
   // once a second (an event storm must not turn into a directory walk each).
   std::optional<std::string> run_id(uint64_t scope_id);
-  // A run_start notification.
-  void note(uint64_t scope_id, const std::string& run_id);
+  // A run_start notification (with the run's labels).
+  void note(uint64_t scope_id, const std::string& run_id, const core::Labels& labels = {});
+  // The labels of a scope's run (empty when none or unknown).
+  core::Labels labels(uint64_t scope_id) const;
   const std::map<uint64_t, std::string>& ids() const { return run_ids_; }
 
  private:
@@ -35,6 +39,7 @@ class RunIndex {
 
   std::string dir_;
   std::map<uint64_t, std::string> run_ids_;  // scope id -> run id
+  std::map<uint64_t, core::Labels> labels_;  // scope id -> labels (runs that have some)
   std::deque<uint64_t> order_;               // oldest first, to bound run_ids_
   Clock::time_point last_scan_{};
 };

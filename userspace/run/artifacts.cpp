@@ -3,13 +3,19 @@
 
 #include <dirent.h>
 #include <fcntl.h>
+#include <grp.h>
+#include <linux/openat2.h>
+#include <sys/socket.h>
 #include <sys/stat.h>
+#include <sys/syscall.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include <cerrno>
 #include <cstring>
 #include <functional>
 
+#include "util/fd_passing.h"
 #include "util/text.h"
 #include "util/unique_fd.h"
 
@@ -104,7 +110,7 @@ Status walk(int dirfd, int depth, const std::string& shown) {
 // `budget`: the bytes the copy may still write (hard links and sparse files
 // would otherwise let a full tmpfs become many times its size on disk).
 Status copy_file(int src, const struct stat& st, int dstdir, const char* name, const std::string& shown,
-                 uint64_t& budget) {
+                 uint64_t& budget, uid_t uid, gid_t gid) {
   UniqueFd dst(::openat(dstdir, name, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0600));
   if (!dst) return Error::from_errno("creating the copy of " + shown);
   char buf[65536];
@@ -125,7 +131,7 @@ Status copy_file(int src, const struct stat& st, int dstdir, const char* name, c
       off += w;
     }
   }
-  if (::fchown(dst.get(), st.st_uid, st.st_gid) != 0 || ::fchmod(dst.get(), st.st_mode & 0777) != 0)
+  if (::fchown(dst.get(), uid, gid) != 0 || ::fchmod(dst.get(), st.st_mode & 0777) != 0)
     return Error::from_errno("setting owner and mode of the copy of " + shown);
   return {};
 }
@@ -150,7 +156,8 @@ Status copy_dir(int src, int dst, int depth, const std::string& shown, uint64_t&
     struct stat st {};
     auto fd = open_listed(src, e, &st);
     if (!fd) return fd.error();
-    if (S_ISREG(st.st_mode)) return copy_file(fd->get(), st, dst, name, e.shown, budget);
+    if (S_ISREG(st.st_mode))
+      return copy_file(fd->get(), st, dst, name, e.shown, budget, st.st_uid, st.st_gid);
     if (::mkdirat(dst, name, 0700) != 0) return Error::from_errno("creating the copy of " + e.shown);
     UniqueFd sub(::openat(dst, name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC));
     if (!sub) return Error::from_errno("opening the copy of " + e.shown);
@@ -187,6 +194,215 @@ Status strip_setid_bits(const std::string& dir) {
   if (!fd || ::fstat(fd.get(), &st) != 0) return Error::from_errno("opening " + shown);
   if (Status s = clear(fd.get(), st, shown); !s) return s;
   return walk(fd.get(), 1, shown);
+}
+
+// ---- the io directory --------------------------------------------------------
+
+namespace {
+
+void skip(IoCopy& done, const std::string& shown, const char* why) {
+  ++done.skipped_total;
+  if (done.skipped.size() < 20) done.skipped.push_back(shown + ": " + why);
+}
+
+// A readable descriptor of the directory `fd` refers to (an O_PATH one cannot be listed).
+Result<UniqueFd> readable_dir(int fd, const std::string& shown) {
+  UniqueFd d(::openat(fd, ".", O_RDONLY | O_DIRECTORY | O_CLOEXEC));
+  if (!d) return Error::from_errno("opening " + shown);
+  return d;
+}
+
+Status copy_in_dir(int src, const IoOwner& who, int dst, uid_t uid, gid_t gid, int depth,
+                   const std::string& shown, uint64_t& budget, IoCopy& done) {
+  return for_each_entry(src, depth, shown, [&](const Entry& e) -> Status {
+    if (e.listed.st_uid != who.uid) {
+      skip(done, e.shown, "not the caller's");
+      return {};
+    }
+    if (S_ISLNK(e.listed.st_mode)) {
+      std::string target(static_cast<size_t>(e.listed.st_size) + 1, '\0');
+      ssize_t n = ::readlinkat(src, e.name, target.data(), target.size());
+      if (n < 0 || static_cast<size_t>(n) >= target.size())
+        return Error::from_errno("reading the link " + e.shown);
+      target.resize(static_cast<size_t>(n));
+      if (::symlinkat(target.c_str(), dst, e.name) != 0 ||
+          ::fchownat(dst, e.name, uid, gid, AT_SYMLINK_NOFOLLOW) != 0)
+        return Error::from_errno("copying the link " + e.shown);
+      ++done.entries;
+      return {};
+    }
+    if (!S_ISREG(e.listed.st_mode) && !S_ISDIR(e.listed.st_mode)) {
+      skip(done, e.shown, "not a file, directory or link");
+      return {};
+    }
+    struct stat st {};
+    auto fd = open_listed(src, e, &st);
+    if (!fd) return fd.error();
+    if (st.st_uid != who.uid) return Error{e.shown + " changed while it was read", EAGAIN};
+    ++done.entries;
+    if (S_ISREG(st.st_mode)) {
+      const uint64_t before = budget;
+      if (Status s = copy_file(fd->get(), st, dst, e.name, e.shown, budget, uid, gid); !s) return s;
+      done.bytes += before - budget;
+      return {};
+    }
+    if (::mkdirat(dst, e.name, 0700) != 0) return Error::from_errno("creating the copy of " + e.shown);
+    UniqueFd sub(::openat(dst, e.name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC));
+    if (!sub) return Error::from_errno("opening the copy of " + e.shown);
+    if (Status s = copy_in_dir(fd->get(), who, sub.get(), uid, gid, depth + 1, e.shown, budget, done); !s)
+      return s;
+    if (::fchown(sub.get(), uid, gid) != 0 || ::fchmod(sub.get(), st.st_mode & 0777) != 0)
+      return Error::from_errno("setting owner and mode of the copy of " + e.shown);
+    return {};
+  });
+}
+
+// A fresh name in `dir` for a copy that is renamed over `name` once complete.
+std::string temp_name(const char* name) {
+  static unsigned counter = 0;
+  return ".agentcage-" + std::to_string(::getpid()) + "-" + std::to_string(++counter) + "-" +
+         std::string(name).substr(0, 64);
+}
+
+Status copy_out_dir(int src, int dst, const IoOwner& who, int depth, const std::string& shown,
+                    uint64_t& budget, IoCopy& done) {
+  return for_each_entry(src, depth, shown, [&](const Entry& e) -> Status {
+    struct stat there {};
+    const bool exists = ::fstatat(dst, e.name, &there, AT_SYMLINK_NOFOLLOW) == 0;
+    if (S_ISDIR(e.listed.st_mode)) {
+      struct stat st {};
+      auto fd = open_listed(src, e, &st);
+      if (!fd) return fd.error();
+      if (exists && (!S_ISDIR(there.st_mode) || there.st_uid != who.uid)) {
+        skip(done, e.shown, "the caller's directory has something else of that name");
+        return {};
+      }
+      if (!exists && ::mkdirat(dst, e.name, 0700) != 0) return Error::from_errno("creating " + e.shown);
+      UniqueFd sub(::openat(dst, e.name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC));
+      struct stat sub_st {};
+      if (!sub || ::fstat(sub.get(), &sub_st) != 0) return Error::from_errno("opening " + e.shown);
+      if (sub_st.st_uid != who.uid && !(sub_st.st_uid == 0 && !exists))
+        return Error{e.shown + " changed while it was written", EAGAIN};
+      if (!exists && ::fchown(sub.get(), who.uid, who.gid) != 0)
+        return Error::from_errno("setting the owner of " + e.shown);
+      ++done.entries;
+      if (Status s = copy_out_dir(fd->get(), sub.get(), who, depth + 1, e.shown, budget, done); !s) return s;
+      if (!exists && ::fchmod(sub.get(), (st.st_mode & 0777) | S_IRWXU) != 0)
+        return Error::from_errno("setting the mode of " + e.shown);
+      return {};
+    }
+    if (!S_ISREG(e.listed.st_mode) && !S_ISLNK(e.listed.st_mode)) {
+      skip(done, e.shown, "not a file, directory or link");
+      return {};
+    }
+    if (exists && S_ISDIR(there.st_mode)) {
+      skip(done, e.shown, "the caller's directory has a directory of that name");
+      return {};
+    }
+    const std::string tmp = temp_name(e.name);
+    if (S_ISLNK(e.listed.st_mode)) {
+      std::string target(static_cast<size_t>(e.listed.st_size) + 1, '\0');
+      ssize_t n = ::readlinkat(src, e.name, target.data(), target.size());
+      if (n < 0 || static_cast<size_t>(n) >= target.size())
+        return Error::from_errno("reading the link " + e.shown);
+      target.resize(static_cast<size_t>(n));
+      if (::symlinkat(target.c_str(), dst, tmp.c_str()) != 0 ||
+          ::fchownat(dst, tmp.c_str(), who.uid, who.gid, AT_SYMLINK_NOFOLLOW) != 0) {
+        int err = errno;
+        ::unlinkat(dst, tmp.c_str(), 0);
+        return Error::from_errno("copying the link " + e.shown, err);
+      }
+    } else {
+      struct stat st {};
+      auto fd = open_listed(src, e, &st);
+      if (!fd) return fd.error();
+      const uint64_t before = budget;
+      if (Status s = copy_file(fd->get(), st, dst, tmp.c_str(), e.shown, budget, who.uid, who.gid); !s) {
+        ::unlinkat(dst, tmp.c_str(), 0);
+        return s;
+      }
+      done.bytes += before - budget;
+    }
+    if (::renameat(dst, tmp.c_str(), dst, e.name) != 0) {
+      int err = errno;
+      ::unlinkat(dst, tmp.c_str(), 0);
+      return Error::from_errno("replacing " + e.shown, err);
+    }
+    ++done.entries;
+    return {};
+  });
+}
+
+}  // namespace
+
+Result<UniqueFd> open_io_dir(const std::string& path, const IoOwner& who) {
+  const std::string shown = escape(path, 200);
+  int sv[2];
+  if (::socketpair(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0, sv) != 0)
+    return Error::from_errno("--io-dir: socketpair");
+  UniqueFd mine(sv[0]), theirs(sv[1]);
+  const pid_t pid = ::fork();
+  if (pid < 0) return Error::from_errno("--io-dir: fork");
+  if (pid == 0) {
+    // Only system calls from here on. The answer: errno (0: ok) with the fd.
+    int err = 0;
+    int fd = -1;
+    if (::setgroups(0, nullptr) != 0 || ::setresgid(who.gid, who.gid, who.gid) != 0 ||
+        ::setresuid(who.uid, who.uid, who.uid) != 0) {
+      err = errno;
+    } else {
+      open_how how{};
+      how.flags = O_PATH | O_DIRECTORY | O_CLOEXEC;
+      how.resolve = RESOLVE_NO_SYMLINKS | RESOLVE_NO_MAGICLINKS;
+      fd = static_cast<int>(::syscall(SYS_openat2, AT_FDCWD, path.c_str(), &how, sizeof how));
+      struct stat st {};
+      if (fd < 0)
+        err = errno;
+      else if (::fstat(fd, &st) != 0)
+        err = errno;
+      else if (st.st_uid != who.uid)
+        err = EPERM;
+      else if (::faccessat(fd, "", W_OK | X_OK, AT_EACCESS | AT_EMPTY_PATH) != 0)
+        err = errno;
+    }
+    ssize_t n = err == 0 ? send_with_fd(theirs.get(), &err, sizeof err, fd)
+                         : ::send(theirs.get(), &err, sizeof err, MSG_NOSIGNAL);
+    ::_exit(n == sizeof err ? 0 : 1);
+  }
+  theirs.reset();
+  int err = 0;
+  UniqueFd fd;
+  int flags = 0;
+  ssize_t n = recv_with_fd(mine.get(), &err, sizeof err, fd, &flags);
+  int status = 0;
+  while (::waitpid(pid, &status, 0) < 0 && errno == EINTR) {
+  }
+  if (n != sizeof err) return Error{"--io-dir " + shown + ": the check as the caller did not answer", EIO};
+  if (err == EPERM)
+    return Error{"--io-dir " + shown + ": not a directory uid " + std::to_string(who.uid) + " owns", EPERM};
+  if (err == ELOOP)
+    return Error{"--io-dir " + shown + ": a symbolic link in the path (give the real path)", ELOOP};
+  if (err != 0)
+    return Error::from_errno("--io-dir " + shown + " (as uid " + std::to_string(who.uid) + ")", err);
+  if (!fd) return Error{"--io-dir " + shown + ": no descriptor came back", EIO};
+  return fd;
+}
+
+Status copy_in(int src, const IoOwner& who, int dst, uid_t uid, gid_t gid, uint64_t max_bytes, IoCopy& done) {
+  auto dir = readable_dir(src, "the io directory");
+  if (!dir) return dir.error();
+  uint64_t budget = max_bytes;
+  return copy_in_dir(dir->get(), who, dst, uid, gid, 1, "io-dir", budget, done);
+}
+
+Status copy_out(int src, int dst, const IoOwner& who, uint64_t max_bytes, IoCopy& done) {
+  auto dir = readable_dir(dst, "the io directory");
+  if (!dir) return dir.error();
+  struct stat st {};
+  if (::fstat(dir->get(), &st) != 0 || st.st_uid != who.uid)
+    return Error{"the io directory is not uid " + std::to_string(who.uid) + "'s any more", EPERM};
+  uint64_t budget = max_bytes;
+  return copy_out_dir(src, dir->get(), who, 1, "workspace", budget, done);
 }
 
 }  // namespace agentcage::run

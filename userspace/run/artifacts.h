@@ -4,10 +4,14 @@
 // privileges to whoever touches them next.
 #pragma once
 
+#include <sys/types.h>
+
 #include <cstdint>
 #include <string>
+#include <vector>
 
 #include "util/result.h"
+#include "util/unique_fd.h"
 
 namespace agentcage::run {
 
@@ -31,5 +35,45 @@ Status strip_setid_bits(const std::string& dir);
 // and sparse files are copied out in full). Used for a kept tmpfs workspace
 // (run/workspace.h), after the run; on an error `to` is left partial.
 Status copy_kept_tree(const std::string& from, const std::string& to, uint64_t max_bytes);
+
+// ---- the io directory (agentcage run --io-dir DIR) --------------------------
+// A directory of a caller that is not root (a client of the daemon) never
+// becomes the workspace itself: its contents are copied into the run's own
+// workspace before the run and the workspace's contents back after it, with
+// the caller's permissions and ownership. So a run never gets write access
+// anywhere its caller could not write, and its writes stay bounded by the
+// workspace's tmpfs.
+
+struct IoOwner {
+  uid_t uid = 0;
+  gid_t gid = 0;
+};
+
+// Opens the directory `path` with the permissions of `who` (a child process
+// with that uid and gid and no supplementary groups resolves it: no symbolic
+// link anywhere in the path, no magic links) and checks that `who` owns it
+// and may write and search it. A descriptor (O_PATH) of the directory.
+Result<UniqueFd> open_io_dir(const std::string& path, const IoOwner& who);
+
+// What the copies did; `skipped` names the first entries left out and why.
+struct IoCopy {
+  uint64_t entries = 0, bytes = 0;
+  std::vector<std::string> skipped;
+  uint64_t skipped_total = 0;
+};
+
+// Copies the entries of the io directory `src` that `who` owns (directories,
+// regular files, symbolic links as links; nothing else) into the workspace
+// `dst` (a descriptor of its directory), owned there by uid:gid (the sandbox
+// identity), at most `max_bytes` of contents (EFBIG beyond).
+Status copy_in(int src, const IoOwner& who, int dst, uid_t uid, gid_t gid, uint64_t max_bytes, IoCopy& done);
+
+// Copies the workspace `src` back into the io directory `dst`, owned there
+// by `who`, without set-id bits, at most `max_bytes`: a file replaces the file
+// of the same name (a new file renamed over it), a directory is entered when
+// `who` owns the one already there; anything else in the way, devices,
+// FIFOs and sockets are skipped (listed in `done`). Call it only when
+// nothing of the run is left running.
+Status copy_out(int src, int dst, const IoOwner& who, uint64_t max_bytes, IoCopy& done);
 
 }  // namespace agentcage::run

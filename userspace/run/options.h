@@ -14,6 +14,7 @@
 #include <utility>
 #include <vector>
 
+#include "core/labels.h"
 #include "core/paths.h"
 #include "policy/model.h"
 #include "util/result.h"
@@ -57,6 +58,11 @@ struct RunOptions {
   std::optional<std::string> result_file;                       // --result FILE ("-": stdout)
   std::optional<int> result_fd;                                 // --result-fd N
   std::optional<std::string> user;
+  // --io-dir DIR: copied into the (generated) workspace before COMMAND and
+  // the workspace copied back into it after (run/artifacts.h), as
+  // --io-owner UID:GID (default: DIR's owner).
+  std::optional<std::string> io_dir, io_owner;
+  core::Labels labels;  // --label KEY=VALUE
   std::vector<std::string> command;
   Paths paths;
 };

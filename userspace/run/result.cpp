@@ -2,9 +2,12 @@
 #include "run/result.h"
 
 #include <cerrno>
+#include <cstdio>
+#include <ctime>
 
 #include "bpf/names.h"
 #include "bpf/record.h"
+#include "core/fail_closed.h"
 #include "core/run_outcome.h"
 #include "util/sys_names.h"
 #include "util/text.h"
@@ -38,12 +41,30 @@ nlohmann::json syscall_record_json(const RunResult& r, const SyscallDenial& d) {
   return j;
 }
 
+// RFC 3339 in UTC with milliseconds, or null for a time never set.
+nlohmann::json timestamp(std::chrono::system_clock::time_point t) {
+  if (t == std::chrono::system_clock::time_point{}) return nullptr;
+  const auto ms = std::chrono::duration_cast<std::chrono::milliseconds>(t.time_since_epoch()).count();
+  const std::time_t secs = static_cast<std::time_t>(ms / 1000);
+  std::tm tm{};
+  ::gmtime_r(&secs, &tm);
+  char buf[96];
+  std::snprintf(buf, sizeof buf, "%04d-%02d-%02dT%02d:%02d:%02d.%03dZ", tm.tm_year + 1900, tm.tm_mon + 1, tm.tm_mday,
+                tm.tm_hour, tm.tm_min, tm.tm_sec, static_cast<int>(ms % 1000));
+  return buf;
+}
+
 }  // namespace
 
 nlohmann::json to_json(const RunResult& r) {
   using nlohmann::json;
   json j;
+  j["version"] = kResultVersion;
+  j["agentcage_version"] = AGENTCAGE_VERSION;
   j["run_id"] = r.run_id;
+  j["labels"] = r.labels;
+  j["started_at"] = timestamp(r.started_at);
+  j["ended_at"] = timestamp(r.ended_at);
   j["policy"] = r.policy_name;
   j["policy_file"] = r.policy_file;
   j["command"] = r.command;
@@ -72,6 +93,19 @@ nlohmann::json to_json(const RunResult& r) {
   j["interrupted_by"] = r.interrupted_by > 0 ? json(signal_name(r.interrupted_by)) : json(nullptr);
   j["error"] = r.error.empty() ? json(nullptr) : json(r.error);
   j["error_errno"] = r.error_errno ? json(errno_name(r.error_errno)) : json(nullptr);
+  j["fail_closed"] = r.exit_code == 125 && r.fail_closed_reason ? json(std::string(core::name(*r.fail_closed_reason)))
+                                                                : json(nullptr);
+  if (r.io)
+    j["io"] = {{"dir", r.io->dir},
+               {"copied_in", r.io->copied_in},
+               {"copied_in_bytes", r.io->copied_in_bytes},
+               {"copied_out", r.io->copied_out},
+               {"copied_out_bytes", r.io->copied_out_bytes},
+               {"skipped", r.io->skipped},
+               {"skipped_total", r.io->skipped_total},
+               {"error", opt(r.io->error)}};
+  else
+    j["io"] = nullptr;
 
   j["wall_time_ms"] = static_cast<double>(r.wall_time_us) / 1000.0;
   auto ms = [](const std::optional<uint64_t>& us) {

@@ -5,6 +5,7 @@
 
 #include <agentcage/abi.h>
 
+#include <chrono>
 #include <cstdint>
 #include <optional>
 #include <string>
@@ -15,12 +16,30 @@
 #include "bpf/scope_report.h"
 #include "control/notify.h"
 #include "core/fail_closed.h"
+#include "core/labels.h"
 #include "run/seccomp_notify.h"
 
 namespace agentcage::run {
 
+// The result document's version ("version"): bumped when a field changes
+// meaning or goes; new fields do not bump it. docs/schema/result.schema.json.
+inline constexpr int kResultVersion = 1;
+
+// What --io-dir copied in and back (run/artifacts.h).
+struct IoReport {
+  std::string dir;
+  uint64_t copied_in = 0, copied_in_bytes = 0, copied_out = 0, copied_out_bytes = 0;
+  std::vector<std::string> skipped;  // the first entries left out, and why
+  uint64_t skipped_total = 0;
+  std::optional<std::string> error;  // why the copy back stopped
+};
+
 struct RunResult {
   std::string run_id;
+  core::Labels labels;
+  // Wall-clock time, for the result's started_at / ended_at (RFC 3339, UTC).
+  std::chrono::system_clock::time_point started_at{}, ended_at{};
+  std::optional<IoReport> io;
   std::string policy_name;
   std::string policy_file;
   std::vector<std::string> command;
@@ -52,8 +71,8 @@ struct RunResult {
   uint64_t oom_kills = 0;
   int interrupted_by = 0;  // signal that made agentcage end the run
   std::string error;       // why agentcage failed (exit 125/126/127)
-  // For the daemon's agentcage_fail_closed_total{reason} (not in the JSON):
-  // why a 125 refused to run (unset for usage errors).
+  // Why a 125 refused to run unconfined (unset for usage errors): the
+  // result's "fail_closed" and agentcage_fail_closed_total{reason}.
   std::optional<core::FailClosedReason> fail_closed_reason;
   int error_errno = 0;
 

@@ -61,6 +61,7 @@ int finish(Run& run) {
           .count());
   for (const auto& p : left) err << "agentcage: cleanup: " << p << "\n";
   if (res.workspace_error) err << "agentcage: warning: " << *res.workspace_error << "\n";
+  if (res.io && res.io->error) err << "agentcage: warning: " << *res.io->error << "\n";
   if (!left.empty())
     err << "agentcage: the run was not fully removed; the next agentcage run retries (record in "
         << run.opts.paths.state_dir << "/runs)\n";
@@ -82,6 +83,8 @@ int finish(Run& run) {
 }  // namespace
 
 int run_command(const RunOptions& opts, RunResult& res, std::ostream& err) {
+  res.started_at = std::chrono::system_clock::now();
+  res.labels = opts.labels;
   Run run(opts, res, err);
   // Each step creates what it needs in run.resources; the first failure
   // ends the run with its exit status, message, fix and fail-closed reason.
@@ -128,6 +131,7 @@ int run_main(const RunOptions& opts, std::ostream& err) {
   RunResult res;
   int code = run_command(opts, res, err);
   res.exit_code = code;
+  res.ended_at = std::chrono::system_clock::now();
   control::notify_run_end(run_end_notice(res));
   err << denial_summary(res);
   if (opts.result_file || opts.result_fd) {

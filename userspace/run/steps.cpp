@@ -1,5 +1,6 @@
 // SPDX-License-Identifier: Apache-2.0
 // The setup steps of a run, up to the confined, empty cgroup (run/steps.h).
+#include <fcntl.h>
 #include <pwd.h>
 #include <sys/random.h>
 #include <sys/stat.h>
@@ -8,6 +9,7 @@
 #include <algorithm>
 #include <cerrno>
 #include <chrono>
+#include <cstring>
 #include <filesystem>
 
 #include "bpf/compile.h"
@@ -183,6 +185,17 @@ Step check_request(Run& run) {
   for (const auto& e : opts.env)
     if (auto kv = parse_env_assignment(e); !kv)
       return failure(kv.error().message, "see agentcage run --help");
+  if (opts.io_dir && opts.workspace)
+    return failure(
+        "--io-dir and --workspace are alternatives: --io-dir is copied into a fresh workspace and back",
+        "give one");
+  if (opts.io_owner && !opts.io_dir) return failure("--io-owner goes with --io-dir", "add --io-dir DIR");
+  if (opts.io_owner) {
+    auto spec = parse_user_spec(*opts.io_owner);
+    if (!spec || !spec->uid || !spec->gid)
+      return failure("--io-owner " + policy::quote(*opts.io_owner) + ": expected UID:GID (numbers)",
+                     "e.g. --io-owner 1000:1000");
+  }
 
   auto compiled = bpf::compile(*run.policy);
   if (!compiled) return refused(invalid, "policy " + *policy_path + ": " + compiled.error().message);
@@ -309,6 +322,49 @@ Status make_workspace(const RunOptions& opts, const Identity& id, const policy::
   return {};
 }
 
+// --io-dir: open the caller's directory as its owner, copy its entries into
+// the fresh workspace, and keep it open for teardown's copy back.
+Step fill_workspace(Run& run) {
+  const RunOptions& opts = run.opts;
+  Resources& r = run.resources;
+  const auto why = FailClosedReason::internal;
+  IoOwner who;
+  if (opts.io_owner) {
+    auto spec = parse_user_spec(*opts.io_owner);
+    who = IoOwner{*spec->uid, *spec->gid};
+  } else {
+    struct stat st {};
+    if (::lstat(opts.io_dir->c_str(), &st) != 0 || !S_ISDIR(st.st_mode))
+      return refused(why, "--io-dir " + policy::quote(*opts.io_dir) + ": not a directory",
+                     "pass an existing directory", errno ? errno : ENOTDIR);
+    who = IoOwner{st.st_uid, st.st_gid};
+  }
+  auto dir = open_io_dir(*opts.io_dir, who);
+  if (!dir)
+    return refused(why, dir.error().message,
+                   "pass a directory its owner can write, by a path without symbolic links",
+                   dir.error().code);
+  UniqueFd ws(::open(r.record.workspace.c_str(), O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC));
+  if (!ws) return refused(why, "opening the workspace: " + std::string(std::strerror(errno)), "", errno);
+  IoReport& io = run.res.io.emplace();
+  io.dir = *opts.io_dir;
+  IoCopy done;
+  const uint64_t budget = run.limits->disk_bytes.value_or(UINT64_MAX);
+  Status st = copy_in(dir->get(), who, ws.get(), run.identity->uid, run.identity->gid, budget, done);
+  io.copied_in = done.entries;
+  io.copied_in_bytes = done.bytes;
+  io.skipped = done.skipped;
+  io.skipped_total = done.skipped_total;
+  if (!st)
+    return refused(
+        why, "copying --io-dir into the workspace: " + st.error().message,
+        st.error().code == EFBIG ? "raise the disk limit (--disk) or make the directory smaller" : "",
+        st.error().code);
+  r.io_dir = std::move(*dir);
+  r.io_owner = who;
+  return {};
+}
+
 }  // namespace
 
 Step prepare_workspace(Run& run) {
@@ -324,6 +380,7 @@ Step prepare_workspace(Run& run) {
     return refused(FailClosedReason::internal, st.error().message, fix, st.error().code);
   }
   run.res.workspace = run.resources.record.workspace;
+  if (opts.io_dir) return fill_workspace(run);
   return {};
 }
 

@@ -28,6 +28,7 @@
 #include "cgroup/cgroup.h"
 #include "core/fail_closed.h"
 #include "policy/policy.h"
+#include "run/artifacts.h"
 #include "run/options.h"
 #include "run/result.h"
 #include "run/sandbox.h"
@@ -94,6 +95,10 @@ struct Resources {
   // The run's seccomp listener: answers and counts its denied calls until
   // teardown has killed the cgroup (run/seccomp_notify.h).
   std::optional<SyscallSupervisor> seccomp;
+  // --io-dir: the caller's directory (opened as its owner) the workspace is
+  // copied back into by teardown.
+  UniqueFd io_dir;
+  IoOwner io_owner;
 };
 
 // The state the steps share.

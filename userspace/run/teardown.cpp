@@ -1,5 +1,6 @@
 // SPDX-License-Identifier: Apache-2.0
 // Releasing what a run created, newest first, in one place (run/steps.h).
+#include <fcntl.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -90,6 +91,23 @@ std::vector<std::string> teardown(Resources& r, RunResult& res, bool collect,
       problems.push_back(st.error().message);
     else
       r.cg.reset();
+  }
+  if (!r.record.workspace.empty() && drained && r.io_dir) {
+    // --io-dir: the workspace goes back to the caller's directory before it
+    // goes. Once, whatever happens: a retry must not copy twice.
+    UniqueFd io = std::move(r.io_dir);
+    IoReport& report = res.io ? *res.io : res.io.emplace();
+    UniqueFd ws(::open(r.record.workspace.c_str(), O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC));
+    IoCopy done;
+    Status st = ws ? copy_out(ws.get(), io.get(), r.io_owner, res.disk_max_bytes.value_or(UINT64_MAX), done)
+                   : Status(Error::from_errno("opening the workspace"));
+    report.copied_out = done.entries;
+    report.copied_out_bytes = done.bytes;
+    for (auto& s : done.skipped)
+      if (report.skipped.size() < 20) report.skipped.push_back(std::move(s));
+    report.skipped_total += done.skipped_total;
+    // Not a cleanup problem: the run's own things still all go.
+    if (!st) report.error = "copying the workspace back to " + report.dir + ": " + st.error().message;
   }
   if (!r.record.workspace.empty() && drained) {
     std::error_code ec;

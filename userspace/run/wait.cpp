@@ -115,7 +115,7 @@ int SignalGuard::take() const {
 Step spawn(Run& run, std::optional<int>& unstarted) {
   Resources& r = run.resources;
   RunResult& res = run.res;
-  control::notify_run_start(res.run_id, res.policy_name, res.scope_id);
+  control::notify_run_start(res.run_id, res.policy_name, res.scope_id, res.labels);
 
   auto env = sandbox_environment(r.record.workspace, run.opts.env);
   if (!env) return internal(env.error().message);

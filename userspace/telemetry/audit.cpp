@@ -37,6 +37,7 @@ nlohmann::json event_json(const ac_event_decision& ev, const EventContext& ctx) 
   j["time"] = rfc3339_ns(ctx.realtime_ns);
   j["run_id"] = ctx.run_id.empty() ? nlohmann::json(nullptr) : nlohmann::json(ctx.run_id);
   j["policy"] = ctx.policy.empty() ? nlohmann::json(nullptr) : nlohmann::json(ctx.policy);
+  if (!ctx.labels.empty()) j["labels"] = ctx.labels;
   return j;
 }
 

@@ -17,6 +17,8 @@
 
 #include <nlohmann/json.hpp>
 
+#include "core/labels.h"
+
 namespace agentcage::telemetry {
 
 // What the consumer knows beyond the record itself.
@@ -24,6 +26,7 @@ struct EventContext {
   int64_t realtime_ns = 0;  // the record's time on CLOCK_REALTIME
   std::string policy;       // the slot's policy name ("" when unknown)
   std::string run_id;       // "" when the scope is not a known run
+  core::Labels labels;      // the run's caller-supplied labels ("labels", when any)
 };
 
 // RFC 3339 UTC with nanoseconds: "2025-01-02T03:04:05.123456789Z".

@@ -5,6 +5,7 @@
 #include <sys/types.h>
 
 #include <cstddef>
+#include <vector>
 
 #include "util/unique_fd.h"
 
@@ -20,5 +21,14 @@ ssize_t send_with_fd(int sock, const void* data, size_t size, int fd);
 // was not delivered, MSG_TRUNC: bytes were cut). The bytes received, or -1
 // with errno (EINTR retried).
 ssize_t recv_with_fd(int sock, void* buf, size_t size, UniqueFd& fd, int* msg_flags);
+
+// Up to kMaxPassedFds descriptors with one message.
+inline constexpr size_t kMaxPassedFds = 8;
+ssize_t send_with_fds(int sock, const void* data, size_t size, const int* fds, size_t count);
+// Receives up to `size` bytes and appends the descriptors sent with them to
+// `fds` (close-on-exec; at most kMaxPassedFds: MSG_CTRUNC in *msg_flags when
+// the kernel had to drop some, which it closes). MSG_DONTWAIT when `nonblock`.
+ssize_t recv_with_fds(int sock, void* buf, size_t size, std::vector<UniqueFd>& fds, int* msg_flags,
+                      bool nonblock);
 
 }  // namespace agentcage

@@ -1,0 +1,293 @@
+// SPDX-License-Identifier: Apache-2.0
+#include "daemon/run_service.h"
+
+#include <fcntl.h>
+#include <poll.h>
+#include <signal.h>
+#include <sys/epoll.h>
+#include <sys/prctl.h>
+#include <sys/syscall.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+
+#include "policy/values.h"
+#include "run/options.h"
+#include "util/log.h"
+
+namespace agentcage::daemon {
+namespace {
+
+using nlohmann::json;
+
+// A result document larger than this is not a result (the runner's are a few KiB).
+constexpr size_t kMaxResultBytes = 4u << 20;
+
+json refusal(const std::string& why) { return {{"ok", false}, {"error", why}, {"exit_code", 125}}; }
+
+std::string bytes_text(uint64_t v) { return std::to_string(v); }
+std::string pids_text(uint32_t v) { return std::to_string(v); }
+std::string timeout_text(std::chrono::milliseconds v) { return std::to_string(v.count()) + "ms"; }
+std::string cpus_text(double v) {
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "%.3f", v);
+  std::string s = buf;
+  while (s.back() == '0') s.pop_back();
+  if (s.back() == '.') s.pop_back();
+  return s;
+}
+
+// One limit: the effective value lowered to the cap, as text (or "unlimited").
+template <class T, class Format>
+Status cap_one(const char* name, const char* key, std::optional<T> effective, const std::optional<T>& cap,
+               const std::optional<std::string>& asked, Format format, std::optional<std::string>& out) {
+  if (cap && (!effective || *effective > *cap)) {
+    if (asked)
+      return Error{"limit " + std::string(name) + " " + *asked + " is over this daemon's cap of " +
+                       format(*cap) + " (" + key + " in its configuration)",
+                   EPERM};
+    effective = cap;
+  }
+  out = effective ? format(*effective) : std::string(policy::kUnlimited);
+  return {};
+}
+
+pid_t pidfd_open(pid_t pid) { return static_cast<pid_t>(::syscall(SYS_pidfd_open, pid, 0)); }
+
+}  // namespace
+
+Result<control::RunLimits> capped_limits(const policy::Limits& policy_limits, const control::RunLimits& asked,
+                                         const policy::Limits& caps) {
+  run::RunOptions o;
+  o.timeout = asked.timeout;
+  o.memory = asked.memory;
+  o.pids = asked.pids;
+  o.cpu = asked.cpu;
+  o.disk = asked.disk;
+  auto eff = run::effective_limits(policy_limits, o);
+  if (!eff) return eff.error();
+  control::RunLimits out;
+  if (Status s = cap_one("memory", "run_max_memory", eff->memory_bytes, caps.memory_bytes, asked.memory,
+                         bytes_text, out.memory);
+      !s)
+    return s.error();
+  if (Status s = cap_one("pids", "run_max_pids", eff->pids, caps.pids, asked.pids, pids_text, out.pids); !s)
+    return s.error();
+  if (Status s = cap_one("cpu", "run_max_cpu", eff->cpus, caps.cpus, asked.cpu, cpus_text, out.cpu); !s)
+    return s.error();
+  if (Status s = cap_one("timeout", "run_max_timeout", eff->timeout, caps.timeout, asked.timeout,
+                         timeout_text, out.timeout);
+      !s)
+    return s.error();
+  if (Status s =
+          cap_one("disk", "run_max_disk", eff->disk_bytes, caps.disk_bytes, asked.disk, bytes_text, out.disk);
+      !s)
+    return s.error();
+  return out;
+}
+
+RunService::RunService(const Config& cfg, EventLoop& loop, Finish finish)
+    : cfg_(cfg), loop_(loop), finish_(std::move(finish)) {}
+
+RunService::~RunService() {
+  for (auto& [fd, r] : runs_) {
+    ::kill(r.pid, SIGKILL);
+    ::waitpid(r.pid, nullptr, 0);
+  }
+}
+
+std::optional<json> RunService::start(const control::Request& req, const Peer& peer,
+                                      std::vector<UniqueFd> stdio,
+                                      const std::optional<policy::Limits>& limits) {
+  if (!limits)
+    return refusal("no policy named '" + req.policy + "' is loaded by the daemon (policy dir " +
+                   cfg_.policy_dir + "; `agentcage status` lists them)");
+  if (runs_.size() >= cfg_.max_runs)
+    return refusal("too many runs through the daemon (max_runs " + std::to_string(cfg_.max_runs) +
+                   "): try again when one has ended");
+  size_t mine = 0;
+  for (const auto& [fd, r] : runs_) mine += r.uid == peer.uid;
+  if (mine >= cfg_.max_runs_per_client)
+    return refusal("too many runs of uid " + std::to_string(peer.uid) + " (max_runs_per_client " +
+                   std::to_string(cfg_.max_runs_per_client) + "): try again when one has ended");
+  auto capped = capped_limits(*limits, req.limits, cfg_.run_caps);
+  if (!capped) return refusal(capped.error().message);
+
+  // Everything the child needs is built before fork: after it, only system calls.
+  std::vector<std::string> args = {"agentcage", "run",          "--policy",
+                                   req.policy,  "--policy-dir", cfg_.policy_dir};
+  auto limit = [&args](const char* flag, const std::optional<std::string>& v) {
+    if (v) args.insert(args.end(), {flag, *v});
+  };
+  limit("--memory", capped->memory);
+  limit("--pids", capped->pids);
+  limit("--cpu", capped->cpu);
+  limit("--timeout", capped->timeout);
+  limit("--disk", capped->disk);
+  for (const auto& e : req.env) args.insert(args.end(), {"--env", e});
+  for (const auto& [k, v] : req.labels) args.insert(args.end(), {"--label", k + "=" + v});
+  if (!req.workspace.empty())
+    args.insert(args.end(), {"--io-dir", req.workspace, "--io-owner",
+                             std::to_string(peer.uid) + ":" + std::to_string(peer.gid)});
+  args.insert(args.end(), {"--result-fd", "3", "--"});
+  args.insert(args.end(), req.argv.begin(), req.argv.end());
+  std::vector<std::string> env = {
+      "PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin",
+      "AGENTCAGE_POLICY_DIR=" + cfg_.policy_dir, "AGENTCAGE_CGROUP_PARENT=" + cfg_.cgroup_parent,
+      "AGENTCAGE_STATE_DIR=" + cfg_.state_dir, "AGENTCAGE_CONTROL_SOCKET=" + cfg_.control_socket};
+  if (const char* root = std::getenv("AGENTCAGE_WORKSPACE_ROOT"); root && *root)
+    env.push_back(std::string("AGENTCAGE_WORKSPACE_ROOT=") + root);
+  std::vector<char*> argv, envp;
+  for (auto& a : args) argv.push_back(a.data());
+  argv.push_back(nullptr);
+  for (auto& e : env) envp.push_back(e.data());
+  envp.push_back(nullptr);
+
+  int pipe_fds[2];
+  if (::pipe2(pipe_fds, O_CLOEXEC) != 0)
+    return refusal("the daemon could not start the run: pipe2: " + std::string(std::strerror(errno)));
+  UniqueFd result_read(pipe_fds[0]), result_write(pipe_fds[1]);
+  const pid_t parent = ::getpid();
+  const pid_t pid = ::fork();
+  if (pid < 0)
+    return refusal("the daemon could not start the run: fork: " + std::string(std::strerror(errno)));
+  if (pid == 0) {
+    // The runner ends its run when the daemon dies.
+    if (::prctl(PR_SET_PDEATHSIG, SIGTERM) != 0 || ::getppid() != parent) ::_exit(125);
+    sigset_t none;
+    sigemptyset(&none);
+    ::sigprocmask(SIG_SETMASK, &none, nullptr);
+    ::signal(SIGPIPE, SIG_DFL);
+    // The result pipe to 3 first: a client descriptor may sit at 3.
+    int rfd = ::fcntl(result_write.get(), F_DUPFD_CLOEXEC, 10);
+    int in = ::fcntl(stdio[0].get(), F_DUPFD_CLOEXEC, 10), out = ::fcntl(stdio[1].get(), F_DUPFD_CLOEXEC, 10),
+        err = ::fcntl(stdio[2].get(), F_DUPFD_CLOEXEC, 10);
+    if (rfd < 0 || in < 0 || out < 0 || err < 0 || ::dup2(in, 0) < 0 || ::dup2(out, 1) < 0 ||
+        ::dup2(err, 2) < 0 || ::dup2(rfd, 3) < 0)
+      ::_exit(125);
+    ::execve("/proc/self/exe", argv.data(), envp.data());
+    ::_exit(125);
+  }
+  result_write.reset();
+  UniqueFd pidfd(pidfd_open(pid));
+  if (!pidfd) {
+    ::kill(pid, SIGKILL);
+    ::waitpid(pid, nullptr, 0);
+    return refusal("the daemon could not watch the run: pidfd_open: " + std::string(std::strerror(errno)));
+  }
+  ::fcntl(result_read.get(), F_SETFL, O_NONBLOCK);
+  const int key = pidfd.get();
+  Running& r = runs_[key];
+  r.client = peer.id;
+  r.uid = peer.uid;
+  r.pid = pid;
+  r.pidfd = std::move(pidfd);
+  r.result = std::move(result_read);
+  loop_.add(r.result.get(), EPOLLIN, [this, key](uint32_t) {
+    if (auto it = runs_.find(key); it != runs_.end()) read_result(it->second);
+  });
+  loop_.add(key, EPOLLIN, [this, key](uint32_t) { reaped(key); });
+  log::info("run for uid " + std::to_string(peer.uid) + " (pid " + std::to_string(peer.pid) +
+            ") under policy " + req.policy + ": runner pid " + std::to_string(pid));
+  return std::nullopt;
+}
+
+void RunService::read_result(Running& r) {
+  if (!r.result) return;
+  char buf[16384];
+  for (;;) {
+    ssize_t n = ::read(r.result.get(), buf, sizeof buf);
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) {
+      if (n == 0 || errno != EAGAIN) {
+        loop_.remove(r.result.get());
+        r.result.reset();
+      }
+      return;
+    }
+    if (r.document.size() + static_cast<size_t>(n) > kMaxResultBytes) {
+      loop_.remove(r.result.get());
+      r.result.reset();
+      r.document.clear();
+      return;
+    }
+    r.document.append(buf, static_cast<size_t>(n));
+  }
+}
+
+void RunService::reaped(int key) {
+  auto it = runs_.find(key);
+  if (it == runs_.end()) return;
+  Running& r = it->second;
+  read_result(r);
+  if (r.result) {
+    loop_.remove(r.result.get());
+    r.result.reset();
+  }
+  int status = 0;
+  while (::waitpid(r.pid, &status, 0) < 0 && errno == EINTR) {
+  }
+  const int code = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+  json doc = json::parse(r.document, nullptr, false);
+  json reply;
+  if (r.stopping)
+    reply = {{"ok", false}, {"error", "the daemon is stopping: the run was ended"}, {"exit_code", code}};
+  else if (!doc.is_object())
+    reply = {{"ok", false},
+             {"error", "the run ended without a result document (its runner exited with status " +
+                           std::to_string(code) + ")"},
+             {"exit_code", code}};
+  else
+    reply = {{"ok", true}, {"exit_code", code}};
+  if (doc.is_object()) reply["result"] = std::move(doc);
+  const uint64_t client = r.client;
+  const bool abandoned = r.abandoned;
+  loop_.remove(key);
+  runs_.erase(it);
+  if (!abandoned) finish_(client, reply);
+}
+
+void RunService::client_gone(uint64_t client) {
+  for (auto& [fd, r] : runs_)
+    if (r.client == client && !r.abandoned) {
+      r.abandoned = true;
+      log::info("the client of runner pid " + std::to_string(r.pid) + " hung up: ending its run");
+      ::kill(r.pid, SIGTERM);
+    }
+}
+
+void RunService::stop_all(int grace_ms) {
+  if (runs_.empty()) return;
+  log::info("stopping: ending " + std::to_string(runs_.size()) + " run(s) in flight");
+  for (auto& [fd, r] : runs_) {
+    r.stopping = true;
+    ::kill(r.pid, SIGTERM);
+  }
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::milliseconds(grace_ms);
+  while (!runs_.empty()) {
+    std::vector<pollfd> fds;
+    for (auto& [fd, r] : runs_) fds.push_back({fd, POLLIN, 0});
+    const auto left =
+        std::chrono::duration_cast<std::chrono::milliseconds>(deadline - std::chrono::steady_clock::now())
+            .count();
+    if (left <= 0) break;
+    if (::poll(fds.data(), fds.size(), static_cast<int>(left)) < 0 && errno != EINTR) break;
+    for (auto& p : fds) {
+      if (auto it = runs_.find(p.fd); it != runs_.end()) read_result(it->second);
+      if (p.revents & POLLIN) reaped(p.fd);
+    }
+  }
+  for (auto& [fd, r] : runs_) {
+    log::warn("runner pid " + std::to_string(r.pid) +
+              " did not end in time: killed (the next run reaps its run)");
+    ::kill(r.pid, SIGKILL);
+  }
+  while (!runs_.empty()) reaped(runs_.begin()->first);
+}
+
+}  // namespace agentcage::daemon
