@@ -32,6 +32,7 @@
 #include "cgroup/cgroup.h"
 #include "control/client.h"
 #include "control/protocol.h"
+#include "daemon_env.h"
 #include "kernel_env.h"
 
 #ifndef AGENTCAGE_SOURCE_DIR
@@ -46,87 +47,7 @@ using nlohmann::json;
 using Clock = std::chrono::steady_clock;
 using namespace std::chrono_literals;
 
-const std::string kSocket = "/run/agentcage/control.sock";  // the default: `agentcage run` finds it
-constexpr int kMetricsPort = 19477;
 constexpr int kPrometheusPort = 19090;
-
-std::string agentcage_bin() {
-  return (fs::read_symlink("/proc/self/exe").parent_path() / ".." / "agentcage").lexically_normal().string();
-}
-
-std::string slurp(const fs::path& p) {
-  std::ifstream in(p, std::ios::binary);
-  std::stringstream ss;
-  ss << in.rdbuf();
-  return ss.str();
-}
-
-void write_file(const fs::path& p, const std::string& text) {
-  // Atomically, as editors and config management do: the daemon never sees
-  // half a file.
-  fs::path tmp = p.parent_path() / ("." + p.filename().string() + ".tmp");
-  {
-    std::ofstream out(tmp, std::ios::trunc);
-    out << text;
-  }
-  fs::rename(tmp, p);
-}
-
-// A policy for the tests: cat/sleep/sh may run and read the C library;
-// /etc/hostname is readable, /etc/passwd only when `allow_passwd`.
-std::string dtest_policy(bool allow_passwd) {
-  return std::string(
-             "apiVersion: agentcage/v1\n"
-             "kind: Policy\n"
-             "metadata: {name: dtest}\n"
-             "spec:\n"
-             "  exec: {allow: [/usr/bin/cat, /usr/bin/sleep, /usr/bin/sh]}\n"
-             "  files:\n"
-             "    read: [/usr/lib, /usr/lib64, /etc/ld.so.cache, /etc/hostname") +
-         (allow_passwd ? ", /etc/passwd" : "") + ", \"${workspace}\"]\n";
-}
-
-bool wait_until(const std::function<bool()>& cond, std::chrono::seconds limit) {
-  auto deadline = Clock::now() + limit;
-  while (Clock::now() < deadline) {
-    if (cond()) return true;
-    std::this_thread::sleep_for(200ms);
-  }
-  return cond();
-}
-
-struct Proc {
-  pid_t pid = -1;
-  fs::path out;
-};
-
-// fork + exec with stdout/stderr to `out`.
-Proc spawn(const std::vector<std::string>& argv, const fs::path& out,
-           const std::vector<std::string>& env = {}) {
-  Proc p;
-  p.out = out;
-  p.pid = ::fork();
-  if (p.pid == 0) {
-    int fd = ::open(out.c_str(), O_WRONLY | O_CREAT | O_APPEND, 0644);
-    ::dup2(fd, 1);
-    ::dup2(fd, 2);
-    ::close(fd);
-    for (const auto& e : env) ::putenv(const_cast<char*>(e.c_str()));
-    std::vector<char*> cargv;
-    for (const auto& a : argv) cargv.push_back(const_cast<char*>(a.c_str()));
-    cargv.push_back(nullptr);
-    ::execv(cargv[0], cargv.data());
-    ::_exit(99);
-  }
-  return p;
-}
-
-int wait_exit(pid_t pid) {
-  int status = 0;
-  while (::waitpid(pid, &status, 0) < 0 && errno == EINTR) {
-  }
-  return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
-}
 
 // A plain HTTP/1.0 GET on 127.0.0.1; returns the body ("" on failure).
 std::string http_get(int port, const std::string& target) {
@@ -184,20 +105,6 @@ double scrape(const std::string& series) {
   return -1;
 }
 
-Result<json> control(const json& req) { return control::call(kSocket, req, 10000); }
-
-json status() {
-  auto r = control({{"op", "status"}});
-  if (!r || !r->value("ok", false)) return json::object();
-  return (*r)["status"];
-}
-
-std::optional<uint32_t> named_slot(const json& st, const std::string& name) {
-  for (const auto& p : st.value("policies", json::array()))
-    if (p["name"] == name && p["owner"] == "named") return p["slot"].get<uint32_t>();
-  return std::nullopt;
-}
-
 // An operation in a process started inside `cg`: open(path) for reading.
 // Returns 0 or the errno.
 int open_in(const cgroup::Cgroup& cg, const std::string& path) {
@@ -212,74 +119,7 @@ int open_in(const cgroup::Cgroup& cg, const std::string& path) {
   return st && WIFEXITED(*st) ? WEXITSTATUS(*st) : -1;
 }
 
-class Daemon : public ::testing::Test {
- protected:
-  void SetUp() override {
-    AC_REQUIRE_ENFORCER();
-    ASSERT_TRUE(fs::exists(agentcage_bin())) << agentcage_bin();
-    char tmpl[] = "/tmp/ac-daemon-test-XXXXXX";
-    dir_ = ::mkdtemp(tmpl);
-    fs::create_directories(dir_ / "policies");
-    write_file(dir_ / "policies" / "dtest.yaml", dtest_policy(false));
-    std::ofstream(dir_ / "daemon.yaml") << "policy_dir: " << (dir_ / "policies").string() << "\n"
-                                        << "metrics_address: 127.0.0.1:" << kMetricsPort << "\n"
-                                        << "audit_log: " << (dir_ / "audit.jsonl").string() << "\n";
-    auto root = cgroup::find_cgroup2_root();
-    ASSERT_TRUE(root) << root.error().message;
-    root_ = *root;
-  }
-
-  void TearDown() override {
-    stop_daemon(SIGTERM);
-    if (prometheus_ > 0) {
-      ::kill(prometheus_, SIGKILL);
-      wait_exit(prometheus_);
-    }
-    // The daemon's named slot stays pinned by design; tests leave none.
-    if (auto e = bpf::Enforcer::open_shared())
-      if (auto pols = (*e)->policies())
-        for (const auto& p : *pols)
-          if (p.owner == AC_POLICY_OWNER_NAMED && (p.name == "dtest" || p.name == "daudit"))
-            (void)(*e)->remove_policy(p.slot);
-    std::error_code ec;
-    fs::remove(dir_ / "daemon.log", ec);
-    fs::remove_all(dir_, ec);
-  }
-
-  void start_daemon() {
-    daemon_ =
-        spawn({agentcage_bin(), "daemon", "--config", (dir_ / "daemon.yaml").string()}, dir_ / "daemon.log");
-    ASSERT_TRUE(wait_until([&] { return named_slot(status(), "dtest").has_value(); }, 120s))
-        << "daemon did not come up with policy dtest:\n"
-        << slurp(dir_ / "daemon.log");
-  }
-
-  void stop_daemon(int sig) {
-    if (daemon_.pid <= 0) return;
-    ::kill(daemon_.pid, sig);
-    wait_exit(daemon_.pid);
-    daemon_.pid = -1;
-  }
-
-  std::string log() { return slurp(dir_ / "daemon.log"); }
-
-  // `agentcage run --policy dtest` with the test policy directory.
-  Proc start_run(const std::vector<std::string>& cmd, const std::string& tag,
-                 const std::vector<std::string>& extra = {}) {
-    std::vector<std::string> argv = {agentcage_bin(), "run",
-                                     "--policy",      "dtest",
-                                     "--policy-dir",  (dir_ / "policies").string(),
-                                     "--result",      (dir_ / (tag + ".json")).string()};
-    argv.insert(argv.end(), extra.begin(), extra.end());
-    argv.push_back("--");
-    argv.insert(argv.end(), cmd.begin(), cmd.end());
-    return spawn(argv, dir_ / (tag + ".out"));
-  }
-
-  fs::path dir_, root_;
-  Proc daemon_;
-  pid_t prometheus_ = -1;
-};
+class Daemon : public DaemonEnv {};
 
 // ---- metrics through a real Prometheus server -----------------------------
 

@@ -70,8 +70,14 @@ int run_via_daemon(const RunOptions& opts, const std::string& control_socket, st
   const int stdio[3] = {0, 1, 2};
   auto answer = control::call_with_fds(control_socket, control::to_json(req), stdio, 3, -1);
   if (!answer) {
-    err << "agentcage: " << answer.error().message << "\n";
     struct stat st {};
+    if (answer.error().code == EACCES) {
+      err << "agentcage: permission denied: the daemon's control socket " << control_socket
+          << " takes root and members of its control_group only\n"
+          << "agentcage: fix: run as root, or ask an operator to add you to the daemon's control_group\n";
+      return kExitSetup;
+    }
+    err << "agentcage: " << answer.error().message << "\n";
     if (::stat(control_socket.c_str(), &st) != 0)
       err << "agentcage: fix: agentcage run needs root, or the agentcage daemon (no socket at "
           << control_socket << "): start it (systemctl start agentcage) or run as root\n";

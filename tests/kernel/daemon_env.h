@@ -1,0 +1,192 @@
+// SPDX-License-Identifier: Apache-2.0
+// A real `agentcage daemon` for kernel tests: started from build/agentcage
+// with a test policy directory, its control socket at the default path, and
+// the helpers the daemon tests share (spawning processes, polling, the
+// control protocol). Needs root and a kernel that enforces (the VM).
+#pragma once
+
+#include <fcntl.h>
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <filesystem>
+#include <fstream>
+#include <functional>
+#include <optional>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include <gtest/gtest.h>
+#include <nlohmann/json.hpp>
+
+#include "bpf/enforcer.h"
+#include "cgroup/cgroup.h"
+#include "control/client.h"
+#include "kernel_env.h"
+#include "run_helpers.h"
+
+namespace agentcage::kt {
+
+using Clock = std::chrono::steady_clock;
+using namespace std::chrono_literals;
+
+inline constexpr int kMetricsPort = 19477;
+inline const std::string kSocket = "/run/agentcage/control.sock";  // the default: `agentcage run` finds it
+
+inline void write_file(const std::filesystem::path& p, const std::string& text) {
+  // Atomically, as editors and config management do: the daemon never sees
+  // half a file.
+  std::filesystem::path tmp = p.parent_path() / ("." + p.filename().string() + ".tmp");
+  {
+    std::ofstream out(tmp, std::ios::trunc);
+    out << text;
+  }
+  std::filesystem::rename(tmp, p);
+}
+
+// A policy for the tests: cat/sleep/sh may run and read the C library;
+// /etc/hostname is readable, /etc/passwd only when `allow_passwd`.
+inline std::string dtest_policy(bool allow_passwd) {
+  return std::string(
+             "apiVersion: agentcage/v1\n"
+             "kind: Policy\n"
+             "metadata: {name: dtest}\n"
+             "spec:\n"
+             "  exec: {allow: [/usr/bin/cat, /usr/bin/sleep, /usr/bin/sh]}\n"
+             "  files:\n"
+             "    read: [/usr/lib, /usr/lib64, /etc/ld.so.cache, /etc/hostname") +
+         (allow_passwd ? ", /etc/passwd" : "") + ", \"${workspace}\"]\n";
+}
+
+inline bool wait_until(const std::function<bool()>& cond, std::chrono::seconds limit) {
+  auto deadline = Clock::now() + limit;
+  while (Clock::now() < deadline) {
+    if (cond()) return true;
+    std::this_thread::sleep_for(200ms);
+  }
+  return cond();
+}
+
+struct Proc {
+  pid_t pid = -1;
+  std::filesystem::path out;
+};
+
+// fork + exec with stdout/stderr to `out`.
+inline Proc spawn(const std::vector<std::string>& argv, const std::filesystem::path& out,
+                  const std::vector<std::string>& env = {}, const std::function<void()>& in_child = {}) {
+  Proc p;
+  p.out = out;
+  p.pid = ::fork();
+  if (p.pid == 0) {
+    int fd = ::open(out.c_str(), O_WRONLY | O_CREAT | O_APPEND, 0644);
+    ::dup2(fd, 1);
+    ::dup2(fd, 2);
+    ::close(fd);
+    for (const auto& e : env) ::putenv(const_cast<char*>(e.c_str()));
+    if (in_child) in_child();
+    std::vector<char*> cargv;
+    for (const auto& a : argv) cargv.push_back(const_cast<char*>(a.c_str()));
+    cargv.push_back(nullptr);
+    ::execv(cargv[0], cargv.data());
+    ::_exit(99);
+  }
+  return p;
+}
+
+inline int wait_exit(pid_t pid) {
+  int status = 0;
+  while (::waitpid(pid, &status, 0) < 0 && errno == EINTR) {
+  }
+  return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+}
+
+inline Result<nlohmann::json> control(const nlohmann::json& req) {
+  return control::call(kSocket, req, 10000);
+}
+
+inline nlohmann::json status() {
+  auto r = control(nlohmann::json{{"op", "status"}});
+  if (!r || !r->value("ok", false)) return nlohmann::json::object();
+  return (*r)["status"];
+}
+
+inline std::optional<uint32_t> named_slot(const nlohmann::json& st, const std::string& name) {
+  for (const auto& p : st.value("policies", nlohmann::json::array()))
+    if (p["name"] == name && p["owner"] == "named") return p["slot"].get<uint32_t>();
+  return std::nullopt;
+}
+
+class DaemonEnv : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    AC_REQUIRE_ENFORCER();
+    ASSERT_TRUE(std::filesystem::exists(agentcage_bin())) << agentcage_bin();
+    char tmpl[] = "/tmp/ac-daemon-test-XXXXXX";
+    dir_ = ::mkdtemp(tmpl);
+    std::filesystem::create_directories(dir_ / "policies");
+    write_file(dir_ / "policies" / "dtest.yaml", dtest_policy(false));
+    std::ofstream(dir_ / "daemon.yaml") << "policy_dir: " << (dir_ / "policies").string() << "\n"
+                                        << "metrics_address: 127.0.0.1:" << kMetricsPort << "\n"
+                                        << "audit_log: " << (dir_ / "audit.jsonl").string() << "\n";
+    auto root = cgroup::find_cgroup2_root();
+    ASSERT_TRUE(root) << root.error().message;
+    root_ = *root;
+  }
+
+  void TearDown() override {
+    stop_daemon(SIGTERM);
+    if (prometheus_ > 0) {
+      ::kill(prometheus_, SIGKILL);
+      wait_exit(prometheus_);
+    }
+    // The daemon's named slot stays pinned by design; tests leave none.
+    if (auto e = bpf::Enforcer::open_shared())
+      if (auto pols = (*e)->policies())
+        for (const auto& p : *pols)
+          if (p.owner == AC_POLICY_OWNER_NAMED && (p.name == "dtest" || p.name == "daudit"))
+            (void)(*e)->remove_policy(p.slot);
+    std::error_code ec;
+    std::filesystem::remove(dir_ / "daemon.log", ec);
+    std::filesystem::remove_all(dir_, ec);
+  }
+
+  void start_daemon() {
+    daemon_ =
+        spawn({agentcage_bin(), "daemon", "--config", (dir_ / "daemon.yaml").string()}, dir_ / "daemon.log");
+    ASSERT_TRUE(wait_until([&] { return named_slot(status(), "dtest").has_value(); }, 120s))
+        << "daemon did not come up with policy dtest:\n"
+        << slurp(dir_ / "daemon.log");
+  }
+
+  void stop_daemon(int sig) {
+    if (daemon_.pid <= 0) return;
+    ::kill(daemon_.pid, sig);
+    wait_exit(daemon_.pid);
+    daemon_.pid = -1;
+  }
+
+  std::string log() { return slurp(dir_ / "daemon.log"); }
+
+  // `agentcage run --policy dtest` with the test policy directory.
+  Proc start_run(const std::vector<std::string>& cmd, const std::string& tag,
+                 const std::vector<std::string>& extra = {}) {
+    std::vector<std::string> argv = {agentcage_bin(), "run",
+                                     "--policy",      "dtest",
+                                     "--policy-dir",  (dir_ / "policies").string(),
+                                     "--result",      (dir_ / (tag + ".json")).string()};
+    argv.insert(argv.end(), extra.begin(), extra.end());
+    argv.push_back("--");
+    argv.insert(argv.end(), cmd.begin(), cmd.end());
+    return spawn(argv, dir_ / (tag + ".out"));
+  }
+
+  std::filesystem::path dir_, root_;
+  Proc daemon_;
+  pid_t prometheus_ = -1;
+};
+
+}  // namespace agentcage::kt

@@ -1,0 +1,394 @@
+// SPDX-License-Identifier: Apache-2.0
+// Runs through the daemon for callers that are not root (the control
+// protocol's "run", daemon/run_service.h), end to end: the real daemon, the
+// real `agentcage run` started by an unprivileged user (uid 65534) in and
+// out of the control group, its workspace checks, its caps, clients that die
+// and a daemon that stops with runs in flight. Needs root and a kernel that
+// enforces (the VM: tests/vm/run --kernel 6.1|6.12).
+#include <grp.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cstring>
+#include <string>
+#include <vector>
+
+#include "control/protocol.h"
+#include "daemon_env.h"
+#include "util/fd_passing.h"
+
+namespace agentcage::kt {
+namespace {
+
+namespace fs = std::filesystem;
+using nlohmann::json;
+
+constexpr uid_t kClientUid = 65534;
+constexpr gid_t kClientGid = 65534;
+constexpr gid_t kControlGid = 4242;
+
+// sh, cat, sleep and true may run; the workspace may be read and written; /etc/hostname
+// read; nothing else (/etc/passwd is denied).
+const char* kRunPolicy =
+    "apiVersion: agentcage/v1\n"
+    "kind: Policy\n"
+    "metadata: {name: drun}\n"
+    "spec:\n"
+    "  exec: {allow: [/usr/bin/cat, /usr/bin/sleep, /usr/bin/sh, /usr/bin/true]}\n"
+    "  files:\n"
+    "    read: [/usr/lib, /usr/lib64, /etc/ld.so.cache, /etc/locale.alias, /etc/hostname, \"${workspace}\"]\n"
+    "    write: [\"${workspace}\"]\n"
+    "  limits: {memory: 256Mi, timeout: 2m}\n";
+
+// Becomes the client: uid/gid 65534, in the control group when `member`.
+std::function<void()> become_client(bool member) {
+  return [member] {
+    gid_t groups[] = {kControlGid};
+    if (::setgroups(member ? 1 : 0, groups) != 0 || ::setgid(kClientGid) != 0 || ::setuid(kClientUid) != 0)
+      ::_exit(98);
+  };
+}
+
+class DaemonRun : public DaemonEnv {
+ protected:
+  void SetUp() override {
+    DaemonEnv::SetUp();
+    if (HasFatalFailure() || IsSkipped()) return;
+    write_file(dir_ / "policies" / "drun.yaml", kRunPolicy);
+    std::ofstream(dir_ / "daemon.yaml", std::ios::app) << "control_group: \"" << kControlGid << "\"\n"
+                                                       << "max_runs: 24\nmax_runs_per_client: 22\n"
+                                                       << "run_max_memory: 512Mi\n";
+    // The client's own directory (its results and workspaces).
+    client_ = dir_ / "client";
+    fs::create_directories(client_);
+    ASSERT_EQ(::chown(client_.c_str(), kClientUid, kClientGid), 0);
+    ::chmod(dir_.c_str(), 0755);
+  }
+
+  void TearDown() override {
+    DaemonEnv::TearDown();
+    if (auto e = bpf::Enforcer::open_shared())
+      if (auto pols = (*e)->policies())
+        for (const auto& p : *pols)
+          if (p.owner == AC_POLICY_OWNER_NAMED && (p.name == "drun" || p.name == "python-sandbox"))
+            (void)(*e)->remove_policy(p.slot);
+  }
+
+  void start() {
+    start_daemon();
+    ASSERT_TRUE(wait_until([&] { return named_slot(status(), "drun").has_value(); }, 60s)) << log();
+  }
+
+  // `agentcage run --policy drun ARGS... -- CMD` as the client; output in
+  // client/TAG.out, the result in client/TAG.json.
+  Proc client_run(const std::string& tag, const std::vector<std::string>& args,
+                  const std::vector<std::string>& cmd, bool member = true,
+                  const std::string& policy = "drun") {
+    std::vector<std::string> argv = {agentcage_bin(), "run",      "--policy",
+                                     policy,          "--result", (client_ / (tag + ".json")).string()};
+    argv.insert(argv.end(), args.begin(), args.end());
+    argv.push_back("--");
+    argv.insert(argv.end(), cmd.begin(), cmd.end());
+    return spawn(argv, client_ / (tag + ".out"), {}, become_client(member));
+  }
+
+  json result(const std::string& tag) {
+    return json::parse(slurp(client_ / (tag + ".json")), nullptr, false);
+  }
+  std::string out(const std::string& tag) { return slurp(client_ / (tag + ".out")); }
+
+  // Nothing of any run is left: no run cgroup, no process of a sandbox uid.
+  bool nothing_left() { return run_cgroups().empty() && processes_of_dynamic_uids().empty(); }
+
+  fs::path client_;
+};
+
+TEST_F(DaemonRun, AGroupMemberRunsUnderANamedPolicyWithItsLabelsAndDenialsReported) {
+  start();
+  Proc ok = client_run("ok", {"--label", "task=t-1", "--label", "agent=demo"}, {"cat", "/etc/hostname"});
+  EXPECT_EQ(wait_exit(ok.pid), 0) << out("ok") << log();
+  EXPECT_EQ(out("ok"), slurp("/etc/hostname"));  // its stdout is the client's
+  json r = result("ok");
+  ASSERT_TRUE(r.is_object()) << out("ok");
+  EXPECT_EQ(r["version"], 1);
+  EXPECT_EQ(r["policy"], "drun");
+  EXPECT_EQ(r["labels"], json({{"task", "t-1"}, {"agent", "demo"}}));
+  EXPECT_TRUE(r["started_at"].is_string());
+  EXPECT_TRUE(r["ended_at"].is_string());
+  EXPECT_EQ(r["exit_code"], 0);
+  EXPECT_EQ(r["fail_closed"], nullptr);
+  EXPECT_GE(r["uid"].get<uint64_t>(), 0x70000000u);  // a sandbox uid, not the client's
+  // Limits: the policy's memory (under the cap), the daemon's caps elsewhere.
+  EXPECT_EQ(r["limits"]["memory_bytes"], 256u << 20);
+
+  Proc denied = client_run("denied", {"--label", "task=t-2"}, {"cat", "/etc/passwd"});
+  EXPECT_EQ(wait_exit(denied.pid), 1) << out("denied");
+  json d = result("denied");
+  ASSERT_TRUE(d.is_object()) << out("denied");
+  EXPECT_GE(d["denials"]["by_hook"].value("file_open", 0), 1) << d.dump(2);
+  EXPECT_NE(out("denied").find("agentcage: policy drun denied"), std::string::npos) << out("denied");
+  // The audit log carries the run's labels with its denial.
+  EXPECT_TRUE(wait_until(
+      [&] {
+        std::istringstream lines(slurp(dir_ / "audit.jsonl"));
+        for (std::string line; std::getline(lines, line);) {
+          json e = json::parse(line, nullptr, false);
+          if (e.is_object() && e.value("target", "") == "/etc/passwd" &&
+              e.value("run_id", json()) == d["run_id"])
+            return e.contains("labels") && e["labels"] == json({{"task", "t-2"}});
+        }
+        return false;
+      },
+      15s))
+      << slurp(dir_ / "audit.jsonl");
+  EXPECT_TRUE(wait_until([&] { return nothing_left(); }, 10s));
+}
+
+TEST_F(DaemonRun, ACallerOutsideTheGroupIsRefused) {
+  start();
+  Proc p = client_run("outsider", {}, {"cat", "/etc/hostname"}, false);
+  EXPECT_EQ(wait_exit(p.pid), 125) << out("outsider");
+  EXPECT_NE(out("outsider").find("permission denied"), std::string::npos) << out("outsider");
+  EXPECT_NE(out("outsider").find("control_group"), std::string::npos) << out("outsider");
+  EXPECT_EQ(slurp("/etc/hostname").empty() ? 1u : out("outsider").find(slurp("/etc/hostname")),
+            std::string::npos);
+  EXPECT_TRUE(run_cgroups().empty());
+}
+
+TEST_F(DaemonRun, APolicyFileOrAnotherIdentityIsRefusedBeforeTheDaemonIsAsked) {
+  start();
+  const std::string file = (dir_ / "policies" / "drun.yaml").string();
+  Proc p = client_run("file", {}, {"true"}, true, file);
+  EXPECT_EQ(wait_exit(p.pid), 125);
+  EXPECT_NE(out("file").find("by name"), std::string::npos) << out("file");
+  Proc u = client_run("user", {"--user", "0"}, {"true"});
+  EXPECT_EQ(wait_exit(u.pid), 125);
+  EXPECT_NE(out("user").find("--user"), std::string::npos) << out("user");
+  Proc missing = client_run("missing", {}, {"true"}, true, "no-such-policy");
+  EXPECT_EQ(wait_exit(missing.pid), 125);
+  EXPECT_NE(out("missing").find("no policy named 'no-such-policy'"), std::string::npos) << out("missing");
+}
+
+TEST_F(DaemonRun, TheClientsWorkspaceIsCopiedInAndBackAndAnyOtherIsRefused) {
+  start();
+  // The client's own directory: its file goes in, the run's file comes back, the client's.
+  const fs::path ws = client_ / "ws";
+  fs::create_directories(ws);
+  std::ofstream(ws / "in.txt") << "input\n";
+  ASSERT_EQ(::chown(ws.c_str(), kClientUid, kClientGid), 0);
+  ASSERT_EQ(::chown((ws / "in.txt").c_str(), kClientUid, kClientGid), 0);
+  // A file in it that is not the client's stays out of the run.
+  std::ofstream(ws / "roots.txt") << "secret\n";
+  ::chmod((ws / "roots.txt").c_str(), 0644);
+  Proc p = client_run("ws", {"--workspace", ws.string()},
+                      {"sh", "-c", "cat in.txt > out.txt && echo made >> out.txt; cat roots.txt"});
+  EXPECT_EQ(wait_exit(p.pid), 1) << out("ws");  // roots.txt is not there
+  EXPECT_EQ(slurp(ws / "out.txt"), "input\nmade\n");
+  struct stat st {};
+  ASSERT_EQ(::stat((ws / "out.txt").c_str(), &st), 0);
+  EXPECT_EQ(st.st_uid, kClientUid);
+  EXPECT_EQ(st.st_gid, kClientGid);
+  json r = result("ws");
+  ASSERT_TRUE(r.is_object()) << out("ws");
+  EXPECT_EQ(r["io"]["copied_in"], 1);
+  EXPECT_EQ(r["io"]["skipped_total"], 1);
+  EXPECT_GE(r["io"]["copied_out"], 2);  // in.txt and out.txt
+
+  // A directory the client does not own (root's), and one reached through a
+  // symbolic link: refused, nothing runs, nothing is written there.
+  Proc root_dir = client_run("rootdir", {"--workspace", dir_.string()}, {"sh", "-c", "echo x > pwned"});
+  EXPECT_EQ(wait_exit(root_dir.pid), 125) << out("rootdir");
+  EXPECT_NE(out("rootdir").find("owns"), std::string::npos) << out("rootdir");
+  EXPECT_FALSE(fs::exists(dir_ / "pwned"));
+  json rr = result("rootdir");
+  ASSERT_TRUE(rr.is_object()) << out("rootdir");
+  EXPECT_EQ(rr["started"], false);
+  EXPECT_EQ(rr["fail_closed"], "internal");
+  // /tmp is root's and writable by all: not the client's either.
+  Proc tmp = client_run("tmp", {"--workspace", "/tmp"}, {"sh", "-c", "echo x > /tmp/ac-pwned"});
+  EXPECT_EQ(wait_exit(tmp.pid), 125) << out("tmp");
+  EXPECT_FALSE(fs::exists("/tmp/ac-pwned"));
+  // A symbolic link the client made, to a directory it owns: refused by the
+  // daemon's runner (the CLI resolves its own paths, so ask over the socket).
+  fs::create_directory_symlink(ws, client_ / "link");
+  pid_t child = ::fork();
+  if (child == 0) {
+    become_client(true)();
+    const int stdio[3] = {0, 1, 2};
+    json req = {
+        {"op", "run"}, {"policy", "drun"}, {"argv", {"true"}}, {"workspace", (client_ / "link").string()}};
+    auto a = control::call_with_fds(kSocket, req, stdio, 3, 60000);
+    const bool refused = a && a->value("exit_code", 0) == 125 && (*a)["result"].is_object() &&
+                         (*a)["result"].value("error", "").find("symbolic link") != std::string::npos;
+    if (!refused) std::fprintf(stderr, "%s\n", a ? a->dump().c_str() : a.error().message.c_str());
+    ::_exit(refused ? 0 : 1);
+  }
+  EXPECT_EQ(wait_exit(child), 0);
+  EXPECT_TRUE(wait_until([&] { return nothing_left(); }, 10s));
+}
+
+TEST_F(DaemonRun, AClientKilledMidRunLeavesNothing) {
+  start();
+  Proc p = client_run("killed", {}, {"sleep", "300"});
+  ASSERT_TRUE(wait_until([&] { return !run_cgroups().empty() && !processes_of_dynamic_uids().empty(); }, 30s))
+      << out("killed") << log();
+  ::kill(p.pid, SIGKILL);
+  wait_exit(p.pid);
+  EXPECT_TRUE(wait_until([&] { return nothing_left(); }, 15s)) << log();
+  EXPECT_NE(log().find("hung up: ending its run"), std::string::npos) << log();
+  // The daemon serves the next client as before.
+  Proc next = client_run("next", {}, {"cat", "/etc/hostname"});
+  EXPECT_EQ(wait_exit(next.pid), 0) << out("next");
+}
+
+TEST_F(DaemonRun, TwentyConcurrentClientsEachGetTheirOwnOutputAndResult) {
+  start();
+  std::vector<Proc> procs;
+  for (int i = 0; i < 20; ++i)
+    procs.push_back(client_run("c" + std::to_string(i),
+                               {"--env", "N=" + std::to_string(i), "--label", "n=" + std::to_string(i)},
+                               {"sh", "-c", "sleep 1; echo run $N"}));
+  std::set<std::string> run_ids;
+  for (int i = 0; i < 20; ++i) {
+    const std::string tag = "c" + std::to_string(i);
+    EXPECT_EQ(wait_exit(procs[static_cast<size_t>(i)].pid), 0) << out(tag);
+    EXPECT_EQ(out(tag), "run " + std::to_string(i) + "\n");
+    json r = result(tag);
+    ASSERT_TRUE(r.is_object()) << out(tag);
+    EXPECT_EQ(r["labels"]["n"], std::to_string(i));
+    run_ids.insert(r["run_id"].get<std::string>());
+  }
+  EXPECT_EQ(run_ids.size(), 20u);
+  EXPECT_TRUE(wait_until([&] { return nothing_left(); }, 15s));
+}
+
+TEST_F(DaemonRun, ARequestOverTheCapsIsRefused) {
+  std::ofstream(dir_ / "daemon.yaml", std::ios::app) << "run_max_timeout: 1m\n";
+  start();
+  Proc mem = client_run("mem", {"--memory", "1Gi"}, {"true"});
+  EXPECT_EQ(wait_exit(mem.pid), 125);
+  EXPECT_NE(out("mem").find("limit memory 1Gi is over this daemon's cap"), std::string::npos) << out("mem");
+  Proc unl = client_run("unl", {"--timeout", "unlimited"}, {"true"});
+  EXPECT_EQ(wait_exit(unl.pid), 125);
+  EXPECT_NE(out("unl").find("run_max_timeout"), std::string::npos) << out("unl");
+  // The policy's 2m timeout is lowered to the cap.
+  Proc low = client_run("low", {}, {"true"});
+  EXPECT_EQ(wait_exit(low.pid), 0) << out("low");
+  EXPECT_EQ(result("low")["limits"]["timeout_ms"], 60000);
+
+  // Concurrent runs per client: 22 allowed, the 23rd refused while they run.
+  std::vector<Proc> sleepers;
+  for (int i = 0; i < 22; ++i) sleepers.push_back(client_run("s" + std::to_string(i), {}, {"sleep", "300"}));
+  ASSERT_TRUE(wait_until([&] { return run_cgroups().size() == 22; }, 60s)) << run_cgroups().size() << log();
+  Proc over = client_run("over", {}, {"true"});
+  EXPECT_EQ(wait_exit(over.pid), 125);
+  EXPECT_NE(out("over").find("max_runs_per_client 22"), std::string::npos) << out("over");
+  for (auto& s : sleepers) ::kill(s.pid, SIGTERM);
+  for (auto& s : sleepers) wait_exit(s.pid);
+  EXPECT_TRUE(wait_until([&] { return nothing_left(); }, 30s));
+}
+
+// Raw requests as a group member: each gets an error and starts nothing.
+TEST_F(DaemonRun, MalformedAndOversizedRunRequestsGetAnErrorAndChangeNothing) {
+  start();
+  pid_t child = ::fork();
+  if (child == 0) {
+    become_client(true)();
+    auto ask = [](const std::string& line, int nfds) -> json {
+      auto fd = control::connect_control(kSocket, 5000);
+      if (!fd) return json();
+      const int fds[4] = {0, 1, 2, 0};
+      ssize_t n = send_with_fds(fd->get(), line.data(), line.size(), fds, static_cast<size_t>(nfds));
+      if (n > 0 && static_cast<size_t>(n) < line.size())
+        (void)control::write_all(fd->get(), std::string_view(line).substr(static_cast<size_t>(n)), 10000);
+      std::string buf;
+      auto l = control::read_line(fd->get(), buf, 10000);
+      return l && !l->empty() ? json::parse(*l, nullptr, false) : json();
+    };
+    const std::string good = R"({"op":"run","policy":"drun","argv":["true"]})";
+    struct Case {
+      std::string line;
+      int fds;
+      const char* expect;
+    } cases[] = {
+        {good + "\n", 0, "exactly 3 descriptors"},
+        {good + "\n", 4, "at most 3 descriptors"},
+        {R"({"op":"status"})"
+         "\n",
+         3, "descriptors go only with a run request"},
+        {R"({"op":"run","policy":"../etc/x","argv":["true"]})"
+         "\n",
+         3, "policy"},
+        {R"({"op":"run","policy":"drun","argv":["true"],"user":"0"})"
+         "\n",
+         3, "unknown field"},
+        {R"({"op":"run","policy":"drun","argv":["true"],"limits":{"memory":"9Gi"}})"
+         "\n",
+         3, "over this daemon's cap"},
+        {std::string(control::kMaxRequestBytes + 10, 'x') + "\n", 3, "longer than"},
+        {R"({"op":"hello","protocol":99})"
+         "\n",
+         0, "not spoken here"},
+    };
+    int failed = 0;
+    for (const auto& c : cases) {
+      json a = ask(c.line, c.fds);
+      if (!a.is_object() || a.value("ok", true) || a.value("error", "").find(c.expect) == std::string::npos) {
+        std::fprintf(stderr, "case %.60s: %s\n", c.line.c_str(), a.dump().c_str());
+        ++failed;
+      }
+    }
+    json hello = ask(R"({"op":"hello","protocol":1})"
+                     "\n",
+                     0);
+    if (!hello.value("ok", false) || hello["protocol"] != 1 ||
+        std::find(hello["ops"].begin(), hello["ops"].end(), "run") == hello["ops"].end() ||
+        std::find(hello["ops"].begin(), hello["ops"].end(), "attach") != hello["ops"].end()) {
+      std::fprintf(stderr, "hello: %s\n", hello.dump().c_str());
+      ++failed;
+    }
+    ::_exit(failed);
+  }
+  EXPECT_EQ(wait_exit(child), 0);
+  EXPECT_TRUE(run_cgroups().empty());
+  EXPECT_EQ(status()["daemon"]["runs_active"], 0);
+}
+
+TEST_F(DaemonRun, ADaemonStopEndsRunsInFlightAndTheClientIsTold) {
+  start();
+  Proc p = client_run("stop", {}, {"sleep", "300"});
+  ASSERT_TRUE(wait_until([&] { return !processes_of_dynamic_uids().empty(); }, 30s)) << out("stop");
+  stop_daemon(SIGTERM);
+  EXPECT_EQ(wait_exit(p.pid), 143) << out("stop");
+  EXPECT_NE(out("stop").find("the daemon is stopping: the run was ended"), std::string::npos) << out("stop");
+  json r = result("stop");
+  ASSERT_TRUE(r.is_object()) << out("stop");
+  EXPECT_EQ(r["interrupted_by"], "SIGTERM");
+  EXPECT_TRUE(nothing_left());
+}
+
+// The Python client (clients/python), as an agent framework would call it,
+// by an unprivileged member of the control group: its unittest suite
+// against this daemon (clients/python/tests/test_daemon.py).
+TEST_F(DaemonRun, ThePythonClientRunsTheSeedScenarioAsAnUnprivilegedUser) {
+  fs::copy_file(kPythonSandbox, dir_ / "policies" / "python-sandbox.yaml");
+  start();
+  ASSERT_TRUE(wait_until([&] { return named_slot(status(), "python-sandbox").has_value(); }, 60s)) << log();
+  const std::string tests = std::string(AGENTCAGE_SOURCE_DIR) + "/clients/python/tests";
+  Proc p = spawn({"/usr/bin/python3", "-m", "unittest", "-v", "test_daemon"}, client_ / "py.out",
+                 {"AGENTCAGE_DAEMON_TEST=1", "PYTHONDONTWRITEBYTECODE=1", "TMPDIR=" + client_.string(),
+                  "HOME=" + client_.string()},
+                 [&] {
+                   become_client(true)();
+                   if (::chdir(tests.c_str()) != 0) ::_exit(97);
+                 });
+  EXPECT_EQ(wait_exit(p.pid), 0) << slurp(client_ / "py.out") << log();
+  const std::string text = slurp(client_ / "py.out");
+  EXPECT_NE(text.find("Ran 7 tests"), std::string::npos) << text;
+  EXPECT_EQ(text.find("skipped"), std::string::npos) << text;
+  EXPECT_TRUE(wait_until([&] { return nothing_left(); }, 15s));
+}
+
+}  // namespace
+}  // namespace agentcage::kt
