@@ -56,9 +56,10 @@ class DaemonRun : public DaemonEnv {
     DaemonEnv::SetUp();
     if (HasFatalFailure() || IsSkipped()) return;
     write_file(dir_ / "policies" / "drun.yaml", kRunPolicy);
-    std::ofstream(dir_ / "daemon.yaml", std::ios::app) << "control_group: \"" << kControlGid << "\"\n"
-                                                       << "max_runs: 24\nmax_runs_per_client: 22\n"
-                                                       << "run_max_memory: 512Mi\n";
+    std::ofstream(dir_ / "daemon.yaml", std::ios::app)
+        << "control_group: \"" << kControlGid << "\"\n"
+        << "max_runs: 24\nmax_runs_per_client: 22\nmax_clients_per_uid: 32\n"
+        << "run_max_memory: 512Mi\n";
     // The client's own directory (its results and workspaces).
     client_ = dir_ / "client";
     fs::create_directories(client_);
@@ -181,19 +182,24 @@ TEST_F(DaemonRun, TheClientsWorkspaceIsCopiedInAndBackAndAnyOtherIsRefused) {
   // A file in it that is not the client's stays out of the run.
   std::ofstream(ws / "roots.txt") << "secret\n";
   ::chmod((ws / "roots.txt").c_str(), 0644);
-  Proc p = client_run("ws", {"--workspace", ws.string()},
-                      {"sh", "-c", "cat in.txt > out.txt && echo made >> out.txt; cat roots.txt"});
+  Proc p =
+      client_run("ws", {"--workspace", ws.string()},
+                 {"sh", "-c",
+                  "cat in.txt > out.txt && echo made >> out.txt; umask 0; echo w > open.txt; cat roots.txt"});
   EXPECT_EQ(wait_exit(p.pid), 1) << out("ws");  // roots.txt is not there
   EXPECT_EQ(slurp(ws / "out.txt"), "input\nmade\n");
   struct stat st {};
   ASSERT_EQ(::stat((ws / "out.txt").c_str(), &st), 0);
   EXPECT_EQ(st.st_uid, kClientUid);
   EXPECT_EQ(st.st_gid, kClientGid);
+  // The run made it 0666; it comes back writable by the caller only.
+  ASSERT_EQ(::stat((ws / "open.txt").c_str(), &st), 0);
+  EXPECT_EQ(st.st_mode & 0777, 0644u);
   json r = result("ws");
   ASSERT_TRUE(r.is_object()) << out("ws");
   EXPECT_EQ(r["io"]["copied_in"], 1);
   EXPECT_EQ(r["io"]["skipped_total"], 1);
-  EXPECT_GE(r["io"]["copied_out"], 2);  // in.txt and out.txt
+  EXPECT_GE(r["io"]["copied_out"], 3);  // in.txt, out.txt, open.txt
 
   // A directory the client does not own (root's), and one reached through a
   // symbolic link: refused, nothing runs, nothing is written there.
@@ -366,6 +372,68 @@ TEST_F(DaemonRun, ADaemonStopEndsRunsInFlightAndTheClientIsTold) {
   ASSERT_TRUE(r.is_object()) << out("stop");
   EXPECT_EQ(r["interrupted_by"], "SIGTERM");
   EXPECT_TRUE(nothing_left());
+}
+
+// The copy of the caller's directory into the workspace is the run's: its
+// tmpfs pages count against the run's memory limit (256Mi here), not the
+// runner's. A 300 MiB file (sparse: it costs the caller nothing) fits the
+// disk limit but not the memory: the run is refused and nothing is left.
+TEST_F(DaemonRun, TheCopyIntoTheWorkspaceCountsAgainstTheRunsMemory) {
+  start();
+  const fs::path ws = client_ / "big";
+  fs::create_directories(ws);
+  ASSERT_EQ(::chown(ws.c_str(), kClientUid, kClientGid), 0);
+  { std::ofstream(ws / "sparse.bin"); }
+  fs::resize_file(ws / "sparse.bin", 300u << 20);
+  ASSERT_EQ(::chown((ws / "sparse.bin").c_str(), kClientUid, kClientGid), 0);
+  Proc p = client_run("big", {"--workspace", ws.string()}, {"true"});
+  EXPECT_EQ(wait_exit(p.pid), 125) << out("big");
+  EXPECT_NE(out("big").find("copying --io-dir into the workspace"), std::string::npos) << out("big");
+  EXPECT_TRUE(wait_until([&] { return nothing_left(); }, 15s));
+  // The same directory under a limit it fits: the run goes ahead.
+  Proc fits = client_run("fits", {"--workspace", ws.string(), "--memory", "512Mi"}, {"true"});
+  EXPECT_EQ(wait_exit(fits.pid), 0) << out("fits");
+}
+
+// What the caller passes as stdin must be readable by the caller: an
+// O_PATH descriptor of a file it may not read, or a file of /proc, is
+// refused (the runner, root, reopens a file stdin read-only).
+TEST_F(DaemonRun, AStdinTheCallerCannotReadIsRefused) {
+  start();
+  int out_pipe[2];
+  ASSERT_EQ(::pipe(out_pipe), 0);
+  pid_t child = ::fork();
+  if (child == 0) {
+    ::close(out_pipe[0]);
+    become_client(true)();
+    int failed = 0;
+    auto ask = [&](int stdin_fd, const char* expect) {
+      const int stdio[3] = {stdin_fd, out_pipe[1], 2};
+      json req = {{"op", "run"}, {"policy", "drun"}, {"argv", {"cat"}}};
+      auto a = control::call_with_fds(kSocket, req, stdio, 3, 60000);
+      if (!a || a->value("ok", true) || a->value("error", "").find(expect) == std::string::npos) {
+        std::fprintf(stderr, "%s: %s\n", expect, a ? a->dump().c_str() : a.error().message.c_str());
+        ++failed;
+      }
+    };
+    int shadow = ::open("/etc/shadow", O_PATH | O_CLOEXEC);
+    if (shadow < 0) ::_exit(90);
+    ask(shadow, "O_PATH descriptor");
+    int status = ::open("/proc/self/status", O_RDONLY | O_CLOEXEC);
+    ask(status, "/proc or /sys");
+    int wronly = ::open("/dev/null", O_WRONLY | O_CLOEXEC);
+    ask(wronly, "not open for reading");
+    ::_exit(failed);
+  }
+  ::close(out_pipe[1]);
+  EXPECT_EQ(wait_exit(child), 0);
+  std::string got;
+  char buf[4096];
+  ssize_t n;
+  while ((n = ::read(out_pipe[0], buf, sizeof buf)) > 0) got.append(buf, static_cast<size_t>(n));
+  ::close(out_pipe[0]);
+  EXPECT_EQ(got.find("root:"), std::string::npos) << got;
+  EXPECT_TRUE(run_cgroups().empty());
 }
 
 // The Python client (clients/python), as an agent framework would call it,

@@ -93,10 +93,6 @@ Status parse_run(const json& j, Request& r) {
       return bad("\"workspace\" must be an absolute path (a directory the client owns)");
     r.workspace = j["workspace"].get<std::string>();
   }
-  if (j.contains("keep")) {
-    if (!j["keep"].is_boolean()) return bad("\"keep\" must be true or false");
-    r.keep = j["keep"].get<bool>();
-  }
   if (j.contains("limits")) {
     const json& l = j["limits"];
     if (!l.is_object()) return bad("\"limits\" must be an object (timeout, memory, pids, cpu, disk)");
@@ -164,7 +160,7 @@ Result<Request> parse_request(std::string_view line) {
   if (op == "hello")
     r.op = Op::hello, allowed = {"op", "protocol", "client"};
   else if (op == "run")
-    r.op = Op::run, allowed = {"op", "policy", "argv", "env", "workspace", "keep", "limits", "labels"};
+    r.op = Op::run, allowed = {"op", "policy", "argv", "env", "workspace", "limits", "labels"};
   else if (op == "status")
     r.op = Op::status;
   else if (op == "events")
@@ -295,7 +291,6 @@ json to_json(const Request& r) {
       j["argv"] = r.argv;
       if (!r.env.empty()) j["env"] = r.env;
       if (!r.workspace.empty()) j["workspace"] = r.workspace;
-      if (r.keep) j["keep"] = true;
       json limits = json::object();
       auto put = [&limits](const char* key, const std::optional<std::string>& v) {
         if (v) limits[key] = *v;

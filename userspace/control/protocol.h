@@ -71,7 +71,6 @@ struct Request {
   uint64_t syscalls_denied = 0;                       // run_end (optional): seccomp denials
   std::vector<std::string> argv;                      // run: COMMAND [ARGS...]
   std::vector<std::string> env;                       // run (optional): KEY=VALUE
-  bool keep = false;                                  // run (optional): keep a generated workspace
   RunLimits limits;                                   // run (optional)
   core::Labels labels;                                // run, run_start (optional)
 };

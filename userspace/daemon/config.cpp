@@ -188,6 +188,7 @@ ConfigResult parse_config(std::string_view text, const std::string& filename) {
       {"recent_events", count_setting(cfg.recent_events, 0, 65536)},
       {"client_buffer_bytes", count_setting(cfg.client_buffer_bytes, 4096, 64u << 20)},
       {"max_clients", count_setting(cfg.max_clients, 1, 1024)},
+      {"max_clients_per_uid", count_setting(cfg.max_clients_per_uid, 1, 1024)},
       {"max_runs", count_setting(cfg.max_runs, 0, 4096)},
       {"max_runs_per_client", count_setting(cfg.max_runs_per_client, 1, 4096)},
       {"run_max_memory", cap_setting(cfg.run_caps.memory_bytes, policy::parse_size)},

@@ -40,6 +40,8 @@ struct Config {
   size_t recent_events = 256;
   size_t client_buffer_bytes = 1u << 20;
   size_t max_clients = 64;
+  // Connections at once per uid other than root.
+  size_t max_clients_per_uid = 16;
   // Runs through the daemon (the control protocol's "run"): at most this
   // many at once in all and per client uid; over either is a refusal.
   size_t max_runs = 32;

@@ -118,10 +118,20 @@ void ControlServer::accept_clients() {
       refuse("too many clients (max_clients " + std::to_string(opt_.max_clients) + ")");
       continue;
     }
+    if (!root) {
+      size_t mine = 0;
+      for (const auto& [other_fd, other] : clients_) mine += other.peer.uid == cred.uid;
+      if (mine >= opt_.max_clients_per_uid) {
+        refuse("too many connections of uid " + std::to_string(cred.uid) + " (max_clients_per_uid " +
+               std::to_string(opt_.max_clients_per_uid) + ")");
+        continue;
+      }
+    }
     int raw = fd.get();
     Client c;
     c.fd = std::move(fd);
     c.peer = Peer{next_id_++, cred.uid, cred.gid, cred.pid, root};
+    c.since = std::chrono::steady_clock::now();
     clients_.emplace(raw, std::move(c));
     loop_.add(raw, EPOLLIN | EPOLLRDHUP, [this, raw](uint32_t events) { on_client(raw, events); });
   }
@@ -146,9 +156,26 @@ void ControlServer::flush(Client& c) {
   }
   bool want = !c.out.empty();
   if (want != c.want_out) {
-    loop_.modify(c.fd.get(), EPOLLIN | EPOLLRDHUP | (want ? EPOLLOUT : 0u));
     c.want_out = want;
+    loop_.modify(c.fd.get(), interest(c));
   }
+}
+
+uint32_t ControlServer::interest(const Client& c) const {
+  // During a run nothing is read (the client may even shut down its
+  // writing side): only a hang-up (EPOLLHUP, always reported) ends it.
+  const uint32_t in = c.running ? 0u : (EPOLLIN | EPOLLRDHUP);
+  return in | (c.want_out ? EPOLLOUT : 0u);
+}
+
+void ControlServer::tick() {
+  const auto now = std::chrono::steady_clock::now();
+  std::vector<int> idle;
+  for (const auto& [fd, c] : clients_)
+    if (!c.running && !c.streaming && c.out.empty() &&
+        now - c.since > std::chrono::seconds(kIdleClientSeconds))
+      idle.push_back(fd);
+  for (int fd : idle) close(fd);
 }
 
 void ControlServer::close(int fd) {
@@ -165,6 +192,7 @@ void ControlServer::finish_run(uint64_t id, const json& reply) {
   for (auto& [fd, c] : clients_) {
     if (c.peer.id != id || !c.running) continue;
     c.running = false;
+    loop_.modify(c.fd.get(), interest(c));
     respond(c, reply);
     c.close_after_flush = true;
     flush(c);
@@ -177,9 +205,10 @@ void ControlServer::on_client(int fd, uint32_t events) {
   auto it = clients_.find(fd);
   if (it == clients_.end()) return;
   Client& c = it->second;
-  if (events & EPOLLIN) {
+  if ((events & EPOLLIN) && !c.running) {
     char buf[16384];
-    for (;;) {
+    // A bounded amount per wake-up: one client cannot hold the loop.
+    for (int reads = 0; reads < 16 && !c.running; ++reads) {
       int flags = 0;
       ssize_t n = recv_with_fds(fd, buf, sizeof buf, c.fds, &flags, true);
       if (n < 0) break;
@@ -207,7 +236,13 @@ void ControlServer::on_client(int fd, uint32_t events) {
              (nl = c.in.find('\n')) != std::string::npos) {
         std::string line = c.in.substr(0, nl);
         c.in.erase(0, nl + 1);
+        c.since = std::chrono::steady_clock::now();
         handle_line(c, line);
+        // Answers a client does not read are not kept without bound.
+        if (!c.streaming && c.out.size() > opt_.client_buffer_bytes) {
+          c.out.clear();
+          c.close_after_flush = true;
+        }
       }
       if (c.in.size() > kMaxRequestBytes) {
         respond(c, {{"ok", false},
@@ -217,8 +252,7 @@ void ControlServer::on_client(int fd, uint32_t events) {
       }
     }
   }
-  if ((events & (EPOLLHUP | EPOLLERR)) && !(events & EPOLLIN)) return close(fd);
-  if ((events & EPOLLRDHUP) && c.running) return close(fd);
+  if ((events & (EPOLLHUP | EPOLLERR)) && (c.running || !(events & EPOLLIN))) return close(fd);
   flush(c);
   if (c.close_after_flush && c.out.empty()) close(fd);
 }
@@ -254,6 +288,7 @@ void ControlServer::handle_line(Client& c, const std::string& line) {
       return;
     }
     c.running = true;
+    loop_.modify(c.fd.get(), interest(c));
     return;
   }
   if (!c.fds.empty()) {

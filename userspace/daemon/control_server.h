@@ -9,6 +9,7 @@
 
 #include <sys/types.h>
 
+#include <chrono>
 #include <cstddef>
 #include <cstdint>
 #include <deque>
@@ -55,8 +56,13 @@ struct ControlOptions {
   std::string path;
   std::optional<std::string> group;  // name or number; unset: root only
   size_t max_clients = 0;
-  size_t client_buffer_bytes = 0;  // a streaming client's output limit
+  size_t max_clients_per_uid = 0;  // for a uid other than 0
+  size_t client_buffer_bytes = 0;  // a client's output limit (streams drop, others are closed)
 };
+
+// A connection that has not sent a whole request for this long (and is not
+// streaming or waiting for its run) is closed.
+inline constexpr int kIdleClientSeconds = 30;
 
 class ControlServer {
  public:
@@ -70,6 +76,8 @@ class ControlServer {
   void stream(const std::string& line);
   // Sends what the streaming clients have buffered.
   void flush_streams();
+  // Once a second: closes idle connections.
+  void tick();
   size_t clients() const { return clients_.size(); }
   // The answer to the run of client `id` (nothing when it is gone); the
   // connection closes after it.
@@ -80,8 +88,9 @@ class ControlServer {
   struct Client {
     UniqueFd fd;
     Peer peer;
-    std::vector<UniqueFd> fds;  // descriptors received and not yet taken by a run
-    bool running = false;       // a run is in flight: its answer is awaited
+    std::vector<UniqueFd> fds;                    // descriptors received and not yet taken by a run
+    bool running = false;                         // a run is in flight: its answer is awaited
+    std::chrono::steady_clock::time_point since;  // connected, or its last request
     std::string in, out;
     bool streaming = false;
     bool close_after_flush = false;
@@ -95,6 +104,9 @@ class ControlServer {
   void respond(Client& c, const nlohmann::json& j);
   void flush(Client& c);
   void close(int fd);
+  // The events to wait for: nothing but a hang-up during a run, else input,
+  // and output while some is queued.
+  uint32_t interest(const Client& c) const;
 
   ControlOptions opt_;
   EventLoop& loop_;

@@ -74,8 +74,9 @@ class Daemon final : private PolicyDirListener, private ControlHandler {
         sink_(cfg_.audit_log, cfg_.recent_events, metrics_, runs_),
         dir_(cfg_.policy_dir, cfg_.state_dir, *this),
         watch_(cfg_.policy_dir),
-        server_({cfg_.control_socket, cfg_.control_group, cfg_.max_clients, cfg_.client_buffer_bytes}, loop_,
-                *this),
+        server_({cfg_.control_socket, cfg_.control_group, cfg_.max_clients, cfg_.max_clients_per_uid,
+                 cfg_.client_buffer_bytes},
+                loop_, *this),
         runner_(cfg_, loop_,
                 [this](uint64_t client, const json& reply) { server_.finish_run(client, reply); }) {}
   Status start();
@@ -238,6 +239,7 @@ void Daemon::on_signal(int signo) {
 
 void Daemon::tick() {
   ++ticks_;
+  server_.tick();
   if (!enf_) {
     if (ticks_ % kEnforcerRetryTicks == 0 && ensure_enforcer()) {
       dir_.adopt_named_slots();

@@ -42,18 +42,30 @@ Status EventLoop::open(int tick_ms, std::function<void(int)> on_signal, std::fun
   return {};
 }
 
+// An event names its registration, not only its fd: a handler that closes
+// fd N and a new registration that gets number N again in the same batch
+// must not see the old registration's events.
+namespace {
+uint64_t token(int fd, uint32_t generation) {
+  return (uint64_t{generation} << 32) | static_cast<uint32_t>(fd);
+}
+}  // namespace
+
 void EventLoop::add(int fd, uint32_t events, Handler handler) {
+  const uint32_t generation = ++generation_;
   epoll_event ev{};
   ev.events = events;
-  ev.data.fd = fd;
+  ev.data.u64 = token(fd, generation);
   ::epoll_ctl(epoll_.get(), EPOLL_CTL_ADD, fd, &ev);
-  handlers_[fd] = std::move(handler);
+  handlers_[fd] = Registration{generation, std::move(handler)};
 }
 
 void EventLoop::modify(int fd, uint32_t events) {
+  auto it = handlers_.find(fd);
+  if (it == handlers_.end()) return;
   epoll_event ev{};
   ev.events = events;
-  ev.data.fd = fd;
+  ev.data.u64 = token(fd, it->second.generation);
   ::epoll_ctl(epoll_.get(), EPOLL_CTL_MOD, fd, &ev);
 }
 
@@ -78,10 +90,13 @@ int EventLoop::run() {
       return 1;
     }
     for (int i = 0; i < n; ++i) {
-      auto it = handlers_.find(events[i].data.fd);
-      if (it == handlers_.end()) continue;  // removed by an earlier handler of this batch
+      const int fd = static_cast<int>(events[i].data.u64 & 0xffffffffu);
+      const auto generation = static_cast<uint32_t>(events[i].data.u64 >> 32);
+      auto it = handlers_.find(fd);
+      // Removed (or removed and replaced) by an earlier handler of this batch.
+      if (it == handlers_.end() || it->second.generation != generation) continue;
       // A copy: the handler may remove itself.
-      Handler handler = it->second;
+      Handler handler = it->second.handler;
       handler(events[i].events);
     }
   }

@@ -33,8 +33,13 @@ class EventLoop {
  private:
   void read_signals();
 
+  struct Registration {
+    uint32_t generation = 0;
+    Handler handler;
+  };
   UniqueFd epoll_, signal_fd_, timer_fd_;
-  std::map<int, Handler> handlers_;
+  std::map<int, Registration> handlers_;
+  uint32_t generation_ = 0;
   std::function<void(int)> on_signal_;
   std::function<void()> on_tick_;
   bool stop_ = false;

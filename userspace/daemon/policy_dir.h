@@ -61,7 +61,7 @@ struct PolicyFile {
   bool loaded = false;  // the file's current content is what enforces
   bool uses_workspace = false;
   policy::Limits limits;  // the loaded content's limits (runs through the daemon)
-  std::string error;  // why the current content was rejected
+  std::string error;      // why the current content was rejected
   // What was last processed (skip unchanged files on a rescan).
   dev_t dev = 0;
   ino_t ino = 0;

@@ -2,10 +2,12 @@
 #include "daemon/run_service.h"
 
 #include <fcntl.h>
+#include <linux/magic.h>
 #include <poll.h>
 #include <signal.h>
 #include <sys/epoll.h>
 #include <sys/prctl.h>
+#include <sys/statfs.h>
 #include <sys/syscall.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -25,6 +27,9 @@ namespace {
 
 using nlohmann::json;
 
+// waitid()'s P_PIDFD (Linux 5.4), which not every libc names.
+constexpr int kPidfdIdType = 3;
+
 // A result document larger than this is not a result (the runner's are a few KiB).
 constexpr size_t kMaxResultBytes = 4u << 20;
 
@@ -35,7 +40,7 @@ std::string pids_text(uint32_t v) { return std::to_string(v); }
 std::string timeout_text(std::chrono::milliseconds v) { return std::to_string(v.count()) + "ms"; }
 std::string cpus_text(double v) {
   char buf[32];
-  std::snprintf(buf, sizeof buf, "%.3f", v);
+  std::snprintf(buf, sizeof buf, "%.6f", v);
   std::string s = buf;
   while (s.back() == '0') s.pop_back();
   if (s.back() == '.') s.pop_back();
@@ -55,6 +60,34 @@ Status cap_one(const char* name, const char* key, std::optional<T> effective, co
   }
   out = effective ? format(*effective) : std::string(policy::kUnlimited);
   return {};
+}
+
+// What the client passes as the run's stdin, stdout and stderr must be
+// descriptions it may use that way: the runner (root) reopens a regular
+// file stdin read-only (run/stdio.h), which must grant nothing the client's
+// own description does not. So no O_PATH descriptor (no read right at all),
+// stdin readable, stdout and stderr writable, and nothing of procfs or
+// sysfs (files whose open checks the opener, root here).
+std::string stdio_refusal(const std::vector<UniqueFd>& stdio) {
+  static const char* const kNames[] = {"stdin", "stdout", "stderr"};
+  for (size_t i = 0; i < stdio.size() && i < 3; ++i) {
+    const int flags = ::fcntl(stdio[i].get(), F_GETFL);
+    const std::string name = kNames[i];
+    if (flags < 0) return "the descriptor passed as " + name + " is not open";
+    if (flags & O_PATH)
+      return "the descriptor passed as " + name + " is an O_PATH descriptor: pass one open for " +
+             (i == 0 ? "reading" : "writing");
+    const int mode = flags & O_ACCMODE;
+    if (i == 0 && mode == O_WRONLY) return "the descriptor passed as stdin is not open for reading";
+    if (i > 0 && mode == O_RDONLY) return "the descriptor passed as " + name + " is not open for writing";
+    struct statfs fs {};
+    if (::fstatfs(stdio[i].get(), &fs) != 0)
+      return "the descriptor passed as " + name + " cannot be examined";
+    if (fs.f_type == PROC_SUPER_MAGIC || fs.f_type == SYSFS_MAGIC)
+      return "the descriptor passed as " + name +
+             " is a file of /proc or /sys: pass a file, pipe or terminal";
+  }
+  return "";
 }
 
 pid_t pidfd_open(pid_t pid) { return static_cast<pid_t>(::syscall(SYS_pidfd_open, pid, 0)); }
@@ -97,7 +130,8 @@ RunService::RunService(const Config& cfg, EventLoop& loop, Finish finish)
 RunService::~RunService() {
   for (auto& [fd, r] : runs_) {
     ::kill(r.pid, SIGKILL);
-    ::waitpid(r.pid, nullptr, 0);
+    siginfo_t info{};
+    (void)::waitid(static_cast<idtype_t>(kPidfdIdType), static_cast<id_t>(fd), &info, WEXITED);
   }
 }
 
@@ -117,24 +151,31 @@ std::optional<json> RunService::start(const control::Request& req, const Peer& p
                    std::to_string(cfg_.max_runs_per_client) + "): try again when one has ended");
   auto capped = capped_limits(*limits, req.limits, cfg_.run_caps);
   if (!capped) return refusal(capped.error().message);
+  if (std::string why = stdio_refusal(stdio); !why.empty()) return refusal(why);
 
-  // Everything the child needs is built before fork: after it, only system calls.
-  std::vector<std::string> args = {"agentcage", "run",          "--policy",
-                                   req.policy,  "--policy-dir", cfg_.policy_dir};
+  // Everything the child needs is built before fork: after it, only system
+  // calls. Each option with its value in one "--name=value" word, so that
+  // no value a client chose (an env entry "--user", say) can be read as an
+  // option; COMMAND and its arguments come after "--".
+  for (const auto& e : req.env)
+    if (auto kv = run::parse_env_assignment(e); !kv) return refusal("env: " + kv.error().message);
+  std::vector<std::string> args = {"agentcage", "run", "--policy=" + req.policy,
+                                   "--policy-dir=" + cfg_.policy_dir};
   auto limit = [&args](const char* flag, const std::optional<std::string>& v) {
-    if (v) args.insert(args.end(), {flag, *v});
+    if (v) args.push_back(std::string(flag) + "=" + *v);
   };
   limit("--memory", capped->memory);
   limit("--pids", capped->pids);
   limit("--cpu", capped->cpu);
   limit("--timeout", capped->timeout);
   limit("--disk", capped->disk);
-  for (const auto& e : req.env) args.insert(args.end(), {"--env", e});
-  for (const auto& [k, v] : req.labels) args.insert(args.end(), {"--label", k + "=" + v});
-  if (!req.workspace.empty())
-    args.insert(args.end(), {"--io-dir", req.workspace, "--io-owner",
-                             std::to_string(peer.uid) + ":" + std::to_string(peer.gid)});
-  args.insert(args.end(), {"--result-fd", "3", "--"});
+  for (const auto& e : req.env) args.push_back("--env=" + e);
+  for (const auto& [k, v] : req.labels) args.push_back("--label=" + k + "=" + v);
+  if (!req.workspace.empty()) {
+    args.push_back("--io-dir=" + req.workspace);
+    args.push_back("--io-owner=" + std::to_string(peer.uid) + ":" + std::to_string(peer.gid));
+  }
+  args.insert(args.end(), {"--result-fd=3", "--"});
   args.insert(args.end(), req.argv.begin(), req.argv.end());
   std::vector<std::string> env = {
       "PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin",
@@ -224,15 +265,17 @@ void RunService::reaped(int key) {
   auto it = runs_.find(key);
   if (it == runs_.end()) return;
   Running& r = it->second;
+  // Only a runner that has exited is reaped: never a blocking wait in the loop.
+  siginfo_t info{};
+  if (::waitid(static_cast<idtype_t>(kPidfdIdType), static_cast<id_t>(key), &info, WEXITED | WNOHANG) != 0 ||
+      info.si_pid == 0)
+    return;
   read_result(r);
   if (r.result) {
     loop_.remove(r.result.get());
     r.result.reset();
   }
-  int status = 0;
-  while (::waitpid(r.pid, &status, 0) < 0 && errno == EINTR) {
-  }
-  const int code = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+  const int code = info.si_code == CLD_EXITED ? info.si_status : 128 + info.si_status;
   json doc = json::parse(r.document, nullptr, false);
   json reply;
   if (r.stopping)

@@ -4,7 +4,11 @@
 #include <dirent.h>
 #include <fcntl.h>
 #include <grp.h>
+#include <linux/capability.h>
 #include <linux/openat2.h>
+#include <poll.h>
+#include <signal.h>
+#include <sys/prctl.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/syscall.h>
@@ -15,6 +19,9 @@
 #include <cstring>
 #include <functional>
 
+#include <nlohmann/json.hpp>
+
+#include "cgroup/cgroup.h"
 #include "util/fd_passing.h"
 #include "util/text.h"
 #include "util/unique_fd.h"
@@ -200,6 +207,8 @@ Status strip_setid_bits(const std::string& dir) {
 
 namespace {
 
+constexpr int kIoOpenTimeoutMs = 10000;
+
 void skip(IoCopy& done, const std::string& shown, const char* why) {
   ++done.skipped_total;
   if (done.skipped.size() < 20) done.skipped.push_back(shown + ": " + why);
@@ -267,6 +276,10 @@ std::string temp_name(const char* name) {
 Status copy_out_dir(int src, int dst, const IoOwner& who, int depth, const std::string& shown,
                     uint64_t& budget, IoCopy& done) {
   return for_each_entry(src, depth, shown, [&](const Entry& e) -> Status {
+    // Every entry costs something, so a tree of empty files and links is bounded too.
+    if (budget < kIoEntryBytes)
+      return Error{"the workspace holds more than its disk limit (entries) at " + e.shown, EFBIG};
+    budget -= kIoEntryBytes;
     struct stat there {};
     const bool exists = ::fstatat(dst, e.name, &there, AT_SYMLINK_NOFOLLOW) == 0;
     if (S_ISDIR(e.listed.st_mode)) {
@@ -287,7 +300,7 @@ Status copy_out_dir(int src, int dst, const IoOwner& who, int depth, const std::
         return Error::from_errno("setting the owner of " + e.shown);
       ++done.entries;
       if (Status s = copy_out_dir(fd->get(), sub.get(), who, depth + 1, e.shown, budget, done); !s) return s;
-      if (!exists && ::fchmod(sub.get(), (st.st_mode & 0777) | S_IRWXU) != 0)
+      if (!exists && ::fchmod(sub.get(), (st.st_mode & 0755) | S_IRWXU) != 0)
         return Error::from_errno("setting the mode of " + e.shown);
       return {};
     }
@@ -306,8 +319,9 @@ Status copy_out_dir(int src, int dst, const IoOwner& who, int depth, const std::
       if (n < 0 || static_cast<size_t>(n) >= target.size())
         return Error::from_errno("reading the link " + e.shown);
       target.resize(static_cast<size_t>(n));
-      if (::symlinkat(target.c_str(), dst, tmp.c_str()) != 0 ||
-          ::fchownat(dst, tmp.c_str(), who.uid, who.gid, AT_SYMLINK_NOFOLLOW) != 0) {
+      if (::symlinkat(target.c_str(), dst, tmp.c_str()) != 0)
+        return Error::from_errno("copying the link " + e.shown);
+      if (::fchownat(dst, tmp.c_str(), who.uid, who.gid, AT_SYMLINK_NOFOLLOW) != 0) {
         int err = errno;
         ::unlinkat(dst, tmp.c_str(), 0);
         return Error::from_errno("copying the link " + e.shown, err);
@@ -317,8 +331,10 @@ Status copy_out_dir(int src, int dst, const IoOwner& who, int depth, const std::
       auto fd = open_listed(src, e, &st);
       if (!fd) return fd.error();
       const uint64_t before = budget;
-      if (Status s = copy_file(fd->get(), st, dst, tmp.c_str(), e.shown, budget, who.uid, who.gid); !s) {
-        ::unlinkat(dst, tmp.c_str(), 0);
+      struct stat masked = st;
+      masked.st_mode &= 0755;  // the run chooses no group- or world-writable files
+      if (Status s = copy_file(fd->get(), masked, dst, tmp.c_str(), e.shown, budget, who.uid, who.gid); !s) {
+        if (s.error().code != EEXIST) ::unlinkat(dst, tmp.c_str(), 0);  // only a file this copy created
         return s;
       }
       done.bytes += before - budget;
@@ -373,10 +389,24 @@ Result<UniqueFd> open_io_dir(const std::string& path, const IoOwner& who) {
   int err = 0;
   UniqueFd fd;
   int flags = 0;
-  ssize_t n = recv_with_fd(mine.get(), &err, sizeof err, fd, &flags);
+  // The child runs as the caller, who may stop it or send it into a FUSE
+  // mount that never answers: it gets a deadline, then SIGKILL.
+  pollfd p{mine.get(), POLLIN, 0};
+  int ready;
+  do ready = ::poll(&p, 1, kIoOpenTimeoutMs);
+  while (ready < 0 && errno == EINTR);
+  ssize_t n = -1;
+  if (ready > 0)
+    n = recv_with_fd(mine.get(), &err, sizeof err, fd, &flags);
+  else
+    ::kill(pid, SIGKILL);
   int status = 0;
   while (::waitpid(pid, &status, 0) < 0 && errno == EINTR) {
   }
+  if (ready == 0)
+    return Error{"--io-dir " + shown + ": opening it as uid " + std::to_string(who.uid) +
+                     " took longer than " + std::to_string(kIoOpenTimeoutMs / 1000) + " s",
+                 ETIMEDOUT};
   if (n != sizeof err) return Error{"--io-dir " + shown + ": the check as the caller did not answer", EIO};
   if (err == EPERM)
     return Error{"--io-dir " + shown + ": not a directory uid " + std::to_string(who.uid) + " owns", EPERM};
@@ -388,6 +418,97 @@ Result<UniqueFd> open_io_dir(const std::string& path, const IoOwner& who) {
   return fd;
 }
 
+Status become_io_owner(const IoOwner& who) {
+  if (::prctl(PR_SET_KEEPCAPS, 1, 0, 0, 0) != 0 || ::setgroups(0, nullptr) != 0 ||
+      ::setresgid(who.gid, who.gid, who.gid) != 0 || ::setresuid(who.uid, who.uid, who.uid) != 0)
+    return Error::from_errno("becoming uid " + std::to_string(who.uid));
+  __user_cap_header_struct hdr{_LINUX_CAPABILITY_VERSION_3, 0};
+  __user_cap_data_struct data[2] = {};
+  data[CAP_TO_INDEX(CAP_DAC_READ_SEARCH)].effective = CAP_TO_MASK(CAP_DAC_READ_SEARCH);
+  data[CAP_TO_INDEX(CAP_DAC_READ_SEARCH)].permitted = CAP_TO_MASK(CAP_DAC_READ_SEARCH);
+  if (::syscall(SYS_capset, &hdr, data) != 0) return Error::from_errno("keeping CAP_DAC_READ_SEARCH");
+  return {};
+}
+
+Status run_copy_child(const CopyChild& how, const std::function<Status(IoCopy&)>& work, IoCopy& done) {
+  int p[2];
+  if (::pipe2(p, O_CLOEXEC) != 0) return Error::from_errno("copy: pipe2");
+  UniqueFd rd(p[0]), wr(p[1]);
+  auto child = [&]() -> int {
+    rd.reset();
+    IoCopy mine;
+    Status st = how.become ? how.become() : Status{};
+    if (st) st = work(mine);
+    nlohmann::json j = {{"ok", st.ok()},
+                        {"message", st.ok() ? "" : st.error().message},
+                        {"code", st.ok() ? 0 : st.error().code},
+                        {"entries", mine.entries},
+                        {"bytes", mine.bytes},
+                        {"skipped", mine.skipped},
+                        {"skipped_total", mine.skipped_total}};
+    const std::string text = j.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
+    for (size_t off = 0; off < text.size();) {
+      ssize_t n = ::write(wr.get(), text.data() + off, text.size() - off);
+      if (n < 0 && errno == EINTR) continue;
+      if (n <= 0) return 1;
+      off += static_cast<size_t>(n);
+    }
+    return 0;
+  };
+  pid_t pid;
+  if (how.cgroup_fd >= 0) {
+    auto spawned = cgroup::spawn_in_cgroup(how.cgroup_fd, child);
+    if (!spawned) return spawned.error();
+    pid = *spawned;
+  } else {
+    pid = ::fork();
+    if (pid < 0) return Error::from_errno("copy: fork");
+    if (pid == 0) ::_exit(child());
+  }
+  wr.reset();
+  std::string text;
+  const auto deadline = std::chrono::steady_clock::now() + how.timeout;
+  Status outcome;
+  for (;;) {
+    pollfd fds[2] = {{rd.get(), POLLIN, 0}, {how.signal_fd, POLLIN, 0}};
+    const auto left =
+        std::chrono::duration_cast<std::chrono::milliseconds>(deadline - std::chrono::steady_clock::now());
+    if (left.count() <= 0) {
+      outcome = Error{"the copy took longer than " + std::to_string(how.timeout.count()) + " s", ETIMEDOUT};
+      break;
+    }
+    int ready = ::poll(fds, how.signal_fd >= 0 ? 2 : 1, static_cast<int>(left.count()));
+    if (ready < 0 && errno == EINTR) continue;
+    if (ready > 0 && (fds[1].revents & POLLIN)) {
+      outcome = Error{"interrupted by a signal", EINTR};
+      break;
+    }
+    if (ready > 0) {
+      char buf[4096];
+      ssize_t n = ::read(rd.get(), buf, sizeof buf);
+      if (n < 0 && errno == EINTR) continue;
+      if (n <= 0) break;  // the child is done
+      if (text.size() < (1u << 20)) text.append(buf, static_cast<size_t>(n));
+    }
+  }
+  if (!outcome.ok()) ::kill(pid, SIGKILL);
+  int status = 0;
+  while (::waitpid(pid, &status, 0) < 0 && errno == EINTR) {
+  }
+  if (!outcome.ok()) return outcome;
+  nlohmann::json j = nlohmann::json::parse(text, nullptr, false);
+  if (!j.is_object())
+    return Error{"the copy ended without a report (status " + std::to_string(status) + ")", EIO};
+  done.entries += j.value("entries", uint64_t{0});
+  done.bytes += j.value("bytes", uint64_t{0});
+  for (const auto& s : j.value("skipped", std::vector<std::string>{}))
+    if (done.skipped.size() < 20) done.skipped.push_back(s);
+  done.skipped_total += j.value("skipped_total", uint64_t{0});
+  if (!j.value("ok", false))
+    return Error{j.value("message", std::string("the copy failed")), j.value("code", EIO)};
+  return {};
+}
+
 Status copy_in(int src, const IoOwner& who, int dst, uid_t uid, gid_t gid, uint64_t max_bytes, IoCopy& done) {
   auto dir = readable_dir(src, "the io directory");
   if (!dir) return dir.error();
@@ -396,13 +517,11 @@ Status copy_in(int src, const IoOwner& who, int dst, uid_t uid, gid_t gid, uint6
 }
 
 Status copy_out(int src, int dst, const IoOwner& who, uint64_t max_bytes, IoCopy& done) {
-  auto dir = readable_dir(dst, "the io directory");
-  if (!dir) return dir.error();
   struct stat st {};
-  if (::fstat(dir->get(), &st) != 0 || st.st_uid != who.uid)
+  if (::fstat(dst, &st) != 0 || st.st_uid != who.uid)
     return Error{"the io directory is not uid " + std::to_string(who.uid) + "'s any more", EPERM};
   uint64_t budget = max_bytes;
-  return copy_out_dir(src, dir->get(), who, 1, "workspace", budget, done);
+  return copy_out_dir(src, dst, who, 1, "workspace", budget, done);
 }
 
 }  // namespace agentcage::run

@@ -6,7 +6,9 @@
 
 #include <sys/types.h>
 
+#include <chrono>
 #include <cstdint>
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -44,6 +46,8 @@ Status copy_kept_tree(const std::string& from, const std::string& to, uint64_t m
 // anywhere its caller could not write, and its writes stay bounded by the
 // workspace's tmpfs.
 
+inline constexpr uint64_t kIoEntryBytes = 512;
+
 struct IoOwner {
   uid_t uid = 0;
   gid_t gid = 0;
@@ -69,11 +73,33 @@ struct IoCopy {
 Status copy_in(int src, const IoOwner& who, int dst, uid_t uid, gid_t gid, uint64_t max_bytes, IoCopy& done);
 
 // Copies the workspace `src` back into the io directory `dst`, owned there
-// by `who`, without set-id bits, at most `max_bytes`: a file replaces the file
+// by `who`, without set-id bits and without write permission for group and
+// others, at most `max_bytes` (each entry counts kIoEntryBytes too): a file replaces the file
 // of the same name (a new file renamed over it), a directory is entered when
 // `who` owns the one already there; anything else in the way, devices,
 // FIFOs and sockets are skipped (listed in `done`). Call it only when
 // nothing of the run is left running.
 Status copy_out(int src, int dst, const IoOwner& who, uint64_t max_bytes, IoCopy& done);
+
+// How a copy runs: in a child process of its own, so that what it costs and
+// whose rights it uses are the right ones. copy_in runs inside the run's
+// cgroup (the workspace's tmpfs pages count against the run's memory limit,
+// not the runner's), copy_out as the caller (become_io_owner: every write is
+// the caller's own). The child gets at most `timeout`, and ends when
+// `signal_fd` (a signalfd, -1: none) has a signal; then it is SIGKILLed.
+struct CopyChild {
+  int cgroup_fd = -1;  // -1: the runner's own cgroup
+  int signal_fd = -1;
+  std::chrono::seconds timeout{600};
+  std::function<Status()> become;  // run first in the child; may be empty
+};
+// Runs `work` as `how` says; its Status and IoCopy come back over a pipe.
+Status run_copy_child(const CopyChild& how, const std::function<Status(IoCopy&)>& work, IoCopy& done);
+
+// The caller's identity for copy_out: uid and gid `who`, no supplementary
+// groups, and only CAP_DAC_READ_SEARCH (to read the run's files, which the
+// run's own uid owns): files are created as the caller, in directories the
+// caller may write, within the caller's quotas.
+Status become_io_owner(const IoOwner& who);
 
 }  // namespace agentcage::run

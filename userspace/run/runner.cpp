@@ -90,7 +90,7 @@ int run_command(const RunOptions& opts, RunResult& res, std::ostream& err) {
   // ends the run with its exit status, message, fix and fail-closed reason.
   using StepFn = Step (*)(Run&);
   for (StepFn step : {check_request, check_root, block_signals, open_enforcement, create_record,
-                      choose_identity, prepare_workspace, create_cgroup, confine})
+                      choose_identity, prepare_workspace, create_cgroup, fill_workspace, confine})
     if (Step st = step(run); !st) return fail(run, st.failure());
 
   std::optional<int> unstarted;

@@ -42,8 +42,9 @@ Result<StdioRelay> StdioRelay::prepare(std::optional<uint64_t> max_bytes) {
   if (stdio_way(0, st[0].st_mode) == StdioWay::read_only) {
     const int flags = ::fcntl(0, F_GETFL);
     if (flags < 0) return Error::from_errno("stdio: reading the flags of stdin");
-    if ((flags & O_ACCMODE) == O_WRONLY) {
-      // The caller could not read it: neither may the run.
+    if ((flags & O_ACCMODE) == O_WRONLY || (flags & O_PATH)) {
+      // The caller could not read it (write-only, or an O_PATH descriptor,
+      // which F_GETFL reports as O_RDONLY): neither may the run.
       r.stdin_.reset(::open("/dev/null", O_RDONLY | O_CLOEXEC));
     } else {
       // A description of the run's own: its reads, seeks and locks stay its

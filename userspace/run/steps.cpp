@@ -322,49 +322,6 @@ Status make_workspace(const RunOptions& opts, const Identity& id, const policy::
   return {};
 }
 
-// --io-dir: open the caller's directory as its owner, copy its entries into
-// the fresh workspace, and keep it open for teardown's copy back.
-Step fill_workspace(Run& run) {
-  const RunOptions& opts = run.opts;
-  Resources& r = run.resources;
-  const auto why = FailClosedReason::internal;
-  IoOwner who;
-  if (opts.io_owner) {
-    auto spec = parse_user_spec(*opts.io_owner);
-    who = IoOwner{*spec->uid, *spec->gid};
-  } else {
-    struct stat st {};
-    if (::lstat(opts.io_dir->c_str(), &st) != 0 || !S_ISDIR(st.st_mode))
-      return refused(why, "--io-dir " + policy::quote(*opts.io_dir) + ": not a directory",
-                     "pass an existing directory", errno ? errno : ENOTDIR);
-    who = IoOwner{st.st_uid, st.st_gid};
-  }
-  auto dir = open_io_dir(*opts.io_dir, who);
-  if (!dir)
-    return refused(why, dir.error().message,
-                   "pass a directory its owner can write, by a path without symbolic links",
-                   dir.error().code);
-  UniqueFd ws(::open(r.record.workspace.c_str(), O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC));
-  if (!ws) return refused(why, "opening the workspace: " + std::string(std::strerror(errno)), "", errno);
-  IoReport& io = run.res.io.emplace();
-  io.dir = *opts.io_dir;
-  IoCopy done;
-  const uint64_t budget = run.limits->disk_bytes.value_or(UINT64_MAX);
-  Status st = copy_in(dir->get(), who, ws.get(), run.identity->uid, run.identity->gid, budget, done);
-  io.copied_in = done.entries;
-  io.copied_in_bytes = done.bytes;
-  io.skipped = done.skipped;
-  io.skipped_total = done.skipped_total;
-  if (!st)
-    return refused(
-        why, "copying --io-dir into the workspace: " + st.error().message,
-        st.error().code == EFBIG ? "raise the disk limit (--disk) or make the directory smaller" : "",
-        st.error().code);
-  r.io_dir = std::move(*dir);
-  r.io_owner = who;
-  return {};
-}
-
 }  // namespace
 
 Step prepare_workspace(Run& run) {
@@ -380,7 +337,6 @@ Step prepare_workspace(Run& run) {
     return refused(FailClosedReason::internal, st.error().message, fix, st.error().code);
   }
   run.res.workspace = run.resources.record.workspace;
-  if (opts.io_dir) return fill_workspace(run);
   return {};
 }
 
@@ -415,6 +371,56 @@ Step create_cgroup(Run& run) {
   if (Status st = write_limits(*r.cg, limits); !st)
     return refused(why, st.error().message, "check the cgroup controllers (agentcage doctor)",
                    st.error().code);
+  return {};
+}
+
+Step fill_workspace(Run& run) {
+  const RunOptions& opts = run.opts;
+  if (!opts.io_dir) return {};
+  Resources& r = run.resources;
+  const auto why = FailClosedReason::internal;
+  IoOwner who;
+  if (opts.io_owner) {
+    auto spec = parse_user_spec(*opts.io_owner);
+    who = IoOwner{*spec->uid, *spec->gid};
+  } else {
+    struct stat st {};
+    if (::lstat(opts.io_dir->c_str(), &st) != 0 || !S_ISDIR(st.st_mode))
+      return refused(why, "--io-dir " + policy::quote(*opts.io_dir) + ": not a directory",
+                     "pass an existing directory", errno ? errno : ENOTDIR);
+    who = IoOwner{st.st_uid, st.st_gid};
+  }
+  auto dir = open_io_dir(*opts.io_dir, who);
+  if (!dir)
+    return refused(why, dir.error().message,
+                   "pass a directory its owner can write, by a path without symbolic links",
+                   dir.error().code);
+  UniqueFd ws(::open(r.record.workspace.c_str(), O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC));
+  if (!ws) return refused(why, "opening the workspace: " + std::string(std::strerror(errno)), "", errno);
+  IoReport& io = run.res.io.emplace();
+  io.dir = *opts.io_dir;
+  IoCopy done;
+  const uint64_t budget = run.limits->disk_bytes.value_or(UINT64_MAX);
+  const int src = dir->get(), dst = ws.get();
+  const uid_t uid = run.identity->uid;
+  const gid_t gid = run.identity->gid;
+  // In the run's cgroup: the copies' pages are the run's (its memory limit).
+  CopyChild how;
+  how.cgroup_fd = r.cg->fd();
+  how.signal_fd = run.signals->fd();
+  Status st = run_copy_child(
+      how, [&](IoCopy& mine) { return copy_in(src, who, dst, uid, gid, budget, mine); }, done);
+  io.copied_in = done.entries;
+  io.copied_in_bytes = done.bytes;
+  io.skipped = done.skipped;
+  io.skipped_total = done.skipped_total;
+  if (!st)
+    return refused(
+        why, "copying --io-dir into the workspace: " + st.error().message,
+        st.error().code == EFBIG ? "raise the disk limit (--disk) or make the directory smaller" : "",
+        st.error().code);
+  r.io_dir = std::move(*dir);
+  r.io_owner = who;
   return {};
 }
 

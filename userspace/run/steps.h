@@ -4,7 +4,7 @@
 //
 //   check_request -> check_root -> block_signals -> open_enforcement ->
 //   create_record -> choose_identity -> prepare_workspace -> create_cgroup
-//   -> confine -> spawn -> wait_for_end -> teardown -> result
+//   -> fill_workspace -> confine -> spawn -> wait_for_end -> teardown -> result
 //
 // A step either succeeds or returns a Failure: agentcage's exit status, the
 // message, the fix, the errno and, for a refusal to run unconfined (125),
@@ -144,6 +144,9 @@ Step choose_identity(Run& run);
 Step prepare_workspace(Run& run);
 // The run's cgroup below the cgroup parent, with its limits.
 Step create_cgroup(Run& run);
+// --io-dir: the caller's directory copied into the workspace, by a child in
+// the run's cgroup (run/artifacts.h).
+Step fill_workspace(Run& run);
 // The cgroup under the run's policy (scope/scope.h).
 Step confine(Run& run);
 

@@ -99,8 +99,19 @@ std::vector<std::string> teardown(Resources& r, RunResult& res, bool collect,
     IoReport& report = res.io ? *res.io : res.io.emplace();
     UniqueFd ws(::open(r.record.workspace.c_str(), O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC));
     IoCopy done;
-    Status st = ws ? copy_out(ws.get(), io.get(), r.io_owner, res.disk_max_bytes.value_or(UINT64_MAX), done)
-                   : Status(Error::from_errno("opening the workspace"));
+    Status st;
+    if (!ws) {
+      st = Error::from_errno("opening the workspace");
+    } else {
+      // As the caller: every file it writes is the caller's own doing.
+      const IoOwner who = r.io_owner;
+      const int src = ws.get(), dst = io.get();
+      const uint64_t budget = res.disk_max_bytes.value_or(UINT64_MAX);
+      CopyChild how;
+      how.become = [who] { return become_io_owner(who); };
+      st = run_copy_child(
+          how, [&](IoCopy& mine) { return copy_out(src, dst, who, budget, mine); }, done);
+    }
     report.copied_out = done.entries;
     report.copied_out_bytes = done.bytes;
     for (auto& s : done.skipped)
