@@ -98,6 +98,16 @@ Result<UniqueFd> open_listed(int dirfd, const Entry& e, struct stat* st) {
   return fd;
 }
 
+// The target of the listed symbolic link `e` of `dirfd`.
+Result<std::string> read_link(int dirfd, const Entry& e) {
+  std::string target(static_cast<size_t>(e.listed.st_size) + 1, '\0');
+  ssize_t n = ::readlinkat(dirfd, e.name, target.data(), target.size());
+  if (n < 0) return Error::from_errno("reading the link " + e.shown);
+  if (static_cast<size_t>(n) >= target.size()) return Error{e.shown + " changed while it was read", EAGAIN};
+  target.resize(static_cast<size_t>(n));
+  return target;
+}
+
 // Clears set-id bits below the open directory `dirfd`.
 Status walk(int dirfd, int depth, const std::string& shown) {
   return for_each_entry(dirfd, depth, shown, [&](const Entry& e) -> Status {
@@ -148,13 +158,9 @@ Status copy_dir(int src, int dst, int depth, const std::string& shown, uint64_t&
   return for_each_entry(src, depth, shown, [&](const Entry& e) -> Status {
     const char* name = e.name;
     if (S_ISLNK(e.listed.st_mode)) {
-      std::string target(static_cast<size_t>(e.listed.st_size) + 1, '\0');
-      ssize_t n = ::readlinkat(src, name, target.data(), target.size());
-      if (n < 0) return Error::from_errno("reading the link " + e.shown);
-      if (static_cast<size_t>(n) >= target.size())
-        return Error{e.shown + " changed while it was read", EAGAIN};
-      target.resize(static_cast<size_t>(n));
-      if (::symlinkat(target.c_str(), dst, name) != 0 ||
+      auto target = read_link(src, e);
+      if (!target) return target.error();
+      if (::symlinkat(target->c_str(), dst, name) != 0 ||
           ::fchownat(dst, name, e.listed.st_uid, e.listed.st_gid, AT_SYMLINK_NOFOLLOW) != 0)
         return Error::from_errno("copying the link " + e.shown);
       return {};
@@ -229,12 +235,9 @@ Status copy_in_dir(int src, const IoOwner& who, int dst, uid_t uid, gid_t gid, i
       return {};
     }
     if (S_ISLNK(e.listed.st_mode)) {
-      std::string target(static_cast<size_t>(e.listed.st_size) + 1, '\0');
-      ssize_t n = ::readlinkat(src, e.name, target.data(), target.size());
-      if (n < 0 || static_cast<size_t>(n) >= target.size())
-        return Error::from_errno("reading the link " + e.shown);
-      target.resize(static_cast<size_t>(n));
-      if (::symlinkat(target.c_str(), dst, e.name) != 0 ||
+      auto target = read_link(src, e);
+      if (!target) return target.error();
+      if (::symlinkat(target->c_str(), dst, e.name) != 0 ||
           ::fchownat(dst, e.name, uid, gid, AT_SYMLINK_NOFOLLOW) != 0)
         return Error::from_errno("copying the link " + e.shown);
       ++done.entries;
@@ -314,12 +317,9 @@ Status copy_out_dir(int src, int dst, const IoOwner& who, int depth, const std::
     }
     const std::string tmp = temp_name(e.name);
     if (S_ISLNK(e.listed.st_mode)) {
-      std::string target(static_cast<size_t>(e.listed.st_size) + 1, '\0');
-      ssize_t n = ::readlinkat(src, e.name, target.data(), target.size());
-      if (n < 0 || static_cast<size_t>(n) >= target.size())
-        return Error::from_errno("reading the link " + e.shown);
-      target.resize(static_cast<size_t>(n));
-      if (::symlinkat(target.c_str(), dst, tmp.c_str()) != 0)
+      auto target = read_link(src, e);
+      if (!target) return target.error();
+      if (::symlinkat(target->c_str(), dst, tmp.c_str()) != 0)
         return Error::from_errno("copying the link " + e.shown);
       if (::fchownat(dst, tmp.c_str(), who.uid, who.gid, AT_SYMLINK_NOFOLLOW) != 0) {
         int err = errno;

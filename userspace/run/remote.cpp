@@ -31,20 +31,12 @@ std::string remote_refusal(const RunOptions& o, bool policy_dir_given) {
 }
 
 int run_via_daemon(const RunOptions& opts, const std::string& control_socket, std::ostream& err) {
-  ResultSink sink;
-  if (opts.result_file && opts.result_fd) {
-    err << "agentcage: --result and --result-fd are alternatives: give one\n";
+  auto opened = ResultSink::for_options(opts.result_file, opts.result_fd);
+  if (!opened) {
+    err << "agentcage: " << opened.error().message << "\n";
     return kExitSetup;
   }
-  if (opts.result_file || opts.result_fd) {
-    auto opened =
-        opts.result_file ? ResultSink::to_file(*opts.result_file) : ResultSink::to_fd(*opts.result_fd);
-    if (!opened) {
-      err << "agentcage: " << opened.error().message << "\n";
-      return kExitSetup;
-    }
-    sink = std::move(*opened);
-  }
+  ResultSink sink = std::move(*opened);
   control::Request req;
   req.op = control::Op::run;
   req.policy = opts.policy;

@@ -41,6 +41,14 @@ Status write_all(int fd, const std::string& text) {
 
 }  // namespace
 
+Result<ResultSink> ResultSink::for_options(const std::optional<std::string>& file,
+                                           const std::optional<int>& fd) {
+  if (file && fd) return Error{"--result and --result-fd are alternatives: give one", EINVAL};
+  if (file) return to_file(*file);
+  if (fd) return to_fd(*fd);
+  return ResultSink();
+}
+
 Result<ResultSink> ResultSink::to_file(const std::string& path) {
   ResultSink sink;
   if (path == "-") {

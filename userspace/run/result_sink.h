@@ -25,6 +25,9 @@ class ResultSink {
   // rename would replace the link, not write where it points: refused, with
   // the fix) nor anything but a regular file.
   static Result<ResultSink> to_file(const std::string& path);
+  // What --result FILE / --result-fd N ask for (neither: a sink that writes
+  // nothing; both: an error).
+  static Result<ResultSink> for_options(const std::optional<std::string>& file, const std::optional<int>& fd);
   // --result-fd N: N must be open for writing. agentcage keeps it from
   // COMMAND (close-on-exec), writes the document to it and closes it.
   static Result<ResultSink> to_fd(int fd);

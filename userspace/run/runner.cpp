@@ -114,20 +114,12 @@ int run_main(const RunOptions& opts, std::ostream& err) {
     if (::fcntl(fd, F_GETFD) < 0 && errno == EBADF && ::open("/dev/null", O_RDWR) < 0) return kExitSetup;
   // Where the result goes is settled before anything runs: a run whose
   // result cannot be delivered does not start.
-  ResultSink sink;
-  if (opts.result_file && opts.result_fd) {
-    err << "agentcage: --result and --result-fd are alternatives: give one\n";
+  auto opened = ResultSink::for_options(opts.result_file, opts.result_fd);
+  if (!opened) {
+    err << "agentcage: " << opened.error().message << "\n";
     return kExitSetup;
   }
-  if (opts.result_file || opts.result_fd) {
-    auto opened =
-        opts.result_file ? ResultSink::to_file(*opts.result_file) : ResultSink::to_fd(*opts.result_fd);
-    if (!opened) {
-      err << "agentcage: " << opened.error().message << "\n";
-      return kExitSetup;
-    }
-    sink = std::move(*opened);
-  }
+  ResultSink sink = std::move(*opened);
   RunResult res;
   int code = run_command(opts, res, err);
   res.exit_code = code;
