@@ -173,6 +173,43 @@ TEST_F(SharedTest, SecondOpenAdoptsAndEnforcementOutlivesTheLoader) {
   EXPECT_EQ(left, 1) << "only the private test set remains";
 }
 
+// Adopting the set (every run's start) checks that every program is still
+// attached without reading the kernel's BTF: the loader marks the programs
+// this kernel has no hook for under skipped/. A link removed from the set
+// (its program detached) makes every later start fail closed.
+TEST_F(SharedTest, AdoptionRefusesASetWithADetachedProgram) {
+  auto first = bpf::Enforcer::open_shared(options());
+  ASSERT_TRUE(first.ok()) << first.error().message;
+  const std::string dir = (*first)->pin_dir();
+  first->reset();
+  std::set<std::string> skipped;
+  for (const auto& e : fs::directory_iterator(dir + "/skipped")) skipped.insert(e.path().filename());
+  // One of the two inode_setattr forms is always skipped.
+  EXPECT_EQ(skipped.count("ac_inode_setattr") + skipped.count("ac_inode_setattr_noidmap"), 1u);
+  for (const auto& name : skipped) EXPECT_FALSE(fs::exists(dir + "/links/" + name)) << name;
+
+  auto adopted = bpf::Enforcer::open_shared(options());
+  ASSERT_TRUE(adopted.ok()) << adopted.error().message;
+  adopted->reset();
+
+  ASSERT_TRUE(fs::remove(dir + "/links/ac_file_open"));
+  auto refused = bpf::Enforcer::open_shared(options());
+  ASSERT_FALSE(refused.ok());
+  EXPECT_NE(refused.error().message.find("programs are attached"), std::string::npos)
+      << refused.error().message;
+
+  // A skipped mark for an attached program is refused as well.
+  fs::remove_all(kPinRoot);
+  auto again = bpf::Enforcer::open_shared(options());
+  ASSERT_TRUE(again.ok()) << again.error().message;
+  again->reset();
+  ASSERT_TRUE(fs::create_directory(dir + "/skipped/ac_file_open"));
+  auto marked = bpf::Enforcer::open_shared(options());
+  ASSERT_FALSE(marked.ok());
+  EXPECT_NE(marked.error().message.find("both attached and marked skipped"), std::string::npos)
+      << marked.error().message;
+}
+
 // A pin root outside a bpf filesystem is reported by its own code (the
 // runner's fix text depends on it), distinct from the LSM and EPERM cases.
 TEST_F(SharedTest, PinRootOutsideBpffsHasItsOwnCode) {

@@ -15,6 +15,7 @@
 #include <cerrno>
 #include <cstdio>
 #include <filesystem>
+#include <set>
 
 #include "bpf/enforcer_internal.h"
 #include "bpf/programs.h"
@@ -138,9 +139,15 @@ Status Enforcer::pin_all(const std::string& dir) {
     if (int err = bpf_map__pin(map, path.c_str())) return bpf_error("pinning map " + path, err);
   }
   // A pinned link keeps its program attached after this process exits.
+  // A program this kernel has no hook for is marked by an empty directory
+  // under skipped/, so adopting the set (every run's start) needs no look at
+  // the kernel's BTF to know which links must be there.
   const bpf_object_skeleton* sk = skel_->skeleton;
   for (int i = 0; i < sk->prog_cnt; ++i) {
-    if (program_skipped(*sk->progs[i].prog)) continue;  // this kernel has no such hook
+    if (program_skipped(*sk->progs[i].prog)) {
+      if (Status st = make_dirs(dir + "/skipped/" + sk->progs[i].name, 0700); !st) return st;
+      continue;
+    }
     if (*sk->progs[i].prog == skel_->progs.ac_udp_client_filter) continue;
     bpf_link* link = *sk->progs[i].link;
     std::string path = dir + "/links/" + sk->progs[i].name;
@@ -186,20 +193,34 @@ Status Enforcer::adopt_pinned(const std::string& dir) {
 
   // Every LSM program must still be attached: a pinned link is an
   // attachment, and the set pins one link per LSM program of this build's
-  // object (all but the receive filter).
-  constexpr size_t kPrograms = sizeof(agentcage_bpf::progs) / sizeof(bpf_program*) - 1;
-  std::error_code ec;
-  size_t links = 0;
-  for (const auto& entry : std::filesystem::directory_iterator(dir + "/links", ec)) {
-    static_cast<void>(entry);
-    ++links;
+  // object (all but the receive filter), or marks it skipped/ when this
+  // kernel has no such hook.
+  auto names_in = [](const std::string& sub, std::set<std::string>& out) -> Status {
+    std::error_code ec;
+    for (const auto& entry : std::filesystem::directory_iterator(sub, ec))
+      out.insert(entry.path().filename());
+    if (ec) return Error{"bpf: listing " + sub + ": " + ec.message(), ec.value()};
+    return {};
+  };
+  std::set<std::string> links, skipped;
+  if (Status st = names_in(dir + "/links", links); !st) return st;
+  struct stat sb {};
+  if (::stat((dir + "/skipped").c_str(), &sb) == 0) {
+    if (Status st = names_in(dir + "/skipped", skipped); !st) return st;
+  } else {
+    // A set pinned by a build that did not mark skipped programs.
+    auto skip = programs_to_skip();
+    if (!skip) return skip.error();
+    skipped.insert(skip->begin(), skip->end());
   }
-  if (ec) return Error{"bpf: listing " + dir + "/links: " + ec.message(), ec.value()};
-  auto skipped = programs_to_skip();
-  if (!skipped) return skipped.error();
-  if (links != kPrograms - skipped->size())
-    return Error{"bpf: " + std::to_string(links) + " of the " + std::to_string(kPrograms - skipped->size()) +
-                     " programs are attached in " + dir + "/links",
+  for (const auto& name : skipped)
+    if (links.count(name))
+      return Error{"bpf: program " + name + " is both attached and marked skipped in " + dir, EEXIST};
+  constexpr size_t kPrograms = sizeof(agentcage_bpf::progs) / sizeof(bpf_program*) - 1;
+  if (links.size() + skipped.size() != kPrograms)
+    return Error{"bpf: " + std::to_string(links.size()) + " of the " +
+                     std::to_string(kPrograms - skipped.size()) + " programs are attached in " + dir +
+                     "/links",
                  ENOENT};
   return {};
 }
