@@ -114,12 +114,32 @@ Result<RunLease> RunLease::create(const std::string& state_dir, const std::strin
   RunLease lease;
   lease.lock_path_ = runs + "/" + run_id + ".lock";
   lease.record_path_ = runs + "/" + run_id + ".json";
-  UniqueFd fd(::open(lease.lock_path_.c_str(), O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC | O_NOFOLLOW, 0600));
-  if (!fd) return Error::from_errno("run state: creating " + lease.lock_path_);
-  if (::flock(fd.get(), LOCK_EX | LOCK_NB) != 0) {
-    Error e = Error::from_errno("run state: locking " + lease.lock_path_);
-    ::unlink(lease.lock_path_.c_str());
-    return e;
+  // The lock file appears already locked: made unnamed (O_TMPFILE), locked,
+  // then linked in place (failing if the name exists, as O_EXCL). A reaper
+  // that probes every lock file (find_stale_runs) can then never take it
+  // between our creating and our locking it, which would make this flock
+  // fail, or a young run look stale.
+  UniqueFd fd(::open(runs.c_str(), O_TMPFILE | O_RDWR | O_CLOEXEC, 0600));
+  if (fd) {
+    if (::flock(fd.get(), LOCK_EX | LOCK_NB) != 0)
+      return Error::from_errno("run state: locking a new lock file");
+    const std::string self = "/proc/self/fd/" + std::to_string(fd.get());
+    if (::linkat(AT_FDCWD, self.c_str(), AT_FDCWD, lease.lock_path_.c_str(), AT_SYMLINK_FOLLOW) != 0)
+      return Error::from_errno("run state: creating " + lease.lock_path_);
+  } else {
+    // A file system without O_TMPFILE: create, then lock, retrying while a
+    // reaper holds the new file for a moment (it leaves young ones alone).
+    fd.reset(::open(lease.lock_path_.c_str(), O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC | O_NOFOLLOW, 0600));
+    if (!fd) return Error::from_errno("run state: creating " + lease.lock_path_);
+    int tries = 0;
+    while (::flock(fd.get(), LOCK_EX | LOCK_NB) != 0) {
+      if (errno != EWOULDBLOCK || ++tries > 500) {
+        Error e = Error::from_errno("run state: locking " + lease.lock_path_);
+        ::unlink(lease.lock_path_.c_str());
+        return e;
+      }
+      ::usleep(2000);
+    }
   }
   lease.lock_fd_ = std::move(fd);
   return lease;
