@@ -10,6 +10,8 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
+#include <cstdio>
 #include <cstring>
 #include <string>
 #include <vector>
@@ -246,6 +248,84 @@ TEST_F(DaemonRun, AClientKilledMidRunLeavesNothing) {
   // The daemon serves the next client as before.
   Proc next = client_run("next", {}, {"cat", "/etc/hostname"});
   EXPECT_EQ(wait_exit(next.pid), 0) << out("next");
+}
+
+// The processes whose parent is `parent`, with their command name.
+std::vector<std::pair<pid_t, std::string>> children_of(pid_t parent) {
+  std::vector<std::pair<pid_t, std::string>> out;
+  for (const auto& e : fs::directory_iterator("/proc")) {
+    const std::string name = e.path().filename();
+    if (name.find_first_not_of("0123456789") != std::string::npos) continue;
+    const std::string stat = slurp(e.path() / "stat");
+    const size_t open = stat.find('('), close = stat.rfind(')');
+    if (open == std::string::npos || close == std::string::npos) continue;
+    int ppid = 0;
+    char state = 0;
+    if (std::sscanf(stat.c_str() + close + 1, " %c %d", &state, &ppid) != 2 || ppid != parent) continue;
+    out.emplace_back(std::stoi(name), stat.substr(open + 1, close - open - 1));
+  }
+  return out;
+}
+
+std::vector<std::string> cmdline_of(pid_t pid) {
+  std::vector<std::string> words;
+  const std::string raw = slurp("/proc/" + std::to_string(pid) + "/cmdline");
+  for (size_t start = 0; start < raw.size();) {
+    size_t end = raw.find('\0', start);
+    if (end == std::string::npos) end = raw.size();
+    words.push_back(raw.substr(start, end - start));
+    start = end + 1;
+  }
+  return words;
+}
+
+// Runs start from the daemon's fork server (made before the daemon's
+// threads): the runner is the daemon's child and was never exec'd (its
+// command line is still the daemon's). Once the server is gone, runs start
+// by fork + exec of `agentcage run`, with the same outcome.
+TEST_F(DaemonRun, RunsStartFromTheForkServerAndByExecOnceItIsGone) {
+  start();
+  pid_t server = 0;
+  for (const auto& [pid, comm] : children_of(daemon_.pid))
+    if (comm == "agentcage-fork") server = pid;
+  ASSERT_GT(server, 0) << "no fork server among the daemon's children\n" << log();
+
+  auto runner_words = [&]() -> std::vector<std::string> {
+    // (An exec'd runner's command name is "exe", from /proc/self/exe.)
+    for (const auto& [pid, comm] : children_of(daemon_.pid))
+      if (pid != server) return cmdline_of(pid);
+    return {};
+  };
+  auto has = [](const std::vector<std::string>& words, const std::string& w) {
+    return std::find(words.begin(), words.end(), w) != words.end();
+  };
+
+  Proc forked = client_run("forked", {}, {"sleep", "300"});
+  std::vector<std::string> words;
+  ASSERT_TRUE(wait_until([&] { return !(words = runner_words()).empty() && !run_cgroups().empty(); }, 30s))
+      << out("forked") << log();
+  EXPECT_TRUE(has(words, "daemon")) << "the runner was exec'd: " << testing::PrintToString(words);
+  EXPECT_FALSE(has(words, "run")) << testing::PrintToString(words);
+  ::kill(forked.pid, SIGKILL);
+  wait_exit(forked.pid);
+  ASSERT_TRUE(wait_until([&] { return nothing_left(); }, 15s)) << log();
+
+  ASSERT_EQ(::kill(server, SIGKILL), 0);
+  Proc execd = client_run("execd", {}, {"sleep", "300"});
+  ASSERT_TRUE(wait_until([&] { return !(words = runner_words()).empty() && !run_cgroups().empty(); }, 30s))
+      << out("execd") << log();
+  EXPECT_TRUE(has(words, "run")) << testing::PrintToString(words);
+  EXPECT_NE(log().find("fork server (pid " + std::to_string(server) + ") lost"), std::string::npos) << log();
+  ::kill(execd.pid, SIGKILL);
+  wait_exit(execd.pid);
+  ASSERT_TRUE(wait_until([&] { return nothing_left(); }, 15s)) << log();
+
+  Proc after = client_run("after", {}, {"cat", "/etc/hostname"});
+  EXPECT_EQ(wait_exit(after.pid), 0) << out("after");
+  EXPECT_EQ(out("after"), slurp("/etc/hostname"));
+  json r = result("after");
+  ASSERT_TRUE(r.is_object()) << out("after");
+  EXPECT_EQ(r["exit_code"], 0);
 }
 
 TEST_F(DaemonRun, TwentyConcurrentClientsEachGetTheirOwnOutputAndResult) {

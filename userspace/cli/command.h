@@ -47,6 +47,10 @@ bool is_run_invocation(int argc, char** argv);
 // parse COMMAND's options as agentcage's).
 std::vector<std::string> take_run_command(int& argc, char** argv);
 
+// agentcage's whole command line (main.cpp): the exit status. Also what a
+// runner the daemon forks calls with `agentcage run ...` (cli/daemon.cpp).
+int main_entry(int argc, char** argv);
+
 void add_policy(CLI::App& app, const Globals& globals, Commands& commands);  // policy.cpp
 void add_attach(CLI::App& app, const Globals& globals, Commands& commands);  // attach.cpp: attach, detach
 void add_daemon(CLI::App& app, const Globals& globals, Commands& commands);  // daemon.cpp

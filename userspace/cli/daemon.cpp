@@ -2,6 +2,7 @@
 // `agentcage daemon`: the host agent.
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "cli/command.h"
 #include "cli/help.h"
@@ -37,7 +38,14 @@ Exit status: 0 stopped by a signal, 1 could not start.)"));
   commands.add(daemon, [config, &globals] {
     // The daemon logs what it does (reloads, clients) by default.
     if (globals.verbosity == 0) log::set_level(log::Level::info);
-    return daemon::daemon_command(*config);
+    // A run through the daemon is this command line, `agentcage run ...`,
+    // in a runner the daemon forks (daemon/run_forker.h).
+    return daemon::daemon_command(*config, [](std::vector<std::string> words) {
+      std::vector<char*> argv;
+      for (auto& w : words) argv.push_back(w.data());
+      argv.push_back(nullptr);
+      return main_entry(static_cast<int>(words.size()), argv.data());
+    });
   });
 }
 

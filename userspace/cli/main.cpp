@@ -3,9 +3,11 @@
 // (one file each under cli/), and which exit status a usage error gets.
 #include <CLI/CLI.hpp>
 
+#include <cstring>
 #include <iostream>
 #include <memory>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "cli/command.h"
@@ -30,7 +32,7 @@ void name_command_groups(CLI::App& app) {
 
 }  // namespace
 
-int main(int argc, char** argv) {
+int agentcage::cli::main_entry(int argc, char** argv) {
   namespace cli = agentcage::cli;
   const bool run_invocation = cli::is_run_invocation(argc, argv);
   std::vector<std::string> run_command = cli::take_run_command(argc, argv);
@@ -46,16 +48,43 @@ int main(int argc, char** argv) {
   cli::Globals globals;
   app.add_flag("-v,--verbose", globals.verbosity, "More log output (repeat for libbpf debug output)");
 
+  // Only the command named is built when it is one of ours (a run's start
+  // pays for one command's options, not all of them); the whole set for
+  // help, suggestions and anything else.
+  using AddFn = void (*)(CLI::App&, const cli::Globals&, cli::Commands&);
+  const std::pair<const char*, AddFn> verbs[] = {{"doctor", cli::add_doctor},
+                                                 {"policy", cli::add_policy},
+                                                 {"attach", cli::add_attach},
+                                                 {"detach", cli::add_attach},
+                                                 {"run", nullptr},
+                                                 {"daemon", cli::add_daemon},
+                                                 {"status", cli::add_status},
+                                                 {"events", cli::add_events},
+                                                 {"version", cli::add_version}};
+  const char* word = nullptr;
+  for (int i = 1; i < argc && !word; ++i)
+    if (argv[i][0] != '-') word = argv[i];
   cli::Commands commands;
-  cli::add_doctor(app, globals, commands);
-  cli::add_policy(app, globals, commands);
-  cli::add_attach(app, globals, commands);
-  cli::add_run(app, globals, commands, std::move(run_command));
-  cli::add_daemon(app, globals, commands);
-  cli::add_status(app, globals, commands);
-  cli::add_events(app, globals, commands);
-  cli::add_help(app, globals, commands);
-  cli::add_version(app, globals, commands);
+  bool one = false;
+  for (const auto& [name, add] : verbs)
+    if (word && std::strcmp(word, name) == 0) {
+      if (add)
+        add(app, globals, commands);
+      else
+        cli::add_run(app, globals, commands, std::move(run_command));
+      one = true;
+    }
+  if (!one) {
+    cli::add_doctor(app, globals, commands);
+    cli::add_policy(app, globals, commands);
+    cli::add_attach(app, globals, commands);
+    cli::add_run(app, globals, commands, std::move(run_command));
+    cli::add_daemon(app, globals, commands);
+    cli::add_status(app, globals, commands);
+    cli::add_events(app, globals, commands);
+    cli::add_help(app, globals, commands);
+    cli::add_version(app, globals, commands);
+  }
   name_command_groups(app);
 
   // A usage error of run must not look like COMMAND's exit status.
@@ -74,3 +103,5 @@ int main(int argc, char** argv) {
   if (const auto* action = commands.parsed()) return (*action)();
   return usage_error;
 }
+
+int main(int argc, char** argv) { return agentcage::cli::main_entry(argc, argv); }

@@ -68,7 +68,7 @@ constexpr int kStopGraceMs = 10000;
 
 class Daemon final : private PolicyDirListener, private ControlHandler {
  public:
-  explicit Daemon(Config cfg)
+  Daemon(Config cfg, RunForker* forker)
       : cfg_(std::move(cfg)),
         runs_(cfg_.state_dir),
         sink_(cfg_.audit_log, cfg_.recent_events, metrics_, runs_),
@@ -77,8 +77,9 @@ class Daemon final : private PolicyDirListener, private ControlHandler {
         server_({cfg_.control_socket, cfg_.control_group, cfg_.max_clients, cfg_.max_clients_per_uid,
                  cfg_.client_buffer_bytes},
                 loop_, *this),
-        runner_(cfg_, loop_,
-                [this](uint64_t client, const json& reply) { server_.finish_run(client, reply); }) {}
+        runner_(
+            cfg_, loop_, [this](uint64_t client, const json& reply) { server_.finish_run(client, reply); },
+            forker) {}
   Status start();
   int run();
 
@@ -402,8 +403,15 @@ json Daemon::detach(const Request& r) {
 
 }  // namespace
 
-int run_daemon(const Config& config) {
-  Daemon d(config);
+int run_daemon(const Config& config, const CommandLine& command_line) {
+  // First, while this process has one thread: the fork server runs' start
+  // from (daemon/run_forker.h). Without it runs are exec'd.
+  RunForker forker;
+  if (command_line) {
+    if (Status st = forker.start(command_line); !st)
+      log::warn("no fork server (" + st.error().message + "): runs start with fork + exec");
+  }
+  Daemon d(config, &forker);
   if (Status st = d.start(); !st) {
     log::error("daemon: " + st.error().message);
     return 1;
@@ -411,7 +419,7 @@ int run_daemon(const Config& config) {
   return d.run();
 }
 
-int daemon_command(const std::string& config_file) {
+int daemon_command(const std::string& config_file, const CommandLine& command_line) {
   Config cfg;
   if (!config_file.empty()) {
     auto r = load_config(config_file);
@@ -426,7 +434,7 @@ int daemon_command(const std::string& config_file) {
     std::cerr << "agentcage daemon: needs root (BPF LSM programs, cgroups, the control socket)\n";
     return 1;
   }
-  return run_daemon(cfg);
+  return run_daemon(cfg, command_line);
 }
 
 }  // namespace agentcage::daemon

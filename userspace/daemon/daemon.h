@@ -12,15 +12,19 @@
 #include <string>
 
 #include "daemon/config.h"
+#include "daemon/run_forker.h"
 
 namespace agentcage::daemon {
 
 // Runs until SIGTERM/SIGINT. Returns the process exit status: 0 after a
-// clean stop, 1 when it could not start (message on stderr).
-int run_daemon(const Config& config);
+// clean stop, 1 when it could not start (message on stderr). Runs through
+// the daemon are `command_line` called with `agentcage run ...` words in a
+// runner forked from the fork server (daemon/run_forker.h); without it (or
+// once the server is gone), runners are exec'd.
+int run_daemon(const Config& config, const CommandLine& command_line);
 
 // `agentcage daemon [--config FILE]`: loads the configuration (defaults
 // without FILE) and runs the daemon.
-int daemon_command(const std::string& config_file);
+int daemon_command(const std::string& config_file, const CommandLine& command_line);
 
 }  // namespace agentcage::daemon

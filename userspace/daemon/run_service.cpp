@@ -92,6 +92,39 @@ std::string stdio_refusal(const std::vector<UniqueFd>& stdio) {
 
 pid_t pidfd_open(pid_t pid) { return static_cast<pid_t>(::syscall(SYS_pidfd_open, pid, 0)); }
 
+// A runner by fork + exec of this binary (when there is no fork server):
+// the same words, environment and descriptors as the fork server's.
+Result<Runner> exec_runner(std::vector<std::string> args, std::vector<std::string> env, const int fds[4]) {
+  // Everything the child needs is built before fork: after it, only system calls.
+  std::vector<char*> argv, envp;
+  for (auto& a : args) argv.push_back(a.data());
+  argv.push_back(nullptr);
+  for (auto& e : env) envp.push_back(e.data());
+  envp.push_back(nullptr);
+  const pid_t parent = ::getpid();
+  const pid_t pid = ::fork();
+  if (pid < 0) return Error::from_errno("fork");
+  if (pid == 0) {
+    // The runner ends its run when the daemon dies.
+    if (::prctl(PR_SET_PDEATHSIG, SIGTERM) != 0 || ::getppid() != parent) ::_exit(125);
+    sigset_t none;
+    sigemptyset(&none);
+    ::sigprocmask(SIG_SETMASK, &none, nullptr);
+    ::signal(SIGPIPE, SIG_DFL);
+    if (!install_runner_fds(fds)) ::_exit(125);
+    ::execve("/proc/self/exe", argv.data(), envp.data());
+    ::_exit(125);
+  }
+  UniqueFd pidfd(pidfd_open(pid));
+  if (!pidfd) {
+    const int err = errno;
+    ::kill(pid, SIGKILL);
+    ::waitpid(pid, nullptr, 0);
+    return Error{std::string("pidfd_open: ") + std::strerror(err), err};
+  }
+  return Runner{std::move(pidfd), pid};
+}
+
 }  // namespace
 
 Result<control::RunLimits> capped_limits(const policy::Limits& policy_limits, const control::RunLimits& asked,
@@ -124,8 +157,8 @@ Result<control::RunLimits> capped_limits(const policy::Limits& policy_limits, co
   return out;
 }
 
-RunService::RunService(const Config& cfg, EventLoop& loop, Finish finish)
-    : cfg_(cfg), loop_(loop), finish_(std::move(finish)) {}
+RunService::RunService(const Config& cfg, EventLoop& loop, Finish finish, RunForker* forker)
+    : cfg_(cfg), loop_(loop), finish_(std::move(finish)), forker_(forker) {}
 
 RunService::~RunService() {
   for (auto& [fd, r] : runs_) {
@@ -153,8 +186,7 @@ std::optional<json> RunService::start(const control::Request& req, const Peer& p
   if (!capped) return refusal(capped.error().message);
   if (std::string why = stdio_refusal(stdio); !why.empty()) return refusal(why);
 
-  // Everything the child needs is built before fork: after it, only system
-  // calls. Each option with its value in one "--name=value" word, so that
+  // Each option with its value in one "--name=value" word, so that
   // no value a client chose (an env entry "--user", say) can be read as an
   // option; COMMAND and its arguments come after "--".
   for (const auto& e : req.env)
@@ -183,44 +215,22 @@ std::optional<json> RunService::start(const control::Request& req, const Peer& p
       "AGENTCAGE_STATE_DIR=" + cfg_.state_dir, "AGENTCAGE_CONTROL_SOCKET=" + cfg_.control_socket};
   if (const char* root = std::getenv("AGENTCAGE_WORKSPACE_ROOT"); root && *root)
     env.push_back(std::string("AGENTCAGE_WORKSPACE_ROOT=") + root);
-  std::vector<char*> argv, envp;
-  for (auto& a : args) argv.push_back(a.data());
-  argv.push_back(nullptr);
-  for (auto& e : env) envp.push_back(e.data());
-  envp.push_back(nullptr);
-
   int pipe_fds[2];
   if (::pipe2(pipe_fds, O_CLOEXEC) != 0)
     return refusal("the daemon could not start the run: pipe2: " + std::string(std::strerror(errno)));
   UniqueFd result_read(pipe_fds[0]), result_write(pipe_fds[1]);
-  const pid_t parent = ::getpid();
-  const pid_t pid = ::fork();
-  if (pid < 0)
-    return refusal("the daemon could not start the run: fork: " + std::string(std::strerror(errno)));
-  if (pid == 0) {
-    // The runner ends its run when the daemon dies.
-    if (::prctl(PR_SET_PDEATHSIG, SIGTERM) != 0 || ::getppid() != parent) ::_exit(125);
-    sigset_t none;
-    sigemptyset(&none);
-    ::sigprocmask(SIG_SETMASK, &none, nullptr);
-    ::signal(SIGPIPE, SIG_DFL);
-    // The result pipe to 3 first: a client descriptor may sit at 3.
-    int rfd = ::fcntl(result_write.get(), F_DUPFD_CLOEXEC, 10);
-    int in = ::fcntl(stdio[0].get(), F_DUPFD_CLOEXEC, 10), out = ::fcntl(stdio[1].get(), F_DUPFD_CLOEXEC, 10),
-        err = ::fcntl(stdio[2].get(), F_DUPFD_CLOEXEC, 10);
-    if (rfd < 0 || in < 0 || out < 0 || err < 0 || ::dup2(in, 0) < 0 || ::dup2(out, 1) < 0 ||
-        ::dup2(err, 2) < 0 || ::dup2(rfd, 3) < 0)
-      ::_exit(125);
-    ::execve("/proc/self/exe", argv.data(), envp.data());
-    ::_exit(125);
+  const int fds[4] = {stdio[0].get(), stdio[1].get(), stdio[2].get(), result_write.get()};
+  Result<Runner> runner = Error{"", 0};
+  if (forker_ && forker_->running()) {
+    runner = forker_->spawn(args, env, fds);
+    if (!runner && forker_->running())
+      return refusal("the daemon could not start the run: " + runner.error().message);
   }
+  if (!runner) runner = exec_runner(args, env, fds);  // no fork server (any more)
+  if (!runner) return refusal("the daemon could not start the run: " + runner.error().message);
   result_write.reset();
-  UniqueFd pidfd(pidfd_open(pid));
-  if (!pidfd) {
-    ::kill(pid, SIGKILL);
-    ::waitpid(pid, nullptr, 0);
-    return refusal("the daemon could not watch the run: pidfd_open: " + std::string(std::strerror(errno)));
-  }
+  const pid_t pid = runner->pid;
+  UniqueFd pidfd = std::move(runner->pidfd);
   ::fcntl(result_read.get(), F_SETFL, O_NONBLOCK);
   const int key = pidfd.get();
   Running& r = runs_[key];

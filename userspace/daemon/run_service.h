@@ -31,6 +31,7 @@
 #include "daemon/config.h"
 #include "daemon/control_server.h"
 #include "daemon/loop.h"
+#include "daemon/run_forker.h"
 #include "policy/model.h"
 #include "util/result.h"
 #include "util/unique_fd.h"
@@ -49,7 +50,8 @@ class RunService {
   // Called with the client's id and the answer when a run ends.
   using Finish = std::function<void(uint64_t client, const nlohmann::json& reply)>;
 
-  RunService(const Config& cfg, EventLoop& loop, Finish finish);
+  // Runners come from `forker` while it runs (no exec), else by fork + exec.
+  RunService(const Config& cfg, EventLoop& loop, Finish finish, RunForker* forker = nullptr);
   ~RunService();
   RunService(const RunService&) = delete;
   RunService& operator=(const RunService&) = delete;
@@ -83,6 +85,7 @@ class RunService {
   const Config& cfg_;
   EventLoop& loop_;
   Finish finish_;
+  RunForker* forker_;
   std::map<int, Running> runs_;  // by pidfd
 };
 

@@ -1,0 +1,224 @@
+// SPDX-License-Identifier: Apache-2.0
+// The daemon's fork server (daemon/run_forker.h).
+#include "daemon/run_forker.h"
+
+#include <fcntl.h>
+#include <linux/sched.h>
+#include <signal.h>
+#include <sys/prctl.h>
+#include <sys/socket.h>
+#include <sys/syscall.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <filesystem>
+#include <iostream>
+
+#include "util/fd_passing.h"
+#include "util/log.h"
+
+namespace agentcage::daemon {
+namespace {
+
+// A request: "ARGC\0" then ARGC words of argv, then the environment's
+// entries, each NUL-terminated. Bounded by the control protocol's request
+// size (64 KiB) plus the daemon's own words, well under this.
+constexpr size_t kMaxMessage = 192 * 1024;
+// How long the daemon waits for the server to answer a request (it only
+// clones: milliseconds).
+constexpr int kAnswerSeconds = 10;
+
+int thread_count() {
+  std::error_code ec;
+  int n = 0;
+  for (auto it = std::filesystem::directory_iterator("/proc/self/task", ec);
+       !ec && it != std::filesystem::directory_iterator(); it.increment(ec))
+    ++n;
+  return ec ? -1 : n;
+}
+
+std::string encode(const std::vector<std::string>& argv, const std::vector<std::string>& env) {
+  std::string out = std::to_string(argv.size());
+  out.push_back('\0');
+  for (const auto* list : {&argv, &env})
+    for (const auto& s : *list) {
+      out += s;
+      out.push_back('\0');
+    }
+  return out;
+}
+
+bool decode(const char* data, size_t size, std::vector<std::string>& argv, std::vector<std::string>& env) {
+  std::vector<std::string> words;
+  size_t start = 0;
+  for (size_t i = 0; i < size; ++i)
+    if (data[i] == '\0') {
+      words.emplace_back(data + start, i - start);
+      start = i + 1;
+    }
+  if (start != size || words.empty()) return false;
+  char* end = nullptr;
+  const unsigned long argc = std::strtoul(words[0].c_str(), &end, 10);
+  if (end == words[0].c_str() || *end != '\0' || argc == 0 || argc > words.size() - 1) return false;
+  argv.assign(words.begin() + 1, words.begin() + 1 + static_cast<long>(argc));
+  env.assign(words.begin() + 1 + static_cast<long>(argc), words.end());
+  for (const auto& e : env)
+    if (e.find('=') == std::string::npos || e.front() == '=') return false;
+  return true;
+}
+
+void answer(int sock, const std::string& text, int fd = -1) {
+  // The daemon waits for this answer; a failed send is the daemon gone.
+  if ((fd >= 0 ? send_with_fd(sock, text.data(), text.size(), fd)
+               : ::send(sock, text.data(), text.size(), MSG_NOSIGNAL)) < 0)
+    ::_exit(0);
+}
+
+// The runner, in the clone: the daemon's child, with only 0..3 open, the
+// daemon's words and environment, default signal handling.
+[[noreturn]] void become_runner(pid_t daemon, const int fds[4], std::vector<std::string> argv,
+                                const std::vector<std::string>& env, const CommandLine& command_line) {
+  if (::prctl(PR_SET_PDEATHSIG, SIGTERM) != 0 || ::getppid() != daemon) ::_exit(125);
+  ::prctl(PR_SET_NAME, "agentcage", 0, 0, 0);
+  struct sigaction dfl {};
+  dfl.sa_handler = SIG_DFL;
+  for (int sig = 1; sig < NSIG; ++sig)
+    if (sig != SIGKILL && sig != SIGSTOP) ::sigaction(sig, &dfl, nullptr);
+  sigset_t none;
+  sigemptyset(&none);
+  ::sigprocmask(SIG_SETMASK, &none, nullptr);
+  if (!install_runner_fds(fds) || ::syscall(SYS_close_range, 4U, ~0U, 0U) != 0) ::_exit(125);
+  if (::clearenv() != 0) ::_exit(125);
+  for (const auto& e : env) {
+    const size_t eq = e.find('=');
+    if (::setenv(e.substr(0, eq).c_str(), e.c_str() + eq + 1, 1) != 0) ::_exit(125);
+  }
+  const int code = command_line(std::move(argv));
+  std::cout.flush();
+  std::cerr.flush();
+  std::fflush(nullptr);
+  ::_exit(code);
+}
+
+[[noreturn]] void serve(int sock, pid_t daemon, const CommandLine& command_line) {
+  std::vector<char> buf(kMaxMessage);
+  for (;;) {
+    std::vector<UniqueFd> fds;
+    int flags = 0;
+    const ssize_t n = recv_with_fds(sock, buf.data(), buf.size(), fds, &flags, false);
+    if (n == 0) ::_exit(0);  // the daemon closed its end
+    if (n < 0) ::_exit(errno == EINTR ? 0 : 1);
+    std::vector<std::string> argv, env;
+    if ((flags & (MSG_TRUNC | MSG_CTRUNC)) || fds.size() != 4 ||
+        !decode(buf.data(), static_cast<size_t>(n), argv, env)) {
+      answer(sock, "error malformed request");
+      continue;
+    }
+    const int raw[4] = {fds[0].get(), fds[1].get(), fds[2].get(), fds[3].get()};
+    int pidfd = -1;
+    clone_args args{};
+    args.flags = CLONE_PARENT | CLONE_PIDFD;
+    args.pidfd = reinterpret_cast<uintptr_t>(&pidfd);
+    const long pid = ::syscall(SYS_clone3, &args, sizeof args);
+    if (pid == 0) become_runner(daemon, raw, std::move(argv), env, command_line);
+    if (pid < 0) {
+      answer(sock, std::string("error clone3: ") + std::strerror(errno));
+      continue;
+    }
+    answer(sock, "pid " + std::to_string(pid), pidfd);
+    ::close(pidfd);
+  }
+}
+
+}  // namespace
+
+bool install_runner_fds(const int fds[4]) {
+  // Out of the way first: one of them may sit at 0..3.
+  int high[4];
+  for (int i = 0; i < 4; ++i)
+    if ((high[i] = ::fcntl(fds[i], F_DUPFD_CLOEXEC, 10)) < 0) return false;
+  for (int i = 0; i < 4; ++i)
+    if (::dup2(high[i], i) < 0) return false;  // dup2 clears close-on-exec
+  for (int fd : high) ::close(fd);
+  return true;
+}
+
+RunForker::~RunForker() { stop(); }
+
+Status RunForker::start(CommandLine command_line) {
+  if (const int threads = thread_count(); threads != 1)
+    return Error{"the fork server must be started while the daemon has one thread (it has " +
+                     std::to_string(threads) + ")",
+                 EBUSY};
+  int sv[2];
+  if (::socketpair(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0, sv) != 0)
+    return Error::from_errno("socketpair for the fork server");
+  UniqueFd mine(sv[0]), theirs(sv[1]);
+  const pid_t daemon = ::getpid();
+  const pid_t pid = ::fork();
+  if (pid < 0) return Error::from_errno("fork of the fork server");
+  if (pid == 0) {
+    // Dies with the daemon; its runners end their runs then (their own
+    // PR_SET_PDEATHSIG), as exec'd runners do.
+    if (::prctl(PR_SET_PDEATHSIG, SIGKILL) != 0 || ::getppid() != daemon) ::_exit(1);
+    ::prctl(PR_SET_NAME, "agentcage-fork", 0, 0, 0);
+    mine.reset();
+    serve(theirs.get(), daemon, command_line);
+  }
+  theirs.reset();
+  timeval tv{kAnswerSeconds, 0};
+  ::setsockopt(mine.get(), SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
+  sock_ = std::move(mine);
+  pid_ = pid;
+  log::info("fork server started (pid " + std::to_string(pid) + "): runs start without an exec");
+  return {};
+}
+
+Result<Runner> RunForker::spawn(const std::vector<std::string>& argv, const std::vector<std::string>& env,
+                                const int fds[4]) {
+  if (!sock_) return Error{"the fork server is not running", ESRCH};
+  const std::string msg = encode(argv, env);
+  if (msg.size() > kMaxMessage) return Error{"the run's command line is too long", E2BIG};
+  if (send_with_fds(sock_.get(), msg.data(), msg.size(), fds, 4) < 0) {
+    const int err = errno;
+    lost(std::string("sending it a run: ") + std::strerror(err));
+    return Error{"the fork server is gone", err};
+  }
+  char buf[512];
+  UniqueFd pidfd;
+  int flags = 0;
+  const ssize_t n = recv_with_fd(sock_.get(), buf, sizeof buf - 1, pidfd, &flags);
+  if (n <= 0) {
+    const int err = n == 0 ? EPIPE : errno;
+    lost(n == 0 ? "it exited" : std::string("no answer: ") + std::strerror(err));
+    return Error{"the fork server is gone", err};
+  }
+  const std::string text(buf, static_cast<size_t>(n));
+  if (text.rfind("error ", 0) == 0) return Error{"the fork server: " + text.substr(6), EIO};
+  char* end = nullptr;
+  const long pid = text.rfind("pid ", 0) == 0 ? std::strtol(text.c_str() + 4, &end, 10) : 0;
+  if (pid <= 0 || !end || *end != '\0' || !pidfd) {
+    lost("an answer that is not one: " + text);
+    return Error{"the fork server is gone", EPROTO};
+  }
+  return Runner{std::move(pidfd), static_cast<pid_t>(pid)};
+}
+
+void RunForker::lost(const std::string& why) {
+  log::warn("fork server (pid " + std::to_string(pid_) + ") lost: " + why +
+            "; runs start with fork + exec from now on");
+  stop();
+}
+
+void RunForker::stop() {
+  if (!sock_) return;
+  sock_.reset();  // the server exits when it reads the end
+  ::kill(pid_, SIGKILL);
+  ::waitpid(pid_, nullptr, 0);
+}
+
+}  // namespace agentcage::daemon

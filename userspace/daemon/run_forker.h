@@ -1,0 +1,74 @@
+// SPDX-License-Identifier: Apache-2.0
+// Runs through the daemon start without an exec. A run's start used to pay
+// for a whole new agentcage process (exec, the dynamic loader, static
+// initialisation, page faults on a fresh image) before the run itself. The
+// fork server is a copy of the daemon made before the daemon starts any
+// thread: single-threaded, it waits on a socket pair; per run it clones a
+// runner with CLONE_PARENT (so the runner is the daemon's child, exactly as
+// a forked and exec'd one: pidfd, waitid, PR_SET_PDEATHSIG all refer to the
+// daemon) and the runner calls agentcage's own command line with the words
+// the daemon chose (`agentcage run --policy=NAME ... -- ARGV`), under the
+// environment the daemon chose, with only the client's stdin, stdout and
+// stderr and the result pipe open (0..3). So parsing, checks, lifecycle and
+// result are those of `agentcage run`, minus the exec.
+//
+// When the server is gone (it died, or could not start), the daemon falls
+// back to fork + exec of /proc/self/exe (run_service.cpp): same words, same
+// descriptors.
+#pragma once
+
+#include <sys/types.h>
+
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "util/result.h"
+#include "util/unique_fd.h"
+
+namespace agentcage::daemon {
+
+// agentcage's command line: argv (argv[0] first) -> exit status.
+using CommandLine = std::function<int(std::vector<std::string> argv)>;
+
+// Puts the four descriptors at 0, 1, 2 and 3 (stdin, stdout, stderr, result
+// pipe), without close-on-exec, whatever numbers they had. Async-signal-safe
+// (for a child between fork and exec). false with errno on failure.
+bool install_runner_fds(const int fds[4]);
+
+struct Runner {
+  UniqueFd pidfd;
+  pid_t pid = 0;
+};
+
+class RunForker {
+ public:
+  RunForker() = default;
+  ~RunForker();
+  RunForker(const RunForker&) = delete;
+  RunForker& operator=(const RunForker&) = delete;
+
+  // Forks the server. Only while this process has one thread (otherwise an
+  // error, and the daemon execs its runners).
+  Status start(CommandLine command_line);
+
+  bool running() const { return static_cast<bool>(sock_); }
+  pid_t pid() const { return pid_; }
+
+  // Starts a runner: `argv` and `env` replace the command line and the
+  // environment; fds = stdin, stdout, stderr, the result pipe's write end.
+  // An error when the server is gone (then running() is false) or could not
+  // clone (the message says why).
+  Result<Runner> spawn(const std::vector<std::string>& argv, const std::vector<std::string>& env,
+                       const int fds[4]);
+
+  // Ends the server (the daemon stops; runners already started go on).
+  void stop();
+
+ private:
+  void lost(const std::string& why);
+  UniqueFd sock_;
+  pid_t pid_ = 0;
+};
+
+}  // namespace agentcage::daemon
