@@ -21,10 +21,12 @@
 #include <sys/types.h>
 
 #include <cstdint>
+#include <cstdio>
 #include <filesystem>
 #include <functional>
 #include <map>
 #include <memory>
+#include <optional>
 #include <set>
 #include <string>
 #include <string_view>
@@ -46,6 +48,8 @@ struct Options {
   unsigned scopes = 100;                           // live scopes during phase B
   unsigned run_rounds = 60;                        // run section: rounds of bare / bwrap / agentcage run
   std::string run_policy = "bench/run-true.yaml";  // run section: policy allowing /usr/bin/true
+  unsigned run_clients = 8;                        // run section: concurrent daemon clients (throughput)
+  double run_throughput_seconds = 10;              // run section: how long they run
   std::string agentcage;      // run and events sections: agentcage binary ("" = next to this binary's dir)
   double events_seconds = 5;  // events section: generator time per step
   double events_start_rate = 500;  // events section: first step's opens/s (doubled per step)
@@ -150,6 +154,69 @@ Result<unsigned> run_mixed_workload(int cgroup_fd, const fs::path& workspace, un
 // Median wall time (ns) of fork + exec `argv` + wait, `runs` times; fails if
 // any run exits non-zero. For the run benchmark (issue 4).
 Result<double> time_command(const std::vector<std::string>& argv, unsigned runs);
+
+// The agentcage binary the run and events sections start: --agentcage, else
+// build/agentcage next to this binary's directory.
+fs::path agentcage_binary(const Options& opts);
+
+// An `agentcage daemon` of the bench's own (daemon.cpp): a temporary
+// directory with one policy (NAME.yaml), its own control socket, state
+// directory and audit log; metrics on 127.0.0.1:PORT, or off with 0.
+// start() returns once the policy is in its named slot; stop() (and the
+// destructor) ends the daemon and removes the slot and the directory.
+class BenchDaemon {
+ public:
+  BenchDaemon() = default;
+  ~BenchDaemon();
+  BenchDaemon(const BenchDaemon&) = delete;
+  BenchDaemon& operator=(const BenchDaemon&) = delete;
+  Status start(const fs::path& agentcage, const std::string& name, const std::string& policy_yaml,
+               int metrics_port);
+  void stop();
+  pid_t pid() const { return pid_; }
+  const fs::path& dir() const { return dir_; }
+  fs::path socket() const { return dir_ / "control.sock"; }
+  fs::path log() const { return dir_ / "daemon.log"; }
+  bpf::Enforcer* enforcer() const { return enforcer_.get(); }
+  std::optional<uint32_t> slot() const { return slot_; }
+  double start_seconds() const { return start_seconds_; }
+
+ private:
+  fs::path dir_;
+  std::string name_;
+  pid_t pid_ = -1;
+  std::unique_ptr<bpf::Enforcer> enforcer_;
+  std::optional<uint32_t> slot_;
+  double start_seconds_ = 0;
+};
+
+// One long-lived client process of a daemon, bench/daemon_client.py with
+// clients/python (paths relative to the working directory, the repository):
+// each call is timed inside it, as an agent framework calls agentcage.
+class DaemonClient {
+ public:
+  DaemonClient() = default;
+  ~DaemonClient();
+  DaemonClient(const DaemonClient&) = delete;
+  DaemonClient& operator=(const DaemonClient&) = delete;
+  Status start(const fs::path& socket, const std::string& policy, const fs::path& log);
+  // One run of /usr/bin/true under the policy: the call's time in ns.
+  Result<double> call();
+  struct Throughput {
+    uint64_t runs = 0, errors = 0;
+    double seconds = 0;
+    std::string first_error;
+  };
+  // `clients` threads, one Client each, calling back to back for `seconds`.
+  Result<Throughput> throughput(unsigned clients, double seconds);
+  void stop();
+
+ private:
+  std::string ask(const std::string& line);
+  pid_t pid_ = -1;
+  FILE* to_ = nullptr;
+  FILE* from_ = nullptr;
+};
 
 // The events section (events.cpp): starts `agentcage daemon` with a
 // temporary config, steps a denied-open generator's rate up until the ring

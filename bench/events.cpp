@@ -281,76 +281,28 @@ class EventsBench {
   void print(const std::vector<Step>& steps, const Step* forced) const;
 
   const Options& opts_;
-  fs::path dir_;
-  pid_t daemon_ = -1;
+  BenchDaemon daemon_;
   int port_ = -1;
-  std::unique_ptr<bpf::Enforcer> e_;
+  bpf::Enforcer* e_ = nullptr;
   uint32_t slot_ = 0;
-  bool have_slot_ = false;  // slot 0 is a valid slot
   cgroup::Cgroup cg_;
   bool scope_added_ = false;
-  double daemon_start_seconds_ = 0;
 };
 
 Status EventsBench::setup() {
-  char tmpl[] = "/tmp/agentcage-bench-events-XXXXXX";
-  if (!::mkdtemp(tmpl)) return Error::from_errno("bench: mkdtemp");
-  dir_ = tmpl;
-  std::error_code ec;
-  fs::create_directories(dir_ / "policies", ec);
-  fs::create_directories(dir_ / "state", ec);
-  if (ec) return Error{"bench: " + ec.message(), ec.value()};
-  std::ofstream(dir_ / "policies" / (std::string(kPolicyName) + ".yaml")) << policy_yaml();
   port_ = free_port();
   if (port_ <= 0) return Error{"bench: no free loopback port", EADDRINUSE};
-  std::ofstream(dir_ / "daemon.yaml") << "policy_dir: " << (dir_ / "policies").string() << "\n"
-                                      << "metrics_address: 127.0.0.1:" << port_ << "\n"
-                                      << "control_socket: " << (dir_ / "control.sock").string() << "\n"
-                                      << "audit_log: " << (dir_ / "audit.jsonl").string() << "\n"
-                                      << "state_dir: " << (dir_ / "state").string() << "\n";
-
-  fs::path agentcage = opts_.agentcage.empty()
-                           ? fs::read_symlink("/proc/self/exe", ec).parent_path().parent_path() / "agentcage"
-                           : fs::path(opts_.agentcage);
-  std::string bin = agentcage.string(), cfg = (dir_ / "daemon.yaml").string(),
-              log = (dir_ / "daemon.log").string();
-  auto t0 = Clock::now();
-  daemon_ = ::fork();
-  if (daemon_ < 0) return Error::from_errno("bench: fork");
-  if (daemon_ == 0) {
-    int fd = ::open(log.c_str(), O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
-    if (fd >= 0) {
-      ::dup2(fd, 1);
-      ::dup2(fd, 2);
-    }
-    ::execl(bin.c_str(), bin.c_str(), "daemon", "--config", cfg.c_str(), static_cast<char*>(nullptr));
-    ::_exit(127);
-  }
-  // Ready when the daemon's named policy is in a slot (it loads or adopts the
-  // shared set first) and /metrics answers.
-  auto deadline = Clock::now() + 120s;
-  while (true) {
-    int status = 0;
-    if (::waitpid(daemon_, &status, WNOHANG) == daemon_) {
-      daemon_ = -1;
-      return Error{"bench: agentcage daemon exited at start (see its log: " + log + ")", ECHILD};
-    }
-    // Only once the daemon has pinned the set: never load it from here.
-    if (!e_ && fs::exists(bpf::Enforcer::shared_pin_dir(bpf::SharedOptions{}.pin_root) + "/ready", ec))
-      if (auto e = bpf::Enforcer::open_shared()) e_ = std::move(e).value();
-    if (e_)
-      if (auto ps = e_->policies())
-        for (const auto& p : *ps)
-          if (p.name == kPolicyName && p.owner == AC_POLICY_OWNER_NAMED) {
-            slot_ = p.slot;
-            have_slot_ = true;
-          }
-    if (have_slot_ && !scrape(port_).empty()) break;
+  if (Status st = daemon_.start(agentcage_binary(opts_), kPolicyName, policy_yaml(), port_); !st) return st;
+  e_ = daemon_.enforcer();
+  slot_ = *daemon_.slot();
+  // /metrics answers too.
+  const auto deadline = Clock::now() + 60s;
+  while (scrape(port_).empty()) {
     if (Clock::now() > deadline)
-      return Error{"bench: agentcage daemon not ready after 120 s (log: " + log + ")", ETIMEDOUT};
+      return Error{"bench: the daemon's /metrics does not answer (log: " + daemon_.log().string() + ")",
+                   ETIMEDOUT};
     std::this_thread::sleep_for(200ms);
   }
-  daemon_start_seconds_ = std::chrono::duration<double>(Clock::now() - t0).count();
 
   auto root = cgroup::find_cgroup2_root();
   if (!root) return root.error().wrap("bench: no cgroup v2 hierarchy");
@@ -376,24 +328,8 @@ void EventsBench::cleanup() {
     (void)cg_.remove();
     cg_ = cgroup::Cgroup();
   }
-  if (daemon_ > 0) {
-    ::kill(daemon_, SIGCONT);
-    ::kill(daemon_, SIGTERM);
-    int status = 0;
-    while (::waitpid(daemon_, &status, 0) < 0 && errno == EINTR) {
-    }
-    daemon_ = -1;
-  }
-  // The daemon leaves its named policy installed (enforcement outlives it);
-  // nothing points at the slot any more.
-  if (e_ && have_slot_) {
-    (void)e_->with_lock([&] { return e_->remove_policy(slot_); });
-    have_slot_ = false;
-  }
-  e_.reset();
-  std::error_code ec;
-  if (!dir_.empty()) fs::remove_all(dir_, ec);
-  dir_.clear();
+  daemon_.stop();
+  e_ = nullptr;
 }
 
 void EventsBench::print(const std::vector<Step>& steps, const Step* forced) const {
@@ -424,7 +360,7 @@ int EventsBench::run() {
       kDeniedPath, seconds);
   if (auto st = setup(); !st.ok()) {
     say("   NOT MEASURED: %s\n", st.error().message.c_str());
-    std::ifstream log(dir_ / "daemon.log");
+    std::ifstream log(daemon_.log());
     for (std::string line; std::getline(log, line);) say("   daemon: %s\n", line.c_str());
     say("   ready: pinned set %s, policy slot %u, /metrics %s\n", e_ ? "open" : "not open", slot_,
         scrape(port_).empty() ? "not answering" : "answering");
@@ -432,9 +368,9 @@ int EventsBench::run() {
   }
   say("   daemon ready in %.1f s (policy %s in slot %u, metrics 127.0.0.1:%d); ring buffer 1 MiB,\n"
       "   record %zu bytes\n\n",
-      daemon_start_seconds_, kPolicyName, slot_, port_, sizeof(ac_event_decision));
-  AuditTail audit(dir_ / "audit.jsonl", cg_.id());
-  Ctx c{e_.get(), slot_, &cg_, &audit, port_, daemon_};
+      daemon_.start_seconds(), kPolicyName, slot_, port_, sizeof(ac_event_decision));
+  AuditTail audit(daemon_.dir() / "audit.jsonl", cg_.id());
+  Ctx c{e_, slot_, &cg_, &audit, port_, daemon_.pid()};
   std::vector<Step> steps;
   int rc = 0;
   const Step* zero_loss = nullptr;

@@ -10,6 +10,7 @@
 #include <cmath>
 #include <cstdarg>
 #include <cstdio>
+#include <fstream>
 #include <functional>
 #include <map>
 #include <sstream>
@@ -17,6 +18,7 @@
 #include <vector>
 
 #include "bench.h"
+#include "policy/policy.h"
 #include "util/log.h"
 
 namespace agentcage::bench {
@@ -282,18 +284,14 @@ int run_kernel_sections(const Options& opts) {
 //   bare   /usr/bin/true
 //   bwrap  bwrap --unshare-all --die-with-parent --ro-bind / / /usr/bin/true
 //   run    agentcage run --policy bench/run-true.yaml -- /usr/bin/true
+//   daemon Client.run(["/usr/bin/true"]) through `agentcage daemon`, timed
+//          inside one long-lived Python client (bench/daemon_client.py)
 struct RunCommand {
   std::string label;
-  std::vector<std::string> argv;
-  std::vector<double> ns;  // one sample per round
-  std::string error;       // set when it could not run (then not timed)
+  std::vector<std::string> argv;  // empty: through the daemon
+  std::vector<double> ns;         // one sample per round
+  std::string error;              // set when it could not run (then not timed)
 };
-
-fs::path self_dir() {
-  std::error_code ec;
-  fs::path exe = fs::read_symlink("/proc/self/exe", ec);
-  return ec ? fs::path{} : exe.parent_path();
-}
 
 bool pinned_set_present(const std::string& pin_root) {
   std::error_code ec;
@@ -302,8 +300,7 @@ bool pinned_set_present(const std::string& pin_root) {
 
 int run_cost_section(const Options& opts) {
   const unsigned rounds = opts.run_rounds;
-  fs::path agentcage =
-      opts.agentcage.empty() ? self_dir().parent_path() / "agentcage" : fs::path(opts.agentcage);
+  fs::path agentcage = agentcage_binary(opts);
   const std::string pin_root = bpf::SharedOptions{}.pin_root;
   std::vector<RunCommand> cmds = {
       {"bare: /usr/bin/true", {"/usr/bin/true"}, {}, {}},
@@ -315,21 +312,47 @@ int run_cost_section(const Options& opts) {
        {agentcage.string(), "run", "--policy", opts.run_policy, "--", "/usr/bin/true"},
        {},
        {}},
+      {"daemon: Client.run([\"/usr/bin/true\"]) (Python, per call)", {}, {}, {}},
   };
-  constexpr size_t kBare = 0, kBwrap = 1, kRun = 2;
+  constexpr size_t kBare = 0, kBwrap = 1, kRun = 2, kDaemon = 3;
 
-  say("\n3. The cost of a run: wall time of fork + exec + wait, three commands side by side\n");
-  say("   %u rounds, one run of each command per round, the order rotated every round\n"
-      "   (ABC BCA CAB ...); medians over the rounds\n\n",
+  say("\n3. The cost of a run: wall time of fork + exec + wait, and of a call through the daemon,\n"
+      "   side by side\n");
+  say("   %u rounds, one run of each per round, the order rotated every round (ABCD BCDA ...);\n"
+      "   medians over the rounds\n\n",
       rounds);
+
+  // The daemon path: a daemon of the bench's own with the same policy, and
+  // one long-lived Python client that times each call inside itself.
+  BenchDaemon daemon;
+  DaemonClient client;
+  std::string policy_name, policy_text;
+  {
+    auto parsed = policy::load_policy_file(opts.run_policy);
+    if (!parsed.ok()) {
+      say("   NOT MEASURED: %s is not a valid policy\n", opts.run_policy.c_str());
+      return 1;
+    }
+    policy_name = parsed.policy->name;
+    std::ifstream in(opts.run_policy);
+    policy_text.assign(std::istreambuf_iterator<char>(in), {});
+  }
+  if (Status st = daemon.start(agentcage, policy_name, policy_text, 0); !st)
+    cmds[kDaemon].error = st.error().message;
+  else if (Status cs = client.start(daemon.socket(), policy_name, daemon.dir() / "client.log"); !cs)
+    cmds[kDaemon].error = cs.error().message;
 
   // Warm-up, untimed: the first `agentcage run` on a machine without the
   // shared programs loads, attaches and pins them (seconds under TCG); every
   // later run opens the pinned set. One run of each command also proves it
   // works before anything is timed.
   bool was_pinned = pinned_set_present(pin_root);
-  for (size_t i : {kRun, kBare, kBwrap}) {
-    auto t = time_command(cmds[i].argv, 1);
+  auto time_one = [&](const RunCommand& c) {
+    return c.argv.empty() ? client.call() : time_command(c.argv, 1);
+  };
+  for (size_t i : {kRun, kBare, kBwrap, kDaemon}) {
+    if (!cmds[i].error.empty()) continue;
+    auto t = time_one(cmds[i]);
     if (!t) {
       cmds[i].error = t.error().message;
       continue;
@@ -349,13 +372,17 @@ int run_cost_section(const Options& opts) {
   }
   if (!cmds[kBwrap].error.empty())
     say("   bwrap: not measured (%s; Debian package bubblewrap)\n", cmds[kBwrap].error.c_str());
+  if (!cmds[kDaemon].error.empty()) {
+    say("   NOT MEASURED: runs through the daemon fail: %s\n", cmds[kDaemon].error.c_str());
+    return 1;
+  }
 
   for (unsigned r = 0; r < rounds; r++) {
     if (r % 10 == 0) progress("run cost: rounds %u..%u of %u", r + 1, std::min(rounds, r + 10), rounds);
     for (size_t k = 0; k < cmds.size(); k++) {
       RunCommand& c = cmds[(r + k) % cmds.size()];
       if (!c.error.empty()) continue;
-      auto t = time_command(c.argv, 1);
+      auto t = time_one(c);
       if (!t) {
         say("   %s failed in round %u: %s\n", c.label.c_str(), r + 1, t.error().message.c_str());
         return 1;
@@ -382,12 +409,33 @@ int run_cost_section(const Options& opts) {
   if (!cmds[kBwrap].ns.empty()) {
     double bw = median(cmds[kBwrap].ns);
     say("   agentcage run / bwrap: %.2fx   goal: < 1 (below bubblewrap)\n", run / bw);
+    say("   daemon call / bwrap:   %.2fx   goal: < 0.5 (below half of bubblewrap)\n",
+        median(cmds[kDaemon].ns) / bw);
   }
   say("   agentcage run over bare: +%s   goal on real hardware: well under 1 ms\n",
       fmt_ns(run - bare).c_str());
   say("   reference points: docker run about 0.5 s, a Firecracker microVM boot about 125 ms\n");
   say("   agentcage run: a cgroup with limits, a registered scope, a workspace, a sandbox uid,\n"
-      "   clone3 into the cgroup, wait, cleanup; bwrap as root (namespaces, no setuid needed)\n");
+      "   clone3 into the cgroup, wait, cleanup; bwrap as root (namespaces, no setuid needed);\n"
+      "   daemon: the same run started by the daemon's fork server, the call as the Python client\n"
+      "   makes it (connect, request with three descriptors, the answer with the result)\n");
+
+  // Throughput: N clients (threads of the client process, one connection
+  // each) back to back.
+  progress("run cost: %u concurrent clients for %.0f s", opts.run_clients, opts.run_throughput_seconds);
+  auto tp = client.throughput(opts.run_clients, opts.run_throughput_seconds);
+  if (!tp) {
+    say("   throughput: NOT MEASURED: %s\n", tp.error().message.c_str());
+    return 1;
+  }
+  say("\n   runs through the daemon with %u concurrent clients: %.1f runs/s (%llu runs in %.1f s, %llu "
+      "errors)\n",
+      opts.run_clients, static_cast<double>(tp->runs) / tp->seconds,
+      static_cast<unsigned long long>(tp->runs), tp->seconds, static_cast<unsigned long long>(tp->errors));
+  if (tp->errors) {
+    say("   a run failed: %s\n", tp->first_error.c_str());
+    return 1;
+  }
   return 0;
 }
 
@@ -429,6 +477,12 @@ int main(int argc, char** argv) {
                  "comma-separated: hooks,unscoped,run,seccomp,events (default: hooks,unscoped,run,seccomp)");
   app.add_option("--run-rounds", opts.run_rounds, "run section: rounds (one run of each command per round)")
       ->check(CLI::Range(1u, 100000u));
+  app.add_option("--run-clients", opts.run_clients,
+                 "run section: concurrent clients of the daemon for the throughput line")
+      ->check(CLI::Range(1u, 64u));
+  app.add_option("--run-throughput-seconds", opts.run_throughput_seconds,
+                 "run section: how long the concurrent clients run")
+      ->check(CLI::Range(1.0, 3600.0));
   app.add_option("--run-policy", opts.run_policy,
                  "run section: the policy for agentcage run (must allow /usr/bin/true)");
   app.add_option("--agentcage", opts.agentcage,
