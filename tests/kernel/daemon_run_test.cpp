@@ -328,6 +328,32 @@ TEST_F(DaemonRun, RunsStartFromTheForkServerAndByExecOnceItIsGone) {
   EXPECT_EQ(r["exit_code"], 0);
 }
 
+// The fork server prepares each run's policy ahead (run/policy_cache.h) and
+// its runners inherit that: a policy changed on disk must govern the very
+// next run, both ways, never the prepared copy of the bytes before.
+TEST_F(DaemonRun, APolicyChangedOnDiskGovernsTheNextRunNotAPreparedCopy) {
+  start();
+  Proc before = client_run("before", {}, {"cat", "/etc/hostname"});
+  ASSERT_EQ(wait_exit(before.pid), 0) << out("before") << log();
+
+  std::string narrowed = kRunPolicy;
+  const std::string hostname = " /etc/hostname,";
+  ASSERT_NE(narrowed.find(hostname), std::string::npos);
+  narrowed.erase(narrowed.find(hostname), hostname.size());
+  write_file(dir_ / "policies" / "drun.yaml", narrowed);
+  Proc narrow = client_run("narrow", {}, {"cat", "/etc/hostname"});
+  EXPECT_EQ(wait_exit(narrow.pid), 1) << out("narrow") << log();
+  json r = result("narrow");
+  ASSERT_TRUE(r.is_object()) << out("narrow");
+  EXPECT_GE(r["denials"]["by_hook"].value("file_open", 0), 1) << r.dump(2);
+
+  write_file(dir_ / "policies" / "drun.yaml", kRunPolicy);
+  Proc after = client_run("after", {}, {"cat", "/etc/hostname"});
+  EXPECT_EQ(wait_exit(after.pid), 0) << out("after") << log();
+  EXPECT_EQ(out("after"), slurp("/etc/hostname"));
+  EXPECT_TRUE(wait_until([&] { return nothing_left(); }, 10s));
+}
+
 TEST_F(DaemonRun, TwentyConcurrentClientsEachGetTheirOwnOutputAndResult) {
   start();
   std::vector<Proc> procs;

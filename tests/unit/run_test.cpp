@@ -14,18 +14,23 @@
 #include <filesystem>
 #include <fstream>
 #include <iterator>
+#include <sstream>
 #include <string>
 #include <vector>
 
+#include "bpf/compile.h"
 #include "core/limits.h"
 #include "policy/locate.h"
 #include "policy/values.h"
 #include "run/artifacts.h"
 #include "run/options.h"
+#include "run/policy_cache.h"
 #include "run/result.h"
 #include "run/result_sink.h"
+#include "run/seccomp.h"
 #include "run/state.h"
 #include "run/stdio.h"
+#include "run/steps.h"
 
 namespace agentcage::run {
 namespace {
@@ -634,6 +639,141 @@ TEST(Artifacts, TooDeepATreeIsRefusedNotSkipped) {
   ASSERT_FALSE(st);
   EXPECT_NE(st.error().message.find("directory levels"), std::string::npos) << st.error().message;
   EXPECT_FALSE(run::strip_setid_bits(ws.path + "/missing"));
+}
+
+// ---- policies prepared ahead (run/policy_cache.h) ---------------------------
+
+std::string policy_text(const std::string& name, const std::string& syscalls) {
+  return "apiVersion: agentcage/v1\nkind: Policy\nmetadata:\n  name: " + name +
+         "\nspec:\n  mode: enforce\n  exec:\n    allow: [/usr/bin/true]\n  files:\n    read: [/usr/lib]\n"
+         "  syscalls:\n    allow: [" +
+         syscalls + "]\n";
+}
+
+void write_text(const std::string& path, const std::string& text) {
+  std::ofstream(path, std::ios::trunc) << text;
+}
+
+// check_request on `path`: the policy's name, whether its filter came
+// prepared, and the step's outcome.
+struct Checked {
+  bool ok = false;
+  std::string name;
+  bool prepared_filter = false;
+  size_t filter_size = 0;
+};
+Checked check(const std::string& path) {
+  RunOptions opts;
+  opts.policy = path;
+  opts.command = {"/usr/bin/true"};
+  RunResult res;
+  std::ostringstream err;
+  Run run(opts, res, err);
+  Checked c;
+  c.ok = static_cast<bool>(check_request(run));
+  if (run.policy) c.name = run.policy->name;
+  c.prepared_filter = run.seccomp_filter.has_value();
+  if (run.seccomp_filter) c.filter_size = run.seccomp_filter->size();
+  return c;
+}
+
+TEST(PolicyCache, APreparedPolicyIsWhatParsingCompilingAndBuildingGive) {
+  TempDir dir;
+  const std::string path = dir.path + "/p.yaml";
+  const std::string text = policy_text("prepared-a", "io_uring");
+  write_text(path, text);
+  ASSERT_TRUE(prepare_policy(path));
+  const PreparedPolicy* p = prepared_policy(path, text);
+  ASSERT_NE(p, nullptr);
+  auto parsed = policy::parse_policy(text, path);
+  ASSERT_TRUE(parsed.ok());
+  auto compiled = bpf::compile(*parsed.policy);
+  ASSERT_TRUE(compiled);
+  auto filter = build_seccomp_filter(parsed.policy->syscalls_allow);
+  ASSERT_TRUE(filter);
+  EXPECT_EQ(p->policy.name, "prepared-a");
+  EXPECT_EQ(p->policy.source, path);
+  EXPECT_EQ(p->compiled.paths.size(), compiled->paths.size());
+  EXPECT_EQ(p->compiled.flags, compiled->flags);
+  ASSERT_EQ(p->seccomp_filter.size(), filter->size());
+  EXPECT_EQ(std::memcmp(p->seccomp_filter.data(), filter->data(), filter->size() * sizeof(sock_filter)), 0);
+
+  // check_request takes it whole, filter included.
+  const Checked c = check(path);
+  EXPECT_TRUE(c.ok);
+  EXPECT_EQ(c.name, "prepared-a");
+  EXPECT_TRUE(c.prepared_filter);
+  EXPECT_EQ(c.filter_size, filter->size());
+}
+
+TEST(PolicyCache, AChangedFileIsParsedAfreshNeverServedStale) {
+  TempDir dir;
+  const std::string path = dir.path + "/p.yaml";
+  const std::string a = policy_text("version-a", "io_uring");
+  const std::string b = policy_text("version-b", "io_uring, mount");
+  write_text(path, a);
+  ASSERT_TRUE(prepare_policy(path));
+  EXPECT_NE(prepared_policy(path, a), nullptr);
+  EXPECT_EQ(prepared_policy(path, b), nullptr);
+  EXPECT_EQ(prepared_policy(dir.path + "/other.yaml", a), nullptr);
+
+  // The file changes after it was prepared: the run reads version b.
+  write_text(path, b);
+  Checked c = check(path);
+  EXPECT_TRUE(c.ok);
+  EXPECT_EQ(c.name, "version-b");
+  EXPECT_FALSE(c.prepared_filter);
+
+  // Back to the prepared bytes: the entry serves again.
+  write_text(path, a);
+  c = check(path);
+  EXPECT_EQ(c.name, "version-a");
+  EXPECT_TRUE(c.prepared_filter);
+
+  // An invalid file changed after preparing is refused, not served.
+  write_text(path, "kind: Policy\nspec: [\n");
+  c = check(path);
+  EXPECT_FALSE(c.ok);
+  // A removed file too.
+  std::filesystem::remove(path);
+  EXPECT_FALSE(check(path).ok);
+}
+
+TEST(PolicyCache, WhatCannotBePreparedLeavesNoEntry) {
+  TempDir dir;
+  const std::string path = dir.path + "/bad.yaml";
+  const std::string bad =
+      "apiVersion: agentcage/v1\nkind: Policy\nmetadata:\n  name: bad\nspec:\n  mode: sideways\n";
+  write_text(path, bad);
+  EXPECT_FALSE(prepare_policy(path));
+  EXPECT_EQ(prepared_policy(path, bad), nullptr);
+  EXPECT_FALSE(prepare_policy(dir.path + "/missing.yaml"));
+  EXPECT_FALSE(prepare_policy(dir.path));  // a directory
+
+  // A valid file prepared, then made invalid and prepared again: the old
+  // entry is gone, not kept beside the error.
+  const std::string good = policy_text("was-good", "io_uring");
+  write_text(path, good);
+  ASSERT_TRUE(prepare_policy(path));
+  write_text(path, bad);
+  EXPECT_FALSE(prepare_policy(path));
+  EXPECT_EQ(prepared_policy(path, good), nullptr);
+}
+
+TEST(PolicyCache, TheCacheIsBounded) {
+  TempDir dir;
+  std::vector<std::pair<std::string, std::string>> files;
+  for (size_t i = 0; i <= kMaxPreparedPolicies; ++i) {
+    const std::string path = dir.path + "/p" + std::to_string(i) + ".yaml";
+    const std::string text = policy_text("bounded-" + std::to_string(i), "io_uring");
+    write_text(path, text);
+    ASSERT_TRUE(prepare_policy(path));
+    files.emplace_back(path, text);
+  }
+  size_t held = 0;
+  for (const auto& [path, text] : files) held += prepared_policy(path, text) != nullptr;
+  EXPECT_LE(held, kMaxPreparedPolicies);
+  EXPECT_NE(prepared_policy(files.back().first, files.back().second), nullptr);
 }
 
 }  // namespace

@@ -18,15 +18,16 @@
 #include <filesystem>
 #include <iostream>
 
+#include "run/policy_cache.h"
 #include "util/fd_passing.h"
 #include "util/log.h"
 
 namespace agentcage::daemon {
 namespace {
 
-// A request: "ARGC\0" then ARGC words of argv, then the environment's
-// entries, each NUL-terminated. Bounded by the control protocol's request
-// size (64 KiB) plus the daemon's own words, well under this.
+// A request: "ARGC\0", the policy file to prepare ("" for none), then ARGC
+// words of argv, then the environment's entries, each NUL-terminated. Bounded by the control protocol's
+// request size (64 KiB) plus the daemon's own words, well under this.
 constexpr size_t kMaxMessage = 192 * 1024;
 // How long the daemon waits for the server to answer a request (it only
 // clones: milliseconds).
@@ -41,8 +42,11 @@ int thread_count() {
   return ec ? -1 : n;
 }
 
-std::string encode(const std::vector<std::string>& argv, const std::vector<std::string>& env) {
+std::string encode(const std::string& policy_file, const std::vector<std::string>& argv,
+                   const std::vector<std::string>& env) {
   std::string out = std::to_string(argv.size());
+  out.push_back('\0');
+  out += policy_file;
   out.push_back('\0');
   for (const auto* list : {&argv, &env})
     for (const auto& s : *list) {
@@ -52,7 +56,8 @@ std::string encode(const std::vector<std::string>& argv, const std::vector<std::
   return out;
 }
 
-bool decode(const char* data, size_t size, std::vector<std::string>& argv, std::vector<std::string>& env) {
+bool decode(const char* data, size_t size, std::string& policy_file, std::vector<std::string>& argv,
+            std::vector<std::string>& env) {
   std::vector<std::string> words;
   size_t start = 0;
   for (size_t i = 0; i < size; ++i)
@@ -63,9 +68,11 @@ bool decode(const char* data, size_t size, std::vector<std::string>& argv, std::
   if (start != size || words.empty()) return false;
   char* end = nullptr;
   const unsigned long argc = std::strtoul(words[0].c_str(), &end, 10);
-  if (end == words[0].c_str() || *end != '\0' || argc == 0 || argc > words.size() - 1) return false;
-  argv.assign(words.begin() + 1, words.begin() + 1 + static_cast<long>(argc));
-  env.assign(words.begin() + 1 + static_cast<long>(argc), words.end());
+  if (end == words[0].c_str() || *end != '\0' || argc == 0 || words.size() < 2 || argc > words.size() - 2)
+    return false;
+  policy_file = words[1];
+  argv.assign(words.begin() + 2, words.begin() + 2 + static_cast<long>(argc));
+  env.assign(words.begin() + 2 + static_cast<long>(argc), words.end());
   for (const auto& e : env)
     if (e.find('=') == std::string::npos || e.front() == '=') return false;
   return true;
@@ -112,12 +119,16 @@ void answer(int sock, const std::string& text, int fd = -1) {
     const ssize_t n = recv_with_fds(sock, buf.data(), buf.size(), fds, &flags, false);
     if (n == 0) ::_exit(0);  // the daemon closed its end
     if (n < 0) ::_exit(errno == EINTR ? 0 : 1);
+    std::string policy_file;
     std::vector<std::string> argv, env;
     if ((flags & (MSG_TRUNC | MSG_CTRUNC)) || fds.size() != 4 ||
-        !decode(buf.data(), static_cast<size_t>(n), argv, env)) {
+        !decode(buf.data(), static_cast<size_t>(n), policy_file, argv, env)) {
       answer(sock, "error malformed request");
       continue;
     }
+    // A file that cannot be prepared is the runner's to report (it reads
+    // the file itself); nothing is cached for it.
+    if (!policy_file.empty()) (void)run::prepare_policy(policy_file);
     const int raw[4] = {fds[0].get(), fds[1].get(), fds[2].get(), fds[3].get()};
     int pidfd = -1;
     clone_args args{};
@@ -179,9 +190,9 @@ Status RunForker::start(CommandLine command_line) {
 }
 
 Result<Runner> RunForker::spawn(const std::vector<std::string>& argv, const std::vector<std::string>& env,
-                                const int fds[4]) {
+                                const int fds[4], const std::string& policy_file) {
   if (!sock_) return Error{"the fork server is not running", ESRCH};
-  const std::string msg = encode(argv, env);
+  const std::string msg = encode(policy_file, argv, env);
   if (msg.size() > kMaxMessage) return Error{"the run's command line is too long", E2BIG};
   if (send_with_fds(sock_.get(), msg.data(), msg.size(), fds, 4) < 0) {
     const int err = errno;

@@ -10,7 +10,10 @@
 // the daemon chose (`agentcage run --policy=NAME ... -- ARGV`), under the
 // environment the daemon chose, with only the client's stdin, stdout and
 // stderr and the result pipe open (0..3). So parsing, checks, lifecycle and
-// result are those of `agentcage run`, minus the exec.
+// result are those of `agentcage run`, minus the exec. Before it clones, the
+// server prepares the run's policy file (run/policy_cache.h): the runner
+// inherits the parsed and compiled policy and its seccomp filter, used only
+// when the file still holds exactly the bytes they were prepared from.
 //
 // When the server is gone (it died, or could not start), the daemon falls
 // back to fork + exec of /proc/self/exe (run_service.cpp): same words, same
@@ -56,11 +59,13 @@ class RunForker {
   pid_t pid() const { return pid_; }
 
   // Starts a runner: `argv` and `env` replace the command line and the
-  // environment; fds = stdin, stdout, stderr, the result pipe's write end.
+  // environment; fds = stdin, stdout, stderr, the result pipe's write end;
+  // `policy_file` (or "") is the policy file the run will read, prepared
+  // by the server first.
   // An error when the server is gone (then running() is false) or could not
   // clone (the message says why).
   Result<Runner> spawn(const std::vector<std::string>& argv, const std::vector<std::string>& env,
-                       const int fds[4]);
+                       const int fds[4], const std::string& policy_file = {});
 
   // Ends the server (the daemon stops; runners already started go on).
   void stop();

@@ -18,6 +18,7 @@
 #include <cstdlib>
 #include <cstring>
 
+#include "policy/locate.h"
 #include "policy/values.h"
 #include "run/options.h"
 #include "util/log.h"
@@ -222,7 +223,10 @@ std::optional<json> RunService::start(const control::Request& req, const Peer& p
   const int fds[4] = {stdio[0].get(), stdio[1].get(), stdio[2].get(), result_write.get()};
   Result<Runner> runner = Error{"", 0};
   if (forker_ && forker_->running()) {
-    runner = forker_->spawn(args, env, fds);
+    // The server prepares the policy (run/policy_cache.h) for the runner
+    // to inherit; the runner resolves --policy and --policy-dir the same way.
+    auto policy_file = policy::resolve_policy(req.policy, cfg_.policy_dir);
+    runner = forker_->spawn(args, env, fds, policy_file ? *policy_file : std::string());
     if (!runner && forker_->running())
       return refusal("the daemon could not start the run: " + runner.error().message);
   }

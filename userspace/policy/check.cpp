@@ -25,19 +25,19 @@ ParseResult read_failure(const std::string& path, std::string message) {
 
 }  // namespace
 
-ParseResult load_policy_file(const std::string& path, const ParseOptions& options) {
+Result<std::string> read_policy_text(const std::string& path, const ParseOptions& options) {
   // O_NONBLOCK: opening a FIFO must not wait for a writer; it is rejected
   // below as not a regular file anyway.
   UniqueFd fd(::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NOCTTY | O_NONBLOCK));
-  if (!fd) return read_failure(path, std::string("cannot open: ") + std::strerror(errno));
+  if (!fd) return Error{std::string("cannot open: ") + std::strerror(errno), errno};
   struct stat st {};
-  if (::fstat(fd.get(), &st) != 0)
-    return read_failure(path, std::string("cannot stat: ") + std::strerror(errno));
-  if (S_ISDIR(st.st_mode)) return read_failure(path, "is a directory, not a policy file");
-  if (!S_ISREG(st.st_mode)) return read_failure(path, "not a regular file");
+  if (::fstat(fd.get(), &st) != 0) return Error{std::string("cannot stat: ") + std::strerror(errno), errno};
+  if (S_ISDIR(st.st_mode)) return Error{"is a directory, not a policy file", EISDIR};
+  if (!S_ISREG(st.st_mode)) return Error{"not a regular file", EINVAL};
   if (static_cast<uint64_t>(st.st_size) > options.max_bytes) {
-    return read_failure(path, "policy is " + std::to_string(st.st_size) + " bytes; the limit is " +
-                                  std::to_string(options.max_bytes) + " bytes");
+    return Error{"policy is " + std::to_string(st.st_size) + " bytes; the limit is " +
+                     std::to_string(options.max_bytes) + " bytes",
+                 EFBIG};
   }
   // Read at most one byte more than allowed, whatever the size said: the
   // file may grow while we read, and parse_policy reports the overflow.
@@ -46,12 +46,18 @@ ParseResult load_policy_file(const std::string& path, const ParseOptions& option
   while (used < text.size()) {
     const ssize_t n = ::read(fd.get(), text.data() + used, text.size() - used);
     if (n < 0 && errno == EINTR) continue;
-    if (n < 0) return read_failure(path, std::string("cannot read: ") + std::strerror(errno));
+    if (n < 0) return Error{std::string("cannot read: ") + std::strerror(errno), errno};
     if (n == 0) break;
     used += static_cast<size_t>(n);
   }
   text.resize(used);
-  return parse_policy(text, path, options);
+  return text;
+}
+
+ParseResult load_policy_file(const std::string& path, const ParseOptions& options) {
+  auto text = read_policy_text(path, options);
+  if (!text) return read_failure(path, text.error().message);
+  return parse_policy(*text, path, options);
 }
 
 ParseResult load_policy_dir_file(const std::string& path, const ParseOptions& options) {

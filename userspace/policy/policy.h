@@ -28,6 +28,7 @@
 
 #include "policy/model.h"
 #include "policy/values.h"
+#include "util/result.h"
 #include "yaml/diagnostic.h"
 
 namespace agentcage::policy {
@@ -52,8 +53,14 @@ struct ParseResult {
 ParseResult parse_policy(std::string_view text, const std::string& filename,
                          const ParseOptions& options = {});
 
-// Reads `path` (a regular file, at most options.max_bytes) and parses it.
-// Read failures are diagnostics at line 0.
+// The bytes of the policy file `path`: a regular file of at most
+// options.max_bytes (at most one byte more is read, should it grow while
+// read: parse_policy reports that). The error says what is wrong, without
+// the path.
+Result<std::string> read_policy_text(const std::string& path, const ParseOptions& options = {});
+
+// Reads `path` (read_policy_text) and parses it. Read failures are
+// diagnostics at line 0.
 ParseResult load_policy_file(const std::string& path, const ParseOptions& options = {});
 
 // load_policy_file for a file of a policy directory, where the daemon names a

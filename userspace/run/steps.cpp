@@ -15,6 +15,7 @@
 #include "bpf/compile.h"
 #include "bpf/lsm.h"
 #include "policy/locate.h"
+#include "run/policy_cache.h"
 #include "run/runner.h"
 #include "run/steps.h"
 #include "run/workspace.h"
@@ -164,13 +165,21 @@ Step check_request(Run& run) {
                    "no policy named " + policy::quote(opts.policy) + " (" + *policy_path + " does not exist)",
                    "pass a policy file path, install NAME.yaml into " + opts.paths.policy_dir +
                        ", or point AGENTCAGE_POLICY_DIR / --policy-dir at your policies");
-  auto parsed = policy::load_policy_file(*policy_path);
-  if (!parsed.ok()) {
-    for (const auto& d : parsed.errors) run.err << d.format() << "\n";
-    return refused(invalid, "policy " + *policy_path + " is not valid (errors above)",
-                   "correct it; `agentcage policy check FILE` validates without running anything");
+  // Prepared ahead (run/policy_cache.h) only when the file holds exactly
+  // the bytes it was prepared from.
+  auto text = policy::read_policy_text(*policy_path);
+  const PreparedPolicy* prepared = text ? prepared_policy(*policy_path, *text) : nullptr;
+  if (prepared) {
+    run.policy = prepared->policy;
+  } else {
+    auto parsed = text ? policy::parse_policy(*text, *policy_path) : policy::load_policy_file(*policy_path);
+    if (!parsed.ok()) {
+      for (const auto& d : parsed.errors) run.err << d.format() << "\n";
+      return refused(invalid, "policy " + *policy_path + " is not valid (errors above)",
+                     "correct it; `agentcage policy check FILE` validates without running anything");
+    }
+    run.policy = std::move(*parsed.policy);
   }
-  run.policy = std::move(*parsed.policy);
   res.policy_name = run.policy->name;
 
   // Usage errors: no fail-closed reason.
@@ -197,6 +206,11 @@ Step check_request(Run& run) {
                      "e.g. --io-owner 1000:1000");
   }
 
+  if (prepared) {
+    run.compiled = prepared->compiled;
+    run.seccomp_filter = prepared->seccomp_filter;
+    return {};
+  }
   auto compiled = bpf::compile(*run.policy);
   if (!compiled) return refused(invalid, "policy " + *policy_path + ": " + compiled.error().message);
   run.compiled = std::move(*compiled);

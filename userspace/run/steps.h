@@ -12,6 +12,7 @@
 // which teardown() (run/teardown.cpp) releases in one place.
 #pragma once
 
+#include <linux/filter.h>
 #include <signal.h>
 #include <sys/types.h>
 
@@ -115,6 +116,7 @@ struct Run {
   std::optional<policy::Policy> policy;
   std::optional<policy::Limits> limits;
   std::optional<bpf::CompiledPolicy> compiled;
+  std::optional<std::vector<sock_filter>> seccomp_filter;  // when prepared ahead; else spawn builds it
   // block_signals
   std::optional<SignalGuard> signals;
   // create_record, choose_identity

@@ -119,7 +119,8 @@ Step spawn(Run& run, std::optional<int>& unstarted) {
 
   auto env = sandbox_environment(r.record.workspace, run.opts.env);
   if (!env) return internal(env.error().message);
-  auto filter = build_seccomp_filter(run.policy->syscalls_allow);
+  auto filter = run.seccomp_filter ? Result<std::vector<sock_filter>>(std::move(*run.seccomp_filter))
+                                   : build_seccomp_filter(run.policy->syscalls_allow);
   if (!filter) return internal(filter.error().message);
   auto relay = StdioRelay::prepare(res.disk_max_bytes);
   if (!relay) return internal(relay.error().message, relay.error().code);
