@@ -42,8 +42,13 @@ int thread_count() {
   return ec ? -1 : n;
 }
 
+// "" when a word holds a NUL (it would shift the words that follow).
 std::string encode(const std::string& policy_file, const std::vector<std::string>& argv,
                    const std::vector<std::string>& env) {
+  for (const auto* list : {&argv, &env})
+    for (const auto& s : *list)
+      if (s.find('\0') != std::string::npos) return {};
+  if (policy_file.find('\0') != std::string::npos) return {};
   std::string out = std::to_string(argv.size());
   out.push_back('\0');
   out += policy_file;
@@ -86,9 +91,17 @@ void answer(int sock, const std::string& text, int fd = -1) {
 }
 
 // The runner, in the clone: the daemon's child, with only 0..3 open, the
-// daemon's words and environment, default signal handling.
-[[noreturn]] void become_runner(pid_t daemon, const int fds[4], std::vector<std::string> argv,
+// daemon's words and environment, default signal handling. It does nothing
+// before the daemon's go-ahead (one byte on `go`), which the daemon gives
+// once it holds the runner's pidfd: a runner the daemon does not know of
+// (its answer lost) reads end-of-file and exits, never runs the command.
+[[noreturn]] void become_runner(pid_t daemon, int go, const int fds[4], std::vector<std::string> argv,
                                 const std::vector<std::string>& env, const CommandLine& command_line) {
+  char byte = 0;
+  ssize_t got;
+  while ((got = ::read(go, &byte, 1)) < 0 && errno == EINTR) {
+  }
+  if (got != 1) ::_exit(125);
   if (::prctl(PR_SET_PDEATHSIG, SIGTERM) != 0 || ::getppid() != daemon) ::_exit(125);
   ::prctl(PR_SET_NAME, "agentcage", 0, 0, 0);
   struct sigaction dfl {};
@@ -104,7 +117,13 @@ void answer(int sock, const std::string& text, int fd = -1) {
     const size_t eq = e.find('=');
     if (::setenv(e.substr(0, eq).c_str(), e.c_str() + eq + 1, 1) != 0) ::_exit(125);
   }
-  const int code = command_line(std::move(argv));
+  int code = 125;
+  try {
+    code = command_line(std::move(argv));
+  } catch (...) {
+    // Never unwind into the daemon's frames this process was copied from.
+    ::_exit(125);
+  }
   std::cout.flush();
   std::cerr.flush();
   std::fflush(nullptr);
@@ -121,23 +140,33 @@ void answer(int sock, const std::string& text, int fd = -1) {
     if (n < 0) ::_exit(errno == EINTR ? 0 : 1);
     std::string policy_file;
     std::vector<std::string> argv, env;
-    if ((flags & (MSG_TRUNC | MSG_CTRUNC)) || fds.size() != 4 ||
+    if ((flags & (MSG_TRUNC | MSG_CTRUNC)) || fds.size() != 5 ||
         !decode(buf.data(), static_cast<size_t>(n), policy_file, argv, env)) {
       answer(sock, "error malformed request");
       continue;
     }
     // A file that cannot be prepared is the runner's to report (it reads
     // the file itself); nothing is cached for it.
-    if (!policy_file.empty()) (void)run::prepare_policy(policy_file);
+    try {
+      if (!policy_file.empty()) (void)run::prepare_policy(policy_file);
+    } catch (...) {
+      // The runner parses the file itself; nothing is cached for it.
+    }
     const int raw[4] = {fds[0].get(), fds[1].get(), fds[2].get(), fds[3].get()};
+    const int go = fds[4].get();
     int pidfd = -1;
     clone_args args{};
     args.flags = CLONE_PARENT | CLONE_PIDFD;
     args.pidfd = reinterpret_cast<uintptr_t>(&pidfd);
     const long pid = ::syscall(SYS_clone3, &args, sizeof args);
-    if (pid == 0) become_runner(daemon, raw, std::move(argv), env, command_line);
+    if (pid == 0) become_runner(daemon, go, raw, std::move(argv), env, command_line);
     if (pid < 0) {
-      answer(sock, std::string("error clone3: ") + std::strerror(errno));
+      // No clone3 here at all (an older kernel, a seccomp profile that
+      // refuses it): the daemon execs its runners instead. Anything else
+      // (EAGAIN at a pids limit, say) refuses this one run.
+      const int err = errno;
+      const bool unsupported = err == ENOSYS || err == EPERM || err == EINVAL;
+      answer(sock, std::string(unsupported ? "unsupported clone3: " : "error clone3: ") + std::strerror(err));
       continue;
     }
     answer(sock, "pid " + std::to_string(pid), pidfd);
@@ -177,12 +206,18 @@ Status RunForker::start(CommandLine command_line) {
     // PR_SET_PDEATHSIG), as exec'd runners do.
     if (::prctl(PR_SET_PDEATHSIG, SIGKILL) != 0 || ::getppid() != daemon) ::_exit(1);
     ::prctl(PR_SET_NAME, "agentcage-fork", 0, 0, 0);
+    // A terminal's Ctrl-C or hangup is the daemon's to handle: the server
+    // ends with the daemon (PR_SET_PDEATHSIG) or at the end of its socket.
+    for (int sig : {SIGINT, SIGTERM, SIGHUP, SIGPIPE}) ::signal(sig, SIG_IGN);
     mine.reset();
     serve(theirs.get(), daemon, command_line);
   }
   theirs.reset();
   timeval tv{kAnswerSeconds, 0};
   ::setsockopt(mine.get(), SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
+  // Room for the largest request in one datagram.
+  const int sndbuf = static_cast<int>(2 * kMaxMessage);
+  ::setsockopt(mine.get(), SOL_SOCKET, SO_SNDBUF, &sndbuf, sizeof sndbuf);
   sock_ = std::move(mine);
   pid_ = pid;
   log::info("fork server started (pid " + std::to_string(pid) + "): runs start without an exec");
@@ -193,28 +228,60 @@ Result<Runner> RunForker::spawn(const std::vector<std::string>& argv, const std:
                                 const int fds[4], const std::string& policy_file) {
   if (!sock_) return Error{"the fork server is not running", ESRCH};
   const std::string msg = encode(policy_file, argv, env);
+  if (msg.empty()) return Error{"a word of the run's command line holds a NUL byte", EINVAL};
   if (msg.size() > kMaxMessage) return Error{"the run's command line is too long", E2BIG};
-  if (send_with_fds(sock_.get(), msg.data(), msg.size(), fds, 4) < 0) {
+  // The go-ahead: the runner waits for one byte on this pipe.
+  int go[2];
+  if (::pipe2(go, O_CLOEXEC) != 0) return Error::from_errno("pipe2 for the run's go-ahead");
+  UniqueFd go_read(go[0]), go_write(go[1]);
+  const int all[5] = {fds[0], fds[1], fds[2], fds[3], go_read.get()};
+  if (send_with_fds(sock_.get(), msg.data(), msg.size(), all, 5) < 0) {
     const int err = errno;
+    // A message the socket cannot take is this run's problem, not the
+    // server's.
+    if (err == EMSGSIZE || err == ENOBUFS || err == ENOMEM)
+      return Error{std::string("the fork server: sending it the run: ") + std::strerror(err), err};
     lost(std::string("sending it a run: ") + std::strerror(err));
     return Error{"the fork server is gone", err};
   }
+  go_read.reset();
   char buf[512];
   UniqueFd pidfd;
   int flags = 0;
   const ssize_t n = recv_with_fd(sock_.get(), buf, sizeof buf - 1, pidfd, &flags);
   if (n <= 0) {
+    // A runner it may have cloned gets no go-ahead: it exits at once.
     const int err = n == 0 ? EPIPE : errno;
     lost(n == 0 ? "it exited" : std::string("no answer: ") + std::strerror(err));
     return Error{"the fork server is gone", err};
   }
+  // From here, a runner that does not get the go-ahead (go_write closed
+  // unwritten on any return below) exits without running anything.
   const std::string text(buf, static_cast<size_t>(n));
+  if (text.rfind("unsupported ", 0) == 0) {
+    lost("it cannot start runners: " + text.substr(12));
+    return Error{"the fork server is gone", ENOSYS};
+  }
   if (text.rfind("error ", 0) == 0) return Error{"the fork server: " + text.substr(6), EIO};
   char* end = nullptr;
   const long pid = text.rfind("pid ", 0) == 0 ? std::strtol(text.c_str() + 4, &end, 10) : 0;
   if (pid <= 0 || !end || *end != '\0' || !pidfd) {
+    if (pid > 0 && end && *end == '\0') {
+      // A runner without its pidfd (the daemon out of descriptors): it
+      // gets no go-ahead, and it is this process's child to reap.
+      go_write.reset();
+      ::kill(static_cast<pid_t>(pid), SIGKILL);
+      ::waitpid(static_cast<pid_t>(pid), nullptr, 0);
+    }
     lost("an answer that is not one: " + text);
     return Error{"the fork server is gone", EPROTO};
+  }
+  const char byte = 1;
+  if (::write(go_write.get(), &byte, 1) != 1) {
+    const int err = errno;
+    ::kill(static_cast<pid_t>(pid), SIGKILL);
+    ::waitpid(static_cast<pid_t>(pid), nullptr, 0);
+    return Error{std::string("the go-ahead to the runner: ") + std::strerror(err), err};
   }
   return Runner{std::move(pidfd), static_cast<pid_t>(pid)};
 }

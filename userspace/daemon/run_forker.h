@@ -15,9 +15,14 @@
 // inherits the parsed and compiled policy and its seccomp filter, used only
 // when the file still holds exactly the bytes they were prepared from.
 //
-// When the server is gone (it died, or could not start), the daemon falls
-// back to fork + exec of /proc/self/exe (run_service.cpp): same words, same
-// descriptors.
+// A runner does nothing until the daemon, holding its pidfd, sends it a
+// go-ahead byte on a pipe of its own: a runner whose answer was lost (the
+// server died or timed out after the clone) reads end-of-file and exits,
+// so a run never starts twice nor unwatched.
+//
+// When the server is gone (it died, could not start, or this kernel or a
+// seccomp profile refuses clone3), the daemon falls back to fork + exec of
+// /proc/self/exe (run_service.cpp): same words, same descriptors.
 #pragma once
 
 #include <sys/types.h>
@@ -62,8 +67,8 @@ class RunForker {
   // environment; fds = stdin, stdout, stderr, the result pipe's write end;
   // `policy_file` (or "") is the policy file the run will read, prepared
   // by the server first.
-  // An error when the server is gone (then running() is false) or could not
-  // clone (the message says why).
+  // An error when the server is gone (then running() is false: start the
+  // run another way) or could not start this one (the message says why).
   Result<Runner> spawn(const std::vector<std::string>& argv, const std::vector<std::string>& env,
                        const int fds[4], const std::string& policy_file = {});
 
