@@ -420,6 +420,9 @@ int run_daemon(const Config& config, const CommandLine& command_line) {
 }
 
 int daemon_command(const std::string& config_file, const CommandLine& command_line) {
+  // Its log goes to 2; the fork server's socket and the control socket must
+  // never land on 0..2.
+  if (!open_standard_fds()) return 1;
   Config cfg;
   if (!config_file.empty()) {
     auto r = load_config(config_file);

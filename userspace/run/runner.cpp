@@ -110,8 +110,7 @@ int run_command(const RunOptions& opts, RunResult& res, std::ostream& err) {
 int run_main(const RunOptions& opts, std::ostream& err) {
   // 0, 1 and 2 must be open: otherwise a pipe or lock agentcage opens could
   // land there and be handed to COMMAND as its stdin/stdout/stderr.
-  for (int fd = 0; fd <= 2; ++fd)
-    if (::fcntl(fd, F_GETFD) < 0 && errno == EBADF && ::open("/dev/null", O_RDWR) < 0) return kExitSetup;
+  if (!open_standard_fds()) return kExitSetup;
   // Where the result goes is settled before anything runs: a run whose
   // result cannot be delivered does not start.
   auto opened = ResultSink::for_options(opts.result_file, opts.result_fd);

@@ -2,7 +2,10 @@
 // Move-only owner of a file descriptor.
 #pragma once
 
+#include <fcntl.h>
 #include <unistd.h>
+
+#include <cerrno>
 
 #include <utility>
 
@@ -34,5 +37,14 @@ class UniqueFd {
  private:
   int fd_ = -1;
 };
+
+// Opens /dev/null on each of 0, 1 and 2 that is closed, so that no
+// descriptor a process opens later (a pipe, a lock, a socket) lands there
+// and is taken for stdin, stdout or stderr. false when one cannot be opened.
+inline bool open_standard_fds() {
+  for (int fd = 0; fd <= 2; ++fd)
+    if (::fcntl(fd, F_GETFD) < 0 && errno == EBADF && ::open("/dev/null", O_RDWR) != fd) return false;
+  return true;
+}
 
 }  // namespace agentcage
