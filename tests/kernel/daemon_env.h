@@ -5,8 +5,11 @@
 // control protocol). Needs root and a kernel that enforces (the VM).
 #pragma once
 
+#include <arpa/inet.h>
 #include <fcntl.h>
+#include <netinet/in.h>
 #include <signal.h>
+#include <sys/socket.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -15,6 +18,7 @@
 #include <fstream>
 #include <functional>
 #include <optional>
+#include <sstream>
 #include <string>
 #include <thread>
 #include <vector>
@@ -35,6 +39,39 @@ using namespace std::chrono_literals;
 
 inline constexpr int kMetricsPort = 19477;
 inline const std::string kSocket = "/run/agentcage/control.sock";  // the default: `agentcage run` finds it
+
+// A plain HTTP/1.0 GET on 127.0.0.1; returns the body ("" on failure).
+inline std::string http_get(int port, const std::string& target) {
+  int fd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  a.sin_port = htons(static_cast<uint16_t>(port));
+  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  timeval tv{10, 0};
+  ::setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
+  if (::connect(fd, reinterpret_cast<sockaddr*>(&a), sizeof a) != 0) {
+    ::close(fd);
+    return "";
+  }
+  std::string req = "GET " + target + " HTTP/1.0\r\nHost: 127.0.0.1\r\nConnection: close\r\n\r\n";
+  (void)!::write(fd, req.data(), req.size());
+  std::string resp;
+  char buf[8192];
+  ssize_t n;
+  while ((n = ::read(fd, buf, sizeof buf)) > 0) resp.append(buf, static_cast<size_t>(n));
+  ::close(fd);
+  auto body = resp.find("\r\n\r\n");
+  return body == std::string::npos ? "" : resp.substr(body + 4);
+}
+
+// One sample of the daemon's /metrics text: the value of the line that
+// starts with `series` (exact series text, labels in exposition order), or -1.
+inline double scrape(const std::string& series) {
+  std::istringstream in(http_get(kMetricsPort, "/metrics"));
+  for (std::string line; std::getline(in, line);)
+    if (line.rfind(series + " ", 0) == 0) return std::stod(line.substr(series.size() + 1));
+  return -1;
+}
 
 inline void write_file(const std::filesystem::path& p, const std::string& text) {
   // Atomically, as editors and config management do: the daemon never sees

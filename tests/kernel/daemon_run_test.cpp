@@ -109,8 +109,13 @@ class DaemonRun : public DaemonEnv {
 
 TEST_F(DaemonRun, AGroupMemberRunsUnderANamedPolicyWithItsLabelsAndDenialsReported) {
   start();
+  const std::string ok_runs = "agentcage_runs_total{outcome=\"ok\",policy=\"drun\"}";
+  const double ok_before = std::max(0.0, scrape(ok_runs));
   Proc ok = client_run("ok", {"--label", "task=t-1", "--label", "agent=demo"}, {"cat", "/etc/hostname"});
   EXPECT_EQ(wait_exit(ok.pid), 0) << out("ok") << log();
+  // The run's end is counted before its client has the answer (the
+  // runner's notices are read first).
+  EXPECT_EQ(scrape(ok_runs), ok_before + 1);
   EXPECT_EQ(out("ok"), slurp("/etc/hostname"));  // its stdout is the client's
   json r = result("ok");
   ASSERT_TRUE(r.is_object()) << out("ok");
@@ -168,6 +173,11 @@ TEST_F(DaemonRun, APolicyFileOrAnotherIdentityIsRefusedBeforeTheDaemonIsAsked) {
   Proc u = client_run("user", {"--user", "0"}, {"true"});
   EXPECT_EQ(wait_exit(u.pid), 125);
   EXPECT_NE(out("user").find("--user"), std::string::npos) << out("user");
+  // Without root, a run is enforced as its policy says: no --mode audit.
+  Proc audit = client_run("audit", {"--mode", "audit"}, {"true"});
+  EXPECT_EQ(wait_exit(audit.pid), 125);
+  EXPECT_NE(out("audit").find("--mode: a run through the daemon takes its policy's mode"), std::string::npos)
+      << out("audit");
   Proc missing = client_run("missing", {}, {"true"}, true, "no-such-policy");
   EXPECT_EQ(wait_exit(missing.pid), 125);
   EXPECT_NE(out("missing").find("no policy named 'no-such-policy'"), std::string::npos) << out("missing");

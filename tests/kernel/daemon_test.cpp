@@ -49,30 +49,6 @@ using namespace std::chrono_literals;
 
 constexpr int kPrometheusPort = 19090;
 
-// A plain HTTP/1.0 GET on 127.0.0.1; returns the body ("" on failure).
-std::string http_get(int port, const std::string& target) {
-  int fd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-  sockaddr_in a{};
-  a.sin_family = AF_INET;
-  a.sin_port = htons(static_cast<uint16_t>(port));
-  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  timeval tv{10, 0};
-  ::setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
-  if (::connect(fd, reinterpret_cast<sockaddr*>(&a), sizeof a) != 0) {
-    ::close(fd);
-    return "";
-  }
-  std::string req = "GET " + target + " HTTP/1.0\r\nHost: 127.0.0.1\r\nConnection: close\r\n\r\n";
-  (void)!::write(fd, req.data(), req.size());
-  std::string resp;
-  char buf[8192];
-  ssize_t n;
-  while ((n = ::read(fd, buf, sizeof buf)) > 0) resp.append(buf, static_cast<size_t>(n));
-  ::close(fd);
-  auto body = resp.find("\r\n\r\n");
-  return body == std::string::npos ? "" : resp.substr(body + 4);
-}
-
 std::string url_encode(const std::string& s) {
   std::string out;
   char hex[4];
@@ -94,15 +70,6 @@ double promql(const std::string& query) {
   const auto& result = j["data"]["result"];
   if (!result.is_array() || result.size() != 1) return -1;
   return std::stod(result[0]["value"][1].get<std::string>());
-}
-
-// One sample of the daemon's /metrics text: the value of the line that
-// starts with `series` (exact series text, labels in exposition order), or -1.
-double scrape(const std::string& series) {
-  std::istringstream in(http_get(kMetricsPort, "/metrics"));
-  for (std::string line; std::getline(in, line);)
-    if (line.rfind(series + " ", 0) == 0) return std::stod(line.substr(series.size() + 1));
-  return -1;
 }
 
 // An operation in a process started inside `cg`: open(path) for reading.

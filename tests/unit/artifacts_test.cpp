@@ -84,6 +84,27 @@ TEST_F(IoDir, OpensOnlyTheOwnersDirectoryByARealPath) {
   EXPECT_FALSE(open_io_dir(io_.string(), {kCaller, kCallerGid}).ok());
 }
 
+// A copy child holds only what it works on: not the runner's result pipe
+// or notice channel (any descriptor it was not given).
+TEST_F(IoDir, ACopyChildHoldsOnlyTheDescriptorsItWasGiven) {
+  int p[2];
+  ASSERT_EQ(::pipe2(p, O_CLOEXEC), 0);
+  UniqueFd other(p[0]), kept(p[1]);
+  const int other_fd = other.get(), kept_fd = kept.get();
+  IoCopy done;
+  CopyChild how;
+  how.keep = {kept_fd};
+  Status st = run_copy_child(
+      how,
+      [&](IoCopy&) -> Status {
+        if (::fcntl(kept_fd, F_GETFD) < 0) return Error{"the kept descriptor is closed", EBADF};
+        if (::fcntl(other_fd, F_GETFD) >= 0) return Error{"another descriptor is still open", EEXIST};
+        return Status{};
+      },
+      done);
+  EXPECT_TRUE(st.ok()) << st.error().message;
+}
+
 TEST_F(IoDir, ACopyChildThatOverrunsIsKilled) {
   IoCopy done;
   CopyChild how;
@@ -165,6 +186,7 @@ TEST_F(IoDir, CopiesBackPlainFilesOfTheCallerAndNothingElse) {
   const int src = ws.get(), dst = io->get();
   CopyChild how;
   how.become = [] { return become_io_owner({kCaller, kCallerGid}); };
+  how.keep = {src, dst};
   Status st = run_copy_child(
       how,
       [&](IoCopy& mine) {

@@ -1,18 +1,27 @@
 // SPDX-License-Identifier: Apache-2.0
 // Host unit tests for the daemon's pure parts: configuration parsing,
-// control-request validation, run outcomes, audit JSON lines, counter
-// bookkeeping, and the metric names the dashboards rely on.
+// control-request validation, run notices over a runner's channel, run
+// outcomes, audit JSON lines, counter bookkeeping, and the metric names the
+// dashboards rely on.
+#include <fcntl.h>
 #include <gtest/gtest.h>
+#include <sys/socket.h>
+#include <unistd.h>
 
+#include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <string>
+#include <vector>
 
 #include <nlohmann/json.hpp>
 
+#include "control/notify.h"
 #include "control/protocol.h"
 #include "core/labels.h"
 #include "daemon/config.h"
 #include "daemon/run_service.h"
+#include "in_child.h"
 #include "telemetry/audit.h"
 #include "telemetry/metrics.h"
 
@@ -297,6 +306,64 @@ TEST(ControlRequest, ARunNamesAPolicyAndCommand) {
     many += (i ? "," : "") + std::string("\"k") + std::to_string(i) + "\":\"v\"";
   EXPECT_EQ(rejection(many + "}}"), "request: at most 16 labels");
 }
+
+// A runner's notices go over the channel the daemon passed it, one
+// datagram each, never inherited by COMMAND; anything else named by the
+// variable is not taken (and no notice lands in it). In a child process
+// (in_child.h): the channel is the process's for good.
+std::string notices_over_the_channel() {
+  ::setenv("AGENTCAGE_CONTROL_SOCKET", "/nonexistent/agentcage-test.sock", 1);
+  auto pending = [](int fd) {
+    char b[4096];
+    return ::recv(fd, b, sizeof b, MSG_DONTWAIT) > 0;
+  };
+  int pipe_fds[2], stream[2], channel[2];
+  if (::pipe2(pipe_fds, O_CLOEXEC | O_NONBLOCK) != 0 ||
+      ::socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, stream) != 0 ||
+      ::socketpair(AF_UNIX, SOCK_SEQPACKET, 0, channel) != 0)
+    return "setup";
+  const std::vector<std::string> bads = {
+      "", "x", "4x", "-1", "1", "99999", std::to_string(pipe_fds[1]), std::to_string(stream[0])};
+  for (const std::string& bad : bads) {
+    ::setenv("AGENTCAGE_NOTIFY_FD", bad.c_str(), 1);
+    control::adopt_notify_channel();
+    if (std::getenv("AGENTCAGE_NOTIFY_FD")) return "variable kept: " + bad;
+    control::notify_run_start("0123456789abcdef", "drun", 7, {});
+    char b;
+    if (pending(stream[1]) || ::read(pipe_fds[0], &b, 1) != -1) return "a notice went to " + bad;
+  }
+  if (::fcntl(channel[0], F_GETFD) & FD_CLOEXEC) return "setup: close-on-exec already";
+  ::setenv("AGENTCAGE_NOTIFY_FD", std::to_string(channel[0]).c_str(), 1);
+  control::adopt_notify_channel();
+  if (std::getenv("AGENTCAGE_NOTIFY_FD")) return "variable kept";
+  if (!(::fcntl(channel[0], F_GETFD) & FD_CLOEXEC)) return "COMMAND would inherit the channel";
+
+  control::notify_run_start("0123456789abcdef", "drun", 42, {{"task", "t-1"}});
+  control::RunEnd end;
+  end.run_id = "0123456789abcdef";
+  end.policy = "drun";
+  end.outcome = core::RunOutcome::denied;
+  end.exit_code = 1;
+  end.syscalls_denied = 3;
+  control::notify_run_end(end);
+  std::vector<control::Request> got;
+  char buf[4096];
+  for (ssize_t n; (n = ::recv(channel[1], buf, sizeof buf, MSG_DONTWAIT)) > 0;) {
+    auto r = control::parse_request(std::string_view(buf, static_cast<size_t>(n)));
+    if (!r) return "not a request: " + r.error().message;
+    got.push_back(*r);
+  }
+  if (got.size() != 2) return std::to_string(got.size()) + " notices";
+  if (got[0].op != control::Op::run_start || got[0].run_id != "0123456789abcdef" || got[0].scope_id != 42 ||
+      got[0].labels != core::Labels{{"task", "t-1"}})
+    return "run_start: " + control::to_json(got[0]).dump();
+  if (got[1].op != control::Op::run_end || got[1].outcome != core::RunOutcome::denied ||
+      got[1].exit_code != 1 || got[1].syscalls_denied != 3)
+    return "run_end: " + control::to_json(got[1]).dump();
+  return "";
+}
+
+TEST(RunNotices, GoOverTheChannelTheDaemonPassedOnly) { test::in_child(notices_over_the_channel); }
 
 TEST(Labels, KeysAndValuesFollowOneRule) {
   EXPECT_TRUE(core::label_key_error("task").empty());

@@ -1,9 +1,14 @@
 // SPDX-License-Identifier: Apache-2.0
 #include "control/notify.h"
 
+#include <fcntl.h>
+#include <sys/socket.h>
 #include <sys/stat.h>
 
 #include <algorithm>
+#include <cerrno>
+#include <cstdlib>
+#include <cstring>
 
 #include "control/client.h"
 #include "control/protocol.h"
@@ -14,8 +19,19 @@ namespace agentcage::control {
 namespace {
 
 constexpr int kNotifyTimeoutMs = 1000;
+constexpr const char* kChannelVariable = "AGENTCAGE_NOTIFY_FD";
+
+// The daemon's channel for this runner (adopt_notify_channel), or -1.
+int g_channel = -1;
 
 void send(const Request& r) {
+  if (g_channel >= 0) {
+    // One datagram per notice; the daemon reads them in order.
+    const std::string text = to_json(r).dump();
+    if (::send(g_channel, text.data(), text.size(), MSG_NOSIGNAL) < 0)
+      log::debug(std::string("daemon notification: ") + std::strerror(errno));
+    return;
+  }
   const std::string path = default_control_socket();
   struct stat st {};
   if (::stat(path.c_str(), &st) != 0 || !S_ISSOCK(st.st_mode)) return;  // no daemon
@@ -27,6 +43,28 @@ void send(const Request& r) {
 }
 
 }  // namespace
+
+void adopt_notify_channel() {
+  const char* value = std::getenv(kChannelVariable);
+  if (!value) return;
+  const std::string text = value;
+  ::unsetenv(kChannelVariable);
+  char* end = nullptr;
+  errno = 0;
+  const long fd = std::strtol(text.c_str(), &end, 10);
+  struct stat st {};
+  int type = 0;
+  socklen_t len = sizeof type;
+  if (text.empty() || *end != '\0' || errno != 0 || fd < 3 || fd > 1 << 20 ||
+      ::fstat(static_cast<int>(fd), &st) != 0 || !S_ISSOCK(st.st_mode) ||
+      ::getsockopt(static_cast<int>(fd), SOL_SOCKET, SO_TYPE, &type, &len) != 0 || type != SOCK_SEQPACKET ||
+      ::fcntl(static_cast<int>(fd), F_SETFD, FD_CLOEXEC) != 0) {
+    log::warn(std::string(kChannelVariable) + "=" + text +
+              " is not an open SOCK_SEQPACKET socket above 2: run notices go to the control socket");
+    return;
+  }
+  g_channel = static_cast<int>(fd);
+}
 
 void notify_run_start(const std::string& run_id, const std::string& policy, uint64_t scope_id,
                       const core::Labels& labels) {

@@ -27,6 +27,16 @@ struct RunEnd {
   uint64_t syscalls_denied = 0;                       // the run's seccomp denials
 };
 
+// A runner the daemon started gets a channel of its own for these notices
+// (a SOCK_SEQPACKET socket at the descriptor AGENTCAGE_NOTIFY_FD names):
+// no connection to the control socket, no waiting for an answer, and the
+// daemon reads the channel before it answers the run's client, so the
+// run's end is counted by then. Takes the descriptor (close-on-exec from
+// here: COMMAND never inherits it) and removes the variable; without it, or
+// with a descriptor that is not such a socket (said on stderr), notices go
+// to the control socket. Call once, before the run starts.
+void adopt_notify_channel();
+
 // `labels` go into the audit lines of the run's decisions.
 void notify_run_start(const std::string& run_id, const std::string& policy, uint64_t scope_id,
                       const core::Labels& labels);

@@ -79,7 +79,7 @@ class Daemon final : private PolicyDirListener, private ControlHandler {
                 loop_, *this),
         runner_(
             cfg_, loop_, [this](uint64_t client, const json& reply) { server_.finish_run(client, reply); },
-            forker) {}
+            [this](const Request& notice) { note_run(notice); }, forker) {}
   Status start();
   int run();
 
@@ -92,6 +92,8 @@ class Daemon final : private PolicyDirListener, private ControlHandler {
   json status_json();
   json attach(const Request& r);
   json detach(const Request& r);
+  // A run_start or run_end notice, from the control socket or a runner's channel.
+  void note_run(const Request& notice);
 
   // ControlHandler
   json handle(const Request& req, const Peer& peer) override;
@@ -191,6 +193,9 @@ bool Daemon::ensure_enforcer() {
   dir_.set_slots(named_slots_.get());
   if (int fd = sink_.attach(*enf_); fd >= 0)
     loop_.add(fd, EPOLLIN, [this](uint32_t) {
+      // A run's start notice is sent before its first process exists: read
+      // first, so that every decision of the run carries its id and labels.
+      runner_.read_all_notices();
       sink_.consume();
       server_.flush_streams();
     });
@@ -306,15 +311,8 @@ json Daemon::handle(const Request& req, const Peer& peer) {
     case Op::detach:
       return detach(req);
     case Op::run_start:
-      runs_.note(req.scope_id, req.run_id, req.labels);
-      return {{"ok", true}};
     case Op::run_end:
-      metrics_.run_finished(req.policy, req.outcome, req.duration_seconds);
-      if (req.fail_closed) metrics_.fail_closed(*req.fail_closed);
-      // Seccomp denials are counted by the run itself (no BPF counter).
-      if (req.syscalls_denied) metrics_.syscalls_denied(req.policy, req.syscalls_denied);
-      // Decisions of the run's last moments, before its transient slot goes.
-      sink_.collect_counters();
+      note_run(req);
       return {{"ok", true}};
     case Op::reload:
       dir_.rescan_all();
@@ -323,6 +321,19 @@ json Daemon::handle(const Request& req, const Peer& peer) {
       break;  // the control server's own
   }
   return {{"ok", false}, {"error", "request: op " + std::string(op_name(req.op)) + " is not handled here"}};
+}
+
+void Daemon::note_run(const Request& req) {
+  if (req.op == Op::run_start) {
+    runs_.note(req.scope_id, req.run_id, req.labels);
+  } else if (req.op == Op::run_end) {
+    metrics_.run_finished(req.policy, req.outcome, req.duration_seconds);
+    if (req.fail_closed) metrics_.fail_closed(*req.fail_closed);
+    // Seccomp denials are counted by the run itself (no BPF counter).
+    if (req.syscalls_denied) metrics_.syscalls_denied(req.policy, req.syscalls_denied);
+    // Decisions of the run's last moments, before its transient slot goes.
+    sink_.collect_counters();
+  }
 }
 
 json Daemon::status_json() {

@@ -90,13 +90,14 @@ void answer(int sock, const std::string& text, int fd = -1) {
     ::_exit(0);
 }
 
-// The runner, in the clone: the daemon's child, with only 0..3 open, the
+// The runner, in the clone: the daemon's child, with only 0..4 open, the
 // daemon's words and environment, default signal handling. It does nothing
 // before the daemon's go-ahead (one byte on `go`), which the daemon gives
 // once it holds the runner's pidfd: a runner the daemon does not know of
 // (its answer lost) reads end-of-file and exits, never runs the command.
-[[noreturn]] void become_runner(pid_t daemon, int go, const int fds[4], std::vector<std::string> argv,
-                                const std::vector<std::string>& env, const CommandLine& command_line) {
+[[noreturn]] void become_runner(pid_t daemon, int go, const int fds[kRunnerFds],
+                                std::vector<std::string> argv, const std::vector<std::string>& env,
+                                const CommandLine& command_line) {
   char byte = 0;
   ssize_t got;
   while ((got = ::read(go, &byte, 1)) < 0 && errno == EINTR) {
@@ -111,7 +112,8 @@ void answer(int sock, const std::string& text, int fd = -1) {
   sigset_t none;
   sigemptyset(&none);
   ::sigprocmask(SIG_SETMASK, &none, nullptr);
-  if (!install_runner_fds(fds) || ::syscall(SYS_close_range, 4U, ~0U, 0U) != 0) ::_exit(125);
+  if (!install_runner_fds(fds) || ::syscall(SYS_close_range, unsigned{kRunnerFds}, ~0U, 0U) != 0)
+    ::_exit(125);
   if (::clearenv() != 0) ::_exit(125);
   for (const auto& e : env) {
     const size_t eq = e.find('=');
@@ -140,7 +142,7 @@ void answer(int sock, const std::string& text, int fd = -1) {
     if (n < 0) ::_exit(errno == EINTR ? 0 : 1);
     std::string policy_file;
     std::vector<std::string> argv, env;
-    if ((flags & (MSG_TRUNC | MSG_CTRUNC)) || fds.size() != 5 ||
+    if ((flags & (MSG_TRUNC | MSG_CTRUNC)) || fds.size() != kRunnerFds + 1 ||
         !decode(buf.data(), static_cast<size_t>(n), policy_file, argv, env)) {
       answer(sock, "error malformed request");
       continue;
@@ -152,8 +154,9 @@ void answer(int sock, const std::string& text, int fd = -1) {
     } catch (...) {
       // The runner parses the file itself; nothing is cached for it.
     }
-    const int raw[4] = {fds[0].get(), fds[1].get(), fds[2].get(), fds[3].get()};
-    const int go = fds[4].get();
+    int raw[kRunnerFds];
+    for (int i = 0; i < kRunnerFds; ++i) raw[i] = fds[static_cast<size_t>(i)].get();
+    const int go = fds[kRunnerFds].get();
     int pidfd = -1;
     clone_args args{};
     args.flags = CLONE_PARENT | CLONE_PIDFD;
@@ -176,12 +179,12 @@ void answer(int sock, const std::string& text, int fd = -1) {
 
 }  // namespace
 
-bool install_runner_fds(const int fds[4]) {
-  // Out of the way first: one of them may sit at 0..3.
-  int high[4];
-  for (int i = 0; i < 4; ++i)
+bool install_runner_fds(const int fds[kRunnerFds]) {
+  // Out of the way first: one of them may sit at 0..kRunnerFds-1.
+  int high[kRunnerFds];
+  for (int i = 0; i < kRunnerFds; ++i)
     if ((high[i] = ::fcntl(fds[i], F_DUPFD_CLOEXEC, 10)) < 0) return false;
-  for (int i = 0; i < 4; ++i)
+  for (int i = 0; i < kRunnerFds; ++i)
     if (::dup2(high[i], i) < 0) return false;  // dup2 clears close-on-exec
   for (int fd : high) ::close(fd);
   return true;
@@ -225,7 +228,7 @@ Status RunForker::start(CommandLine command_line) {
 }
 
 Result<Runner> RunForker::spawn(const std::vector<std::string>& argv, const std::vector<std::string>& env,
-                                const int fds[4], const std::string& policy_file) {
+                                const int fds[kRunnerFds], const std::string& policy_file) {
   if (!sock_) return Error{"the fork server is not running", ESRCH};
   const std::string msg = encode(policy_file, argv, env);
   if (msg.empty()) return Error{"a word of the run's command line holds a NUL byte", EINVAL};
@@ -234,8 +237,10 @@ Result<Runner> RunForker::spawn(const std::vector<std::string>& argv, const std:
   int go[2];
   if (::pipe2(go, O_CLOEXEC) != 0) return Error::from_errno("pipe2 for the run's go-ahead");
   UniqueFd go_read(go[0]), go_write(go[1]);
-  const int all[5] = {fds[0], fds[1], fds[2], fds[3], go_read.get()};
-  if (send_with_fds(sock_.get(), msg.data(), msg.size(), all, 5) < 0) {
+  int all[kRunnerFds + 1];
+  for (int i = 0; i < kRunnerFds; ++i) all[i] = fds[i];
+  all[kRunnerFds] = go_read.get();
+  if (send_with_fds(sock_.get(), msg.data(), msg.size(), all, kRunnerFds + 1) < 0) {
     const int err = errno;
     // A message the socket cannot take is this run's problem, not the
     // server's.

@@ -9,7 +9,7 @@
 // daemon) and the runner calls agentcage's own command line with the words
 // the daemon chose (`agentcage run --policy=NAME ... -- ARGV`), under the
 // environment the daemon chose, with only the client's stdin, stdout and
-// stderr and the result pipe open (0..3). So parsing, checks, lifecycle and
+// stderr, the result pipe and the notice channel open (0..4). So parsing, checks, lifecycle and
 // result are those of `agentcage run`, minus the exec. Before it clones, the
 // server prepares the run's policy file (run/policy_cache.h): the runner
 // inherits the parsed and compiled policy and its seccomp filter, used only
@@ -39,10 +39,15 @@ namespace agentcage::daemon {
 // agentcage's command line: argv (argv[0] first) -> exit status.
 using CommandLine = std::function<int(std::vector<std::string> argv)>;
 
-// Puts the four descriptors at 0, 1, 2 and 3 (stdin, stdout, stderr, result
-// pipe), without close-on-exec, whatever numbers they had. Async-signal-safe
-// (for a child between fork and exec). false with errno on failure.
-bool install_runner_fds(const int fds[4]);
+// A runner's descriptors, in this order: stdin, stdout, stderr, the result
+// pipe (--result-fd=3) and its notice channel to the daemon (fd 4, named by
+// AGENTCAGE_NOTIFY_FD: control/notify.h).
+constexpr int kRunnerFds = 5;
+
+// Puts the runner's descriptors at 0..kRunnerFds-1, without close-on-exec,
+// whatever numbers they had. Async-signal-safe (for a child between fork
+// and exec). false with errno on failure.
+bool install_runner_fds(const int fds[kRunnerFds]);
 
 struct Runner {
   UniqueFd pidfd;
@@ -64,13 +69,13 @@ class RunForker {
   pid_t pid() const { return pid_; }
 
   // Starts a runner: `argv` and `env` replace the command line and the
-  // environment; fds = stdin, stdout, stderr, the result pipe's write end;
+  // environment; fds = the runner's descriptors (kRunnerFds);
   // `policy_file` (or "") is the policy file the run will read, prepared
   // by the server first.
   // An error when the server is gone (then running() is false: start the
   // run another way) or could not start this one (the message says why).
   Result<Runner> spawn(const std::vector<std::string>& argv, const std::vector<std::string>& env,
-                       const int fds[4], const std::string& policy_file = {});
+                       const int fds[kRunnerFds], const std::string& policy_file = {});
 
   // Ends the server (the daemon stops; runners already started go on).
   void stop();

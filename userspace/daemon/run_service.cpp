@@ -7,6 +7,7 @@
 #include <signal.h>
 #include <sys/epoll.h>
 #include <sys/prctl.h>
+#include <sys/socket.h>
 #include <sys/statfs.h>
 #include <sys/syscall.h>
 #include <sys/wait.h>
@@ -33,6 +34,8 @@ constexpr int kPidfdIdType = 3;
 
 // A result document larger than this is not a result (the runner's are a few KiB).
 constexpr size_t kMaxResultBytes = 4u << 20;
+// A notice larger than this is not one (they are a few hundred bytes, labels included).
+constexpr size_t kMaxNoticeBytes = 64u << 10;
 
 json refusal(const std::string& why) { return {{"ok", false}, {"error", why}, {"exit_code", 125}}; }
 
@@ -95,7 +98,8 @@ pid_t pidfd_open(pid_t pid) { return static_cast<pid_t>(::syscall(SYS_pidfd_open
 
 // A runner by fork + exec of this binary (when there is no fork server):
 // the same words, environment and descriptors as the fork server's.
-Result<Runner> exec_runner(std::vector<std::string> args, std::vector<std::string> env, const int fds[4]) {
+Result<Runner> exec_runner(std::vector<std::string> args, std::vector<std::string> env,
+                           const int fds[kRunnerFds]) {
   // Everything the child needs is built before fork: after it, only system calls.
   std::vector<char*> argv, envp;
   for (auto& a : args) argv.push_back(a.data());
@@ -158,8 +162,14 @@ Result<control::RunLimits> capped_limits(const policy::Limits& policy_limits, co
   return out;
 }
 
-RunService::RunService(const Config& cfg, EventLoop& loop, Finish finish, RunForker* forker)
-    : cfg_(cfg), loop_(loop), finish_(std::move(finish)), forker_(forker) {}
+RunService::RunService(const Config& cfg, EventLoop& loop, Finish finish, Notice notice, RunForker* forker)
+    : cfg_(cfg), loop_(loop), finish_(std::move(finish)), notice_(std::move(notice)), forker_(forker) {}
+
+size_t RunService::active() const {
+  size_t n = 0;
+  for (const auto& [fd, r] : runs_) n += !r.answered;
+  return n;
+}
 
 RunService::~RunService() {
   for (auto& [fd, r] : runs_) {
@@ -175,11 +185,11 @@ std::optional<json> RunService::start(const control::Request& req, const Peer& p
   if (!limits)
     return refusal("no policy named '" + req.policy + "' is loaded by the daemon (policy dir " +
                    cfg_.policy_dir + "; `agentcage status` lists them)");
-  if (runs_.size() >= cfg_.max_runs)
+  if (active() >= cfg_.max_runs)
     return refusal("too many runs through the daemon (max_runs " + std::to_string(cfg_.max_runs) +
                    "): try again when one has ended");
   size_t mine = 0;
-  for (const auto& [fd, r] : runs_) mine += r.uid == peer.uid;
+  for (const auto& [fd, r] : runs_) mine += r.uid == peer.uid && !r.answered;
   if (mine >= cfg_.max_runs_per_client)
     return refusal("too many runs of uid " + std::to_string(peer.uid) + " (max_runs_per_client " +
                    std::to_string(cfg_.max_runs_per_client) + "): try again when one has ended");
@@ -210,17 +220,24 @@ std::optional<json> RunService::start(const control::Request& req, const Peer& p
   }
   args.insert(args.end(), {"--result-fd=3", "--"});
   args.insert(args.end(), req.argv.begin(), req.argv.end());
-  std::vector<std::string> env = {
-      "PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin",
-      "AGENTCAGE_POLICY_DIR=" + cfg_.policy_dir, "AGENTCAGE_CGROUP_PARENT=" + cfg_.cgroup_parent,
-      "AGENTCAGE_STATE_DIR=" + cfg_.state_dir, "AGENTCAGE_CONTROL_SOCKET=" + cfg_.control_socket};
+  std::vector<std::string> env = {"PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin",
+                                  "AGENTCAGE_POLICY_DIR=" + cfg_.policy_dir,
+                                  "AGENTCAGE_CGROUP_PARENT=" + cfg_.cgroup_parent,
+                                  "AGENTCAGE_STATE_DIR=" + cfg_.state_dir,
+                                  "AGENTCAGE_CONTROL_SOCKET=" + cfg_.control_socket,
+                                  "AGENTCAGE_NOTIFY_FD=" + std::to_string(kRunnerFds - 1)};
   if (const char* root = std::getenv("AGENTCAGE_WORKSPACE_ROOT"); root && *root)
     env.push_back(std::string("AGENTCAGE_WORKSPACE_ROOT=") + root);
   int pipe_fds[2];
   if (::pipe2(pipe_fds, O_CLOEXEC) != 0)
     return refusal("the daemon could not start the run: pipe2: " + std::string(std::strerror(errno)));
   UniqueFd result_read(pipe_fds[0]), result_write(pipe_fds[1]);
-  const int fds[4] = {stdio[0].get(), stdio[1].get(), stdio[2].get(), result_write.get()};
+  int channel[2];
+  if (::socketpair(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0, channel) != 0)
+    return refusal("the daemon could not start the run: socketpair: " + std::string(std::strerror(errno)));
+  UniqueFd notices(channel[0]), notices_runner(channel[1]);
+  const int fds[kRunnerFds] = {stdio[0].get(), stdio[1].get(), stdio[2].get(), result_write.get(),
+                               notices_runner.get()};
   Result<Runner> runner = Error{"", 0};
   if (forker_ && forker_->running()) {
     // The server prepares the policy (run/policy_cache.h) for the runner
@@ -233,9 +250,11 @@ std::optional<json> RunService::start(const control::Request& req, const Peer& p
   if (!runner) runner = exec_runner(args, env, fds);  // no fork server (any more)
   if (!runner) return refusal("the daemon could not start the run: " + runner.error().message);
   result_write.reset();
+  notices_runner.reset();
   const pid_t pid = runner->pid;
   UniqueFd pidfd = std::move(runner->pidfd);
   ::fcntl(result_read.get(), F_SETFL, O_NONBLOCK);
+  ::fcntl(notices.get(), F_SETFL, O_NONBLOCK);
   const int key = pidfd.get();
   Running& r = runs_[key];
   r.client = peer.id;
@@ -243,6 +262,10 @@ std::optional<json> RunService::start(const control::Request& req, const Peer& p
   r.pid = pid;
   r.pidfd = std::move(pidfd);
   r.result = std::move(result_read);
+  r.notices = std::move(notices);
+  loop_.add(r.notices.get(), EPOLLIN, [this, key](uint32_t) {
+    if (auto it = runs_.find(key); it != runs_.end()) read_notices(it->second);
+  });
   loop_.add(r.result.get(), EPOLLIN, [this, key](uint32_t) {
     if (auto it = runs_.find(key); it != runs_.end()) read_result(it->second);
   });
@@ -262,6 +285,9 @@ void RunService::read_result(Running& r) {
       if (n == 0 || errno != EAGAIN) {
         loop_.remove(r.result.get());
         r.result.reset();
+        // The whole document: the client's answer need not wait for the
+        // runner's exit (it has removed the run and only exits now).
+        answer(r, std::nullopt);
       }
       return;
     }
@@ -273,6 +299,89 @@ void RunService::read_result(Running& r) {
     }
     r.document.append(buf, static_cast<size_t>(n));
   }
+}
+
+void RunService::read_notices(Running& r) {
+  if (!r.notices) return;
+  std::vector<char>& buf = notice_buf_;
+  if (buf.size() < kMaxNoticeBytes) buf.resize(kMaxNoticeBytes);
+  for (;;) {
+    const ssize_t n = ::recv(r.notices.get(), buf.data(), buf.size(), MSG_DONTWAIT | MSG_TRUNC);
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0 && errno == EAGAIN) return;
+    if (n <= 0) {
+      // The runner has exited (or the channel broke): nothing more comes.
+      loop_.remove(r.notices.get());
+      r.notices.reset();
+      return;
+    }
+    if (static_cast<size_t>(n) > buf.size()) {
+      log::warn("runner pid " + std::to_string(r.pid) + " sent a notice of " + std::to_string(n) +
+                " bytes: ignored");
+      continue;
+    }
+    auto notice = control::parse_request(std::string_view(buf.data(), static_cast<size_t>(n)));
+    if (!notice || (notice->op != control::Op::run_start && notice->op != control::Op::run_end)) {
+      log::warn("runner pid " + std::to_string(r.pid) + " sent a notice that is not one: " +
+                (notice ? "op " + std::string(control::op_name(notice->op)) : notice.error().message));
+      continue;
+    }
+    // One run per channel: its start once, then its end once, same id (a
+    // run that failed before it had an id ends without a start).
+    const bool start = notice->op == control::Op::run_start;
+    const bool fits = start ? !r.start_noticed && !r.end_noticed
+                            : !r.end_noticed && (!r.start_noticed || notice->run_id == r.noticed_run_id);
+    if (!fits) {
+      log::warn("runner pid " + std::to_string(r.pid) + " sent a " +
+                std::string(control::op_name(notice->op)) + " notice out of turn (run " + notice->run_id +
+                "): ignored");
+      continue;
+    }
+    (start ? r.start_noticed : r.end_noticed) = true;
+    if (start) r.noticed_run_id = notice->run_id;
+    notice_(*notice);
+  }
+}
+
+void RunService::read_all_notices() {
+  // Only the starts matter before decision records; a run's end is read
+  // before its answer (answer()).
+  for (auto& [fd, r] : runs_)
+    if (!r.start_noticed && !r.end_noticed) read_notices(r);
+}
+
+// The client's answer, once: when the result document is complete (its
+// exit_code is the run's exit status) or, without one, when the runner has
+// exited (`runner_status`). The run's notices go first, so that its end is
+// counted before its client hears of it.
+void RunService::answer(Running& r, std::optional<int> runner_status) {
+  if (r.answered) return;
+  json doc = json::parse(r.document, nullptr, false);
+  int code = 0;
+  if (runner_status) {
+    code = *runner_status;
+  } else {
+    const auto it = doc.is_object() ? doc.find("exit_code") : doc.end();
+    if (!doc.is_object() || it == doc.end() || !it->is_number_integer() || it->get<int64_t>() < 0 ||
+        it->get<int64_t>() > 255)
+      return;  // not a result: the runner's own exit status answers
+    code = it->get<int>();
+  }
+  read_notices(r);
+  json reply;
+  if (r.stopping)
+    reply = {{"ok", false}, {"error", "the daemon is stopping: the run was ended"}, {"exit_code", code}};
+  else if (!doc.is_object())
+    reply = {{"ok", false},
+             {"error", "the run ended without a result document (its runner exited with status " +
+                           std::to_string(code) + ")"},
+             {"exit_code", code}};
+  else
+    reply = {{"ok", true}, {"exit_code", code}};
+  if (doc.is_object()) reply["result"] = std::move(doc);
+  r.answered = true;
+  r.document.clear();
+  if (!r.abandoned) finish_(r.client, reply);
 }
 
 void RunService::reaped(int key) {
@@ -289,29 +398,18 @@ void RunService::reaped(int key) {
     loop_.remove(r.result.get());
     r.result.reset();
   }
-  const int code = info.si_code == CLD_EXITED ? info.si_status : 128 + info.si_status;
-  json doc = json::parse(r.document, nullptr, false);
-  json reply;
-  if (r.stopping)
-    reply = {{"ok", false}, {"error", "the daemon is stopping: the run was ended"}, {"exit_code", code}};
-  else if (!doc.is_object())
-    reply = {{"ok", false},
-             {"error", "the run ended without a result document (its runner exited with status " +
-                           std::to_string(code) + ")"},
-             {"exit_code", code}};
-  else
-    reply = {{"ok", true}, {"exit_code", code}};
-  if (doc.is_object()) reply["result"] = std::move(doc);
-  const uint64_t client = r.client;
-  const bool abandoned = r.abandoned;
+  answer(r, info.si_code == CLD_EXITED ? info.si_status : 128 + info.si_status);
+  if (r.notices) {
+    loop_.remove(r.notices.get());
+    r.notices.reset();
+  }
   loop_.remove(key);
   runs_.erase(it);
-  if (!abandoned) finish_(client, reply);
 }
 
 void RunService::client_gone(uint64_t client) {
   for (auto& [fd, r] : runs_)
-    if (r.client == client && !r.abandoned) {
+    if (r.client == client && !r.abandoned && !r.answered) {
       r.abandoned = true;
       log::info("the client of runner pid " + std::to_string(r.pid) + " hung up: ending its run");
       ::kill(r.pid, SIGTERM);

@@ -10,6 +10,11 @@
 // own workspace and back). So a run through the daemon has exactly the
 // lifecycle, limits and fail-closed rules of `agentcage run`.
 //
+// The runner sends its run_start and run_end notices over a channel of its
+// own (control/notify.h), read before its client is answered; the answer
+// goes out when the result document is complete (the run is removed by
+// then), without waiting for the runner to exit.
+//
 // The runner ends its run (cgroup killed, everything removed) when the
 // client hangs up (SIGTERM from here), when the daemon stops (SIGTERM, then
 // the client is told), and when the daemon dies (PR_SET_PDEATHSIG).
@@ -49,9 +54,13 @@ class RunService {
  public:
   // Called with the client's id and the answer when a run ends.
   using Finish = std::function<void(uint64_t client, const nlohmann::json& reply)>;
+  // Called with each run_start and run_end notice a runner sends on its
+  // channel (control/notify.h), in order; every notice of a run comes
+  // before its client's answer.
+  using Notice = std::function<void(const control::Request& notice)>;
 
   // Runners come from `forker` while it runs (no exec), else by fork + exec.
-  RunService(const Config& cfg, EventLoop& loop, Finish finish, RunForker* forker = nullptr);
+  RunService(const Config& cfg, EventLoop& loop, Finish finish, Notice notice, RunForker* forker = nullptr);
   ~RunService();
   RunService(const RunService&) = delete;
   RunService& operator=(const RunService&) = delete;
@@ -67,7 +76,11 @@ class RunService {
   // removes it), each client is told, within `grace_ms` (then SIGKILL: the
   // next run's reaper removes what is left).
   void stop_all(int grace_ms);
-  size_t active() const { return runs_.size(); }
+  // Hands every notice the runners have sent so far to `notice` (before
+  // the daemon reads decision records: a run's start comes before them).
+  void read_all_notices();
+  // Runs whose clients wait for their answer (what the caps count).
+  size_t active() const;
 
  private:
   struct Running {
@@ -75,16 +88,25 @@ class RunService {
     uid_t uid = 0;
     pid_t pid = 0;
     UniqueFd pidfd, result;  // the runner's pidfd; the read end of its --result-fd
+    UniqueFd notices;        // the daemon's end of the runner's notice channel
     std::string document;    // what the runner wrote so far
     bool abandoned = false;  // the client is gone
     bool stopping = false;   // the daemon stops
+    bool answered = false;   // the client has its answer; the runner only exits
+    // The run's notices: at most one run_start, then one run_end of the same run id.
+    std::string noticed_run_id;
+    bool start_noticed = false, end_noticed = false;
   };
   void read_result(Running& r);
+  void read_notices(Running& r);
+  void answer(Running& r, std::optional<int> runner_status);
   void reaped(int pidfd);
 
   const Config& cfg_;
   EventLoop& loop_;
   Finish finish_;
+  Notice notice_;
+  std::vector<char> notice_buf_;  // one notice at a time, reused
   RunForker* forker_;
   std::map<int, Running> runs_;  // by pidfd
 };

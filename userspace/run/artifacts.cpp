@@ -363,8 +363,11 @@ Result<UniqueFd> open_io_dir(const std::string& path, const IoOwner& who) {
     // Only system calls from here on. The answer: errno (0: ok) with the fd.
     int err = 0;
     int fd = -1;
-    if (::setgroups(0, nullptr) != 0 || ::setresgid(who.gid, who.gid, who.gid) != 0 ||
-        ::setresuid(who.uid, who.uid, who.uid) != 0) {
+    const int keep = theirs.get();
+    if (!close_fds_except(&keep, 1)) {
+      err = errno;
+    } else if (::setgroups(0, nullptr) != 0 || ::setresgid(who.gid, who.gid, who.gid) != 0 ||
+               ::setresuid(who.uid, who.uid, who.uid) != 0) {
       err = errno;
     } else {
       open_how how{};
@@ -436,6 +439,9 @@ Status run_copy_child(const CopyChild& how, const std::function<Status(IoCopy&)>
   UniqueFd rd(p[0]), wr(p[1]);
   auto child = [&]() -> int {
     rd.reset();
+    std::vector<int> keep = how.keep;
+    keep.push_back(wr.get());
+    if (!close_fds_except(keep.data(), keep.size())) return 1;
     IoCopy mine;
     Status st = how.become ? how.become() : Status{};
     if (st) st = work(mine);

@@ -92,6 +92,10 @@ struct CopyChild {
   int signal_fd = -1;
   std::chrono::seconds timeout{600};
   std::function<Status()> become;  // run first in the child; may be empty
+  // The descriptors `work` uses (at most 7; more fails the copy): the child closes every other
+  // one above 2 before anything else (the runner's result pipe and notice
+  // channel included).
+  std::vector<int> keep;
 };
 // Runs `work` as `how` says; its Status and IoCopy come back over a pipe.
 Status run_copy_child(const CopyChild& how, const std::function<Status(IoCopy&)>& work, IoCopy& done);

@@ -119,6 +119,7 @@ int run_main(const RunOptions& opts, std::ostream& err) {
     return kExitSetup;
   }
   ResultSink sink = std::move(*opened);
+  control::adopt_notify_channel();
   RunResult res;
   int code = run_command(opts, res, err);
   res.exit_code = code;

@@ -3,8 +3,10 @@
 
 #include <dirent.h>
 #include <fcntl.h>
+#include <linux/magic.h>
 #include <sys/file.h>
 #include <sys/stat.h>
+#include <sys/statfs.h>
 #include <unistd.h>
 
 #include <cerrno>
@@ -112,6 +114,11 @@ Result<RunLease> RunLease::create(const std::string& state_dir, const std::strin
   const std::string runs = state_dir + "/runs";
   if (Status st = make_private_dir(runs, 0700); !st) return st.error().wrap("run state");
   RunLease lease;
+  // On a tmpfs (the default /run) a record cannot outlive the host and
+  // fsync is only a cost; on disk a crash must not leave a torn record.
+  struct statfs sfs {};
+  lease.sync_ =
+      !(::statfs(runs.c_str(), &sfs) == 0 && (sfs.f_type == TMPFS_MAGIC || sfs.f_type == RAMFS_MAGIC));
   lease.lock_path_ = runs + "/" + run_id + ".lock";
   lease.record_path_ = runs + "/" + run_id + ".json";
   // The lock file appears already locked: made unnamed (O_TMPFILE), locked,
@@ -150,7 +157,9 @@ Status RunLease::write(const RunRecord& record) {
   UniqueFd fd(::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC | O_NOFOLLOW, 0600));
   if (!fd) return Error::from_errno("run state: creating " + tmp);
   if (Status st = write_all(fd.get(), to_json(record).dump() + "\n", tmp); !st) return st;
-  if (::fsync(fd.get()) != 0) return Error::from_errno("run state: fsync " + tmp);
+  // A run saves its record five times: on the default tmpfs (/run) without
+  // fsync, as a record there cannot outlive the host anyway.
+  if (sync_ && ::fsync(fd.get()) != 0) return Error::from_errno("run state: fsync " + tmp);
   if (::rename(tmp.c_str(), record_path_.c_str()) != 0)
     return Error::from_errno("run state: renaming " + tmp);
   return {};

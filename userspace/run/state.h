@@ -64,6 +64,7 @@ class RunLease {
  private:
   std::string lock_path_, record_path_;
   UniqueFd lock_fd_;
+  bool sync_ = true;  // fsync each record: the state directory is on disk (not tmpfs)
 };
 
 // A dynamic uid held for the run's life.

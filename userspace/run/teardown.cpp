@@ -109,6 +109,7 @@ std::vector<std::string> teardown(Resources& r, RunResult& res, bool collect,
       const uint64_t budget = res.disk_max_bytes.value_or(UINT64_MAX);
       CopyChild how;
       how.become = [who] { return become_io_owner(who); };
+      how.keep = {src, dst};
       st = run_copy_child(
           how, [&](IoCopy& mine) { return copy_out(src, dst, who, budget, mine); }, done);
     }
