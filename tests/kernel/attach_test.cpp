@@ -155,6 +155,26 @@ TEST_F(AttachTest, ConfinesARunningProcessUntilDetached) {
   EXPECT_NE(d2.output.find("not confined"), std::string::npos) << d2.output;
 }
 
+// attach --mode audit: confined (the scope exists, decisions are counted)
+// but nothing denied; detach reports what would have been.
+TEST_F(AttachTest, ModeAuditConfinesWithoutDenying) {
+  Resident resident(cg_.fd(), dir_ + "/secret.txt");
+  ASSERT_TRUE(resident.running());
+  Cmd a = run("attach --cgroup " + cg_.path().string() + " --policy " + policy_ + " --mode audit");
+  ASSERT_EQ(a.status, 0) << a.output;
+  EXPECT_NE(a.output.find("usr-only (audit,"), std::string::npos) << a.output;
+  EXPECT_EQ(resident.probe(), 0) << "audit mode denies nothing";
+  Cmd d = run("detach --cgroup " + cg_.path().string());
+  ASSERT_EQ(d.status, 0) << d.output;
+  EXPECT_NE(d.output.find("0 denied, 1 audited"), std::string::npos) << d.output;
+  EXPECT_NE(d.output.find("file_open 1"), std::string::npos) << d.output;
+
+  Cmd bad = run("attach --cgroup " + cg_.path().string() + " --policy " + policy_ + " --mode Audit");
+  EXPECT_EQ(bad.status, 2) << bad.output;
+  EXPECT_NE(bad.output.find("did you mean 'audit'?"), std::string::npos) << bad.output;
+  EXPECT_EQ(resident.probe(), 0) << "a refused attach changes nothing";
+}
+
 TEST_F(AttachTest, BadRequestsChangeNothing) {
   Resident resident(cg_.fd(), dir_ + "/secret.txt");
   ASSERT_TRUE(resident.running());

@@ -80,18 +80,19 @@ TEST_F(Run, MatplotlibSavesPngIntoWorkspace) {
 // the way to allowed paths stay stat'able, host files and host processes do
 // not, and the run's own /proc stays readable.
 TEST_F(Run, LargeImportsWorkWhileHostMetadataIsHidden) {
-  Ran r = run(py("import numpy, json, sqlite3, decimal, email.mime.text, xml.etree.ElementTree\n"
-                 "import multiprocessing, asyncio, unittest, os\n"
-                 "print(os.path.realpath(numpy.__file__).startswith('/usr/lib/'))\n"
-                 "print(os.stat('/usr').st_uid == 0)\n"
-                 "for p in ('/etc/passwd', '/root', '/proc/1/status', '/proc/1'):\n"
-                 "    try:\n"
-                 "        os.stat(p)\n"
-                 "        print('visible', p)\n"
-                 "    except PermissionError:\n"
-                 "        print('denied')\n"
-                 "print(open('/proc/self/status').readline().split()[0])\n",
-                 {"--timeout", "5m", "--memory", "1Gi"}));
+  Ran r =
+      run(py("import numpy, json, sqlite3, decimal, email.mime.text, xml.etree.ElementTree\n"
+             "import multiprocessing, asyncio, unittest, os\n"
+             "print(os.path.realpath(numpy.__file__).startswith('/usr/lib/'))\n"
+             "print(os.stat('/usr').st_uid == 0)\n"
+             "for p in ('/etc/passwd', '/root', '/proc/1/status', '/proc/1'):\n"
+             "    try:\n"
+             "        os.stat(p)\n"
+             "        print('visible', p)\n"
+             "    except PermissionError:\n"
+             "        print('denied')\n"
+             "print(open('/proc/self/status').readline().split()[0])\n",
+             {"--timeout", "5m", "--memory", "1Gi"}));
   ASSERT_EQ(r.code, 0) << r.describe();
   EXPECT_EQ(r.out, "True\nTrue\ndenied\ndenied\ndenied\ndenied\nName:\n") << r.describe();
 }
@@ -166,6 +167,43 @@ TEST_F(Run, HostFilesCannotBeRead) {
   EXPECT_EQ(r.code, 42) << r.describe();
   EXPECT_TRUE(has_record(r, "file_open", "/etc/passwd")) << r.result.dump(2);
   EXPECT_GE(denied(r, "file_open"), 3u);
+}
+
+// --mode audit: the policy's rules for one run, nothing denied, every
+// would-be denial reported as audited (record, then enforce). The next run
+// of the same policy is enforced again (the audit run's policy is a
+// transient slot of its own), and --mode enforce enforces an audit-mode file.
+TEST_F(Run, ModeAuditReportsWhatThePolicyWouldDenyForOneRunOnly) {
+  const std::string code = "print(open('/etc/passwd').read()[:5])\n";
+  Ran audit = run(py(code, {"--mode", "audit"}));
+  ASSERT_EQ(audit.code, 0) << audit.describe();
+  EXPECT_EQ(audit.out, "root:\n");
+  EXPECT_EQ(audit.result["mode"], "audit");
+  EXPECT_EQ(audit.result["denials"]["total"], 0) << audit.result["denials"].dump(2);
+  EXPECT_GE(audit.result["denials"]["audited_by_hook"].value("file_open", 0), 1)
+      << audit.result["denials"].dump(2);
+
+  Ran enforced = run(py(code));
+  EXPECT_EQ(enforced.code, 1) << enforced.describe();  // PermissionError
+  EXPECT_EQ(enforced.result["mode"], "enforce");
+  EXPECT_TRUE(has_record(enforced, "file_open", "/etc/passwd")) << enforced.result.dump(2);
+
+  const std::string audit_file = "/tmp/agentcage-kt-python-sandbox-audit.yaml";
+  std::string text = slurp(kPythonSandbox);
+  const size_t at = text.find("mode: enforce");
+  ASSERT_NE(at, std::string::npos);
+  text.replace(at, 13, "mode: audit  ");
+  std::ofstream(audit_file) << text;
+  SpawnOptions o;
+  o.policy = audit_file;
+  Ran as_written = run(py(code), o);
+  EXPECT_EQ(as_written.code, 0) << as_written.describe();
+  EXPECT_EQ(as_written.result["mode"], "audit");
+  Ran forced = run(py(code, {"--mode", "enforce"}), o);
+  EXPECT_EQ(forced.code, 1) << forced.describe();
+  EXPECT_EQ(forced.result["mode"], "enforce");
+  EXPECT_GE(denied(forced, "file_open"), 1u) << forced.result.dump(2);
+  ::unlink(audit_file.c_str());
 }
 
 TEST_F(Run, ForkBombIsHeldByPidsMaxAndEndedAtTimeout) {
@@ -618,14 +656,17 @@ TEST_F(Run, HostileNamesLeaveTheResultValidAndTheTerminalAlone) {
   const std::string name = "\xff\x1b]0;owned\x07" + std::string(200, 'n');
   { std::ofstream(dir / name) << "secret"; }
   fs::permissions(dir / name, fs::perms::owner_read | fs::perms::group_read | fs::perms::others_read);
-  Ran r = run(py("import ctypes, os\n"
-                 "ctypes.CDLL(None).prctl(15, b'\\xff\\x1b[31mevil\\x01', 0, 0, 0)\n"
-                 "name = os.fsencode('" + dir.string() + "/') + b'\\xff\\x1b]0;owned\\x07' + b'n' * 200\n"
-                 "try:\n"
-                 "    open(name, 'rb').close()\n"
-                 "    print('read')\n"
-                 "except OSError as e:\n"
-                 "    print(e.errno)\n"));
+  Ran r =
+      run(py("import ctypes, os\n"
+             "ctypes.CDLL(None).prctl(15, b'\\xff\\x1b[31mevil\\x01', 0, 0, 0)\n"
+             "name = os.fsencode('" +
+             dir.string() +
+             "/') + b'\\xff\\x1b]0;owned\\x07' + b'n' * 200\n"
+             "try:\n"
+             "    open(name, 'rb').close()\n"
+             "    print('read')\n"
+             "except OSError as e:\n"
+             "    print(e.errno)\n"));
   fs::remove_all(dir);
   ASSERT_EQ(r.code, 0) << r.describe();
   EXPECT_EQ(r.out, "13\n") << "refused by the policy (EACCES), not by permissions";

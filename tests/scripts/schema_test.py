@@ -2,7 +2,8 @@
 """docs/schema/ against what agentcage really sends and writes: the
 schemas are valid; the requests the Python client builds validate, and
 requests the daemon refuses do not; a real result document written by
-build/agentcage (a run this host refuses: exit 125, fail_closed) validates.
+build/agentcage (a run this host refuses: exit 125, fail_closed) validates,
+and so does what `agentcage policy check --json` prints.
 The daemon's replies and results of real runs are validated in the VM
 (clients/python/tests/test_daemon.py). Usage: schema_test.py AGENTCAGE_BINARY"""
 
@@ -72,6 +73,27 @@ class ResultSchemaTest(unittest.TestCase):
 
     def test_a_wrong_document_is_caught(self):
         self.assertNotEqual(schemas.errors("result", {"version": 2}), [])
+
+
+class PolicyCheckSchemaTest(unittest.TestCase):
+    def test_what_policy_check_prints_is_valid(self):
+        with tempfile.TemporaryDirectory() as d:
+            pdir = os.path.join(d, "policies")
+            os.mkdir(pdir)
+            with open(os.path.join(pdir, "bad.yaml"), "w") as f:
+                f.write("apiVersion: agentcage/v1\nkind: Policy\nmetadata: {name: bad}\n"
+                        "spec:\n  files: {deny: [\"${workspace}/*.key\"]}\n")
+            with open(os.path.join(pdir, "Misnamed.yaml"), "w") as f:
+                f.write("apiVersion: agentcage/v1\nkind: Policy\nmetadata: {name: misnamed}\nspec: {}\n")
+            p = subprocess.run([BINARY, "policy", "check", "--json", "--dir", pdir,
+                                os.path.join(ROOT, "policies", "python-sandbox.yaml")],
+                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, timeout=60)
+        self.assertEqual(p.returncode, 1, p.stderr)
+        doc = json.loads(p.stdout)
+        self.assertEqual(schemas.errors("policy-check", doc), [], doc)
+        self.assertEqual([f["ok"] for f in doc["files"]], [True, False, False], doc)
+        self.assertEqual(doc["files"][1]["errors"][0]["line"], 0, doc)  # Misnamed.yaml: the file name
+        self.assertEqual(doc["files"][2]["errors"][0]["line"], 5, doc)  # bad.yaml: the pattern
 
 
 if __name__ == "__main__":

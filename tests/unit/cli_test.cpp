@@ -166,10 +166,12 @@ TEST(Cli, EveryOptionHasAMetavariable) {
       {{"run"},
        {"--policy NAME|FILE REQUIRED", "--workspace DIR ", "--timeout DURATION ", "--memory SIZE ",
         "--pids N ", "--cpu CPUS ", "--env KEY=VALUE ", "--result FILE ", "--user NAME|UID[:GID] ",
-        "--policy-dir DIR ", "\n  COMMAND [ARGS...] "}},
-      {{"policy", "check"}, {"Usage: agentcage policy check [OPTIONS] FILE...\n", "\n  FILE... "}},
+        "--policy-dir DIR ", "--mode MODE ", "\n  COMMAND [ARGS...] "}},
+      {{"policy", "check"},
+       {"Usage: agentcage policy check [OPTIONS] [FILE...]\n", "\n  FILE... ", "--dir DIR "}},
       {{"attach"},
-       {"--cgroup CGROUP REQUIRED", "--policy NAME|FILE REQUIRED", "--policy-dir DIR ", "--workspace DIR "}},
+       {"--cgroup CGROUP REQUIRED", "--policy NAME|FILE REQUIRED", "--policy-dir DIR ", "--workspace DIR ",
+        "--mode MODE "}},
       {{"detach"}, {"--cgroup CGROUP REQUIRED"}},
       {{"daemon"}, {"--config FILE "}},
       {{"status"}, {"--socket PATH ", "--json "}},
@@ -250,6 +252,11 @@ TEST(Cli, RunUsageErrorsExit125) {
   Output no_value = agentcage({"-v", "run", "--policy", "x", "--memory"});
   EXPECT_EQ(no_value.status, 125) << no_value.err;
   EXPECT_TRUE(contains(no_value.err, "--memory")) << no_value.err;
+
+  Output bad_mode = agentcage({"run", "--policy", "x", "--mode", "Audit", "--", "true"});
+  EXPECT_EQ(bad_mode.status, 125) << bad_mode.err;
+  EXPECT_TRUE(contains(bad_mode.err, "--mode: invalid mode 'Audit'")) << bad_mode.err;
+  EXPECT_TRUE(contains(bad_mode.err, "did you mean 'audit'?")) << bad_mode.err;
 
   Output no_command = agentcage({"run", "--policy", "x"});
   EXPECT_EQ(no_command.status, 125) << no_command.err;

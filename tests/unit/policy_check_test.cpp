@@ -6,10 +6,14 @@
 
 #include <filesystem>
 #include <fstream>
+#include <optional>
 #include <sstream>
 #include <string>
 #include <vector>
 
+#include <nlohmann/json.hpp>
+
+#include "bpf/compile.h"
 #include "policy/policy.h"
 
 namespace agentcage::policy {
@@ -74,18 +78,28 @@ TEST_F(PolicyFiles, OversizedFileIsNotRead) {
   EXPECT_EQ(r.errors[0].format(), path + ": policy is 307200 bytes; the limit is 262144 bytes");
 }
 
+// `policy check` with the real compiler, as the command line runs it.
+int check(const std::vector<std::string>& files, std::ostream& out, std::ostream& err,
+          std::optional<std::string> dir = std::nullopt, bool json = false) {
+  CheckOptions o;
+  o.files = files;
+  o.dir = std::move(dir);
+  o.json = json;
+  return check_command(o, bpf::compile_problem, out, err);
+}
+
 TEST_F(PolicyFiles, CheckCommandReportsEachFile) {
   const std::string good = write("good.yaml", kValid);
   const std::string bad =
       write("bad.yaml", "apiVersion: agentcage/v1\nkind: Policy\nmetadata: {name: x}\nspec: {mode: on}\n");
   std::ostringstream out, err;
-  EXPECT_EQ(check_command({good}, out, err), 0);
+  EXPECT_EQ(check({good}, out, err), 0);
   EXPECT_EQ(out.str(),
             good + ": ok (policy ok, mode enforce, 0 exec, 1 read, 1 write, 0 deny, 0 network rules)\n");
   EXPECT_EQ(err.str(), "");
 
   out.str("");
-  EXPECT_EQ(check_command({bad, good}, out, err), 1);
+  EXPECT_EQ(check({bad, good}, out, err), 1);
   EXPECT_EQ(err.str(), bad + ":4:14: invalid mode 'on' (expected 'enforce' or 'audit')\n");
   EXPECT_EQ(out.str(),
             good + ": ok (policy ok, mode enforce, 0 exec, 1 read, 1 write, 0 deny, 0 network rules)\n");
@@ -93,8 +107,125 @@ TEST_F(PolicyFiles, CheckCommandReportsEachFile) {
 
 TEST_F(PolicyFiles, CheckCommandNeedsFiles) {
   std::ostringstream out, err;
-  EXPECT_EQ(check_command({}, out, err), 1);
+  EXPECT_EQ(check({}, out, err), 2);
   EXPECT_NE(err.str().find("no policy files"), std::string::npos);
+  // An empty policy directory is valid: the daemon loads nothing from it.
+  const fs::path empty = dir_ / "empty";
+  fs::create_directories(empty);
+  err.str("");
+  EXPECT_EQ(check({}, out, err, empty.string(), true), 0) << err.str();
+  EXPECT_EQ(nlohmann::json::parse(out.str(), nullptr, false),
+            (nlohmann::json{{"ok", true}, {"files", nlohmann::json::array()}}));
+}
+
+// "ok" means "this loads": a policy that parses but that the compiler
+// refuses (a program a run could overwrite) is an error, located at the
+// program's entry and naming the write rule.
+TEST_F(PolicyFiles, CheckCommandRunsTheCompiler) {
+  const std::string path = write("w.yaml",
+                                 "apiVersion: agentcage/v1\nkind: Policy\nmetadata: {name: w}\nspec:\n"
+                                 "  exec:\n    allow:\n      - /usr/bin/true\n"
+                                 "  files:\n    write:\n      - /usr/bin\n");
+  ASSERT_TRUE(load_policy_file(path).ok());  // it parses
+  std::ostringstream out, err;
+  EXPECT_EQ(check({path}, out, err), 1);
+  EXPECT_EQ(out.str(), "");
+  const std::string real = fs::canonical("/usr/bin/true").string();
+  EXPECT_EQ(err.str(),
+            path + ":7:9: policy w: exec.allow " + real +
+                " lies under a files.write rule (10:9: /usr/bin); a run could replace the program\n")
+      << err.str();
+  // Located at the program's entry even when a files rule names it too.
+  const std::string also_read = write("r.yaml",
+                                      "apiVersion: agentcage/v1\nkind: Policy\nmetadata: {name: r}\nspec:\n"
+                                      "  files:\n    read: [" +
+                                          real +
+                                          "]\n    write: [/usr/bin]\n"
+                                          "  exec:\n    allow:\n      - /usr/bin/true\n");
+  std::ostringstream out2, err2;
+  EXPECT_EQ(check({also_read}, out2, err2), 1);
+  EXPECT_EQ(err2.str().rfind(also_read + ":10:9: policy r: exec.allow ", 0), 0u) << err2.str();
+  // The same located message from the compiler itself (runs, the daemon).
+  auto compiled = bpf::compile(*load_policy_file(path).policy);
+  ASSERT_FALSE(compiled);
+  EXPECT_EQ(compiled.error().message + "\n", err.str());
+}
+
+// --dir: every NAME.yaml the daemon would load, under its file-name rules;
+// hidden files and other extensions are not policies there.
+TEST_F(PolicyFiles, CheckCommandDirAppliesTheDaemonsFileNameRules) {
+  const fs::path pdir = dir_ / "policies";
+  fs::create_directories(pdir);
+  auto policy_named = [](const std::string& name) {
+    return "apiVersion: agentcage/v1\nkind: Policy\nmetadata:\n  name: " + name + "\nspec: {}\n";
+  };
+  write("policies/good.yaml", policy_named("good"));
+  write("policies/other.yaml", policy_named("good"));
+  write("policies/Bad_Name.yaml", policy_named("bad-name"));
+  write("policies/.hidden.yaml", "not: [a policy");
+  write("policies/notes.txt", "not a policy");
+  fs::create_directories(pdir / "adir.yaml");                     // not a file: the daemon skips it
+  fs::create_symlink("/nonexistent/x.yaml", pdir / "gone.yaml");  // dangling: skipped too
+  std::ostringstream out, err;
+  EXPECT_EQ(check({}, out, err, pdir.string()), 1);
+  EXPECT_EQ(out.str(),
+            (pdir / "good.yaml").string() +
+                ": ok (policy good, mode enforce, 0 exec, 0 read, 0 write, 0 deny, 0 network rules)\n");
+  const std::string e = err.str();
+  EXPECT_NE(
+      e.find((pdir / "Bad_Name.yaml").string() + ": the file name 'Bad_Name.yaml' does not name a policy"),
+      std::string::npos)
+      << e;
+  EXPECT_NE(e.find("rename it to 'bad-name.yaml'"), std::string::npos) << e;
+  EXPECT_NE(e.find((pdir / "other.yaml").string() +
+                   ":4:9: metadata.name 'good' does not match the file name (the daemon names a policy "
+                   "by its file: expected 'other')"),
+            std::string::npos)
+      << e;
+  EXPECT_EQ(e.find("hidden"), std::string::npos) << e;
+  EXPECT_EQ(e.find("notes"), std::string::npos) << e;
+  EXPECT_EQ(e.find("adir"), std::string::npos) << e;
+  EXPECT_EQ(e.find("gone"), std::string::npos) << e;
+  // The same file given by name is checked without the directory's rules.
+  out.str("");
+  err.str("");
+  EXPECT_EQ(check({(pdir / "other.yaml").string()}, out, err), 0) << err.str();
+
+  err.str("");
+  EXPECT_EQ(check({}, out, err, (dir_ / "missing").string()), 2);
+  EXPECT_NE(err.str().find("cannot list the policy directory"), std::string::npos) << err.str();
+}
+
+TEST_F(PolicyFiles, CheckCommandJson) {
+  const std::string good = write("good.yaml", kValid);
+  const std::string bad = write("bad.yaml",
+                                "apiVersion: agentcage/v1\nkind: Policy\nmetadata: {name: x}\n"
+                                "spec:\n  files: {deny: [\"${workspace}/*.key\"]}\n");
+  std::ostringstream out, err;
+  EXPECT_EQ(check({good, bad}, out, err, std::nullopt, true), 1);
+  EXPECT_EQ(err.str(), "");
+  const nlohmann::json j = nlohmann::json::parse(out.str(), nullptr, false);
+  ASSERT_TRUE(j.is_object()) << out.str();
+  EXPECT_EQ(j["ok"], false);
+  ASSERT_EQ(j["files"].size(), 2u);
+  EXPECT_EQ(j["files"][0]["file"], good);
+  EXPECT_EQ(j["files"][0]["ok"], true);
+  EXPECT_EQ(j["files"][0]["policy"], "ok");
+  EXPECT_EQ(j["files"][0]["mode"], "enforce");
+  EXPECT_EQ(j["files"][0]["rules"]["read"], 1);
+  EXPECT_EQ(j["files"][0]["errors"], nlohmann::json::array());
+  EXPECT_EQ(j["files"][1]["ok"], false);
+  EXPECT_FALSE(j["files"][1].contains("policy"));
+  ASSERT_EQ(j["files"][1]["errors"].size(), 1u);
+  const auto& e = j["files"][1]["errors"][0];
+  EXPECT_EQ(e["file"], bad);
+  EXPECT_EQ(e["line"], 5);
+  EXPECT_EQ(e["column"], 18);
+  EXPECT_NE(e["message"].get<std::string>().find("not patterns"), std::string::npos) << e;
+
+  out.str("");
+  EXPECT_EQ(check({good}, out, err, std::nullopt, true), 0);
+  EXPECT_EQ(nlohmann::json::parse(out.str(), nullptr, false)["ok"], true);
 }
 
 // ---------------------------------------------------------------------------
@@ -108,7 +239,7 @@ TEST(ShippedPolicies, AllPassPolicyCheck) {
   }
   ASSERT_GE(files.size(), 3u) << kPolicies;
   std::ostringstream out, err;
-  EXPECT_EQ(check_command(files, out, err), 0) << err.str();
+  EXPECT_EQ(check(files, out, err), 0) << err.str();
   EXPECT_EQ(err.str(), "");
 }
 

@@ -155,6 +155,12 @@ const std::vector<BadCase>& bad_cases() {
       {"SpecIsList", kHead + "spec: [a]\n", 5, 7, "spec must be a mapping, got a list"},
       {"InvalidMode", kSpec + "  mode: enforcing\n", 6, 9,
        "invalid mode 'enforcing' (expected 'enforce' or 'audit')"},
+      {"ModeInOtherCase", kSpec + "  mode: Audit\n", 6, 9,
+       "invalid mode 'Audit' (expected 'enforce' or 'audit') (did you mean 'audit'?)"},
+      {"ProtocolInOtherCase", kSpec + "  network:\n    allow:\n      - {cidr: 10.0.0.0/8, protocol: TCP}\n",
+       8, 38, "invalid protocol 'TCP' (expected 'tcp', 'udp' or 'any') (did you mean 'tcp'?)"},
+      {"PermitInOtherCase", kSpec + "  exec: {debugging: Allow}\n", 6, 21,
+       "exec.debugging: invalid value 'Allow' (expected 'deny' or 'allow') (did you mean 'allow'?)"},
       {"ExecIsList", kSpec + "  exec: [a]\n", 6, 9, "exec must be a mapping, got a list"},
       {"ExecAllowNull", kSpec + "  exec:\n    allow:\n", 7, 5, "exec.allow has no value"},
       {"FilesReadScalar", kSpec + "  files:\n    read: /usr/lib\n", 7, 11,
@@ -181,6 +187,11 @@ const std::vector<BadCase>& bad_cases() {
        "${workspace} must be followed by '/' or end the path"},
       {"WorkspaceWithDotDot", kSpec + "  files:\n    write:\n      - ${workspace}/../x\n", 8, 9,
        "'..' is not allowed in paths, got '${workspace}/../x'"},
+      // Pattern-looking rules are refused, never taken as literal names.
+      {"GlobInWorkspaceDeny", kSpec + "  files:\n    deny:\n      - \"${workspace}/*.key\"\n", 8, 9,
+       "files.deny[0]: '*' in '${workspace}/*.key': files rules are literal paths, not patterns"},
+      {"QuestionMarkInRead", kSpec + "  files: {read: [\"/etc/host?\"]}\n", 6, 18, "'?' in '/etc/host?'"},
+      {"BracketInWrite", kSpec + "  files: {write: [\"/tmp/[ab]\"]}\n", 6, 19, "'[' in '/tmp/[ab]'"},
       {"ExecWorkspace", kSpec + "  exec:\n    allow:\n      - ${workspace}/a.out\n", 8, 9,
        "${workspace} is not allowed in exec.allow"},
       {"ExecRelative", kSpec + "  exec: {allow: [python3]}\n", 6, 18,
@@ -569,6 +580,21 @@ TEST(PolicyParse, AbstractUnixSocket) {
   ASSERT_EQ(r.policy->network_allow.size(), 1u);
   EXPECT_EQ(r.policy->network_allow[0].kind, NetRule::Kind::unix_abstract);
   EXPECT_EQ(r.policy->network_allow[0].unix_name, "llm-proxy");
+}
+
+// Programs and sockets are named exactly (and programs checked to exist):
+// "/usr/bin/[" is coreutils' test, not a pattern. Only files rules refuse
+// pattern characters.
+TEST(PolicyParse, ProgramsAndSocketsMayHavePatternCharactersInTheirNames) {
+  ParseOptions no_fs;
+  no_fs.check_exec_exists = false;
+  const ParseResult r = parse_policy(kSpec +
+                                         "  exec: {allow: [\"/usr/bin/[\"]}\n"
+                                         "  network:\n    allow:\n      - {unix: \"/run/a[1]?.sock\"}\n",
+                                     "p.yaml", no_fs);
+  ASSERT_TRUE(r.ok()) << dump(r.errors);
+  EXPECT_EQ(r.policy->exec_allow[0].path, "/usr/bin/[");
+  EXPECT_EQ(r.policy->network_allow[0].unix_name, "/run/a[1]?.sock");
 }
 
 TEST(PolicyParse, WorkspacePathsAndNormalisation) {

@@ -103,6 +103,16 @@ TEST(ParseDuration, Rejects) {
   EXPECT_ERROR(parse_duration("1h30"), "has no unit");
 }
 
+TEST(ParseMode, TwoWordsAndADidYouMean) {
+  EXPECT_EQ(*parse_mode("enforce"), Mode::enforce);
+  EXPECT_EQ(*parse_mode("audit"), Mode::audit);
+  EXPECT_ERROR(parse_mode("Audit"),
+               "invalid mode 'Audit' (expected 'enforce' or 'audit') (did you mean 'audit'?)");
+  EXPECT_ERROR(parse_mode("ENFORCE"), "did you mean 'enforce'?");
+  EXPECT_ERROR(parse_mode(""), "invalid mode ''");
+  EXPECT_ERROR(parse_mode("permissive"), "(expected 'enforce' or 'audit')");
+}
+
 TEST(ParseCpus, Decimals) {
   EXPECT_DOUBLE_EQ(*parse_cpus("1"), 1.0);
   EXPECT_DOUBLE_EQ(*parse_cpus("0.5"), 0.5);

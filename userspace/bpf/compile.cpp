@@ -54,10 +54,11 @@ bool covers(const CompiledNetRule& outer, const CompiledNetRule& inner) {
 // distinct network (IPv4 as ::ffff:0:0/96), each carrying the port ranges of
 // every entry whose network covers it.
 Result<std::vector<CompiledNetRule>> compile_cidrs(const policy::Policy& policy,
-                                                   const std::vector<policy::NetRule>& rules,
-                                                   NetSpace space) {
+                                                   const std::vector<policy::NetRule>& rules, NetSpace space,
+                                                   policy::Position& where) {
   std::vector<CompiledNetRule> nets;
   std::vector<std::vector<ac_port_range>> own;
+  std::vector<policy::Position> origin;  // the entry each network first came from
   for (const auto& r : rules) {
     if (r.kind != policy::NetRule::Kind::cidr) continue;
     CompiledNetRule n;
@@ -86,6 +87,7 @@ Result<std::vector<CompiledNetRule>> compile_cidrs(const policy::Policy& policy,
     } else {
       nets.push_back(n);
       own.push_back(std::move(ranges));
+      origin.push_back(r.pos);
     }
   }
   for (size_t i = 0; i < nets.size(); ++i) {
@@ -93,11 +95,13 @@ Result<std::vector<CompiledNetRule>> compile_cidrs(const policy::Policy& policy,
     for (size_t j = 0; j < nets.size(); ++j)
       if (covers(nets[j], nets[i]))
         for (const auto& pr : own[j]) merged.insert({pr.first, pr.last, pr.protocols});
-    if (merged.size() > AC_NET_MAX_RANGES)
+    if (merged.size() > AC_NET_MAX_RANGES) {
+      where = origin[i];
       return Error{"policy " + policy.name + ": a network destination is covered by " +
                        std::to_string(merged.size()) + " port ranges; at most " +
                        std::to_string(AC_NET_MAX_RANGES) + " are supported (merge ranges)",
                    E2BIG};
+    }
     for (const auto& [first, last, protocols] : merged)
       nets[i].ranges.push_back(ac_port_range{first, last, protocols, {}});
   }
@@ -106,11 +110,32 @@ Result<std::vector<CompiledNetRule>> compile_cidrs(const policy::Policy& policy,
 
 }  // namespace
 
-Result<CompiledPolicy> compile(const policy::Policy& policy) {
+// Where the entry a compiled path rule came from is written (the first
+// entry with that path in that space).
+static policy::Position position_of(const policy::Policy& policy, const PathRule& rule) {
+  if (rule.space == RuleSpace::abstract_unix) {
+    for (const auto* list : {&policy.network_allow, &policy.network_listen})
+      for (const auto& r : *list)
+        if (r.kind == policy::NetRule::Kind::unix_abstract && r.unix_name == rule.path) return r.pos;
+    return {};
+  }
+  const bool ws = rule.space == RuleSpace::workspace;
+  for (const auto* list : {&policy.read, &policy.write, &policy.deny})
+    for (const auto& e : *list)
+      if (e.in_workspace == ws && (ws ? ws_key(e.path) : e.path) == rule.path) return e.pos;
+  if (ws) return {};
+  for (const auto& e : policy.exec_allow)
+    if (e.resolved == rule.path) return e.pos;
+  for (const auto& r : policy.network_allow)
+    if (r.kind == policy::NetRule::Kind::unix_path && r.unix_name == rule.path) return r.pos;
+  return {};
+}
+
+// The compiler; on an error, `where` is the position of the entry at fault
+// (line 0 when none is known).
+static Result<CompiledPolicy> build(const policy::Policy& policy, policy::Position& where) {
   CompiledPolicy out;
-  out.flags = policy.mode == policy::Mode::audit ? AC_POLICY_F_AUDIT : 0;
-  if (policy.native_code == policy::Permit::allow) out.flags |= AC_POLICY_F_NATIVE_CODE;
-  if (policy.debugging == policy::Permit::allow) out.flags |= AC_POLICY_F_DEBUG;
+  out.flags = policy_flags(policy);
 
   std::map<std::string, uint32_t> abs, ws;
   auto add = [&](const policy::PathEntry& e, uint32_t access) {
@@ -139,28 +164,71 @@ Result<CompiledPolicy> compile(const policy::Policy& policy) {
   out.paths = fold(abs, RuleSpace::absolute);
   for (const auto& r : out.paths) {
     // A program the run could overwrite is no longer the program allowed.
-    if ((r.access & AC_ACCESS_EXEC) && (r.access & AC_ACCESS_WRITE))
-      return Error{"policy " + policy.name + ": exec.allow " + r.path +
-                       " lies under a files.write rule; a run could replace the program",
+    if ((r.access & AC_ACCESS_EXEC) && (r.access & AC_ACCESS_WRITE)) {
+      for (const auto& e : policy.exec_allow)  // the program's entry, even when files.* names it too
+        if (e.resolved == r.path) {
+          where = e.pos;
+          break;
+        }
+      std::string rule;
+      for (const auto& w : policy.write)
+        if (!w.in_workspace && within(r.path, w.path)) {
+          rule = " (" + yaml::format_position(w.pos) + ": " + w.path + ")";
+          break;
+        }
+      return Error{"policy " + policy.name + ": exec.allow " + r.path + " lies under a files.write rule" +
+                       rule + "; a run could replace the program",
                    EINVAL};
-    if (auto key = make_path_key(0, r); !key) return key.error().wrap("policy " + policy.name);
+    }
+    if (auto key = make_path_key(0, r); !key) {
+      where = position_of(policy, r);
+      return key.error().wrap("policy " + policy.name);
+    }
   }
   for (auto& r : fold(ws, RuleSpace::workspace)) {
-    if (auto key = make_path_key(0, r); !key) return key.error().wrap("policy " + policy.name);
+    if (auto key = make_path_key(0, r); !key) {
+      where = position_of(policy, r);
+      return key.error().wrap("policy " + policy.name);
+    }
     out.paths.push_back(std::move(r));
   }
   for (auto& r : unix_abstract) {
-    if (auto key = make_path_key(0, r); !key) return key.error().wrap("policy " + policy.name);
+    if (auto key = make_path_key(0, r); !key) {
+      where = position_of(policy, r);
+      return key.error().wrap("policy " + policy.name);
+    }
     out.paths.push_back(std::move(r));
   }
 
-  auto allow = compile_cidrs(policy, policy.network_allow, NetSpace::allow);
+  auto allow = compile_cidrs(policy, policy.network_allow, NetSpace::allow, where);
   if (!allow) return allow.error();
-  auto listen = compile_cidrs(policy, policy.network_listen, NetSpace::listen);
+  auto listen = compile_cidrs(policy, policy.network_listen, NetSpace::listen, where);
   if (!listen) return listen.error();
   out.net = std::move(*allow);
   out.net.insert(out.net.end(), listen->begin(), listen->end());
   return out;
+}
+
+uint32_t policy_flags(const policy::Policy& policy) {
+  uint32_t flags = policy.mode == policy::Mode::audit ? AC_POLICY_F_AUDIT : 0;
+  if (policy.native_code == policy::Permit::allow) flags |= AC_POLICY_F_NATIVE_CODE;
+  if (policy.debugging == policy::Permit::allow) flags |= AC_POLICY_F_DEBUG;
+  return flags;
+}
+
+std::optional<yaml::Diagnostic> compile_problem(const policy::Policy& policy) {
+  policy::Position where;
+  auto compiled = build(policy, where);
+  if (compiled) return std::nullopt;
+  return yaml::Diagnostic{policy.source, where, compiled.error().message};
+}
+
+Result<CompiledPolicy> compile(const policy::Policy& policy) {
+  policy::Position where;
+  auto compiled = build(policy, where);
+  if (compiled || policy.source.empty()) return compiled;
+  return Error{yaml::Diagnostic{policy.source, where, compiled.error().message}.format(),
+               compiled.error().code};
 }
 
 }  // namespace agentcage::bpf

@@ -9,12 +9,25 @@
 // answer all rules together would give.
 #pragma once
 
+#include <optional>
+
 #include "bpf/compiled.h"
 #include "policy/model.h"
 #include "util/result.h"
+#include "yaml/diagnostic.h"
 
 namespace agentcage::bpf {
 
+// An error names the entry that cannot be compiled: "FILE:LINE:COL: ..."
+// (the policy's source and the entry's position), like the parser's.
 Result<CompiledPolicy> compile(const policy::Policy& policy);
+
+// The AC_POLICY_F_* flags of a policy (mode, native code, debugging): what
+// compile() puts in CompiledPolicy::flags.
+uint32_t policy_flags(const policy::Policy& policy);
+
+// The same verdict as a diagnostic (`agentcage policy check`): nullopt when
+// the policy compiles.
+std::optional<yaml::Diagnostic> compile_problem(const policy::Policy& policy);
 
 }  // namespace agentcage::bpf

@@ -12,6 +12,7 @@
 #include "cli/command.h"
 #include "cli/help.h"
 #include "policy/policy.h"
+#include "policy/values.h"
 #include "scope/attach.h"
 
 namespace agentcage::cli {
@@ -73,6 +74,8 @@ void add_attach(CLI::App& app, const Globals& /*globals*/, Commands& commands) {
       "cgroup's owner sets those (systemd: MemoryMax=, TasksMax=, CPUQuota=).\n\n"
       "POLICY is a file path, or a NAME looked up as NAME.yaml in the policy directory\n"
       "(--policy-dir, else $AGENTCAGE_POLICY_DIR, else @POLICY_DIR@).\n\n"
+      "--mode audit confines the cgroup without denying anything: every operation the policy\n"
+      "would deny is reported (audit log, `agentcage detach`'s counts) instead.\n\n"
       "Example: agentcage attach --cgroup system.slice/agent.service --policy python-sandbox \\\n"
       "           --workspace /var/lib/agent/work\n\n"
       "Exit status: 0 attached, 1 failed (nothing changed), 2 usage error."));
@@ -92,7 +95,23 @@ void add_attach(CLI::App& app, const Globals& /*globals*/, Commands& commands) {
       ->add_option("--workspace", request->workspace,
                    "Directory the policy's ${workspace} rules refer to (required if it has any)")
       ->type_name("DIR");
-  commands.add(attach, [request] { return attach_command(*request); });
+  auto mode = std::make_shared<std::string>();
+  attach
+      ->add_option("--mode", *mode,
+                   "enforce or audit: instead of the policy's mode, for this attachment only (audit: "
+                   "nothing is denied, every would-be denial is reported)")
+      ->type_name("MODE");
+  commands.add(attach, [request, mode] {
+    if (!mode->empty()) {
+      auto m = policy::parse_mode(*mode);
+      if (!m) {
+        std::cerr << "agentcage attach: --mode: " << m.error().message << '\n';
+        return 2;
+      }
+      request->mode = *m;
+    }
+    return attach_command(*request);
+  });
 
   auto* detach = app.add_subcommand("detach", "Lift the confinement of an attached cgroup");
   detach->footer(

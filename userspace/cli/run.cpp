@@ -15,6 +15,7 @@
 #include "cli/help.h"
 #include "control/client.h"
 #include "core/labels.h"
+#include "policy/values.h"
 #include "run/options.h"
 #include "run/remote.h"
 #include "run/runner.h"
@@ -58,6 +59,15 @@ THE SANDBOX
   the caller's variables (API keys, tokens) reach it. Its working directory is
   the workspace.
 
+AUDIT MODE
+  --mode audit runs COMMAND under the policy's rules without denying
+  anything: each operation the policy would deny is allowed and reported as
+  audited (the result's denials.audited_total and audited_by_hook, the audit
+  log with "decision": "audit"), the first step from recording a workload to
+  enforcing a policy for it. The seccomp filter still applies. --mode enforce
+  enforces a policy written with mode: audit. Only this run is affected; the
+  result's "mode" says which mode it ran under.
+
 WORKSPACE
   The one place the policy's ${workspace} rules apply to. Without --workspace
   a fresh directory @WORKSPACE_ROOT@/<run id> (mode 0700, owned
@@ -78,8 +88,8 @@ WITHOUT ROOT
   default @CONTROL_SOCKET@), which the user may use when it is in the
   daemon's control_group: same options, output, result and exit statuses,
   with these differences. --policy is a NAME of the daemon's policy
-  directory (no files, no --policy-dir); --user, --keep, --io-dir are
-  root's. --workspace DIR is the caller's own directory (owned and
+  directory (no files, no --policy-dir); --user, --keep, --io-dir, --mode
+  are root's. --workspace DIR is the caller's own directory (owned and
   writable by the caller, by a path without symbolic links) and works as
   --io-dir: copied into the run's workspace and back, never written by the
   run directly. Limits are capped by the daemon (run_max_memory, ...): a
@@ -163,7 +173,7 @@ EXAMPLES
 // The options as typed; run_main gets them as RunOptions.
 struct RunArgs {
   run::RunOptions options;
-  std::string workspace, timeout, memory, pids, cpus, disk, result, user, policy_dir, io_dir, io_owner;
+  std::string workspace, timeout, memory, pids, cpus, disk, result, user, policy_dir, io_dir, io_owner, mode;
   std::vector<std::string> labels;
   std::vector<std::string> command;  // after "--"
 };
@@ -191,6 +201,14 @@ int run_action(RunArgs& args, const CLI::App& run, const Globals& globals) {
                 << ")\n";
       return run::kExitSetup;
     }
+  }
+  if (!args.mode.empty()) {
+    auto mode = policy::parse_mode(args.mode);
+    if (!mode) {
+      std::cerr << "agentcage: --mode: " << mode.error().message << "\n";
+      return run::kExitSetup;
+    }
+    ropts.mode = *mode;
   }
   if (!args.policy_dir.empty()) ropts.paths.policy_dir = args.policy_dir;
   ropts.command = args.command;
@@ -289,6 +307,10 @@ void add_run(CLI::App& app, const Globals& globals, Commands& commands, std::vec
       ->type_name("N");
   run->add_option("--user", args->user, "Run as NAME, UID or UID:GID instead of a per-run uid")
       ->type_name("NAME|UID[:GID]");
+  run->add_option("--mode", args->mode,
+                  "enforce or audit: the policy's mode for this run only (audit: nothing is denied, every "
+                  "would-be denial is reported)")
+      ->type_name("MODE");
   run->add_option(
          "--label", args->labels,
          "Attach KEY=VALUE to the run: in the result and the audit log, never in metrics (repeatable)")

@@ -2,7 +2,6 @@
 #include "daemon/policy_dir.h"
 
 #include <sys/stat.h>
-#include <yaml-cpp/yaml.h>
 
 #include <agentcage/abi.h>
 
@@ -31,23 +30,7 @@ int64_t mtime_ns(const struct stat& st) {
 
 std::string stem_of(const std::string& n) { return n.substr(0, n.size() - 5); }
 
-// The position of metadata.name in a policy file that parsed, for a located
-// error about it.
-policy::Position name_position(const std::string& path) {
-  try {
-    YAML::Node root = YAML::LoadFile(path);
-    YAML::Node name = root["metadata"]["name"];
-    if (name) return {name.Mark().line + 1, name.Mark().column + 1};
-  } catch (const std::exception&) {
-  }
-  return {1, 1};
-}
-
 }  // namespace
-
-bool is_policy_file_name(const std::string& n) {
-  return n.size() > 5 && n[0] != '.' && n.compare(n.size() - 5, 5, ".yaml") == 0;
-}
 
 PolicyDirectory::PolicyDirectory(std::string policy_dir, std::string state_dir, PolicyDirListener& listener)
     : dir_(std::move(policy_dir)),
@@ -195,18 +178,9 @@ void PolicyDirectory::install(PolicyFile& pf, const std::string& path) {
     for (const auto& d : parsed.errors) msgs.push_back(d.format());
     return reject(pf, msgs, core::FailClosedReason::policy_invalid);
   }
-  if (parsed.policy->name != pf.name) {
-    policy::Position pos = name_position(path);
-    return reject(pf,
-                  {path + ":" + std::to_string(pos.line) + ":" + std::to_string(pos.column) +
-                   ": metadata.name " + policy::quote(parsed.policy->name) +
-                   " does not match the file name (the daemon names a policy by its file: expected " +
-                   policy::quote(pf.name) + ")"},
-                  core::FailClosedReason::policy_invalid);
-  }
   auto compiled = bpf::compile(*parsed.policy);
   if (!compiled)
-    return reject(pf, {path + ": " + compiled.error().message}, core::FailClosedReason::policy_invalid);
+    return reject(pf, {compiled.error().message}, core::FailClosedReason::policy_invalid);  // located
   const uint64_t digest = bpf::policy_digest(pf.name, *compiled);
   pf.limits = parsed.policy->limits;
   pf.uses_workspace = std::any_of(compiled->paths.begin(), compiled->paths.end(), [](const bpf::PathRule& r) {

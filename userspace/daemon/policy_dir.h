@@ -33,11 +33,11 @@
 #include "core/fail_closed.h"
 #include "daemon/named_slots.h"
 #include "policy/model.h"
+#include "policy/name.h"
 
 namespace agentcage::daemon {
 
-// NAME.yaml, not hidden: the files the directory holds policies in.
-bool is_policy_file_name(const std::string& file_name);
+using policy::is_policy_file_name;
 
 // What the directory tells the rest of the daemon (metrics, counters).
 class PolicyDirListener {

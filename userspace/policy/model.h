@@ -87,6 +87,7 @@ enum class Permit { deny, allow };
 // A whole policy. Empty lists deny everything of their kind.
 struct Policy {
   std::string name;
+  Position name_pos;  // of metadata.name's value
   Mode mode = Mode::enforce;
   std::vector<ExecEntry> exec_allow;
   // allow: memory the run wrote may become executable (JIT runtimes).

@@ -28,4 +28,6 @@ std::string did_you_mean_policy_name(std::string_view name) {
   return guess && *guess != name ? " (did you mean " + quote(*guess) + "?)" : std::string();
 }
 
+bool is_policy_file_name(std::string_view n) { return n.size() > 5 && n[0] != '.' && n.ends_with(".yaml"); }
+
 }  // namespace agentcage::policy

@@ -29,4 +29,9 @@ std::optional<std::string> likely_policy_name(std::string_view name);
 // " (did you mean 'my-policy'?)" for likely_policy_name, or "".
 std::string did_you_mean_policy_name(std::string_view name);
 
+// NAME.yaml, not hidden: the files a policy directory holds policies in (the
+// daemon loads them, `policy check --dir` checks them). Whether NAME is a
+// valid policy name is load_policy_dir_file's to say (policy.h).
+bool is_policy_file_name(std::string_view file_name);
+
 }  // namespace agentcage::policy

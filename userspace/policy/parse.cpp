@@ -180,6 +180,7 @@ class Validator {
       return;
     }
     policy.name = *v;
+    policy.name_pos = value_pos(*name);
   }
 
   void spec(const Field& f, Policy& policy) {
@@ -187,13 +188,10 @@ class Validator {
     const Fields keys = fields(f.value, kSpecKeys, "in spec");
     if (const Field* mode = find(keys, "mode")) {
       if (auto v = scalar(*mode, "mode")) {
-        if (*v == "enforce") {
-          policy.mode = Mode::enforce;
-        } else if (*v == "audit") {
-          policy.mode = Mode::audit;
-        } else {
-          error(value_pos(*mode), "invalid mode " + quote(*v) + " (expected 'enforce' or 'audit')");
-        }
+        if (auto m = parse_mode(*v))
+          policy.mode = *m;
+        else
+          error(value_pos(*mode), m.error().message);
       }
     }
     if (const Field* exec = find(keys, "exec")) this->exec(*exec, policy);
@@ -242,7 +240,9 @@ class Validator {
     } else if (*v == "allow") {
       out = Permit::allow;
     } else {
-      error(value_pos(*f), name + ": invalid value " + quote(*v) + " (expected 'deny' or 'allow')");
+      static constexpr std::string_view kPermits[] = {"deny", "allow"};
+      error(value_pos(*f), name + ": invalid value " + quote(*v) + " (expected 'deny' or 'allow')" +
+                               did_you_mean(*v, kPermits));
     }
   }
 
@@ -411,8 +411,9 @@ class Validator {
         } else if (*v == "any") {
           rule.protocol = Protocol::any;
         } else {
-          error(value_pos(*protocol),
-                name + ".protocol: invalid protocol " + quote(*v) + " (expected 'tcp', 'udp' or 'any')");
+          static constexpr std::string_view kProtocols[] = {"tcp", "udp", "any"};
+          error(value_pos(*protocol), name + ".protocol: invalid protocol " + quote(*v) +
+                                          " (expected 'tcp', 'udp' or 'any')" + did_you_mean(*v, kProtocols));
         }
       }
     }

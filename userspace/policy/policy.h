@@ -20,6 +20,7 @@
 #pragma once
 
 #include <cstddef>
+#include <functional>
 #include <iosfwd>
 #include <optional>
 #include <string>
@@ -66,13 +67,31 @@ ParseResult load_policy_file(const std::string& path, const ParseOptions& option
 // load_policy_file for a file of a policy directory, where the daemon names a
 // policy by its file: NAME.yaml holds the policy NAME. A file whose stem is
 // not a valid policy name (name.h) is rejected with an error about the whole
-// file that says how to rename it; its content is still checked.
+// file that says how to rename it; its content is still checked. A policy
+// whose metadata.name is not the file's NAME is rejected there (located).
 ParseResult load_policy_dir_file(const std::string& path, const ParseOptions& options = {});
 
-// `agentcage policy check FILE...`: validates each file and prints
-//   FILE: ok (policy NAME, mode M, N exec, N read, N write, N deny, N network rules)
-// to `out`, or the file's diagnostics to `err`. Returns 0 when every file is
-// valid, 1 otherwise (also when `files` is empty).
-int check_command(const std::vector<std::string>& files, std::ostream& out, std::ostream& err);
+// What `policy check` runs on a policy that parsed: the policy compiler
+// (bpf::compile_problem, passed in by the command line: policy/ sits below
+// bpf/). A located diagnostic when the policy cannot be loaded, else nullopt.
+using Compiler = std::function<std::optional<yaml::Diagnostic>(const Policy&)>;
+
+struct CheckOptions {
+  std::vector<std::string> files;
+  // Also every policy file the daemon would load from this directory
+  // (NAME.yaml, not hidden), each under the daemon's file-name rules.
+  std::optional<std::string> dir;
+  bool json = false;  // one JSON document on `out` instead of text
+};
+
+// `agentcage policy check`: parses, validates and compiles each file, so
+// that "ok" means "this loads". Text: "FILE: ok (policy NAME, ...)" on `out`
+// per valid file, each error as FILE:LINE:COL: message on `err`. JSON (see
+// docs/schema/policy-check.schema.json): {"ok": B, "files": [{"file", "ok",
+// "policy", "mode", "rules": {...}, "errors": [{"file", "line", "column",
+// "message"}]}]} on `out`. Returns 0 when every file is valid (an empty
+// `dir` included), 1 otherwise, 2 when there is nothing to check or `dir`
+// cannot be listed (no document then; the error goes to `err`).
+int check_command(const CheckOptions& options, const Compiler& compile, std::ostream& out, std::ostream& err);
 
 }  // namespace agentcage::policy

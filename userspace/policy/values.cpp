@@ -8,6 +8,7 @@
 #include <charconv>
 #include <utility>
 
+#include "util/suggest.h"
 #include "util/text.h"
 
 namespace agentcage::policy {
@@ -315,7 +316,26 @@ Result<std::string> normalize_path(std::string_view path, size_t max_bytes) {
   return normalize(path, max_bytes, path);
 }
 
+Result<Mode> parse_mode(std::string_view text) {
+  if (text == "enforce") return Mode::enforce;
+  if (text == "audit") return Mode::audit;
+  static constexpr std::string_view kModes[] = {"enforce", "audit"};
+  return fail("invalid mode " + quote(text) + " (expected 'enforce' or 'audit')" +
+              did_you_mean(text, kModes));
+}
+
+// A files rule that looks like a pattern would be taken as a literal name
+// and never match what its author meant: refuse it. (Programs and sockets
+// are named exactly and checked to exist: /usr/bin/[ is a program.)
+Error pattern_error(std::string_view text, size_t at) {
+  return fail(quote(std::string(1, text[at])) + " in " + quote(text) +
+              ": files rules are literal paths, not patterns (a directory covers everything under "
+              "it); name the file or directory itself");
+}
+
 Result<FilePath> parse_file_path(std::string_view text) {
+  if (const size_t at = text.find_first_of("*?["); at != std::string_view::npos)
+    return pattern_error(text, at);
   if (text.starts_with(kWorkspace)) {
     const std::string_view rest = text.substr(kWorkspace.size());
     if (!rest.empty() && rest.front() != '/') {

@@ -33,6 +33,10 @@ inline constexpr uint32_t kMaxPids = 4194304;  // PID_MAX_LIMIT on 64-bit Linux
 inline constexpr double kMaxCpus = 1024;
 inline constexpr std::chrono::milliseconds kMaxTimeout = std::chrono::hours(24 * 7);
 
+// "enforce" or "audit" (spec.mode, `run --mode`, `attach --mode`); another
+// case or a typo gets a did-you-mean.
+Result<Mode> parse_mode(std::string_view text);
+
 // Bytes: "1073741824", "512Mi", "2G". Suffixes K/M/G/T are powers of 1000,
 // Ki/Mi/Gi/Ti powers of 1024. Must be > 0 and fit 64 bits (< 16 EiB).
 Result<uint64_t> parse_size(std::string_view text);

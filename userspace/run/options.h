@@ -58,6 +58,8 @@ struct RunOptions {
   std::optional<std::string> result_file;                       // --result FILE ("-": stdout)
   std::optional<int> result_fd;                                 // --result-fd N
   std::optional<std::string> user;
+  // --mode enforce|audit: the policy's mode for this run only (root's).
+  std::optional<policy::Mode> mode;
   // --io-dir DIR: copied into the (generated) workspace before COMMAND and
   // the workspace copied back into it after (run/artifacts.h), as
   // --io-owner UID:GID (default: DIR's owner).

@@ -35,7 +35,7 @@ Status prepare_policy(const std::string& path) {
   auto parsed = policy::parse_policy(*text, path);
   if (!parsed.ok()) return Error{path + ": not a valid policy", EINVAL};
   auto compiled = bpf::compile(*parsed.policy);
-  if (!compiled) return Error{path + ": " + compiled.error().message, compiled.error().code};
+  if (!compiled) return compiled.error();  // located: FILE:LINE:COL
   auto filter = build_seccomp_filter(parsed.policy->syscalls_allow);
   if (!filter) return Error{path + ": " + filter.error().message, filter.error().code};
   if (cache().size() >= kMaxPreparedPolicies) cache().clear();

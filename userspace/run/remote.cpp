@@ -21,6 +21,9 @@ std::string remote_refusal(const RunOptions& o, bool policy_dir_given) {
            "(fix: install the file there as NAME.yaml, or run as root)";
   if (policy_dir_given) return "--policy-dir: a run through the daemon uses the daemon's policy directory";
   if (o.user) return "--user: a run through the daemon always gets a uid of its own";
+  if (o.mode)
+    return "--mode: a run through the daemon takes its policy's mode (fix: ask root to install an audit-mode "
+           "copy of the policy in the daemon's policy directory, or run as root)";
   if (o.keep)
     return "--keep: a run through the daemon keeps nothing of its own (fix: pass --workspace DIR: its "
            "contents are "

@@ -49,8 +49,8 @@ nlohmann::json timestamp(std::chrono::system_clock::time_point t) {
   std::tm tm{};
   ::gmtime_r(&secs, &tm);
   char buf[96];
-  std::snprintf(buf, sizeof buf, "%04d-%02d-%02dT%02d:%02d:%02d.%03dZ", tm.tm_year + 1900, tm.tm_mon + 1, tm.tm_mday,
-                tm.tm_hour, tm.tm_min, tm.tm_sec, static_cast<int>(ms % 1000));
+  std::snprintf(buf, sizeof buf, "%04d-%02d-%02dT%02d:%02d:%02d.%03dZ", tm.tm_year + 1900, tm.tm_mon + 1,
+                tm.tm_mday, tm.tm_hour, tm.tm_min, tm.tm_sec, static_cast<int>(ms % 1000));
   return buf;
 }
 
@@ -66,6 +66,7 @@ nlohmann::json to_json(const RunResult& r) {
   j["started_at"] = timestamp(r.started_at);
   j["ended_at"] = timestamp(r.ended_at);
   j["policy"] = r.policy_name;
+  j["mode"] = r.mode.empty() ? nlohmann::json(nullptr) : nlohmann::json(r.mode);
   j["policy_file"] = r.policy_file;
   j["command"] = r.command;
   j["workspace"] = r.workspace;
@@ -93,8 +94,9 @@ nlohmann::json to_json(const RunResult& r) {
   j["interrupted_by"] = r.interrupted_by > 0 ? json(signal_name(r.interrupted_by)) : json(nullptr);
   j["error"] = r.error.empty() ? json(nullptr) : json(r.error);
   j["error_errno"] = r.error_errno ? json(errno_name(r.error_errno)) : json(nullptr);
-  j["fail_closed"] = r.exit_code == 125 && r.fail_closed_reason ? json(std::string(core::name(*r.fail_closed_reason)))
-                                                                : json(nullptr);
+  j["fail_closed"] = r.exit_code == 125 && r.fail_closed_reason
+                         ? json(std::string(core::name(*r.fail_closed_reason)))
+                         : json(nullptr);
   if (r.io)
     j["io"] = {{"dir", r.io->dir},
                {"copied_in", r.io->copied_in},

@@ -41,6 +41,7 @@ struct RunResult {
   std::chrono::system_clock::time_point started_at{}, ended_at{};
   std::optional<IoReport> io;
   std::string policy_name;
+  std::string mode;  // "enforce" or "audit": what the run ran under (--mode or the policy's)
   std::string policy_file;
   std::vector<std::string> command;
   std::string workspace;

@@ -181,6 +181,8 @@ Step check_request(Run& run) {
     run.policy = std::move(*parsed.policy);
   }
   res.policy_name = run.policy->name;
+  if (opts.mode) run.policy->mode = *opts.mode;  // this run only
+  res.mode = policy::to_string(run.policy->mode);
 
   // Usage errors: no fail-closed reason.
   auto limits = effective_limits(run.policy->limits, opts);
@@ -208,11 +210,12 @@ Step check_request(Run& run) {
 
   if (prepared) {
     run.compiled = prepared->compiled;
+    run.compiled->flags = bpf::policy_flags(*run.policy);  // --mode
     run.seccomp_filter = prepared->seccomp_filter;
     return {};
   }
   auto compiled = bpf::compile(*run.policy);
-  if (!compiled) return refused(invalid, "policy " + *policy_path + ": " + compiled.error().message);
+  if (!compiled) return refused(invalid, compiled.error().message);  // located: FILE:LINE:COL
   run.compiled = std::move(*compiled);
   return {};
 }
@@ -422,6 +425,7 @@ Step fill_workspace(Run& run) {
   CopyChild how;
   how.cgroup_fd = r.cg->fd();
   how.signal_fd = run.signals->fd();
+  how.keep = {src, dst};
   Status st = run_copy_child(
       how, [&](IoCopy& mine) { return copy_in(src, who, dst, uid, gid, budget, mine); }, done);
   io.copied_in = done.entries;

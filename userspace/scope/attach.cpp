@@ -58,6 +58,7 @@ Result<Attached> attach(const AttachRequest& req, std::vector<std::string>& diag
     for (const auto& d : parsed.errors) diagnostics.push_back(d.format());
     return Error{"policy " + *file + " is invalid; nothing was changed", EINVAL};
   }
+  if (req.mode) parsed.policy->mode = *req.mode;
   auto compiled = bpf::compile(*parsed.policy);
   if (!compiled) return compiled.error();
   const bool uses_workspace =

@@ -8,6 +8,7 @@
 
 #include <cstdint>
 #include <filesystem>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -28,10 +29,11 @@ Result<std::filesystem::path> resolve_cgroup(const std::filesystem::path& root, 
 Result<CgroupRef> find_cgroup(const std::string& arg);
 
 struct AttachRequest {
-  std::string cgroup;      // as given (see resolve_cgroup)
-  std::string policy;      // NAME or FILE (policy/locate.h)
-  std::string policy_dir;  // where a NAME is looked up ("" : policy::default_policy_dir())
-  std::string workspace;   // what ${workspace} means for this cgroup ("" : none)
+  std::string cgroup;                // as given (see resolve_cgroup)
+  std::string policy;                // NAME or FILE (policy/locate.h)
+  std::string policy_dir;            // where a NAME is looked up ("" : policy::default_policy_dir())
+  std::string workspace;             // what ${workspace} means for this cgroup ("" : none)
+  std::optional<policy::Mode> mode;  // --mode: instead of the policy's, for this attachment only
 };
 
 struct Attached {
