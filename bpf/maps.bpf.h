@@ -179,6 +179,9 @@ struct ac_scratch {
 	struct ac_path_key rel;
 	struct ac_net_key net;
 	struct ac_path_key key;
+	/* A name rule's key (ac_path_name_denied): a component of the path in
+	 * key, looked up without touching key. */
+	struct ac_path_key name;
 	/* Room for a bounded read that starts near the end of key.path: the
 	 * name copy writes at most 255 bytes from an offset < 256, so key.path
 	 * plus spill must span 511 bytes (see path.bpf.h). */

@@ -296,6 +296,96 @@ static __always_inline int ac_path_ancestor(struct ac_scratch *s, __u32 rules_id
 	return ws && ws->len == key_bytes;
 }
 
+/*
+ * Name rules (files.deny patterns NAME and *.EXT at any depth; the key
+ * layout is at AC_RULES_NS_NAME in abi.h). After ac_resolve, the scratch
+ * holds the dentry of every component of the path (dentries[0] is the file
+ * itself): each component is looked up by its whole name, then by its last
+ * L bytes for each suffix length L the policy uses. Callers check
+ * AC_POLICY_F_NAMES first, so a policy without name rules costs nothing.
+ */
+struct ac_name_ctx {
+	struct ac_scratch *s;
+	__u32 rules_id_be; /* rules id | AC_RULES_NS_NAME, big endian */
+	__u32 depth;       /* components to look at */
+	__u32 tries;       /* per component: 1 (whole name) + suffix lengths */
+	__u32 denied;      /* a component matched, or could not be read */
+	__u32 pad;
+	__u64 lengths;     /* struct ac_name_lengths, byte k = the k-th length */
+};
+
+/* Try i: component i / tries, by its whole name (i % tries == 0) or by
+ * its suffix of the (i % tries)-th length. */
+static long ac_name_step(__u32 i, void *data)
+{
+	struct ac_name_ctx *nc = data;
+	struct ac_scratch *s = nc->s;
+	if (!s)
+		return 1; /* cannot happen: the caller passes its scratch */
+	__u32 tries = nc->tries;
+	if (tries == 0 || tries > 1 + AC_NAME_SUFFIX_LENGTHS)
+		return 1;
+	__u32 comp = i / tries, t = i % tries;
+	if (comp >= nc->depth)
+		return 1;
+	struct dentry *d = (struct dentry *)s->dentries[comp & (AC_PATH_MAX_DEPTH - 1)];
+	__u32 len = BPF_CORE_READ(d, d_name.len);
+	const unsigned char *name = BPF_CORE_READ(d, d_name.name);
+	__u32 want = len;
+	__u8 kind = AC_NAME_EXACT;
+	if (t > 0) {
+		/* a shift, not an index: no variable offset into the stack */
+		want = (nc->lengths >> (8 * ((t - 1) & (AC_NAME_SUFFIX_LENGTHS - 1)))) & 0xff;
+		kind = AC_NAME_SUFFIX;
+	}
+	if (want == 0 || want > len || want > AC_NAME_RULE_MAX)
+		return 0; /* no rule is that long (or the name that short) */
+	struct ac_path_key *k = &s->name;
+	k->rules_id_be = nc->rules_id_be;
+	k->path[0] = kind;
+	k->path[1] = (__u8)want;
+	/* 1..AC_NAME_RULE_MAX; masked for the verifier. */
+	__u32 n = want;
+	asm volatile("" : "+r"(n));
+	n &= 2 * AC_NAME_RULE_MAX - 1;
+	if (bpf_probe_read_kernel(&k->path[2], n, name + (len - want)) < 0) {
+		nc->denied = 1; /* the walk read it a moment ago: fail closed */
+		return 1;
+	}
+	k->prefixlen = 32 + 8 * (2 + want);
+	struct ac_path_rule *r = bpf_map_lookup_elem(&ac_path_rules, k);
+	if (r && (r->access & AC_ACCESS_DENY)) {
+		nc->denied = 1;
+		return 1;
+	}
+	return 0;
+}
+
+/* Does a name rule of rules_id deny the path ac_resolve just walked? */
+static __always_inline int ac_path_name_denied(struct ac_scratch *s, __u32 rules_id)
+{
+	struct ac_path_key *k = &s->name;
+	k->rules_id_be = bpf_htonl((rules_id & AC_RULES_ID_MASK) | AC_RULES_NS_NAME);
+	k->path[0] = AC_NAME_LENGTHS;
+	k->prefixlen = 32 + 8;
+	struct ac_name_lengths *l = bpf_map_lookup_elem(&ac_path_rules, k);
+	if (!l)
+		return 1; /* the policy's flag says it has name rules: fail closed */
+	struct ac_name_ctx nc = { .s = s, .rules_id_be = k->rules_id_be, .depth = s->walk.depth, .tries = 1 };
+	/* Lengths are ascending with 0 after the last: count them. */
+#pragma unroll
+	for (int j = 0; j < AC_NAME_SUFFIX_LENGTHS; j++) {
+		__u64 len = l->len[j];
+		nc.lengths |= len << (8 * j);
+		if (len)
+			nc.tries++;
+	}
+	if (nc.depth > AC_PATH_MAX_DEPTH)
+		return 1; /* cannot happen after a walk that ended in AC_WALK_DONE */
+	bpf_loop(nc.depth * nc.tries, ac_name_step, &nc, 0);
+	return nc.denied;
+}
+
 /* Reason for a walk that did not end in AC_WALK_DONE. */
 static __always_inline __u8 ac_walk_reason(int status)
 {

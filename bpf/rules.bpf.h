@@ -119,7 +119,10 @@ static __always_inline __u32 ac_rules_access(const struct ac_ctx *c, struct ac_s
 		/* exact name only: the rule records its length */
 		return r && r->aux == q->text_len ? r->access : 0;
 	}
-	return ac_path_access(s, c->rules_id, q->workspace_tag, q->text_len);
+	__u32 access = ac_path_access(s, c->rules_id, q->workspace_tag, q->text_len);
+	if ((c->policy_flags & AC_POLICY_F_NAMES) && ac_path_name_denied(s, c->rules_id))
+		access |= AC_ACCESS_DENY;
+	return access;
 }
 
 /*

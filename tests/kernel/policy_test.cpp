@@ -99,6 +99,60 @@ TEST_F(PolicyTest, WorkspaceIsWritableAndNothingElse) {
   EXPECT_EQ(fs::file_size(base_ / "outside" / "data.txt"), 5u);
 }
 
+// files.deny's name patterns deny a secret anywhere by its name: every
+// component of the path the kernel resolved is looked at, so a file under a
+// denied directory, a symlink to a denied name and a second name the run
+// would make (link, rename) are denied too; other names are untouched.
+TEST_F(PolicyTest, NamePatternsDenySecretsAnywhereByName) {
+  const fs::path project = base_ / "outside" / "project";
+  fs::create_directories(project / "sub" / "deep");
+  fs::create_directories(project / ".ssh");
+  for (const char* f : {".env", "sub/deep/.env", "cert.pem", "cert.pem.bak", ".envrc", "app.py",
+                        ".ssh/id_rsa", "dist.tar.gz", "dist.gz", "my.env"})
+    std::ofstream(project / f) << "secret\n";
+  std::ofstream(ws_ / ".env") << "in the workspace\n";
+  std::ofstream(ws_ / "notes.txt") << "notes\n";
+  fs::create_symlink(project / ".env", ws_ / "innocent-link");
+  fs::create_hard_link(project / ".env", base_ / "outside" / "host-made-hard-link");
+  ASSERT_NO_FATAL_FAILURE(
+      apply(policy_yaml("  files:\n    read: [" + base_.string() +
+                        "/outside]\n    write: [\"${workspace}\"]\n"
+                        "    deny: [\"**/.env\", \"**/*.pem\", \"**/.ssh\", \"**/*.tar.gz\"]\n")));
+  auto open_ro = [&](const fs::path& p) {
+    return scoped([p] { return result(::open(p.c_str(), O_RDONLY) >= 0 ? 0 : -1); });
+  };
+  // the legitimate case: other names, names that only look alike
+  for (const char* f : {"app.py", "cert.pem.bak", ".envrc", "dist.gz", "my.env"})
+    EXPECT_EQ(open_ro(project / f), kOk) << f;
+  EXPECT_EQ(open_ro(ws_ / "notes.txt"), kOk);
+  // denied by name at any depth, a directory's name covering what is under it
+  for (const char* f : {".env", "sub/deep/.env", "cert.pem", ".ssh/id_rsa", "dist.tar.gz"})
+    EXPECT_EQ(open_ro(project / f), kDenied) << f;
+  EXPECT_EQ(open_ro(ws_ / ".env"), kDenied);
+  // metadata too, and the way there stays open
+  struct stat st {};
+  EXPECT_EQ(scoped([&] { return result(::stat((project / ".env").c_str(), &st)); }), kDenied);
+  EXPECT_EQ(scoped([&] { return result(::stat((project / ".ssh").c_str(), &st)); }), kDenied);
+  EXPECT_EQ(scoped([&] { return result(::stat((project / "app.py").c_str(), &st)); }), kOk);
+  // a symlink ends at the real file, whose name is denied
+  EXPECT_EQ(open_ro(ws_ / "innocent-link"), kDenied);
+  // no new secret in the workspace, and no second name for one
+  EXPECT_EQ(
+      scoped([&] { return result(::open(ws("new.pem").c_str(), O_CREAT | O_WRONLY, 0600) >= 0 ? 0 : -1); }),
+      kDenied);
+  EXPECT_EQ(scoped([&] { return result(::mkdir(ws(".ssh").c_str(), 0700)); }), kDenied);
+  EXPECT_EQ(scoped([&] { return result(::rename(ws(".env").c_str(), ws("plain").c_str())); }), kDenied);
+  EXPECT_EQ(scoped([&] { return result(::link(ws(".env").c_str(), ws("plain").c_str())); }), kDenied);
+  EXPECT_EQ(scoped([&] { return result(::rename(ws("notes.txt").c_str(), ws("x.pem").c_str())); }), kDenied);
+  EXPECT_EQ(scoped([&] { return result(::unlink(ws(".env").c_str())); }), kDenied);
+  EXPECT_FALSE(fs::exists(ws_ / "new.pem"));
+  EXPECT_TRUE(fs::exists(ws_ / ".env"));
+  EXPECT_TRUE(fs::exists(ws_ / "notes.txt"));
+  // the documented limit: a hard link the host made under another name is
+  // another name (the run cannot make one: link() above)
+  EXPECT_EQ(open_ro(base_ / "outside" / "host-made-hard-link"), kOk);
+}
+
 TEST_F(PolicyTest, OnlyAllowedProgramsRunByIdentity) {
   ASSERT_NO_FATAL_FAILURE(apply(policy_yaml("  exec:\n    allow: [/usr/bin/true]\n  files:\n" +
                                             std::string(kRuntime) + "    write: [\"${workspace}\"]\n")));

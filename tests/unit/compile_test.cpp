@@ -7,6 +7,8 @@
 
 #include <map>
 
+#include "bpf/keys.h"
+
 namespace agentcage::bpf {
 namespace {
 
@@ -174,6 +176,75 @@ TEST(Compile, TooManyRangesIsAnError) {
   auto c = compile(p);
   ASSERT_FALSE(c.ok());
   EXPECT_EQ(c.error().code, E2BIG);
+}
+
+policy::NamePattern name_rule(const char* text, int line = 0) {
+  return {policy::NamePattern::Kind::name, text, {line, 9}};
+}
+policy::NamePattern suffix_rule(const char* text, int line = 0) {
+  return {policy::NamePattern::Kind::suffix, text, {line, 9}};
+}
+
+TEST(Compile, NamePatternsBecomeSortedDistinctNameRulesAndSetTheFlag) {
+  policy::Policy p;
+  p.name = "t";
+  p.read = {abs_path("/home/u/project")};
+  p.deny_names = {suffix_rule(".pem"), name_rule(".env"), suffix_rule(".pem"), name_rule("id_rsa")};
+  auto c = compile(p);
+  ASSERT_TRUE(c.ok()) << c.error().message;
+  EXPECT_EQ(c->flags & AC_POLICY_F_NAMES, AC_POLICY_F_NAMES);
+  const std::vector<NameRule> want = {
+      {NameRule::Kind::exact, ".env"}, {NameRule::Kind::exact, "id_rsa"}, {NameRule::Kind::suffix, ".pem"}};
+  EXPECT_EQ(c->names, want);
+  // Without name patterns: no flag, no lookups in the kernel.
+  p.deny_names.clear();
+  auto plain = compile(p);
+  ASSERT_TRUE(plain.ok());
+  EXPECT_EQ(plain->flags & AC_POLICY_F_NAMES, 0u);
+  EXPECT_NE(policy_digest("t", *c), policy_digest("t", *plain));
+}
+
+TEST(Compile, MoreSuffixLengthsThanTheKernelTriesIsALocatedError) {
+  policy::Policy p;
+  p.name = "t";
+  p.source = "p.yaml";
+  static const char* kExts[] = {".a", ".bb", ".ccc", ".dddd", ".eeeee", ".ffffff", ".ggggggg", ".hhhhhhhh"};
+  for (int i = 0; i < AC_NAME_SUFFIX_LENGTHS; ++i) p.deny_names.push_back(suffix_rule(kExts[i], 10 + i));
+  p.deny_names.push_back(suffix_rule(".pem", 30));  // a length already in use: fine
+  ASSERT_TRUE(compile(p).ok());
+  p.deny_names.push_back(suffix_rule(".123456789", 31));
+  auto c = compile(p);
+  ASSERT_FALSE(c.ok());
+  EXPECT_EQ(c.error().code, E2BIG);
+  EXPECT_EQ(c.error().message.rfind("p.yaml:31:9: ", 0), 0u) << c.error().message;
+  EXPECT_NE(c.error().message.find("at most 8"), std::string::npos) << c.error().message;
+}
+
+// A rule a name pattern denies whole would do nothing: refused at the rule.
+TEST(Compile, RulesThatANamePatternDeniesWholeAreErrors) {
+  policy::Policy p;
+  p.name = "t";
+  p.source = "p.yaml";
+  p.deny_names = {name_rule(".ssh", 20), suffix_rule(".key", 21)};
+  p.read = {{"/home/u/.ssh/config", false, {7, 9}}};
+  auto c = compile(p);
+  ASSERT_FALSE(c.ok());
+  EXPECT_EQ(c.error().message.rfind("p.yaml:7:9: ", 0), 0u) << c.error().message;
+  EXPECT_NE(
+      c.error().message.find("files.read /home/u/.ssh/config is denied whole by files.deny '**/.ssh' (20:9)"),
+      std::string::npos)
+      << c.error().message;
+  p.read = {{"/srv/keys/server.key", false, {7, 9}}};
+  EXPECT_FALSE(compile(p).ok());
+  p.read.clear();
+  p.write = {{"/out.key", true, {8, 9}}};
+  c = compile(p);
+  ASSERT_FALSE(c.ok());
+  EXPECT_NE(c.error().message.find("files.write ${workspace}/out.key"), std::string::npos)
+      << c.error().message;
+  // Names that only contain or start like a pattern are other names.
+  p.write = {{"/.sshd/x", true, {8, 9}}, {"/keys.d", false, {9, 9}}, {"/home/u/.ssh-agent", false, {9, 9}}};
+  EXPECT_TRUE(compile(p).ok()) << compile(p).error().message;
 }
 
 TEST(Compile, UnixRulesGrantConnect) {

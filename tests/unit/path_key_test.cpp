@@ -24,6 +24,38 @@ TEST(PathKey, AppendsSeparatorSoPrefixesStopAtComponentBoundaries) {
   EXPECT_NE(std::string("/usr/lib64/").rfind(key_text(*k), 0), 0u);
 }
 
+TEST(PathKey, NameRuleKeysAreExactByTheirLengthByte) {
+  auto k = make_name_key(5, NameRule{NameRule::Kind::suffix, ".pem"});
+  ASSERT_TRUE(k.ok()) << k.error().message;
+  EXPECT_EQ(ntohl(k->rules_id_be), 5u | AC_RULES_NS_NAME);
+  EXPECT_EQ(key_text(*k), std::string("\x02\x04.pem", 6));
+  auto e = make_name_key(5, NameRule{NameRule::Kind::exact, ".env"});
+  ASSERT_TRUE(e.ok());
+  EXPECT_EQ(key_text(*e), std::string("\x01\x04.env", 6));
+  EXPECT_FALSE(make_name_key(5, NameRule{NameRule::Kind::exact, ""}).ok());
+  EXPECT_FALSE(
+      make_name_key(5, NameRule{NameRule::Kind::exact, std::string(AC_NAME_RULE_MAX + 1, 'a')}).ok());
+  EXPECT_TRUE(make_name_key(5, NameRule{NameRule::Kind::exact, std::string(AC_NAME_RULE_MAX, 'a')}).ok());
+  auto l = make_name_lengths_key(5);
+  ASSERT_TRUE(l.ok());
+  EXPECT_EQ(key_text(*l), std::string("\x03", 1));
+}
+
+TEST(PathKey, NameLengthsAreTheDistinctSuffixLengthsAscending) {
+  auto l = name_lengths({{NameRule::Kind::suffix, ".tar.gz"},
+                         {NameRule::Kind::exact, "id_rsa"},
+                         {NameRule::Kind::suffix, ".pem"},
+                         {NameRule::Kind::suffix, ".key"}});
+  ASSERT_TRUE(l.ok());
+  EXPECT_EQ(l->len[0], 4);
+  EXPECT_EQ(l->len[1], 7);
+  EXPECT_EQ(l->len[2], 0);
+  std::vector<NameRule> many;
+  for (int i = 1; i <= AC_NAME_SUFFIX_LENGTHS + 1; ++i)
+    many.push_back({NameRule::Kind::suffix, "." + std::string(static_cast<size_t>(i), 'x')});
+  EXPECT_FALSE(name_lengths(many).ok());
+}
+
 TEST(PathKey, RootIsASingleSlash) {
   auto k = make_path_key(1, "/");
   ASSERT_TRUE(k.ok());

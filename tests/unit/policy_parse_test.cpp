@@ -190,6 +190,21 @@ const std::vector<BadCase>& bad_cases() {
       // Pattern-looking rules are refused, never taken as literal names.
       {"GlobInWorkspaceDeny", kSpec + "  files:\n    deny:\n      - \"${workspace}/*.key\"\n", 8, 9,
        "files.deny[0]: '*' in '${workspace}/*.key': files rules are literal paths, not patterns"},
+      // files.deny's name patterns: exactly '**/NAME' and '**/*.EXT'.
+      {"NamePatternWithSlash", kSpec + "  files:\n    deny:\n      - \"**/.ssh/id_rsa\"\n", 8, 9,
+       "files.deny[0]: '**/.ssh/id_rsa': a name pattern names one path component, with no '/' after '**/'"},
+      {"NamePatternPrefix", kSpec + "  files:\n    deny:\n      - \"**/.env*\"\n", 8, 9,
+       "'*' in '**/.env*': only '**/NAME' and '**/*.EXT' are supported"},
+      {"NamePatternEmpty", kSpec + "  files:\n    deny:\n      - \"**/\"\n", 8, 9, "nothing after '**/'"},
+      {"NamePatternNoExtension", kSpec + "  files:\n    deny:\n      - \"**/*.\"\n", 8, 9,
+       "no extension after '*.'"},
+      {"NamePatternDotDot", kSpec + "  files:\n    deny:\n      - \"**/..\"\n", 8, 9, "'..' is not a name"},
+      {"NamePatternTooLong", kSpec + "  files:\n    deny:\n      - \"**/" + std::string(65, 'a') + "\"\n", 8,
+       9, "the name is longer than 64 bytes"},
+      {"NamePatternInRead", kSpec + "  files: {read: [\"**/.env\"]}\n", 6, 18,
+       "'*' in '**/.env': files rules are literal paths, not patterns"},
+      {"NamePatternUnquoted", kSpec + "  files:\n    deny:\n      - **/.env\n", 8, 9,
+       "must be quoted: \"**/.env\""},
       {"QuestionMarkInRead", kSpec + "  files: {read: [\"/etc/host?\"]}\n", 6, 18, "'?' in '/etc/host?'"},
       {"BracketInWrite", kSpec + "  files: {write: [\"/tmp/[ab]\"]}\n", 6, 19, "'[' in '/tmp/[ab]'"},
       {"ExecWorkspace", kSpec + "  exec:\n    allow:\n      - ${workspace}/a.out\n", 8, 9,
@@ -580,6 +595,27 @@ TEST(PolicyParse, AbstractUnixSocket) {
   ASSERT_EQ(r.policy->network_allow.size(), 1u);
   EXPECT_EQ(r.policy->network_allow[0].kind, NetRule::Kind::unix_abstract);
   EXPECT_EQ(r.policy->network_allow[0].unix_name, "llm-proxy");
+}
+
+TEST(PolicyParse, DenyTakesNamePatterns) {
+  const ParseResult r = parse_policy(kSpec +
+                                         "  files:\n    deny:\n"
+                                         "      - \"**/.env\"\n"
+                                         "      - \"**/*.pem\"\n"
+                                         "      - \"**/*.tar.gz\"\n"
+                                         "      - ${workspace}/.git/hooks\n",
+                                     "p.yaml");
+  ASSERT_TRUE(r.ok()) << dump(r.errors);
+  const Policy& p = *r.policy;
+  ASSERT_EQ(p.deny_names.size(), 3u);
+  EXPECT_EQ(p.deny_names[0].kind, NamePattern::Kind::name);
+  EXPECT_EQ(p.deny_names[0].text, ".env");
+  EXPECT_EQ(p.deny_names[0].pos.line, 8);
+  EXPECT_EQ(p.deny_names[1].kind, NamePattern::Kind::suffix);
+  EXPECT_EQ(p.deny_names[1].text, ".pem");
+  EXPECT_EQ(p.deny_names[2].text, ".tar.gz");
+  ASSERT_EQ(p.deny.size(), 1u);  // the literal entry stays a path
+  EXPECT_EQ(p.deny[0].path, "/.git/hooks");
 }
 
 // Programs and sockets are named exactly (and programs checked to exist):

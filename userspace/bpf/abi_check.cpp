@@ -36,7 +36,13 @@ static_assert(AC_HOOK_SCOPE_ESCAPE == 8 && AC_HOOK_SOCKET_BIND == 9 && AC_HOOK_S
               AC_HOOK_FILE_STAT == 14 && AC_HOOK_FILE_WATCH == 15 && AC_HOOK_PROC == 16 &&
               AC_HOOK_NATIVE_CODE == 17 && AC_HOOK_DEBUG == 18 && AC_HOOK_INGRESS == 19 &&
               AC_HOOK_TTY == 20 && AC_HOOK_FILE_RECEIVE == 21 && AC_HOOK_COUNT == 22);
-static_assert(AC_ABI_VERSION == 10, "the layout above is ABI version 10");
+static_assert(AC_ABI_VERSION == 11, "the layout above is ABI version 11");
+// The lengths entry of name rules is an ac_path_rule-sized value of the same trie.
+static_assert(sizeof(ac_name_lengths) == sizeof(ac_path_rule));
+static_assert(2 + AC_NAME_RULE_MAX <= AC_PATH_KEY_MAX, "a name entry fits a path key");
+static_assert((AC_NAME_RULE_MAX & (AC_NAME_RULE_MAX - 1)) == 0, "BPF masks name lengths with size-1");
+static_assert((AC_RULES_NS_NAME & AC_RULES_ID_MASK) == 0 && AC_RULES_NS_NAME != AC_RULES_NS_WORKSPACE &&
+              AC_RULES_NS_NAME != AC_RULES_NS_ABSTRACT && AC_RULES_NS_NAME != AC_RULES_NS_ANCESTOR);
 static_assert((AC_RULES_NS_ANCESTOR & AC_RULES_ID_MASK) == 0, "a namespace bit is not part of a rules id");
 // Target kinds are JSON values and event fields: existing values never move.
 static_assert(AC_TARGET_UNIX == 3 && AC_TARGET_UNIX_ABSTRACT == 4);

@@ -133,9 +133,61 @@ static policy::Position position_of(const policy::Policy& policy, const PathRule
 
 // The compiler; on an error, `where` is the position of the entry at fault
 // (line 0 when none is known).
+// Name rules (files.deny "**/NAME", "**/*.EXT"): one entry per distinct
+// rule, the suffix lengths within what the hooks try. A rule that a name
+// pattern denies whole (a program, a read or write path with a matching
+// component) would do nothing: an error at that rule, naming the pattern.
+static Status compile_names(const policy::Policy& policy, CompiledPolicy& out, policy::Position& where) {
+  std::set<size_t> lengths;
+  for (const auto& n : policy.deny_names) {
+    const bool suffix = n.kind == policy::NamePattern::Kind::suffix;
+    if (suffix && lengths.insert(n.text.size()).second && lengths.size() > AC_NAME_SUFFIX_LENGTHS) {
+      where = n.pos;
+      return Error{"policy " + policy.name + ": '**/*" + n.text + "' makes " +
+                       std::to_string(lengths.size()) + " different extension lengths; at most " +
+                       std::to_string(AC_NAME_SUFFIX_LENGTHS) +
+                       " are supported (each is one lookup per path component)",
+                   E2BIG};
+    }
+    out.names.push_back(NameRule{suffix ? NameRule::Kind::suffix : NameRule::Kind::exact, n.text});
+  }
+  std::sort(out.names.begin(), out.names.end(), [](const NameRule& a, const NameRule& b) {
+    return std::tie(a.kind, a.text) < std::tie(b.kind, b.text);
+  });
+  out.names.erase(std::unique(out.names.begin(), out.names.end()), out.names.end());
+  if (policy.deny_names.empty()) return {};
+
+  auto conflict = [&](const std::string& what, const std::string& path, policy::Position pos) -> Status {
+    const NameRule* n = name_rule_matching(out.names, path);
+    if (!n) return {};
+    policy::Position at;  // the pattern's first entry
+    for (const auto& d : policy.deny_names)
+      if (d.text == n->text &&
+          (d.kind == policy::NamePattern::Kind::suffix) == (n->kind == NameRule::Kind::suffix)) {
+        at = d.pos;
+        break;
+      }
+    where = pos;
+    return Error{"policy " + policy.name + ": " + what + " is denied whole by files.deny '" +
+                     pattern_text(*n) + "' (" + yaml::format_position(at) +
+                     "), so the rule would do nothing; drop one of them",
+                 EINVAL};
+  };
+  for (const auto& e : policy.exec_allow)
+    if (Status st = conflict("exec.allow " + e.resolved, e.resolved, e.pos); !st) return st;
+  for (const auto* list : {&policy.read, &policy.write})
+    for (const auto& e : *list) {
+      const std::string key = list == &policy.read ? "files.read " : "files.write ";
+      const std::string shown = e.in_workspace ? "${workspace}" + e.path : e.path;
+      if (Status st = conflict(key + shown, e.path, e.pos); !st) return st;
+    }
+  return {};
+}
+
 static Result<CompiledPolicy> build(const policy::Policy& policy, policy::Position& where) {
   CompiledPolicy out;
   out.flags = policy_flags(policy);
+  if (Status st = compile_names(policy, out, where); !st) return st.error();
 
   std::map<std::string, uint32_t> abs, ws;
   auto add = [&](const policy::PathEntry& e, uint32_t access) {
@@ -209,10 +261,26 @@ static Result<CompiledPolicy> build(const policy::Policy& policy, policy::Positi
   return out;
 }
 
+const NameRule* name_rule_matching(const std::vector<NameRule>& names, std::string_view path) {
+  for (size_t at = 0; at < path.size();) {
+    const size_t end = std::min(path.find('/', at + 1), path.size());
+    const std::string_view component = path.substr(at + 1, end - at - 1);
+    for (const auto& n : names)
+      if (n.kind == NameRule::Kind::exact ? component == n.text : component.ends_with(n.text)) return &n;
+    at = end;
+  }
+  return nullptr;
+}
+
+std::string pattern_text(const NameRule& rule) {
+  return rule.kind == NameRule::Kind::exact ? "**/" + rule.text : "**/*" + rule.text;
+}
+
 uint32_t policy_flags(const policy::Policy& policy) {
   uint32_t flags = policy.mode == policy::Mode::audit ? AC_POLICY_F_AUDIT : 0;
   if (policy.native_code == policy::Permit::allow) flags |= AC_POLICY_F_NATIVE_CODE;
   if (policy.debugging == policy::Permit::allow) flags |= AC_POLICY_F_DEBUG;
+  if (!policy.deny_names.empty()) flags |= AC_POLICY_F_NAMES;
   return flags;
 }
 

@@ -10,6 +10,9 @@
 #pragma once
 
 #include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
 
 #include "bpf/compiled.h"
 #include "policy/model.h"
@@ -21,6 +24,13 @@ namespace agentcage::bpf {
 // An error names the entry that cannot be compiled: "FILE:LINE:COL: ..."
 // (the policy's source and the entry's position), like the parser's.
 Result<CompiledPolicy> compile(const policy::Policy& policy);
+
+// The first name rule that matches a component of `path` (absolute, or
+// workspace-relative "/sub/dir"): what the kernel denies by name there
+// (ac_path_name_denied). nullptr when none does.
+const NameRule* name_rule_matching(const std::vector<NameRule>& names, std::string_view path);
+// As written in a policy: "**/NAME" or "**/*.EXT".
+std::string pattern_text(const NameRule& rule);
 
 // The AC_POLICY_F_* flags of a policy (mode, native code, debugging): what
 // compile() puts in CompiledPolicy::flags.

@@ -50,9 +50,21 @@ struct CompiledNetRule {
   NetSpace space = NetSpace::allow;
 };
 
+// One name rule of files.deny: a path is denied when one of its components
+// is `text` (exact, from a NAME pattern) or ends in `text` (suffix, ".EXT"
+// from a *.EXT pattern). Entries of the path rule map in their own
+// namespace (AC_RULES_NS_NAME, keys.h).
+struct NameRule {
+  enum class Kind : uint8_t { exact = AC_NAME_EXACT, suffix = AC_NAME_SUFFIX };
+  Kind kind = Kind::exact;
+  std::string text;
+  bool operator==(const NameRule&) const = default;
+};
+
 // Everything a policy slot holds in the kernel.
 struct CompiledPolicy {
   std::vector<PathRule> paths;
+  std::vector<NameRule> names;  // sorted, no duplicates; AC_POLICY_F_NAMES when not empty
   std::vector<CompiledNetRule> net;
   uint32_t flags = 0;  // AC_POLICY_F_*
 };

@@ -121,6 +121,22 @@ Status Enforcer::install_policy(uint32_t slot, const std::string& name, const Co
     if (Status st = write_rule(rule); !st) return fail(st.error());
   for (const auto& rule : ancestor_rules(policy.paths))
     if (Status st = write_rule(rule); !st) return fail(st.error());
+  // Name rules, and the suffix lengths the hooks try on each component.
+  for (const auto& rule : policy.names) {
+    auto key = make_name_key(*rules_id, rule);
+    if (!key) return fail(key.error());
+    ac_path_rule value{AC_ACCESS_DENY, 0};
+    if (int err = bpf_map_update_elem(maps_.path_rules, &*key, &value, BPF_ANY))
+      return fail(bpf_error("writing name rule \"" + rule.text + "\"", err));
+  }
+  if (!policy.names.empty()) {
+    auto key = make_name_lengths_key(*rules_id);
+    auto lengths = name_lengths(policy.names);
+    if (!key) return fail(key.error());
+    if (!lengths) return fail(lengths.error());
+    if (int err = bpf_map_update_elem(maps_.path_rules, &*key, &*lengths, BPF_ANY))
+      return fail(bpf_error("writing the name rules' lengths", err));
+  }
   for (const auto& rule : policy.net) {
     auto key = make_net_key(*rules_id, rule);
     if (!key) return fail(key.error());

@@ -61,6 +61,44 @@ std::vector<PathRule> ancestor_rules(const std::vector<PathRule>& rules) {
   return out;
 }
 
+Result<ac_path_key> make_name_key(uint32_t rules_id, const NameRule& rule) {
+  if (rules_id & ~AC_RULES_ID_MASK) return Error{"bpf: rules id out of range", EINVAL};
+  if (rule.text.empty() || rule.text.size() > AC_NAME_RULE_MAX)
+    return Error{
+        "bpf: a name rule must have 1.." + std::to_string(AC_NAME_RULE_MAX) + " bytes: \"" + rule.text + "\"",
+        ENAMETOOLONG};
+  ac_path_key key{};
+  key.rules_id_be = htonl(rules_id | AC_RULES_NS_NAME);
+  key.path[0] = static_cast<uint8_t>(rule.kind);
+  key.path[1] = static_cast<uint8_t>(rule.text.size());
+  std::memcpy(key.path + 2, rule.text.data(), rule.text.size());
+  key.prefixlen = static_cast<uint32_t>(32 + 8 * (2 + rule.text.size()));
+  return key;
+}
+
+Result<ac_path_key> make_name_lengths_key(uint32_t rules_id) {
+  if (rules_id & ~AC_RULES_ID_MASK) return Error{"bpf: rules id out of range", EINVAL};
+  ac_path_key key{};
+  key.rules_id_be = htonl(rules_id | AC_RULES_NS_NAME);
+  key.path[0] = AC_NAME_LENGTHS;
+  key.prefixlen = 32 + 8;
+  return key;
+}
+
+Result<ac_name_lengths> name_lengths(const std::vector<NameRule>& rules) {
+  std::set<size_t> lengths;
+  for (const auto& r : rules)
+    if (r.kind == NameRule::Kind::suffix) lengths.insert(r.text.size());
+  if (lengths.size() > AC_NAME_SUFFIX_LENGTHS)
+    return Error{"suffix patterns of " + std::to_string(lengths.size()) + " different lengths; at most " +
+                     std::to_string(AC_NAME_SUFFIX_LENGTHS) + " are supported",
+                 E2BIG};
+  ac_name_lengths out{};
+  size_t i = 0;
+  for (size_t len : lengths) out.len[i++] = static_cast<uint8_t>(len);
+  return out;
+}
+
 Result<ac_net_key> make_net_key(uint32_t rules_id, const CompiledNetRule& rule) {
   if (rule.prefix_len > 128) return Error{"bpf: CIDR prefix longer than 128 bits", EINVAL};
   if (rule.ranges.empty() || rule.ranges.size() > AC_NET_MAX_RANGES)
@@ -96,6 +134,11 @@ uint64_t policy_digest(const std::string& name, const CompiledPolicy& policy) {
     str(r.path);
     u64(r.access);
     u64(static_cast<uint32_t>(r.space));
+  }
+  u64(policy.names.size());
+  for (const auto& r : policy.names) {
+    u64(static_cast<uint8_t>(r.kind));
+    str(r.text);
   }
   u64(policy.net.size());
   for (const auto& r : policy.net) {

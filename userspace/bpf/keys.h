@@ -32,6 +32,14 @@ std::vector<std::string> ancestors_of(const std::string& path);
 // Ancestors of deny rules get none: deny grants nothing to walk to.
 std::vector<PathRule> ancestor_rules(const std::vector<PathRule>& rules);
 
+// A name rule's key (AC_RULES_NS_NAME): [kind][length][text], exact by
+// construction. Fails for an empty text or one over AC_NAME_RULE_MAX bytes.
+Result<ac_path_key> make_name_key(uint32_t rules_id, const NameRule& rule);
+// The key of a policy's AC_NAME_LENGTHS entry, and its value: the distinct
+// lengths of the suffix rules, ascending. Fails over AC_NAME_SUFFIX_LENGTHS.
+Result<ac_path_key> make_name_lengths_key(uint32_t rules_id);
+Result<ac_name_lengths> name_lengths(const std::vector<NameRule>& rules);
+
 Result<ac_net_key> make_net_key(uint32_t rules_id, const CompiledNetRule& rule);
 
 // Stable digest of a compiled policy (rules, flags) and its name: equal

@@ -113,13 +113,10 @@ Checked check_one(const std::string& file, bool in_dir, const Compiler& compile)
 }
 
 nlohmann::json rules_json(const Policy& p) {
-  return {{"exec", p.exec_allow.size()},
-          {"read", p.read.size()},
-          {"write", p.write.size()},
-          {"deny", p.deny.size()},
-          {"network", p.network_allow.size()},
-          {"listen", p.network_listen.size()},
-          {"syscalls", p.syscalls_allow.size()}};
+  return {{"exec", p.exec_allow.size()},       {"read", p.read.size()},
+          {"write", p.write.size()},           {"deny", p.deny.size() + p.deny_names.size()},
+          {"deny_names", p.deny_names.size()}, {"network", p.network_allow.size()},
+          {"listen", p.network_listen.size()}, {"syscalls", p.syscalls_allow.size()}};
 }
 
 }  // namespace
@@ -175,8 +172,10 @@ int check_command(const CheckOptions& options, const Compiler& compile, std::ost
     }
     const Policy& p = *c.policy;
     out << file << ": ok (policy " << p.name << ", mode " << to_string(p.mode) << ", " << p.exec_allow.size()
-        << " exec, " << p.read.size() << " read, " << p.write.size() << " write, " << p.deny.size()
-        << " deny, " << p.network_allow.size() << " network rules";
+        << " exec, " << p.read.size() << " read, " << p.write.size() << " write, "
+        << p.deny.size() + p.deny_names.size() << " deny";
+    if (!p.deny_names.empty()) out << " (" << p.deny_names.size() << " by name)";
+    out << ", " << p.network_allow.size() << " network rules";
     if (!p.network_listen.empty()) out << ", " << p.network_listen.size() << " listen rules";
     out << ")\n";
   }

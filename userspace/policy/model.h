@@ -31,6 +31,15 @@ struct PathEntry {
   Position pos;
 };
 
+// One files.deny name pattern, in force at any depth: "**/NAME" denies every
+// path with a component named NAME (a file, or a directory and everything
+// under it); "**/*.EXT" every path with a component ending in ".EXT".
+struct NamePattern {
+  enum class Kind { name, suffix } kind = Kind::name;
+  std::string text;  // NAME, or ".EXT" for a suffix
+  Position pos;
+};
+
 // One exec.allow entry: the normalised path as written and, when the
 // existence check ran (ParseOptions::check_exec_exists), its realpath. Without
 // the check `resolved` equals `path` and the file system was not touched.
@@ -96,6 +105,7 @@ struct Policy {
   // run's own processes (gdb, strace, py-spy). Never outside the run.
   Permit debugging = Permit::deny;
   std::vector<PathEntry> read, write, deny;
+  std::vector<NamePattern> deny_names;  // files.deny's "**/NAME" and "**/*.EXT" entries
   std::vector<NetRule> network_allow;
   std::vector<NetRule> network_listen;
   // syscalls.allow: groups of policy/syscalls.h this policy lets the run

@@ -301,15 +301,28 @@ class Validator {
       const Field* field = find(keys, list.key);
       const std::string name = std::string("files.") + list.key;
       if (!field || !expect(*field, YAML::NodeType::Sequence, name)) continue;
-      for_each_scalar(field->value, name,
-                      [&](const std::string& text, Position pos, const std::string& item) {
-                        auto path = parse_file_path(text);
-                        if (!path) {
-                          error(pos, item + ": " + path.error().message);
-                          return;
-                        }
-                        list.out->push_back(PathEntry{std::move(path->path), path->in_workspace, pos});
-                      });
+      for_each_scalar(
+          field->value, name, [&](const std::string& text, Position pos, const std::string& item) {
+            if (list.out == &policy.deny) {
+              auto pattern = parse_name_pattern(text);
+              if (!pattern) {
+                error(pos, item + ": " + pattern.error().message);
+                return;
+              }
+              if (*pattern) {
+                policy.deny_names.push_back(
+                    NamePattern{(*pattern)->suffix ? NamePattern::Kind::suffix : NamePattern::Kind::name,
+                                std::move((*pattern)->text), pos});
+                return;
+              }
+            }
+            auto path = parse_file_path(text);
+            if (!path) {
+              error(pos, item + ": " + path.error().message);
+              return;
+            }
+            list.out->push_back(PathEntry{std::move(path->path), path->in_workspace, pos});
+          });
     }
   }
 

@@ -330,7 +330,41 @@ Result<Mode> parse_mode(std::string_view text) {
 Error pattern_error(std::string_view text, size_t at) {
   return fail(quote(std::string(1, text[at])) + " in " + quote(text) +
               ": files rules are literal paths, not patterns (a directory covers everything under "
-              "it); name the file or directory itself");
+              "it); name the file or directory itself, or deny by name anywhere with files.deny "
+              "'**/NAME' or '**/*.EXT'");
+}
+
+Result<std::optional<NameValue>> parse_name_pattern(std::string_view text) {
+  constexpr std::string_view kAnywhere = "**/";
+  if (!text.starts_with(kAnywhere)) return std::optional<NameValue>();
+  const std::string_view rest = text.substr(kAnywhere.size());
+  const std::string forms = " (name patterns are '**/NAME' and '**/*.EXT')";
+  if (rest.empty()) return fail(quote(text) + ": nothing after '**/'" + forms);
+  if (rest.find('/') != std::string_view::npos)
+    return fail(quote(text) + ": a name pattern names one path component, with no '/' after '**/'" + forms +
+                "; '**/DIR' already covers everything under every DIR");
+  for (char c : rest)
+    if (static_cast<unsigned char>(c) < 0x20 || c == 0x7f)
+      return fail(quote(text) + ": control characters in a name pattern");
+  NameValue v;
+  std::string_view name = rest;
+  if (rest.starts_with("*.")) {
+    v.suffix = true;
+    name = rest.substr(1);  // ".EXT"
+    if (name.size() == 1) return fail(quote(text) + ": no extension after '*.'" + forms);
+  }
+  if (const size_t at = name.find_first_of("*?["); at != std::string_view::npos)
+    return fail(quote(std::string(1, name[at])) + " in " + quote(text) + ": only '**/NAME' and '**/*.EXT' " +
+                "are supported (NAME and EXT are literal)");
+  if (name.find("${") != std::string_view::npos)
+    return fail(quote(text) +
+                ": a name pattern holds no variables (it applies everywhere, the workspace included)");
+  if (name == "." || name == "..") return fail(quote(text) + ": '" + std::string(name) + "' is not a name");
+  if (name.size() > kMaxNamePatternBytes)
+    return fail(quote(text) + ": " + (v.suffix ? "the extension" : "the name") + " is longer than " +
+                std::to_string(kMaxNamePatternBytes) + " bytes");
+  v.text = std::string(name);
+  return std::optional<NameValue>(std::move(v));
 }
 
 Result<FilePath> parse_file_path(std::string_view text) {

@@ -13,6 +13,7 @@
 #include <chrono>
 #include <cstddef>
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <string_view>
 
@@ -85,6 +86,19 @@ struct FilePath {
   bool in_workspace = false;
 };
 Result<FilePath> parse_file_path(std::string_view text);
+
+// A files.deny name pattern: "**/NAME" (a path component named NAME, at any
+// depth) or "**/*.EXT" (a component ending in ".EXT"; `text` is ".EXT").
+// nullopt when `text` does not start with "**/" (a path, for
+// parse_file_path); an error when it does but is not one of the two forms:
+// another '*', '?' or '[', a '/' after "**/", ".", "..", control characters,
+// or more than kMaxNamePatternBytes bytes of NAME or ".EXT".
+inline constexpr size_t kMaxNamePatternBytes = AC_NAME_RULE_MAX;
+struct NameValue {
+  bool suffix = false;
+  std::string text;
+};
+Result<std::optional<NameValue>> parse_name_pattern(std::string_view text);
 
 // An exec.allow entry: an absolute host path (no variables), normalised.
 Result<std::string> parse_exec_path(std::string_view text);

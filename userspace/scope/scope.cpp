@@ -6,6 +6,8 @@
 #include <algorithm>
 #include <cerrno>
 
+#include "bpf/compile.h"
+
 namespace agentcage::scope {
 namespace {
 
@@ -104,6 +106,14 @@ Result<Confinement> confine(Backend& b, const CgroupRef& cg, const PolicyRef& po
   Confinement out;
   out.cgroup_id = cg.id;
   out.cgroup = cg.path;
+  // A workspace a name rule denies would be denied whole: every file of
+  // the run's own refused. Say so now, not as a run that fails strangely.
+  if (const auto* transient = std::get_if<TransientPolicy>(&policy); transient && !workspace.empty())
+    if (const bpf::NameRule* n = bpf::name_rule_matching(transient->compiled.names, workspace))
+      return Error{"the workspace " + workspace + " lies in a path that files.deny '" +
+                       bpf::pattern_text(*n) + "' of policy " + transient->name +
+                       " denies: every file in it would be denied (fix: a workspace outside it)",
+                   EINVAL};
   Status st = b.with_lock([&]() -> Status {
     auto view = snapshot(b);
     if (!view) return view.error();

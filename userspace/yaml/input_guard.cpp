@@ -134,6 +134,9 @@ bool check_flow_nesting(std::string_view text, Reporter& reporter) {
   return true;
 }
 
+// A plain value that starts with '*' is an alias in YAML.
+constexpr const char* kQuoteStarHint = " (a value that starts with '*' must be quoted: \"**/.env\")";
+
 // `{` and `}` are flow indicators in YAML, so an unquoted ${workspace}
 // inside [ ] or { } is a syntax error in every conforming parser, and the
 // one users are most likely to make. Say how to write it when the line the
@@ -168,7 +171,8 @@ class Guard : public YAML::EventHandler {
   void OnDocumentEnd() override {}
   void OnNull(const YAML::Mark&, YAML::anchor_t) override {}
   void OnAlias(const YAML::Mark& mark, YAML::anchor_t) override {
-    reporter_.error(pos_of(mark), "aliases (*name) are not allowed in " + std::string(kind_.place));
+    reporter_.error(pos_of(mark),
+                    "aliases (*name) are not allowed in " + std::string(kind_.place) + kQuoteStarHint);
   }
   void OnScalar(const YAML::Mark& mark, const std::string& tag, YAML::anchor_t, const std::string&) override {
     check_tag(mark, tag);
@@ -240,9 +244,12 @@ bool check_events(std::string_view text, const InputKind& kind, Reporter& report
   } catch (const Stop&) {
   } catch (const YAML::Exception& e) {
     // yaml-cpp quotes input bytes in some messages ("unknown escape
-    // character: <byte>"), possibly half a UTF-8 sequence.
+    // character: <byte>"), possibly half a UTF-8 sequence. An unquoted
+    // "**/.env" is an alias of an anchor that does not exist.
+    const bool alias = e.msg.find("anchor") != std::string::npos;
     reporter.error(pos_of(e.mark),
-                   "YAML syntax error: " + escape(e.msg, 200) + flow_variable_hint(text, e.mark));
+                   "YAML syntax error: " + escape(e.msg, 200) +
+                       (alias ? std::string(kQuoteStarHint) : flow_variable_hint(text, e.mark)));
   }
   if (guard.documents() == 0 && !kind.empty_is_valid && reporter.count() == before) {
     reporter.error({1, 1}, "empty " + std::string(kind.noun) +

@@ -19,7 +19,7 @@
 #include <linux/types.h>
 #endif
 
-#define AC_ABI_VERSION 10
+#define AC_ABI_VERSION 11
 
 /* ---- capacities ------------------------------------------------------- */
 
@@ -150,6 +150,31 @@ enum ac_reason {
 #define AC_RULES_NS_ABSTRACT 0x40000000u
 #define AC_RULES_NS_ANCESTOR 0x20000000u
 #define AC_RULES_ID_MASK 0x1fffffffu
+/* Name rules (the files.deny patterns NAME and *.EXT at any depth, written
+ * with a leading "**" and "/"): a path is denied when
+ * any of its components is NAME, or ends in ".EXT" (the suffix). Entries of
+ * ac_path_rules under rules_id | AC_RULES_NS_NAME (the one combination of
+ * two namespace bits in use); the key's path is
+ *   [AC_NAME_EXACT or AC_NAME_SUFFIX][length L][L bytes]
+ * with prefixlen 32 + 8 * (2 + L), value access AC_ACCESS_DENY: every entry
+ * is as long as its length byte says, so a match is always exact. One more
+ * entry, [AC_NAME_LENGTHS] (prefixlen 32 + 8), holds struct ac_name_lengths:
+ * the suffix lengths to try on each component. A policy with name rules
+ * has AC_POLICY_F_NAMES; without the flag no name lookup is made. */
+#define AC_RULES_NS_NAME (AC_RULES_NS_WORKSPACE | AC_RULES_NS_ABSTRACT)
+#define AC_NAME_EXACT 1u
+#define AC_NAME_SUFFIX 2u
+#define AC_NAME_LENGTHS 3u
+/* Longest NAME or ".EXT" of a name rule, in bytes. */
+#define AC_NAME_RULE_MAX 64
+/* Distinct suffix lengths one policy may use (each one lookup per path
+ * component). */
+#define AC_NAME_SUFFIX_LENGTHS 8
+/* The value of the AC_NAME_LENGTHS entry (the size of struct ac_path_rule):
+ * the distinct suffix lengths in use, ascending, 0 after the last one. */
+struct ac_name_lengths {
+	__u8 len[AC_NAME_SUFFIX_LENGTHS];
+};
 /* In ac_net_rules keys: the network.listen entries (local address and port
  * a socket may be bound to or listen on) rather than network.allow's
  * destinations. */
@@ -209,6 +234,9 @@ struct ac_workspace {
 /* exec.debugging: allow. ptrace (attach, PTRACE_TRACEME), process_vm_writev
  * and /proc/PID/mem writes between processes of the same scope. */
 #define AC_POLICY_F_DEBUG (1u << 2)
+/* files.deny has name rules (AC_RULES_NS_NAME): look each path's
+ * components up among them. */
+#define AC_POLICY_F_NAMES (1u << 3)
 /* Who keeps a slot alive (userspace bookkeeping; the hooks ignore it). */
 #define AC_POLICY_OWNER_NAMED 0u     /* installed by name (daemon, tests): kept until removed */
 #define AC_POLICY_OWNER_TRANSIENT 1u /* installed for runs/attachments: freed when no scope uses it */
