@@ -270,6 +270,23 @@ TEST(Confine, InstallsATransientPolicyAndRegistersTheScope) {
   EXPECT_EQ(b.paths.at(77), "/sys/fs/cgroup/test/77") << "the receive filter goes on the confined cgroup";
 }
 
+// Every file of a workspace that lies under a denied name would be denied:
+// refused before anything is written, with the pattern and the fix.
+TEST(Confine, RefusesAWorkspaceANameRuleDeniesWhole) {
+  FakeBackend b;
+  bpf::CompiledPolicy p = usr_only();
+  p.names = {{bpf::NameRule::Kind::exact, ".cache"}, {bpf::NameRule::Kind::suffix, ".d"}};
+  p.flags |= AC_POLICY_F_NAMES;
+  auto c = confine(b, cgroup_ref(77), TransientPolicy{"p", p, false}, "/home/u/.cache/agent/ws");
+  ASSERT_FALSE(c);
+  EXPECT_EQ(c.error().code, EINVAL);
+  EXPECT_NE(c.error().message.find("files.deny '**/.cache' of policy p denies"), std::string::npos)
+      << c.error().message;
+  EXPECT_TRUE(b.ops.empty()) << "nothing written";
+  EXPECT_FALSE(confine(b, cgroup_ref(77), TransientPolicy{"p", p, false}, "/srv/conf.d/ws"));
+  EXPECT_TRUE(confine(b, cgroup_ref(77), TransientPolicy{"p", p, false}, "/srv/.cached/ws"));
+}
+
 TEST(Confine, RefusesAnAlreadyConfinedCgroupAndChangesNothing) {
   FakeBackend b;
   ASSERT_TRUE(confine(b, cgroup_ref(77), TransientPolicy{"p", usr_only(), false}, ""));
