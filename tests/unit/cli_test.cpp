@@ -291,5 +291,37 @@ TEST(Cli, PolicyCheckAcceptsTheShippedPolicies) {
   EXPECT_EQ(missing.status, 1) << missing.err;
 }
 
+TEST(Cli, PolicyExplainSaysTheDecisionAndTheRule) {
+  const std::string policy = std::string(AGENTCAGE_SOURCE_DIR) + "/policies/python-sandbox.yaml";
+  Output denied = agentcage({"policy", "explain", policy, "open", "/etc/passwd", "read"});
+  EXPECT_EQ(denied.status, 1) << denied.err;
+  EXPECT_TRUE(contains(denied.out, "deny: open for read /etc/passwd\n")) << denied.out;
+  EXPECT_TRUE(contains(denied.out, "no rule allows it (default deny) [default_deny]")) << denied.out;
+
+  Output exec = agentcage({"policy", "explain", policy, "exec", "/usr/bin/python3"});
+  EXPECT_EQ(exec.status, 0) << exec.err;
+  EXPECT_TRUE(contains(exec.out, "allow: exec /usr/bin/python3 (the kernel sees /usr/bin/python3."))
+      << exec.out;
+  EXPECT_TRUE(contains(exec.out, "python-sandbox.yaml:")) << exec.out;
+  EXPECT_TRUE(contains(exec.out, ": exec.allow /usr/bin/python3\n")) << exec.out;
+
+  Output lib = agentcage({"policy", "explain", "--json", policy, "open", "/usr/lib", "write"});
+  EXPECT_EQ(lib.status, 1) << lib.err;
+  EXPECT_TRUE(contains(lib.out, "\"decision\": \"deny\"")) << lib.out;
+  EXPECT_TRUE(contains(lib.out, "grant read here, not what this operation needs")) << lib.out;
+
+  Output net = agentcage({"policy", "explain", policy, "connect", "10.0.0.1:443/tcp"});
+  EXPECT_EQ(net.status, 1) << net.err;
+  Output bad = agentcage({"policy", "explain", policy, "connect", "10.0.0.1"});
+  EXPECT_EQ(bad.status, 2);
+  EXPECT_TRUE(contains(bad.err, "expected ADDR:PORT[/tcp|/udp]")) << bad.err;
+  Output op = agentcage({"policy", "explain", policy, "delete", "/tmp/x"});
+  EXPECT_EQ(op.status, 2);
+  EXPECT_TRUE(contains(op.err, "unknown operation 'delete'")) << op.err;
+  Output rel = agentcage({"policy", "explain", policy, "open", "etc/passwd"});
+  EXPECT_EQ(rel.status, 2);
+  EXPECT_TRUE(contains(rel.err, "TARGET must be an absolute path")) << rel.err;
+}
+
 }  // namespace
 }  // namespace agentcage

@@ -1,15 +1,159 @@
 // SPDX-License-Identifier: Apache-2.0
-// `agentcage policy check [FILE...] [--dir DIR] [--json]`.
+// `agentcage policy check [FILE...] [--dir DIR] [--json]`,
+// `agentcage policy explain POLICY OPERATION TARGET [ACCESS]`.
+#include <climits>
+#include <cstdlib>
+#include <filesystem>
 #include <iostream>
 #include <memory>
 #include <string>
 #include <vector>
 
+#include <nlohmann/json.hpp>
+
 #include "bpf/compile.h"
+#include "bpf/decide.h"
+#include "bpf/names.h"
 #include "cli/command.h"
+#include "cli/help.h"
+#include "policy/locate.h"
 #include "policy/policy.h"
+#include "policy/values.h"
 
 namespace agentcage::cli {
+namespace {
+
+struct ExplainArgs {
+  std::string policy, operation, target, access, workspace, policy_dir;
+  bool json = false;
+};
+
+// The path the kernel would decide on: symbolic links followed (realpath);
+// for a file that does not exist yet (a create), its directory's real path
+// and its name; else the lexically normalised path.
+std::string kernel_path(const std::string& path) {
+  if (char* real = ::realpath(path.c_str(), nullptr)) {
+    std::string out = real;
+    std::free(real);
+    return out;
+  }
+  const std::filesystem::path p(path);
+  if (char* dir = ::realpath(p.parent_path().c_str(), nullptr)) {
+    std::string out = std::string(dir) + (std::string(dir) == "/" ? "" : "/") + p.filename().string();
+    std::free(dir);
+    return out;
+  }
+  auto norm = policy::normalize_path(path, 4096);
+  return norm ? *norm : path;
+}
+
+int explain_command(const ExplainArgs& a) {
+  auto usage = [](const std::string& msg) {
+    std::cerr << "agentcage policy explain: " << msg << "\n";
+    return 2;
+  };
+  bpf::Request q;
+  std::string what;
+  if (a.operation == "open") {
+    const std::string access = a.access.empty() ? "read" : a.access;
+    if (access == "read")
+      q.op = bpf::Operation::read;
+    else if (access == "write")
+      q.op = bpf::Operation::write;
+    else
+      return usage("open takes read or write after the path, got '" + access + "'");
+    what = "open for " + access;
+  } else if (!a.access.empty()) {
+    return usage("only open takes an ACCESS (read or write), not " + a.operation);
+  } else if (a.operation == "exec") {
+    q.op = bpf::Operation::exec;
+    what = "exec";
+  } else if (a.operation == "stat") {
+    q.op = bpf::Operation::stat;
+    what = "stat";
+  } else if (a.operation == "change") {
+    q.op = bpf::Operation::write;
+    what = "change (create, unlink, rename, chmod, ...)";
+  } else if (a.operation == "connect") {
+    auto c = bpf::parse_connect_target(a.target);
+    if (!c) return usage(c.error().message);
+    q = *c;
+    what = std::string("connect (") + (q.proto_bit == AC_PROTO_UDP ? "udp" : "tcp") + ")";
+  } else {
+    return usage("unknown operation '" + a.operation + "' (expected open, exec, stat, change or connect)");
+  }
+  if (q.op != bpf::Operation::connect) {
+    if (a.target.empty() || a.target.front() != '/')
+      return usage("TARGET must be an absolute path, got '" + a.target + "'");
+    q.path = kernel_path(a.target);
+  }
+  std::string workspace;
+  if (!a.workspace.empty()) {
+    workspace = kernel_path(a.workspace);
+    if (workspace == "/") return usage("--workspace cannot be /");
+  }
+
+  auto file =
+      policy::locate_policy(a.policy, a.policy_dir.empty() ? policy::default_policy_dir() : a.policy_dir);
+  if (!file) return usage(file.error().message);
+  policy::ParseResult parsed = policy::load_policy_file(*file);
+  if (!parsed.ok()) {
+    for (const auto& d : parsed.errors) std::cerr << d.format() << "\n";
+    return 2;
+  }
+  auto compiled = bpf::compile(*parsed.policy);
+  if (!compiled) {
+    std::cerr << compiled.error().message << "\n";
+    return 2;
+  }
+  const policy::Policy& p = *parsed.policy;
+  const bpf::Explanation x = bpf::explain(p, *compiled, workspace, q);
+  const bool audit = p.mode == policy::Mode::audit;
+  const std::string decision = x.decision.allowed ? "allow" : audit ? "audit" : "deny";
+  const bool has_ws_rules = [&] {
+    for (const auto* list : {&p.read, &p.write, &p.deny})
+      for (const auto& e : *list)
+        if (e.in_workspace) return true;
+    return false;
+  }();
+  const bool no_ws = workspace.empty() && has_ws_rules;
+  if (a.json) {
+    nlohmann::json j = {
+        {"decision", decision},
+        {"allowed", x.decision.allowed},
+        {"operation", a.operation},
+        {"target", a.target},
+        {"reason", std::string(bpf::reason_name(x.decision.reason))},
+        {"detail", x.detail},
+        {"policy", p.name},
+        {"policy_file", *file},
+        {"mode", policy::to_string(p.mode)},
+        {"workspace", workspace.empty() ? nlohmann::json(nullptr) : nlohmann::json(workspace)}};
+    if (q.op != bpf::Operation::connect) j["resolved"] = q.path;
+    j["rule"] = x.rule.empty()
+                    ? nlohmann::json(nullptr)
+                    : nlohmann::json{
+                          {"entry", x.rule}, {"file", *file}, {"line", x.pos.line}, {"column", x.pos.column}};
+    std::cout << j.dump(2, ' ', false, nlohmann::json::error_handler_t::replace) << "\n";
+  } else {
+    std::cout << decision << ": " << what << " " << a.target;
+    if (q.op != bpf::Operation::connect && q.path != a.target)
+      std::cout << " (the kernel sees " << q.path << ")";
+    std::cout << "\n";
+    if (!x.rule.empty())
+      std::cout << "  rule:   " << *file << ":" << x.pos.line << ":" << x.pos.column << ": " << x.rule
+                << "\n";
+    std::cout << "  why:    " << x.detail << " [" << bpf::reason_name(x.decision.reason) << "]\n";
+    if (audit && !x.decision.allowed)
+      std::cout << "  mode:   audit: the operation goes ahead and is reported as a would-be denial\n";
+    if (no_ws)
+      std::cout << "  note:   the policy has ${workspace} rules; without --workspace DIR they were not "
+                   "considered\n";
+  }
+  return x.decision.allowed ? 0 : 1;
+}
+
+}  // namespace
 
 void add_policy(CLI::App& app, const Globals& /*globals*/, Commands& commands) {
   auto* policy = app.add_subcommand("policy", "Work with policy files");
@@ -43,6 +187,43 @@ void add_policy(CLI::App& app, const Globals& /*globals*/, Commands& commands) {
   });
   commands.add(check,
                [opts] { return policy::check_command(*opts, bpf::compile_problem, std::cout, std::cerr); });
+
+  auto* explain = policy->add_subcommand(
+      "explain", "Say what a policy decides for one operation, and which rule decides it");
+  explain->footer(with_defaults(
+      "Answer as the kernel would for a process confined by POLICY (a file path, or a NAME in the\n"
+      "policy directory: --policy-dir, else $AGENTCAGE_POLICY_DIR, else @POLICY_DIR@), from the\n"
+      "same compiled rules the kernel's maps hold, and name the entry that decides (FILE:LINE:COL).\n\n"
+      "OPERATION TARGET [ACCESS]:\n"
+      "  open PATH [read|write]   opening a file (read when no ACCESS is given)\n"
+      "  exec PATH                starting a program\n"
+      "  stat PATH                stat, readlink, extended attributes\n"
+      "  change PATH              create, unlink, rename, link, mkdir, chmod, truncate, ...\n"
+      "  connect ADDR:PORT[/tcp|/udp]   an inet destination (IPv6: [ADDR]:PORT; tcp by default)\n\n"
+      "PATH is resolved as the kernel resolves it: symbolic links are followed, so the answer is\n"
+      "for the file they lead to (shown when it differs). ${workspace} rules apply with\n"
+      "--workspace DIR. What the kernel decides before any rule is not shown here: cgroupfs,\n"
+      "other processes' /proc entries, paths deeper than 64 components, detached mounts.\n\n"
+      "Examples:\n"
+      "  agentcage policy explain python-sandbox open /etc/passwd read\n"
+      "  agentcage policy explain policies/python-sandbox.yaml exec /usr/bin/python3\n"
+      "  agentcage policy explain llm-proxy-only connect 10.20.1.5:443/tcp\n\n"
+      "Exit status: 0 allowed, 1 denied (in audit mode too: it would be reported), 2 usage\n"
+      "error or a policy that does not load."));
+  auto ex = std::make_shared<ExplainArgs>();
+  explain->add_option("POLICY", ex->policy, "Policy file or NAME")->type_name("POLICY")->required();
+  explain->add_option("OPERATION", ex->operation, "open, exec, stat, change or connect")
+      ->type_name("OPERATION")
+      ->required();
+  explain->add_option("TARGET", ex->target, "Absolute path, or ADDR:PORT[/PROTO] for connect")
+      ->type_name("TARGET")
+      ->required();
+  explain->add_option("ACCESS", ex->access, "open only: read (default) or write")->type_name("ACCESS");
+  explain->add_option("--workspace", ex->workspace, "The directory ${workspace} rules refer to")
+      ->type_name("DIR");
+  explain->add_option("--policy-dir", ex->policy_dir, "Where a policy NAME is looked up")->type_name("DIR");
+  explain->add_flag("--json", ex->json, "Print one JSON document instead of text");
+  commands.add(explain, [ex] { return explain_command(*ex); });
 }
 
 }  // namespace agentcage::cli
