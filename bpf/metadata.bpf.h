@@ -171,7 +171,13 @@ static long ac_ns_step(__u32 k, void *data)
 	if (jk.status != AC_WALK_DONE)
 		return 0;
 	w->shown = 1;
-	w->j = jk;
+	/* Field by field: a struct copy also reads jk's padding, which the
+	 * compiler may leave to whatever shares the stack slot (a spilled
+	 * pointer: "invalid size of register fill" on 6.1). */
+	w->j.text_len = jk.text_len;
+	w->j.status = jk.status;
+	w->j.allowed = jk.allowed;
+	w->j.reason = jk.reason;
 	return jk.allowed ? 1 : 0;
 }
 

@@ -308,7 +308,7 @@ struct ac_name_ctx {
 	struct ac_scratch *s;
 	__u32 rules_id_be; /* rules id | AC_RULES_NS_NAME, big endian */
 	__u32 depth;       /* components to look at */
-	__u32 tries;       /* per component: 1 (whole name) + suffix lengths */
+	__u32 tries;       /* per component: 1 (whole name) + AC_NAME_SUFFIX_LENGTHS */
 	__u32 denied;      /* a component matched, or could not be read */
 	__u32 pad;
 	__u64 lengths;     /* struct ac_name_lengths, byte k = the k-th length */
@@ -361,29 +361,42 @@ static long ac_name_step(__u32 i, void *data)
 	return 0;
 }
 
-/* Does a name rule of rules_id deny the path ac_resolve just walked? */
-static __always_inline int ac_path_name_denied(struct ac_scratch *s, __u32 rules_id)
+/* Does a name rule of rules_id deny the path ac_resolve just walked into
+ * the current task's scratch? 1 or 0. A global function: the verifier
+ * checks it once, on its own, instead of again in every state of every
+ * hook that decides on a path (which put file_open on 6.1 over half the
+ * verifier's limit). It takes the scratch itself (6.1 passes a global
+ * function's pointer arguments as plain memory, which no map lookup takes
+ * as a key): the caller holds it (busy), or this fails closed. */
+__noinline int ac_path_name_denied(__u32 rules_id)
 {
+	struct ac_scratch *s =
+		bpf_task_storage_get(&ac_task_scratch, bpf_get_current_task_btf(), 0, 0);
+	if (!s || !s->busy)
+		return 1;
 	struct ac_path_key *k = &s->name;
 	k->rules_id_be = bpf_htonl((rules_id & AC_RULES_ID_MASK) | AC_RULES_NS_NAME);
 	k->path[0] = AC_NAME_LENGTHS;
 	k->prefixlen = 32 + 8;
+	/* Every component gets all 1 + AC_NAME_SUFFIX_LENGTHS tries (an unused
+	 * length is a try that returns at once): counting the lengths here
+	 * would branch once per length. */
+	struct ac_name_ctx nc = { .s = s,
+				  .rules_id_be = k->rules_id_be,
+				  .depth = s->walk.depth,
+				  .tries = 1 + AC_NAME_SUFFIX_LENGTHS,
+				  .denied = 1 /* no lengths entry though the flag is set: fail closed */ };
 	struct ac_name_lengths *l = bpf_map_lookup_elem(&ac_path_rules, k);
-	if (!l)
-		return 1; /* the policy's flag says it has name rules: fail closed */
-	struct ac_name_ctx nc = { .s = s, .rules_id_be = k->rules_id_be, .depth = s->walk.depth, .tries = 1 };
-	/* Lengths are ascending with 0 after the last: count them. */
+	if (l) {
 #pragma unroll
-	for (int j = 0; j < AC_NAME_SUFFIX_LENGTHS; j++) {
-		__u64 len = l->len[j];
-		nc.lengths |= len << (8 * j);
-		if (len)
-			nc.tries++;
+		for (int j = 0; j < AC_NAME_SUFFIX_LENGTHS; j++)
+			nc.lengths |= (__u64)l->len[j] << (8 * j);
+		/* depth <= AC_PATH_MAX_DEPTH after a walk that ended in
+		 * AC_WALK_DONE; the step checks each component anyway */
+		nc.denied = nc.depth > AC_PATH_MAX_DEPTH;
+		bpf_loop((nc.depth & (2 * AC_PATH_MAX_DEPTH - 1)) * nc.tries, ac_name_step, &nc, 0);
 	}
-	if (nc.depth > AC_PATH_MAX_DEPTH)
-		return 1; /* cannot happen after a walk that ended in AC_WALK_DONE */
-	bpf_loop(nc.depth * nc.tries, ac_name_step, &nc, 0);
-	return nc.denied;
+	return nc.denied & 1;
 }
 
 /* Reason for a walk that did not end in AC_WALK_DONE. */
