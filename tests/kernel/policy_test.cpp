@@ -169,6 +169,31 @@ TEST_F(PolicyTest, OnlyAllowedProgramsRunByIdentity) {
   EXPECT_EQ(scoped([&] { return run_program(ws("link-true")); }), kOk);
 }
 
+// exec.allow of a directory: every program installed under it runs (and
+// what they start from there), never a program the run wrote or copied,
+// nor one outside the directory.
+TEST_F(PolicyTest, ADirectoryOfProgramsRunsItsProgramsAndNothingTheRunWrote) {
+  ASSERT_NO_FATAL_FAILURE(apply(policy_yaml("  exec:\n    allow: [/usr/bin]\n  files:\n" +
+                                            std::string(kRuntime) + "    write: [\"${workspace}\"]\n")));
+  EXPECT_EQ(scoped([] { return run_program("/usr/bin/true"); }), kOk);
+  EXPECT_EQ(scoped([] { return run_program(std::vector<std::string>{"/usr/bin/env", "true"}); }), kOk);
+  // a program outside the directory
+  const std::string outside =
+      fs::exists("/usr/sbin/ldconfig") ? "/usr/sbin/ldconfig" : "/usr/lib/klibc/bin/true";
+  ASSERT_TRUE(fs::exists(outside)) << "no program outside /usr/bin to try";
+  EXPECT_EQ(scoped([&] { return run_program(outside); }), kDenied);
+  // a copy of an allowed program, and a script, written into the workspace
+  fs::copy_file("/usr/bin/true", ws_ / "true");
+  fs::permissions(ws_ / "true", fs::perms::owner_all);
+  std::ofstream(ws_ / "script.sh") << "#!/usr/bin/sh\nexit 0\n";
+  fs::permissions(ws_ / "script.sh", fs::perms::owner_all);
+  EXPECT_EQ(scoped([&] { return run_program(ws("true")); }), kDenied);
+  EXPECT_EQ(scoped([&] { return run_program(ws("script.sh")); }), kDenied);
+  // the workspace's own copy, reached through a symlink placed in /usr/bin's stead
+  fs::create_symlink(ws_ / "true", ws_ / "looks-like-usr-bin");
+  EXPECT_EQ(scoped([&] { return run_program(ws("looks-like-usr-bin")); }), kDenied);
+}
+
 TEST_F(PolicyTest, ExecutableMappingsOfWritableFilesAreDenied) {
   ASSERT_NO_FATAL_FAILURE(
       apply(policy_yaml(std::string("  files:\n") + kRuntime + "    write: [\"${workspace}\"]\n")));

@@ -93,6 +93,30 @@ TEST(Compile, RejectsWritableProgram) {
   EXPECT_NE(c.error().message.find("files.write"), std::string::npos) << c.error().message;
 }
 
+// A directory of programs the run can write into would run what it wrote.
+TEST(Compile, RejectsAWritableDirectoryOfPrograms) {
+  policy::Policy p;
+  p.name = "t";
+  p.source = "p.yaml";
+  p.exec_allow = {{"/opt/tools", "/opt/tools", {5, 9}, true}};
+  p.write = {{"/opt/tools/cache", false, {9, 9}}};
+  auto c = compile(p);
+  ASSERT_FALSE(c.ok());
+  EXPECT_NE(
+      c.error().message.find("p.yaml:5:9: policy t: exec.allow /opt/tools holds a files.write rule (9:9: "
+                             "/opt/tools/cache); a run could write a program there and run it"),
+      std::string::npos)
+      << c.error().message;
+  p.write = {{"/opt", false, {9, 9}}};
+  c = compile(p);
+  ASSERT_FALSE(c.ok());
+  EXPECT_NE(c.error().message.find("exec.allow /opt/tools lies under a files.write rule (9:9: /opt)"),
+            std::string::npos)
+      << c.error().message;
+  p.write = {{"/opt/toolsmith", false, {9, 9}}};
+  EXPECT_TRUE(compile(p).ok());
+}
+
 TEST(Compile, AuditModeSetsTheFlag) {
   policy::Policy p;
   p.name = "t";

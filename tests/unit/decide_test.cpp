@@ -64,6 +64,20 @@ TEST(Decide, PathRulesAsTheKernelMatchesThem) {
   EXPECT_FALSE(on(c, Operation::write, "/w/run10/a").allowed);
 }
 
+TEST(Decide, ADirectoryOfProgramsAllowsWhatIsUnderIt) {
+  const Compiled c = compile_spec("  exec: {allow: [/opt/bin]}\n  files: {write: [\"${workspace}\"]}\n");
+  EXPECT_TRUE(on(c, Operation::exec, "/opt/bin/tool").allowed);
+  EXPECT_TRUE(on(c, Operation::exec, "/opt/bin/sub/tool").allowed);
+  EXPECT_FALSE(on(c, Operation::exec, "/opt/binx/tool").allowed);
+  EXPECT_FALSE(on(c, Operation::exec, "/w/run1/tool").allowed);
+  Request q;
+  q.op = Operation::exec;
+  q.path = "/opt/bin/tool";
+  const Explanation x = explain(c.policy, c.rules, "/w/run1", q);
+  EXPECT_EQ(x.rule, "exec.allow /opt/bin");
+  EXPECT_EQ(x.detail, "a program under an allowed directory (and readable)");
+}
+
 TEST(Decide, DirectoriesOnTheWayMayBeStatedNotRead) {
   const Compiled c = compile_spec(kSpec);
   for (const char* dir : {"/", "/usr", "/usr/bin", "/w", "/w/run1"}) {

@@ -213,7 +213,12 @@ const std::vector<BadCase>& bad_cases() {
        "exec.allow[0]: relative path 'python3' (programs must be absolute paths"},
       {"ExecMissing", kSpec + "  exec: {allow: [/nonexistent/agentcage/python9]}\n", 6, 18,
        "program '/nonexistent/agentcage/python9' does not exist", true},
-      {"ExecDirectory", kSpec + "  exec: {allow: [/usr]}\n", 6, 18, "'/usr' is not a regular file", true},
+      // A directory of programs is fine, one that holds the loader (or "/") is not.
+      {"ExecDirectoryWithTheLoader", kSpec + "  exec: {allow: [/usr]}\n", 6, 18,
+       "the directory '/usr' holds the dynamic loader", true},
+      {"ExecRoot", kSpec + "  exec: {allow: [/]}\n", 6, 18, "'/' is the root directory", true},
+      {"ExecDevice", kSpec + "  exec: {allow: [/dev/null]}\n", 6, 18,
+       "'/dev/null' is neither a program nor a directory of programs", true},
       // --- network --------------------------------------------------------------
       {"NetworkAllowScalarRule", kSpec + "  network:\n    allow: [10.0.0.0/8]\n", 7, 13,
        "network.allow[0] must be a mapping such as {cidr: 10.0.0.0/8"},
@@ -595,6 +600,15 @@ TEST(PolicyParse, AbstractUnixSocket) {
   ASSERT_EQ(r.policy->network_allow.size(), 1u);
   EXPECT_EQ(r.policy->network_allow[0].kind, NetRule::Kind::unix_abstract);
   EXPECT_EQ(r.policy->network_allow[0].unix_name, "llm-proxy");
+}
+
+TEST(PolicyParse, ExecAllowTakesADirectoryOfPrograms) {
+  const ParseResult r = parse_policy(kSpec + "  exec: {allow: [/usr/bin, /usr/bin/true]}\n", "p.yaml");
+  ASSERT_TRUE(r.ok()) << dump(r.errors);
+  ASSERT_EQ(r.policy->exec_allow.size(), 2u);
+  EXPECT_TRUE(r.policy->exec_allow[0].directory);
+  EXPECT_EQ(r.policy->exec_allow[0].resolved, std::filesystem::canonical("/usr/bin").string());
+  EXPECT_FALSE(r.policy->exec_allow[1].directory);
 }
 
 TEST(PolicyParse, DenyTakesNamePatterns) {

@@ -287,6 +287,23 @@ TEST(Confine, RefusesAWorkspaceANameRuleDeniesWhole) {
   EXPECT_TRUE(confine(b, cgroup_ref(77), TransientPolicy{"p", p, false}, "/srv/.cached/ws"));
 }
 
+// The run writes its workspace: a program in it, or a directory of
+// programs around it, would run what the run wrote.
+TEST(Confine, RefusesAWorkspaceThatOverlapsAnAllowedProgram) {
+  FakeBackend b;
+  bpf::CompiledPolicy p = usr_only();
+  p.paths.push_back({"/srv/tools", AC_ACCESS_READ | AC_ACCESS_EXEC, bpf::RuleSpace::absolute});
+  auto under = confine(b, cgroup_ref(77), TransientPolicy{"p", p, false}, "/srv/tools/ws");
+  ASSERT_FALSE(under);
+  EXPECT_NE(
+      under.error().message.find("the workspace /srv/tools/ws and exec.allow /srv/tools of policy p overlap"),
+      std::string::npos)
+      << under.error().message;
+  EXPECT_FALSE(confine(b, cgroup_ref(77), TransientPolicy{"p", p, false}, "/srv"));
+  EXPECT_TRUE(b.ops.empty()) << "nothing written";
+  EXPECT_TRUE(confine(b, cgroup_ref(77), TransientPolicy{"p", p, false}, "/srv/toolsmith"));
+}
+
 TEST(Confine, RefusesAnAlreadyConfinedCgroupAndChangesNothing) {
   FakeBackend b;
   ASSERT_TRUE(confine(b, cgroup_ref(77), TransientPolicy{"p", usr_only(), false}, ""));

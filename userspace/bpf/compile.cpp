@@ -14,12 +14,7 @@
 namespace agentcage::bpf {
 namespace {
 
-// Is `inner` the same path as `outer` or below it (whole components)?
-bool within(const std::string& inner, const std::string& outer) {
-  if (outer == "/") return true;
-  return inner == outer || (inner.size() > outer.size() && inner.compare(0, outer.size(), outer) == 0 &&
-                            inner[outer.size()] == '/');
-}
+bool within(std::string_view inner, std::string_view outer) { return path_within(inner, outer); }
 
 // Fold enclosing rules into each rule of one path space.
 std::vector<PathRule> fold(const std::map<std::string, uint32_t>& rules, RuleSpace space) {
@@ -215,20 +210,31 @@ static Result<CompiledPolicy> build(const policy::Policy& policy, policy::Positi
 
   out.paths = fold(abs, RuleSpace::absolute);
   for (const auto& r : out.paths) {
-    // A program the run could overwrite is no longer the program allowed.
+    // A program the run could overwrite is no longer the program allowed,
+    // and a directory of programs the run can write into runs what it wrote.
     if ((r.access & AC_ACCESS_EXEC) && (r.access & AC_ACCESS_WRITE)) {
-      for (const auto& e : policy.exec_allow)  // the program's entry, even when files.* names it too
-        if (e.resolved == r.path) {
-          where = e.pos;
+      // Both come from entries that cover r.path (fold).
+      const policy::ExecEntry* exec = nullptr;
+      for (const auto& e : policy.exec_allow)
+        if (within(r.path, e.resolved)) {
+          exec = &e;
           break;
         }
-      std::string rule;
+      const policy::PathEntry* write = nullptr;
       for (const auto& w : policy.write)
         if (!w.in_workspace && within(r.path, w.path)) {
-          rule = " (" + yaml::format_position(w.pos) + ": " + w.path + ")";
+          write = &w;
           break;
         }
-      return Error{"policy " + policy.name + ": exec.allow " + r.path + " lies under a files.write rule" +
+      if (exec) where = exec->pos;
+      const std::string program = exec ? exec->resolved : r.path;
+      const std::string rule =
+          write ? " (" + yaml::format_position(write->pos) + ": " + write->path + ")" : "";
+      if (exec && write && write->path.size() > exec->resolved.size())
+        return Error{"policy " + policy.name + ": exec.allow " + program + " holds a files.write rule" +
+                         rule + "; a run could write a program there and run it",
+                     EINVAL};
+      return Error{"policy " + policy.name + ": exec.allow " + program + " lies under a files.write rule" +
                        rule + "; a run could replace the program",
                    EINVAL};
     }
@@ -270,6 +276,12 @@ const NameRule* name_rule_matching(const std::vector<NameRule>& names, std::stri
     at = end;
   }
   return nullptr;
+}
+
+bool path_within(std::string_view inner, std::string_view outer) {
+  if (outer == "/") return true;
+  return inner == outer ||
+         (inner.size() > outer.size() && inner.starts_with(outer) && inner[outer.size()] == '/');
 }
 
 std::string pattern_text(const NameRule& rule) {

@@ -29,6 +29,9 @@ Result<CompiledPolicy> compile(const policy::Policy& policy);
 // workspace-relative "/sub/dir"): what the kernel denies by name there
 // (ac_path_name_denied). nullptr when none does.
 const NameRule* name_rule_matching(const std::vector<NameRule>& names, std::string_view path);
+// Is `inner` the path `outer` or below it (whole components; "/" covers all)?
+bool path_within(std::string_view inner, std::string_view outer);
+
 // As written in a policy: "**/NAME" or "**/*.EXT".
 std::string pattern_text(const NameRule& rule);
 

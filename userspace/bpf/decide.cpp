@@ -155,11 +155,7 @@ Decision decide(const CompiledPolicy& policy, const std::string& workspace, cons
 namespace agentcage::bpf {
 namespace {
 
-bool within(const std::string& inner, const std::string& outer) {
-  if (outer == "/") return true;
-  return inner == outer ||
-         (inner.size() > outer.size() && inner.starts_with(outer) && inner[outer.size()] == '/');
-}
+bool within(const std::string& inner, const std::string& outer) { return path_within(inner, outer); }
 
 std::string shown(const policy::PathEntry& e) { return e.in_workspace ? "${workspace}" + e.path : e.path; }
 
@@ -298,11 +294,12 @@ Explanation explain(const policy::Policy& policy, const CompiledPolicy& compiled
   if (q.op == Operation::exec ||
       ((q.op == Operation::read || q.op == Operation::stat) && (d.access & AC_ACCESS_EXEC))) {
     for (const auto& e : policy.exec_allow)
-      if (e.resolved == path) {
+      if (within(path, e.resolved)) {
         x.rule = "exec.allow " + e.path;
         x.pos = e.pos;
-        x.detail = e.resolved == e.path ? "the program is allowed (and readable)"
-                                        : "the program is allowed, as " + e.path + " resolves to it";
+        x.detail = e.resolved != path     ? "a program under an allowed directory (and readable)"
+                   : e.resolved == e.path ? "the program is allowed (and readable)"
+                                          : "the program is allowed, as " + e.path + " resolves to it";
         return x;
       }
   }

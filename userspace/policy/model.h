@@ -47,6 +47,9 @@ struct ExecEntry {
   std::string path;
   std::string resolved;
   Position pos;
+  // A directory (known when the existence check ran): every program under
+  // it may run (the kernel's rule is the same prefix rule either way).
+  bool directory = false;
 };
 
 // An inclusive port range; a single port has first == last.

@@ -247,6 +247,12 @@ class Validator {
   }
 
   // ld-linux-x86-64.so.2, ld-linux-aarch64.so.1, ld64.so.2, ld-musl-*.so.1,
+  // Where the ELF interpreters of the ABIs Debian ships live.
+  static constexpr const char* kDynamicLoaders[] = {
+      "/lib64/ld-linux-x86-64.so.2", "/lib/ld-linux-aarch64.so.1", "/lib/ld-linux.so.2",
+      "/libx32/ld-linux-x32.so.2",   "/lib/ld-linux-armhf.so.3",   "/lib/ld-musl-x86_64.so.1",
+      "/lib/ld-musl-aarch64.so.1"};
+
   // ld.so, ld-2.36.so: the ELF interpreter, which runs any file given to it.
   static bool is_dynamic_loader(const std::string& path) {
     const std::string base = path.substr(path.rfind('/') + 1);
@@ -271,8 +277,9 @@ class Validator {
       error(entry.pos, name + ": cannot check program " + quote(entry.path) + ": " + ec.message());
       return false;
     }
+    if (st.type() == fs::file_type::directory) return check_program_directory(entry, name);
     if (st.type() != fs::file_type::regular) {
-      error(entry.pos, name + ": " + quote(entry.path) + " is not a regular file");
+      error(entry.pos, name + ": " + quote(entry.path) + " is neither a program nor a directory of programs");
       return false;
     }
     constexpr auto any_exec = fs::perms::owner_exec | fs::perms::group_exec | fs::perms::others_exec;
@@ -286,6 +293,40 @@ class Validator {
       return false;
     }
     entry.resolved = real.string();
+    return true;
+  }
+
+  // A directory: every program installed under it may run (a coding
+  // agent's /usr/bin). Not "/", and not a directory that holds the dynamic
+  // loader, which would run any file the run can read.
+  bool check_program_directory(ExecEntry& entry, const std::string& name) {
+    namespace fs = std::filesystem;
+    std::error_code ec;
+    const fs::path real = fs::canonical(entry.path, ec);
+    if (ec) {
+      error(entry.pos, name + ": cannot resolve " + quote(entry.path) + ": " + ec.message());
+      return false;
+    }
+    if (real == "/") {
+      error(entry.pos, name + ": " + quote(entry.path) +
+                           " is the root directory: that would allow every file " +
+                           "to run; name the directories of programs (e.g. /usr/bin)");
+      return false;
+    }
+    const std::string dir = real.string();
+    for (const char* loader : kDynamicLoaders) {
+      const fs::path l = fs::canonical(loader, ec);
+      if (ec) continue;
+      const std::string lp = l.string();
+      if (lp.size() > dir.size() && lp.compare(0, dir.size(), dir) == 0 && lp[dir.size()] == '/') {
+        error(entry.pos, name + ": the directory " + quote(entry.path) + " holds the dynamic loader " + lp +
+                             ": allowing it lets the sandbox run any program it can read (`ld.so "
+                             "/path/to/program`); allow the directories of programs (e.g. /usr/bin)");
+        return false;
+      }
+    }
+    entry.resolved = dir;
+    entry.directory = true;
     return true;
   }
 
