@@ -140,6 +140,8 @@ static __always_inline void ac_judge_dentry(struct ac_ctx *c, struct ac_scratch 
 			j->reason = ac_policy_reason(state);
 		} else if (access & AC_ACCESS_UNRESOLVED) {
 			j->reason = AC_REASON_PATH_TOO_LONG; /* too long to match exactly */
+		} else if (access & AC_ACCESS_NAMES_UNCHECKED) {
+			j->reason = AC_REASON_SCRATCH; /* the name rules could not be looked up */
 		} else if (access & AC_ACCESS_DENY) {
 			j->reason = AC_REASON_RULE_DENY;
 		} else if ((need.any_ok && (access & need.any_ok)) ||

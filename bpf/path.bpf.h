@@ -223,6 +223,10 @@ static __always_inline int ac_resolve(struct dentry *dentry, struct vfsmount *vf
 /* Result bit of ac_path_access, never in a rule: the path could not be
  * matched exactly and must be denied (reason AC_REASON_PATH_TOO_LONG). */
 #define AC_ACCESS_UNRESOLVED (1u << 31)
+/* Result bit of a path lookup, never in a rule: the name rules could not be
+ * looked up (the task's scratch could not be had): denied (reason
+ * AC_REASON_SCRATCH), and AC_ACCESS_DENY is set with it. */
+#define AC_ACCESS_NAMES_UNCHECKED (1u << 30)
 
 /*
  * Access bits the policy grants for the resolved key (0: no rule): the
@@ -362,7 +366,8 @@ static long ac_name_step(__u32 i, void *data)
 }
 
 /* Does a name rule of rules_id deny the path ac_resolve just walked into
- * the current task's scratch? 1 or 0. A global function: the verifier
+ * the current task's scratch? 1 yes, 0 no, 3 (denied, and no answer) when
+ * the scratch could not be had. A global function: the verifier
  * checks it once, on its own, instead of again in every state of every
  * hook that decides on a path (which put file_open on 6.1 over half the
  * verifier's limit). It takes the scratch itself (6.1 passes a global
@@ -373,7 +378,7 @@ __noinline int ac_path_name_denied(__u32 rules_id)
 	struct ac_scratch *s =
 		bpf_task_storage_get(&ac_task_scratch, bpf_get_current_task_btf(), 0, 0);
 	if (!s || !s->busy)
-		return 1;
+		return 3; /* fail closed, counted as AC_REASON_SCRATCH */
 	struct ac_path_key *k = &s->name;
 	k->rules_id_be = bpf_htonl((rules_id & AC_RULES_ID_MASK) | AC_RULES_NS_NAME);
 	k->path[0] = AC_NAME_LENGTHS;

@@ -120,9 +120,11 @@ static __always_inline __u32 ac_rules_access(const struct ac_ctx *c, struct ac_s
 		return r && r->aux == q->text_len ? r->access : 0;
 	}
 	__u32 access = ac_path_access(s, c->rules_id, q->workspace_tag, q->text_len);
-	/* As a bit, not a branch: see ac_path_name_denied. */
-	if (c->policy_flags & AC_POLICY_F_NAMES)
-		access |= (0u - (__u32)ac_path_name_denied(c->rules_id)) & AC_ACCESS_DENY;
+	/* As bits, not branches: 1 denies, 3 denies as unchecked. */
+	if (c->policy_flags & AC_POLICY_F_NAMES) {
+		__u32 r = (__u32)ac_path_name_denied(c->rules_id);
+		access |= ((0u - (r & 1)) & AC_ACCESS_DENY) | ((r & 2) << 29);
+	}
 	return access;
 }
 

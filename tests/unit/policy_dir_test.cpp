@@ -184,6 +184,28 @@ TEST_F(PolicyDirReload, CreateInstallsIntoAFreshSlotAndRecordsItInTheStateFile) 
   EXPECT_EQ(listener_.reloads_ok, 4);
 }
 
+// The daemon's attach asks this before it confines a cgroup under a named
+// policy: the rules of the content that enforces, not of a rejected edit.
+TEST_F(PolicyDirReload, AWorkspaceIsCheckedAgainstTheLoadedRules) {
+  write(
+      "tools.yaml",
+      "apiVersion: agentcage/v1\nkind: Policy\nmetadata: {name: tools}\nspec:\n  exec: {allow: [/usr/bin]}\n"
+      "  files: {write: [\"${workspace}\"], deny: [\"**/.ssh\"]}\n");
+  auto d = make_dir();
+  d->full_scan();
+  ASSERT_EQ(d->named_slot("tools"), 0u);
+  const std::string bin = fs::canonical("/usr/bin").string();
+  auto overlap = d->workspace_problem("tools", bin + "/ws");
+  ASSERT_TRUE(overlap);
+  EXPECT_NE(overlap->find("and exec.allow " + bin + " of policy tools overlap"), std::string::npos)
+      << *overlap;
+  auto named = d->workspace_problem("tools", "/home/u/.ssh/ws");
+  ASSERT_TRUE(named);
+  EXPECT_NE(named->find("files.deny '**/.ssh'"), std::string::npos) << *named;
+  EXPECT_FALSE(d->workspace_problem("tools", "/srv/ws"));
+  EXPECT_FALSE(d->workspace_problem("unknown", bin + "/ws"));
+}
+
 TEST_F(PolicyDirReload, InvalidChangeIsRejectedLocatedAndThePreviousVersionKeepsEnforcing) {
   write("web.yaml", policy_text("web"));
   auto d = make_dir();

@@ -284,6 +284,23 @@ bool path_within(std::string_view inner, std::string_view outer) {
          (inner.size() > outer.size() && inner.starts_with(outer) && inner[outer.size()] == '/');
 }
 
+std::optional<std::string> workspace_problem(const CompiledPolicy& policy, const std::string& name,
+                                             const std::string& workspace) {
+  if (workspace.empty()) return std::nullopt;
+  if (const NameRule* n = name_rule_matching(policy.names, workspace))
+    return "the workspace " + workspace + " lies in a path that files.deny '" + pattern_text(*n) +
+           "' of policy " + name + " denies: every file in it would be denied (fix: a workspace outside it)";
+  // The run writes its workspace: a program there, or a directory of
+  // programs around it, would run what the run wrote.
+  for (const auto& r : policy.paths)
+    if (r.space == RuleSpace::absolute && (r.access & AC_ACCESS_EXEC) &&
+        (path_within(r.path, workspace) || path_within(workspace, r.path)))
+      return "the workspace " + workspace + " and exec.allow " + r.path + " of policy " + name +
+             " overlap: the run could write a program and run it (fix: a workspace outside every allowed "
+             "program and directory of programs)";
+  return std::nullopt;
+}
+
 std::string pattern_text(const NameRule& rule) {
   return rule.kind == NameRule::Kind::exact ? "**/" + rule.text : "**/*" + rule.text;
 }

@@ -32,6 +32,14 @@ const NameRule* name_rule_matching(const std::vector<NameRule>& names, std::stri
 // Is `inner` the path `outer` or below it (whole components; "/" covers all)?
 bool path_within(std::string_view inner, std::string_view outer);
 
+// Why `workspace` (absolute, real) cannot be the workspace of a scope under
+// `policy` (named `name`), or nullopt: a name rule denies it whole (every
+// file of the run's own would be denied), or it overlaps an allowed
+// program or directory of programs (the run could write a program and run
+// it). Every confine asks (scope/scope.h), the daemon's attach too.
+std::optional<std::string> workspace_problem(const CompiledPolicy& policy, const std::string& name,
+                                             const std::string& workspace);
+
 // As written in a policy: "**/NAME" or "**/*.EXT".
 std::string pattern_text(const NameRule& rule);
 

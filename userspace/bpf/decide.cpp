@@ -293,15 +293,18 @@ Explanation explain(const policy::Policy& policy, const CompiledPolicy& compiled
   }
   if (q.op == Operation::exec ||
       ((q.op == Operation::read || q.op == Operation::stat) && (d.access & AC_ACCESS_EXEC))) {
+    const policy::ExecEntry* best = nullptr;  // the most specific: the program before its directory
     for (const auto& e : policy.exec_allow)
-      if (within(path, e.resolved)) {
-        x.rule = "exec.allow " + e.path;
-        x.pos = e.pos;
-        x.detail = e.resolved != path     ? "a program under an allowed directory (and readable)"
-                   : e.resolved == e.path ? "the program is allowed (and readable)"
-                                          : "the program is allowed, as " + e.path + " resolves to it";
-        return x;
-      }
+      if (within(path, e.resolved) && (!best || e.resolved.size() > best->resolved.size())) best = &e;
+    if (best) {
+      const policy::ExecEntry& e = *best;
+      x.rule = "exec.allow " + e.path;
+      x.pos = e.pos;
+      x.detail = e.resolved != path     ? "a program under an allowed directory (and readable)"
+                 : e.resolved == e.path ? "the program is allowed (and readable)"
+                                        : "the program is allowed, as " + e.path + " resolves to it";
+      return x;
+    }
   }
   const policy::PathEntry* w = covering(policy.write, path, workspace);
   const policy::PathEntry* r = covering(policy.read, path, workspace);

@@ -28,16 +28,20 @@ struct ExplainArgs {
   bool json = false;
 };
 
-// The path the kernel would decide on: symbolic links followed (realpath);
-// for a file that does not exist yet (a create), its directory's real path
-// and its name; else the lexically normalised path.
-std::string kernel_path(const std::string& path) {
-  if (char* real = ::realpath(path.c_str(), nullptr)) {
+// The path the kernel would decide on: symbolic links followed (realpath),
+// the last one too when `follow` (open, exec, stat) and not otherwise (a
+// change or lstat of a symbolic link is decided on the link itself); for a
+// file that does not exist yet (a create), its directory's real path and
+// its name; else the lexically normalised path.
+std::string kernel_path(const std::string& path, bool follow) {
+  const std::filesystem::path p(path);
+  if (p.filename() == "." || p.filename() == "..") follow = true;  // a directory: nothing to not follow
+  char* real = nullptr;
+  if (follow && (real = ::realpath(path.c_str(), nullptr))) {
     std::string out = real;
     std::free(real);
     return out;
   }
-  const std::filesystem::path p(path);
   if (char* dir = ::realpath(p.parent_path().c_str(), nullptr)) {
     std::string out = std::string(dir) + (std::string(dir) == "/" ? "" : "/") + p.filename().string();
     std::free(dir);
@@ -68,9 +72,9 @@ int explain_command(const ExplainArgs& a) {
   } else if (a.operation == "exec") {
     q.op = bpf::Operation::exec;
     what = "exec";
-  } else if (a.operation == "stat") {
+  } else if (a.operation == "stat" || a.operation == "lstat") {
     q.op = bpf::Operation::stat;
-    what = "stat";
+    what = a.operation;
   } else if (a.operation == "change") {
     q.op = bpf::Operation::write;
     what = "change (create, unlink, rename, chmod, ...)";
@@ -80,16 +84,17 @@ int explain_command(const ExplainArgs& a) {
     q = *c;
     what = std::string("connect (") + (q.proto_bit == AC_PROTO_UDP ? "udp" : "tcp") + ")";
   } else {
-    return usage("unknown operation '" + a.operation + "' (expected open, exec, stat, change or connect)");
+    return usage("unknown operation '" + a.operation +
+                 "' (expected open, exec, stat, lstat, change or connect)");
   }
   if (q.op != bpf::Operation::connect) {
     if (a.target.empty() || a.target.front() != '/')
       return usage("TARGET must be an absolute path, got '" + a.target + "'");
-    q.path = kernel_path(a.target);
+    q.path = kernel_path(a.target, a.operation != "change" && a.operation != "lstat");
   }
   std::string workspace;
   if (!a.workspace.empty()) {
-    workspace = kernel_path(a.workspace);
+    workspace = kernel_path(a.workspace, true);
     if (workspace == "/") return usage("--workspace cannot be /");
   }
 
@@ -197,11 +202,14 @@ void add_policy(CLI::App& app, const Globals& /*globals*/, Commands& commands) {
       "OPERATION TARGET [ACCESS]:\n"
       "  open PATH [read|write]   opening a file (read when no ACCESS is given)\n"
       "  exec PATH                starting a program\n"
-      "  stat PATH                stat, readlink, extended attributes\n"
+      "  stat PATH                stat, extended attributes (of what a symbolic link leads to)\n"
+      "  lstat PATH               lstat, readlink (of a symbolic link itself)\n"
       "  change PATH              create, unlink, rename, link, mkdir, chmod, truncate, ...\n"
+      "                           (of a symbolic link itself, not what it leads to)\n"
       "  connect ADDR:PORT[/tcp|/udp]   an inet destination (IPv6: [ADDR]:PORT; tcp by default)\n\n"
-      "PATH is resolved as the kernel resolves it: symbolic links are followed, so the answer is\n"
-      "for the file they lead to (shown when it differs). ${workspace} rules apply with\n"
+      "PATH is resolved as the kernel resolves it: symbolic links on the way are followed, and\n"
+      "the last one too for open, exec and stat, so the answer is for the file they lead to\n"
+      "(shown when it differs). ${workspace} rules apply with\n"
       "--workspace DIR. What the kernel decides before any rule is not shown here: cgroupfs,\n"
       "other processes' /proc entries, paths deeper than 64 components, detached mounts.\n\n"
       "Examples:\n"
@@ -212,7 +220,7 @@ void add_policy(CLI::App& app, const Globals& /*globals*/, Commands& commands) {
       "error or a policy that does not load."));
   auto ex = std::make_shared<ExplainArgs>();
   explain->add_option("POLICY", ex->policy, "Policy file or NAME")->type_name("POLICY")->required();
-  explain->add_option("OPERATION", ex->operation, "open, exec, stat, change or connect")
+  explain->add_option("OPERATION", ex->operation, "open, exec, stat, lstat, change or connect")
       ->type_name("OPERATION")
       ->required();
   explain->add_option("TARGET", ex->target, "Absolute path, or ADDR:PORT[/PROTO] for connect")

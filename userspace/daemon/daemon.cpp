@@ -378,6 +378,7 @@ json Daemon::attach(const Request& r) {
   } else if (uses_ws) {
     return {{"ok", false}, {"error", "policy " + r.policy + " has ${workspace} rules: pass a workspace"}};
   }
+  if (auto problem = dir_.workspace_problem(r.policy, workspace)) return {{"ok", false}, {"error", *problem}};
   auto confined = scope::confine(*enf_, *cg, scope::NamedPolicy{r.policy, *slot}, workspace);
   if (!confined) return {{"ok", false}, {"error", confined.error().message}};
   log::info("attached " + cg->path.string() + " to policy " + r.policy);

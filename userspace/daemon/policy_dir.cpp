@@ -43,6 +43,13 @@ std::optional<uint32_t> PolicyDirectory::named_slot(const std::string& policy) c
   return it->second;
 }
 
+std::optional<std::string> PolicyDirectory::workspace_problem(const std::string& policy,
+                                                              const std::string& workspace) const {
+  const auto f = files_.find(policy + ".yaml");
+  if (f == files_.end() || !f->second.loaded) return std::nullopt;
+  return bpf::workspace_problem(f->second.compiled, policy, workspace);
+}
+
 bool PolicyDirectory::uses_workspace(const std::string& policy) const {
   auto f = files_.find(policy + ".yaml");
   return f != files_.end() && f->second.uses_workspace;
@@ -213,6 +220,7 @@ void PolicyDirectory::install(PolicyFile& pf, const std::string& path) {
   pf.slot = slot;
   pf.digest = digest;
   pf.loaded = true;
+  pf.compiled = std::move(*compiled);
   pf.error.clear();
   named_slots_[pf.name] = slot;
   listener_.slot_named(slot, pf.name);

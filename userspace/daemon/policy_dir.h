@@ -30,6 +30,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "bpf/compiled.h"
 #include "core/fail_closed.h"
 #include "daemon/named_slots.h"
 #include "policy/model.h"
@@ -60,8 +61,9 @@ struct PolicyFile {
   uint64_t digest = 0;
   bool loaded = false;  // the file's current content is what enforces
   bool uses_workspace = false;
-  policy::Limits limits;  // the loaded content's limits (runs through the daemon)
-  std::string error;      // why the current content was rejected
+  policy::Limits limits;         // the loaded content's limits (runs through the daemon)
+  bpf::CompiledPolicy compiled;  // the loaded content's rules
+  std::string error;             // why the current content was rejected
   // What was last processed (skip unchanged files on a rescan).
   dev_t dev = 0;
   ino_t ino = 0;
@@ -97,6 +99,9 @@ class PolicyDirectory {
   const std::string& path() const { return dir_; }
   std::optional<uint32_t> named_slot(const std::string& policy) const;
   bool uses_workspace(const std::string& policy) const;
+  // bpf::workspace_problem for the loaded content of `policy` (nullopt
+  // when it is not loaded: the caller refuses that on its own).
+  std::optional<std::string> workspace_problem(const std::string& policy, const std::string& workspace) const;
   // The limits of a loaded policy (unset: no policy of that name enforces).
   std::optional<policy::Limits> limits(const std::string& policy) const;
   size_t loaded_count() const { return named_slots_.size(); }

@@ -325,6 +325,35 @@ class Validator {
         return false;
       }
     }
+    // Any ELF interpreter under it (a runtime's own glibc, a sysroot), by
+    // name as for a single program, within a bound: a tree too large to
+    // look through is refused rather than trusted.
+    constexpr size_t kMaxEntries = 100000;
+    size_t seen = 0;
+    ec.clear();
+    for (auto it = fs::recursive_directory_iterator(real, fs::directory_options::skip_permission_denied, ec);
+         !ec && it != fs::recursive_directory_iterator(); it.increment(ec)) {
+      if (++seen > kMaxEntries) {
+        error(entry.pos, name + ": the directory " + quote(entry.path) + " holds more than " +
+                             std::to_string(kMaxEntries) +
+                             " entries, too many to check for a dynamic loader; allow a narrower directory");
+        return false;
+      }
+      std::error_code type_ec;
+      if (it->is_regular_file(type_ec) && !it->is_symlink(type_ec) &&
+          is_dynamic_loader(it->path().filename().string())) {
+        error(entry.pos, name + ": the directory " + quote(entry.path) + " holds the dynamic loader " +
+                             it->path().string() +
+                             ": allowing it lets the sandbox run any program it can read (`ld.so "
+                             "/path/to/program`); allow the directories of programs (e.g. /usr/bin)");
+        return false;
+      }
+    }
+    if (ec) {
+      error(entry.pos,
+            name + ": cannot look through the directory " + quote(entry.path) + ": " + ec.message());
+      return false;
+    }
     entry.resolved = dir;
     entry.directory = true;
     return true;

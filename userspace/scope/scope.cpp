@@ -106,25 +106,12 @@ Result<Confinement> confine(Backend& b, const CgroupRef& cg, const PolicyRef& po
   Confinement out;
   out.cgroup_id = cg.id;
   out.cgroup = cg.path;
-  // A workspace a name rule denies would be denied whole: every file of
-  // the run's own refused. Say so now, not as a run that fails strangely.
-  if (const auto* transient = std::get_if<TransientPolicy>(&policy); transient && !workspace.empty()) {
-    if (const bpf::NameRule* n = bpf::name_rule_matching(transient->compiled.names, workspace))
-      return Error{"the workspace " + workspace + " lies in a path that files.deny '" +
-                       bpf::pattern_text(*n) + "' of policy " + transient->name +
-                       " denies: every file in it would be denied (fix: a workspace outside it)",
-                   EINVAL};
-    // The run writes its workspace: a program there, or a directory of
-    // programs around it, would run what the run wrote.
-    for (const auto& r : transient->compiled.paths)
-      if (r.space == bpf::RuleSpace::absolute && (r.access & AC_ACCESS_EXEC) &&
-          (bpf::path_within(r.path, workspace) || bpf::path_within(workspace, r.path)))
-        return Error{"the workspace " + workspace + " and exec.allow " + r.path + " of policy " +
-                         transient->name +
-                         " overlap: the run could write a program and run it (fix: a workspace outside every "
-                         "allowed program and directory of programs)",
-                     EINVAL};
-  }
+  // A workspace the policy denies whole, or where the run could write a
+  // program it may run: refused before anything is written. (The daemon
+  // asks the same of its named policies before it confines.)
+  if (const auto* transient = std::get_if<TransientPolicy>(&policy))
+    if (auto problem = bpf::workspace_problem(transient->compiled, transient->name, workspace))
+      return Error{*problem, EINVAL};
   Status st = b.with_lock([&]() -> Status {
     auto view = snapshot(b);
     if (!view) return view.error();
