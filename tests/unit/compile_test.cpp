@@ -266,6 +266,19 @@ TEST(Compile, RulesThatANamePatternDeniesWholeAreErrors) {
   ASSERT_FALSE(c.ok());
   EXPECT_NE(c.error().message.find("files.write ${workspace}/out.key"), std::string::npos)
       << c.error().message;
+  // A socket the run may connect to, at a path a pattern denies: it never could.
+  p.write.clear();
+  policy::NetRule sock;
+  sock.kind = policy::NetRule::Kind::unix_path;
+  sock.unix_name = "/run/keys.key";
+  sock.pos = {12, 9};
+  p.network_allow = {sock};
+  c = compile(p);
+  ASSERT_FALSE(c.ok());
+  EXPECT_NE(c.error().message.find("p.yaml:12:9: policy t: network.allow unix /run/keys.key is denied whole"),
+            std::string::npos)
+      << c.error().message;
+  p.network_allow.clear();
   // Names that only contain or start like a pattern are other names.
   p.write = {{"/.sshd/x", true, {8, 9}}, {"/keys.d", false, {9, 9}}, {"/home/u/.ssh-agent", false, {9, 9}}};
   EXPECT_TRUE(compile(p).ok()) << compile(p).error().message;

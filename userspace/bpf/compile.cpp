@@ -170,6 +170,9 @@ static Status compile_names(const policy::Policy& policy, CompiledPolicy& out, p
   };
   for (const auto& e : policy.exec_allow)
     if (Status st = conflict("exec.allow " + e.resolved, e.resolved, e.pos); !st) return st;
+  for (const auto& r : policy.network_allow)
+    if (r.kind == policy::NetRule::Kind::unix_path)
+      if (Status st = conflict("network.allow unix " + r.unix_name, r.unix_name, r.pos); !st) return st;
   for (const auto* list : {&policy.read, &policy.write})
     for (const auto& e : *list) {
       const std::string key = list == &policy.read ? "files.read " : "files.write ";
