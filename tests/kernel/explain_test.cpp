@@ -98,6 +98,16 @@ TEST_F(ExplainTest, ExplainAgreesWithTheKernelOnRandomOperations) {
   ASSERT_TRUE(compiled.ok()) << compiled.error().message;
   ASSERT_NO_FATAL_FAILURE(apply_yaml(yaml, ws_.string()));
   const std::string workspace = fs::canonical(ws_).string();
+  // The scope's workspace reads back from the maps (what a reload checks).
+  auto scopes = enforcer()->scopes();
+  ASSERT_TRUE(scopes.ok()) << scopes.error().message;
+  bool found = false;
+  for (const auto& sc : *scopes)
+    if (sc.cgroup_id == cg_.id()) {
+      found = true;
+      EXPECT_EQ(sc.workspace, ws_.string());
+    }
+  EXPECT_TRUE(found);
 
   // Everything a path operation may name: the files, their directories, the
   // way down to them, the workspace's, links, and the loader's files.

@@ -206,6 +206,36 @@ TEST_F(PolicyDirReload, AWorkspaceIsCheckedAgainstTheLoadedRules) {
   EXPECT_FALSE(d->workspace_problem("unknown", bin + "/ws"));
 }
 
+// A reload governs the scopes already on the slot: rules that would deny a
+// live scope's workspace whole, or let it run what it writes there, are
+// refused, and the rules that enforce stay.
+TEST_F(PolicyDirReload, AReloadThatALiveScopesWorkspaceCannotTakeIsRejected) {
+  write("web.yaml", policy_text("web"));
+  auto d = make_dir();
+  d->full_scan();
+  ASSERT_EQ(d->named_slot("web"), 0u);
+  slots_.scope_list.push_back(bpf::ScopeInfo{77, 77, 0, 2, "/srv/agent/.cache/ws"});
+  take_log();
+  write("web.yaml",
+        "apiVersion: agentcage/v1\nkind: Policy\nmetadata: {name: web}\nspec:\n  files:\n    read: [/etc]\n"
+        "    deny: [\"**/.cache\"]\n");
+  d->apply_file("web.yaml");
+  EXPECT_TRUE(take_log().empty());  // nothing installed
+  json e = entry(*d, "web");
+  EXPECT_EQ(e["state"], "rejected_previous_enforcing");
+  EXPECT_NE(e["error"].get<std::string>().find("files.deny '**/.cache' of policy web denies"),
+            std::string::npos)
+      << e;
+  EXPECT_NE(e["error"].get<std::string>().find("cgroup id 77, has that workspace"), std::string::npos) << e;
+  // Rules the workspace can take go in.
+  write("web.yaml",
+        "apiVersion: agentcage/v1\nkind: Policy\nmetadata: {name: web}\nspec:\n  files:\n    read: [/etc]\n"
+        "    deny: [\"**/.env\"]\n");
+  d->apply_file("web.yaml");
+  EXPECT_EQ(take_log(), (std::vector<std::string>{"put 0 web"}));
+  EXPECT_EQ(entry(*d, "web")["state"], "loaded");
+}
+
 TEST_F(PolicyDirReload, InvalidChangeIsRejectedLocatedAndThePreviousVersionKeepsEnforcing) {
   write("web.yaml", policy_text("web"));
   auto d = make_dir();
@@ -285,7 +315,7 @@ TEST_F(PolicyDirReload, RenameRemovesTheOldPolicyAndNeverReusesASlotAScopeStillP
   write("web.yaml", policy_text("web"));
   auto d = make_dir();
   d->full_scan();
-  slots_.scope_list.push_back(bpf::ScopeInfo{77, 77, 0, 2});  // a scope attached to web
+  slots_.scope_list.push_back(bpf::ScopeInfo{77, 77, 0, 2, ""});  // a scope attached to web
   take_log();
 
   fs::rename(file("web.yaml"), file("site.yaml"));

@@ -27,7 +27,7 @@ bpf::PolicyInfo named(uint32_t slot, const std::string& name, uint64_t digest = 
 
 bpf::ScopeInfo scope_on(uint32_t slot, uint64_t cgroup_id = 0) {
   if (!cgroup_id) cgroup_id = 1000 + slot;
-  return bpf::ScopeInfo{cgroup_id, cgroup_id, slot, 2};
+  return bpf::ScopeInfo{cgroup_id, cgroup_id, slot, 2, ""};
 }
 
 // Every slot holds a policy: named ones from `first_named` on, transient
@@ -195,7 +195,7 @@ class FakeBackend : public Backend {
     log("add_scope " + std::to_string(cgroup_id) + (flags ? " flags " + std::to_string(flags) : ""));
     paths[cgroup_id] = path;
     if (fail_add_scope) return Error{"add_scope failed", ENOMEM};
-    scps[cgroup_id] = bpf::ScopeInfo{cgroup_id, scope_id, slot, level};
+    scps[cgroup_id] = bpf::ScopeInfo{cgroup_id, scope_id, slot, level, workspace};
     workspaces[cgroup_id] = workspace;
     reports[scope_id] = bpf::ScopeReport{};
     return {};

@@ -62,6 +62,7 @@ struct ScopeInfo {
   uint64_t scope_id = 0;
   uint32_t policy_slot = 0;
   unsigned level = 0;
+  std::string workspace;  // what its ${workspace} rules mean ("": none)
 };
 
 struct PolicyInfo {

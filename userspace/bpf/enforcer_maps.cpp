@@ -15,6 +15,7 @@
 #include <cerrno>
 #include <cstring>
 #include <filesystem>
+#include <map>
 #include <memory>
 
 #include "bpf/enforcer_internal.h"
@@ -399,11 +400,22 @@ Result<ScopeReport> Enforcer::scope_report(uint64_t scope_id) const {
 }
 
 Result<std::vector<ScopeInfo>> Enforcer::scopes() const {
+  // Each scope's workspace: the entry under its tag (not an ancestor's),
+  // the path with its trailing '/'.
+  std::map<uint32_t, std::string> workspaces;
+  for (const auto& key : all_keys<ac_path_key>(maps_.workspaces)) {
+    const uint32_t tag = ntohl(key.rules_id_be);
+    const size_t bytes = key.prefixlen >= 32 ? (key.prefixlen - 32) / 8 : 0;
+    if ((tag & AC_WORKSPACE_ANCESTOR) || bytes < 2 || bytes > AC_PATH_KEY_MAX) continue;
+    workspaces[tag] = std::string(reinterpret_cast<const char*>(key.path), bytes - 1);
+  }
   std::vector<ScopeInfo> out;
   for (uint64_t cgid : all_keys<uint64_t>(maps_.scopes)) {
     ac_scope scope{};
     if (bpf_map_lookup_elem(maps_.scopes, &cgid, &scope) != 0) continue;
-    out.push_back({cgid, scope.scope_id, scope.policy_slot, scope.level});
+    const auto ws = scope.workspace_tag ? workspaces.find(scope.workspace_tag) : workspaces.end();
+    out.push_back(
+        {cgid, scope.scope_id, scope.policy_slot, scope.level, ws == workspaces.end() ? "" : ws->second});
   }
   return out;
 }

@@ -198,6 +198,22 @@ void PolicyDirectory::install(PolicyFile& pf, const std::string& path) {
   if (pf.slot) {
     slot = *pf.slot;
     if (!(pf.loaded && pf.digest == digest)) {
+      // The new rules govern the scopes already on the slot: each workspace
+      // must pass what confine asks of a new one (bpf::workspace_problem).
+      auto scopes = slots_->scopes();
+      if (!scopes)
+        return reject(pf,
+                      {path + ": listing the scopes on slot " + std::to_string(slot) +
+                       " to check their workspaces: " + scopes.error().message},
+                      core::FailClosedReason::internal);
+      for (const auto& sc : *scopes)
+        if (sc.policy_slot == slot)
+          if (auto problem = bpf::workspace_problem(*compiled, pf.name, sc.workspace))
+            return reject(
+                pf,
+                {path + ": " + *problem + " (a scope on this policy, cgroup id " +
+                 std::to_string(sc.cgroup_id) + ", has that workspace; the rules that enforce stay)"},
+                core::FailClosedReason::policy_invalid);
       if (Status put = slots_->put(slot, pf.name, *compiled); !put)
         return reject(pf, {path + ": installing the policy: " + put.error().message},
                       core::FailClosedReason::internal);
