@@ -180,11 +180,14 @@ struct ac_scratch {
 	struct ac_net_key net;
 	struct ac_path_key key;
 	/* A name rule's key (ac_path_name_denied): a component of the path in
-	 * key, looked up without touching key. */
+	 * key, looked up without touching key. It also lies in the room the
+	 * copy below may spill into, which is harmless: every name lookup
+	 * writes its key first. */
 	struct ac_path_key name;
 	/* Room for a bounded read that starts near the end of key.path: the
 	 * name copy writes at most 255 bytes from an offset < 256, so key.path
-	 * plus spill must span 511 bytes (see path.bpf.h). */
+	 * and what follows it (name, spill) must span 511 bytes (see
+	 * path.bpf.h). */
 	__u8 spill[264];
 	__u64 dentries[AC_PATH_MAX_DEPTH];
 	struct ac_mounts mounts;
