@@ -18,9 +18,6 @@ namespace {
 // match exactly (never a rule's bit).
 constexpr uint32_t kUnresolved = 1u << 31;
 
-// The LPM key text of a rule: path + '/', "/" for the root (keys.h).
-std::string rule_key(const std::string& path) { return path == "/" ? "/" : path + "/"; }
-
 // ac_resolve's key for a resolved path and its text length: the path with a
 // trailing '/', cut at AC_PATH_KEY_MAX bytes (then without the '/').
 struct Key {
@@ -40,7 +37,7 @@ const PathRule* longest(const CompiledPolicy& p, RuleSpace space, std::string_vi
   size_t best_len = 0;
   for (const auto& r : p.paths) {
     if (r.space != space) continue;
-    const std::string k = rule_key(r.path);
+    const std::string k = path_key_text(r.path);
     if (key.starts_with(k) && (!best || k.size() > best_len)) {
       best = &r;
       best_len = k.size();
@@ -54,7 +51,7 @@ uint32_t path_access(const CompiledPolicy& p, const std::string& workspace, cons
   uint32_t access = 0;
   if (const PathRule* r = longest(p, RuleSpace::absolute, key.text)) access = r->access;
   if (workspace.empty()) return access;
-  const std::string w = rule_key(workspace);
+  const std::string w = path_key_text(workspace);
   if (!key.text.starts_with(w)) return access;
   const size_t off = workspace.size();
   if (off >= key.text.size() || off >= AC_PATH_KEY_MAX) return access | AC_ACCESS_DENY;
@@ -69,11 +66,12 @@ uint32_t path_access(const CompiledPolicy& p, const std::string& workspace, cons
 bool ancestor(const CompiledPolicy& p, const std::string& workspace, const Key& key) {
   if (key.text_len >= AC_PATH_KEY_MAX) return false;
   for (const auto& a : ancestor_rules(p.paths))
-    if (rule_key(a.path) == key.text) return true;
+    if (path_key_text(a.path) == key.text) return true;
   if (workspace.empty()) return false;
   auto dirs = ancestors_of(workspace);
   dirs.push_back(workspace);
-  return std::any_of(dirs.begin(), dirs.end(), [&](const std::string& d) { return rule_key(d) == key.text; });
+  return std::any_of(dirs.begin(), dirs.end(),
+                     [&](const std::string& d) { return path_key_text(d) == key.text; });
 }
 
 // ac_port_allowed on the longest network.allow entry that covers addr.

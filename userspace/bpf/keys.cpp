@@ -9,6 +9,8 @@
 
 namespace agentcage::bpf {
 
+std::string path_key_text(const std::string& path) { return path == "/" ? "/" : path + "/"; }
+
 Result<ac_path_key> make_path_key(uint32_t rules_id, const PathRule& rule) {
   const std::string& path = rule.path;
   if (rules_id & ~AC_RULES_ID_MASK) return Error{"bpf: rules id out of range", EINVAL};
@@ -19,7 +21,7 @@ Result<ac_path_key> make_path_key(uint32_t rules_id, const PathRule& rule) {
   } else {
     if (path.empty() || path.front() != '/')
       return Error{"bpf: path rule is not absolute: \"" + path + "\"", EINVAL};
-    text = path == "/" ? "/" : path + "/";
+    text = path_key_text(path);
   }
   if (text.size() > AC_PATH_KEY_MAX)
     return Error{

@@ -14,6 +14,9 @@
 
 namespace agentcage::bpf {
 
+// The key text of an absolute path: path + '/', "/" for the root (what
+// make_path_key stores and what the hooks look up; bpf::decide compares it).
+std::string path_key_text(const std::string& path);
 // The LPM key bytes for a path rule (trailing '/' appended, "/" stays "/";
 // abstract names verbatim). Fails when the key would not fit AC_PATH_KEY_MAX.
 Result<ac_path_key> make_path_key(uint32_t rules_id, const PathRule& rule);
