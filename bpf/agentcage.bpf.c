@@ -119,6 +119,7 @@ static __always_inline void ac_judge_dentry(struct ac_ctx *c, struct ac_scratch 
 
 	j->allowed = 0;
 	j->text_len = 0;
+	s->need = need.all;
 	j->status = ac_resolve(dentry, mnt, s, &j->text_len, 1);
 	if (j->status != AC_WALK_DONE) {
 		j->reason = ac_walk_reason(j->status);
@@ -163,8 +164,10 @@ static __always_inline int ac_judgement_finish(struct ac_ctx *c, struct ac_scrat
 	int ret;
 	struct ac_event_decision *e = ac_finish(c, j->allowed, j->reason, &ret);
 	if (e) {
-		if (j->status == AC_WALK_DONE)
+		if (j->status == AC_WALK_DONE) {
 			ac_event_text(e, AC_TARGET_PATH, s, j->text_len);
+			e->access = s ? s->need : 0;
+		}
 		ac_event_submit(e);
 	}
 	return ret;

@@ -96,6 +96,19 @@ struct {
 	__type(value, struct ac_scope_report);
 } ac_scope_reports SEC(".maps");
 
+/* A recorded scope's own ring buffer (struct ac_scope_report,
+ * ac_scope_rings in abi.h): looked up only when a record is made. */
+struct ac_scope_ring {
+	__uint(type, BPF_MAP_TYPE_RINGBUF);
+	__uint(max_entries, AC_SCOPE_RING_BYTES);
+};
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH_OF_MAPS);
+	__uint(max_entries, AC_MAX_RECORDED_SCOPES);
+	__type(key, __u64); /* scope_id */
+	__array(values, struct ac_scope_ring);
+} ac_scope_rings SEC(".maps");
+
 /* Where a decision record is built before it is copied into the scope's
  * report and offered to ac_events: the deciding task's own storage, so the
  * report's records never depend on room in the shared ring buffer (which
@@ -173,7 +186,11 @@ struct ac_mounts {
 
 struct ac_scratch {
 	__u32 busy;
-	__u32 pad;
+	/* The access of the path request being judged, for its record. Kept
+	 * here, not on the stack: the verifier does not track a map value's
+	 * bytes, so each hook's different constants do not multiply its
+	 * states. */
+	__u32 need;
 	struct ac_walk_state walk;
 	/* The workspace-relative key (the path with the workspace cut off). */
 	struct ac_path_key rel;

@@ -197,6 +197,8 @@ ac_event_fill(struct ac_task_record *t, const struct ac_ctx *c, __u8 decision, _
 	e->port = 0;
 	e->protocol = 0;
 	e->target_len = 0;
+	e->access = 0;
+	e->pad = 0;
 	__builtin_memset(e->addr, 0, sizeof(e->addr));
 	__builtin_memset(e->comm, 0, sizeof(e->comm));
 	/* The whole text, not just its first byte: the buffer holds an
@@ -255,6 +257,26 @@ static __always_inline int ac_event_budget(struct ac_scope_report *r, __u64 now)
 	return n < AC_SCOPE_EVENT_BUDGET;
 }
 
+/* A recorded scope (`agentcage run --record`) gets every record in its
+ * own ring buffer too, outside the audit log's budget (ac_scope_rings); a
+ * record it has no room for is counted in the scope's report. A global
+ * function: checked once by the verifier, not in every state of every
+ * hook that reports (inline, it cost file_open on 6.1 a tenth of its
+ * budget). 6.1 passes the record as plain memory: the key is copied. */
+__noinline int ac_event_record(const struct ac_event_decision *e)
+{
+	if (!e)
+		return 0;
+	__u64 scope_id = e->scope_id;
+	void *ring = bpf_map_lookup_elem(&ac_scope_rings, &scope_id);
+	if (!ring || !bpf_ringbuf_output(ring, (void *)e, sizeof(*e), 0))
+		return 0;
+	struct ac_scope_report *r = bpf_map_lookup_elem(&ac_scope_reports, &scope_id);
+	if (r)
+		__sync_fetch_and_add(&r->records_unrecorded, 1);
+	return 0;
+}
+
 static __always_inline void ac_event_submit(struct ac_event_decision *e)
 {
 	/* Keep the scope's first few records for its report (the run's
@@ -270,6 +292,7 @@ static __always_inline void ac_event_submit(struct ac_event_decision *e)
 		if (idx < AC_REPORT_RECORDS)
 			__builtin_memcpy(&r->records[idx & (AC_REPORT_RECORDS - 1)], e, sizeof(*e));
 		__sync_fetch_and_add(&r->records_taken, 1);
+		ac_event_record(e);
 	}
 	/* Then a copy for the daemon's audit log, within the scope's budget
 	 * (the rest counted exactly, per scope and in total); a full ring

@@ -36,7 +36,7 @@ static_assert(AC_HOOK_SCOPE_ESCAPE == 8 && AC_HOOK_SOCKET_BIND == 9 && AC_HOOK_S
               AC_HOOK_FILE_STAT == 14 && AC_HOOK_FILE_WATCH == 15 && AC_HOOK_PROC == 16 &&
               AC_HOOK_NATIVE_CODE == 17 && AC_HOOK_DEBUG == 18 && AC_HOOK_INGRESS == 19 &&
               AC_HOOK_TTY == 20 && AC_HOOK_FILE_RECEIVE == 21 && AC_HOOK_COUNT == 22);
-static_assert(AC_ABI_VERSION == 11, "the layout above is ABI version 11");
+static_assert(AC_ABI_VERSION == 12, "the layout above is ABI version 12");
 // The lengths entry of name rules is an ac_path_rule-sized value of the same trie.
 static_assert(sizeof(ac_name_lengths) == sizeof(ac_path_rule));
 static_assert(2 + AC_NAME_RULE_MAX <= AC_PATH_KEY_MAX, "a name entry fits a path key");
@@ -54,7 +54,8 @@ static_assert(offsetof(ac_event_decision, comm) == 56);
 static_assert(offsetof(ac_event_decision, family) == 72);
 static_assert(offsetof(ac_event_decision, addr) == 80);
 static_assert(offsetof(ac_event_decision, target) == 96);
-static_assert(sizeof(ac_event_decision) == 96 + AC_EVENT_TARGET_MAX);
+static_assert(offsetof(ac_event_decision, access) == 96 + AC_EVENT_TARGET_MAX);
+static_assert(sizeof(ac_event_decision) == 96 + AC_EVENT_TARGET_MAX + 8);
 static_assert(sizeof(ac_event_decision) % 8 == 0);
 static_assert(offsetof(ac_scope_report, window_start_ns) == 16 * AC_HOOK_COUNT + 8);
 static_assert(offsetof(ac_scope_report, events_suppressed) == 16 * AC_HOOK_COUNT + 16);

@@ -57,10 +57,11 @@ Result<std::unique_ptr<Enforcer>> Enforcer::load_skeleton(const LoadOptions& opt
   self->receive_filter_ = bpf_program__fd(self->skel_->progs.ac_udp_client_filter);
 
   auto& m = self->skel_->maps;
-  self->maps_ = {bpf_map__fd(m.ac_scopes),          bpf_map__fd(m.ac_policies),   bpf_map__fd(m.ac_settings),
-                 bpf_map__fd(m.ac_path_rules),      bpf_map__fd(m.ac_workspaces), bpf_map__fd(m.ac_net_rules),
-                 bpf_map__fd(m.ac_decision_counts), bpf_map__fd(m.ac_stats),      bpf_map__fd(m.ac_events),
-                 bpf_map__fd(m.ac_scope_reports),   bpf_map__fd(m.ac_listeners)};
+  self->maps_ = {
+      bpf_map__fd(m.ac_scopes),          bpf_map__fd(m.ac_policies),   bpf_map__fd(m.ac_settings),
+      bpf_map__fd(m.ac_path_rules),      bpf_map__fd(m.ac_workspaces), bpf_map__fd(m.ac_net_rules),
+      bpf_map__fd(m.ac_decision_counts), bpf_map__fd(m.ac_stats),      bpf_map__fd(m.ac_events),
+      bpf_map__fd(m.ac_scope_reports),   bpf_map__fd(m.ac_listeners),  bpf_map__fd(m.ac_scope_rings)};
   bpf_program* prog = nullptr;
   bpf_object__for_each_program(prog, self->skel_->obj) {
     if (program_skipped(prog)) continue;

@@ -142,6 +142,13 @@ class Enforcer {
   Status remove_scope(const ScopeCgroup& cgroup);
   // The deny/audit report of a live scope, by scope id.
   Result<ScopeReport> scope_report(uint64_t scope_id) const;
+  // Record every decision record of scope `scope_id` from now on into a
+  // ring buffer of its own (ac_scope_rings, abi.h), outside the audit log's
+  // budget; returns the ring buffer's descriptor, for its one reader
+  // (EventReader). Before the scope's first process starts, so nothing is
+  // missed; the entry goes with the scope (remove_scope). EEXIST when the
+  // scope is recorded already.
+  Result<UniqueFd> record_scope(uint64_t scope_id);
 
   // Run `fn` holding the cross-process lock (shared mode; a no-op lock for a
   // private set), so a sequence of map operations is atomic with respect to
@@ -193,7 +200,7 @@ class Enforcer {
   std::unique_ptr<agentcage_bpf, SkelDeleter> skel_;  // null when adopted
   struct MapFds {
     int scopes = -1, policies = -1, settings = -1, path_rules = -1, workspaces = -1, net_rules = -1,
-        decision_counts = -1, stats = -1, events = -1, scope_reports = -1, listeners = -1;
+        decision_counts = -1, stats = -1, events = -1, scope_reports = -1, listeners = -1, scope_rings = -1;
   } maps_;
   int receive_filter_ = -1;  // ac_udp_client_filter (owned by skel_ or owned_fds_)
   // A private set's scopes' cgroups (id, descriptor): the filter comes off

@@ -68,6 +68,9 @@ void Enforcer::purge_unreferenced() {
   for (uint64_t id : all_keys<uint64_t>(maps_.scope_reports))
     if (std::find(scope_ids.begin(), scope_ids.end(), id) == scope_ids.end())
       bpf_map_delete_elem(maps_.scope_reports, &id);
+  for (uint64_t id : all_keys<uint64_t>(maps_.scope_rings))
+    if (std::find(scope_ids.begin(), scope_ids.end(), id) == scope_ids.end())
+      bpf_map_delete_elem(maps_.scope_rings, &id);
 }
 
 Status Enforcer::put_policy(uint32_t slot, std::span<const PathRule> rules, uint32_t flags) {
@@ -366,6 +369,7 @@ Status Enforcer::remove_scope(const ScopeCgroup& cgroup) {
     // Its report and workspace entry go with it (rules stay: they belong to
     // the policy, which other scopes may use).
     bpf_map_delete_elem(maps_.scope_reports, &scope.scope_id);
+    bpf_map_delete_elem(maps_.scope_rings, &scope.scope_id);
     if (scope.workspace_tag) delete_workspace(scope.workspace_tag);
     // So do the places its sockets were registered at (the sockets died
     // with its processes; the entries would only take room).
@@ -383,6 +387,17 @@ void Enforcer::delete_workspace(uint32_t tag) {
     if ((ntohl(key.rules_id_be) & ~AC_WORKSPACE_ANCESTOR) == tag) bpf_map_delete_elem(maps_.workspaces, &key);
 }
 
+Result<UniqueFd> Enforcer::record_scope(uint64_t scope_id) {
+  const int made = bpf_map_create(BPF_MAP_TYPE_RINGBUF, "ac_scope_ring", 0, 0, AC_SCOPE_RING_BYTES, nullptr);
+  if (made < 0)
+    return bpf_error("creating the recording ring buffer of scope " + std::to_string(scope_id), made);
+  UniqueFd ring(made);
+  const int fd = ring.get();
+  if (int err = bpf_map_update_elem(maps_.scope_rings, &scope_id, &fd, BPF_NOEXIST))
+    return bpf_error("recording scope " + std::to_string(scope_id), err);
+  return ring;
+}
+
 Result<ScopeReport> Enforcer::scope_report(uint64_t scope_id) const {
   auto raw = std::make_unique<ac_scope_report>();
   if (int err = bpf_map_lookup_elem(maps_.scope_reports, &scope_id, raw.get()))
@@ -394,6 +409,7 @@ Result<ScopeReport> Enforcer::scope_report(uint64_t scope_id) const {
   }
   out.records_taken = raw->records_taken;
   out.events_suppressed = raw->events_suppressed;
+  out.records_unrecorded = raw->records_unrecorded;
   size_t n = std::min<size_t>(raw->records_taken, AC_REPORT_RECORDS);
   out.records.assign(raw->records, raw->records + n);
   return out;

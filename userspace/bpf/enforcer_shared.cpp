@@ -183,7 +183,8 @@ Status Enforcer::adopt_pinned(const std::string& dir) {
                                                  {"ac_stats", &maps_.stats},
                                                  {"ac_events", &maps_.events},
                                                  {"ac_scope_reports", &maps_.scope_reports},
-                                                 {"ac_listeners", &maps_.listeners}};
+                                                 {"ac_listeners", &maps_.listeners},
+                                                 {"ac_scope_rings", &maps_.scope_rings}};
   for (const auto& [name, out] : wanted)
     if (Status st = get(name, out); !st) return st;
   const std::string filter = dir + kReceiveFilterPin;

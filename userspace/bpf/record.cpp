@@ -2,6 +2,7 @@
 #include "bpf/record.h"
 
 #include <arpa/inet.h>
+#include <netinet/in.h>
 #include <sys/socket.h>
 
 #include <climits>
@@ -81,6 +82,23 @@ nlohmann::json record_json(const ac_event_decision& r) {
   else
     j["errno_name"] = err <= INT_MAX ? errno_name(static_cast<int>(err)) : "E" + std::to_string(err);
   j["cgroup_id"] = r.hdr.cgroup_id;
+  // What a path decision needed (policy suggest turns it into a read,
+  // write or exec rule), and an address's protocol.
+  if (r.target_kind == AC_TARGET_PATH && r.access) {
+    json access = json::array();
+    if (r.access & AC_ACCESS_READ) access.push_back("read");
+    if (r.access & AC_ACCESS_WRITE) access.push_back("write");
+    if (r.access & AC_ACCESS_EXEC) access.push_back("exec");
+    j["access"] = std::move(access);
+  }
+  if (r.target_kind == AC_TARGET_INET) {
+    if (r.protocol == IPPROTO_TCP)
+      j["protocol"] = "tcp";
+    else if (r.protocol == IPPROTO_UDP)
+      j["protocol"] = "udp";
+    else
+      j["protocol"] = std::to_string(r.protocol);
+  }
   return j;
 }
 

@@ -33,7 +33,10 @@ std::string record_target(const ac_event_decision& record);
 // The record as a JSON object:
 //   {"cgroup_id":4321,"comm":"python3","decision":"deny","errno":13,"errno_name":"EACCES",
 //    "hook":"file_open","pid":42,"policy_slot":3,"reason":"default_deny","scope_id":1234,
-//    "target":"/etc/passwd","target_kind":"path","tid":43,"uid":1000}
+//    "target":"/etc/passwd","target_kind":"path","tid":43,"uid":1000,"access":["read"]}
+// plus "access" (what a path decision needed: "read", "write", "exec") on
+// path records that carry it, and "protocol" ("tcp", "udp", or the
+// number) on address records.
 // comm and target are made valid UTF-8 (ill-formed bytes become U+FFFD), so
 // the object dumps without an error handler.
 nlohmann::json record_json(const ac_event_decision& record);

@@ -18,6 +18,9 @@ struct ScopeReport {
   // Records kept out of the shared ring buffer (the daemon's audit log)
   // because the scope had used its budget (AC_SCOPE_EVENT_BUDGET); exact.
   uint64_t events_suppressed = 0;
+  // A recorded scope's records its own ring buffer had no room for (its
+  // reader fell behind; Enforcer::record_scope); exact.
+  uint64_t records_unrecorded = 0;
   std::vector<ac_event_decision> records;  // the first AC_REPORT_RECORDS
 
   uint64_t denied_total() const { return sum(denied); }

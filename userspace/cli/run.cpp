@@ -67,6 +67,12 @@ AUDIT MODE
   enforcing a policy for it. The seccomp filter still applies. --mode enforce
   enforces a policy written with mode: audit. Only this run is affected; the
   result's "mode" says which mode it ran under.
+  --record keeps every decision record of the run in the result's
+  "recording" (each distinct operation once, with its count), not only the
+  first 8 of denials.records or what the audit log's budget lets through;
+  `agentcage policy suggest RESULT` turns it into a policy:
+    agentcage run --mode audit --record --result rec.json --policy base -- CMD
+    agentcage policy suggest rec.json > mine.yaml
 
 WORKSPACE
   The one place the policy's ${workspace} rules apply to. Without --workspace
@@ -88,8 +94,8 @@ WITHOUT ROOT
   default @CONTROL_SOCKET@), which the user may use when it is in the
   daemon's control_group: same options, output, result and exit statuses,
   with these differences. --policy is a NAME of the daemon's policy
-  directory (no files, no --policy-dir); --user, --keep, --io-dir, --mode
-  are root's. --workspace DIR is the caller's own directory (owned and
+  directory (no files, no --policy-dir); --user, --keep, --io-dir, --mode,
+  --record are root's. --workspace DIR is the caller's own directory (owned and
   writable by the caller, by a path without symbolic links) and works as
   --io-dir: copied into the run's workspace and back, never written by the
   run directly. Limits are capped by the daemon (run_max_memory, ...): a
@@ -311,6 +317,8 @@ void add_run(CLI::App& app, const Globals& globals, Commands& commands, std::vec
                   "enforce or audit: the policy's mode for this run only (audit: nothing is denied, every "
                   "would-be denial is reported)")
       ->type_name("MODE");
+  run->add_flag("--record", args->options.record,
+                "Keep every decision record of the run in the result's \"recording\" (for policy suggest)");
   run->add_option(
          "--label", args->labels,
          "Attach KEY=VALUE to the run: in the result and the audit log, never in metrics (repeatable)")

@@ -60,6 +60,9 @@ struct RunOptions {
   std::optional<std::string> user;
   // --mode enforce|audit: the policy's mode for this run only (root's).
   std::optional<policy::Mode> mode;
+  // --record: every decision record of the run into the result's
+  // "recording" (run/recording.h).
+  bool record = false;
   // --io-dir DIR: copied into the (generated) workspace before COMMAND and
   // the workspace copied back into it after (run/artifacts.h), as
   // --io-owner UID:GID (default: DIR's owner).

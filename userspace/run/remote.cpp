@@ -24,6 +24,9 @@ std::string remote_refusal(const RunOptions& o, bool policy_dir_given) {
   if (o.mode)
     return "--mode: a run through the daemon takes its policy's mode (fix: ask root to install an audit-mode "
            "copy of the policy in the daemon's policy directory, or run as root)";
+  if (o.record)
+    return "--record: a run through the daemon is recorded by the daemon's audit log (fix: run as root to "
+           "record it completely)";
   if (o.keep)
     return "--keep: a run through the daemon keeps nothing of its own (fix: pass --workspace DIR: its "
            "contents are "

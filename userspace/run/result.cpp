@@ -149,6 +149,7 @@ nlohmann::json to_json(const RunResult& r) {
     denials["syscalls"] = nullptr;
   }
   j["denials"] = std::move(denials);
+  j["recording"] = r.recording ? *r.recording : nlohmann::json(nullptr);
   return j;
 }
 

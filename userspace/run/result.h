@@ -89,6 +89,9 @@ struct RunResult {
   // The run's denied system calls (seccomp), counted by agentcage; unset
   // when the run never got its filter.
   std::optional<SyscallReport> syscalls;
+  // --record: the result's "recording" (run/recording.h Recording::json);
+  // unset without --record.
+  std::optional<nlohmann::json> recording;
 };
 
 nlohmann::json to_json(const RunResult& result);

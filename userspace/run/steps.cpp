@@ -457,6 +457,18 @@ Step confine(Run& run) {
                    confined.error().code);
   r.confinement = *confined;
   run.res.policy_slot = confined->slot;
+  if (run.opts.record) {
+    // Before COMMAND exists, so that the recording misses nothing.
+    auto ring = scope::record(*r.enforcer, *confined);
+    auto recording =
+        ring ? Recording::open(std::move(*ring)) : Result<std::unique_ptr<Recording>>(ring.error());
+    if (!recording) {
+      // The scope is r.confinement's: teardown takes it down.
+      return refused(why, "starting the run's recording (--record): " + recording.error().message,
+                     "run `agentcage doctor`", recording.error().code);
+    }
+    r.recording = std::move(*recording);
+  }
   if (confined->transient) {
     // For the reaper, should this agentcage die (the scope is found by the
     // cgroup id already in the record; the slot is released with it).

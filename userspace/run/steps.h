@@ -31,6 +31,7 @@
 #include "policy/policy.h"
 #include "run/artifacts.h"
 #include "run/options.h"
+#include "run/recording.h"
 #include "run/result.h"
 #include "run/sandbox.h"
 #include "run/seccomp_notify.h"
@@ -96,6 +97,9 @@ struct Resources {
   // The run's seccomp listener: answers and counts its denied calls until
   // teardown has killed the cgroup (run/seccomp_notify.h).
   std::optional<SyscallSupervisor> seccomp;
+  // --record: every decision record of the run (run/recording.h), drained
+  // while it runs and once more by teardown.
+  std::unique_ptr<Recording> recording;
   // --io-dir: the caller's directory (opened as its owner) the workspace is
   // copied back into by teardown.
   UniqueFd io_dir;

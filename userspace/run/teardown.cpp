@@ -67,6 +67,11 @@ std::vector<std::string> teardown(Resources& r, RunResult& res, bool collect,
     if (collect) res.syscalls = r.seccomp->report();
     if (drained) r.seccomp.reset();
   }
+  // The last records of a recorded run: nothing of it is left to make more.
+  if (r.recording && collect) {
+    if (Status st = r.recording->drain(); !st)
+      problems.push_back("reading the recording: " + st.error().message);
+  }
   if (r.confinement) {
     // The report, then the scope (only from an empty cgroup: survivors stay
     // confined), then its slot; scope/scope.h keeps that order.
@@ -85,6 +90,12 @@ std::vector<std::string> teardown(Resources& r, RunResult& res, bool collect,
       else if (drained)
         problems.push_back("processes remain in " + r.cg->path().string() + ": its scope stays");
     }
+  }
+  if (r.recording && collect) {
+    // Complete only when the kernel's count of records the ring buffer had
+    // no room for was read, and says none.
+    res.recording = r.recording->json(res.report ? res.report->records_unrecorded : 0);
+    if (!res.report) (*res.recording)["complete"] = false;
   }
   if (r.cg && drained && !r.confinement) {
     if (Status st = r.cg->remove(); !st)

@@ -213,11 +213,13 @@ Step wait_for_end(Run& run) {
   bool reaped = false;
   while (!reaped) {
     // The run's exit, signals, the timeout, the seccomp listener (index 3,
-    // -1 when there is none: poll skips it), then the stdio relay's pipes.
+    // -1 when there is none: poll skips it), the recording (index 4, the
+    // same), then the stdio relay's pipes.
     std::vector<pollfd> fds = {{signals.fd(), POLLIN, 0},
                                {run.pidfd.get(), POLLIN, 0},
                                {timer.get(), POLLIN, 0},
-                               {r.seccomp ? r.seccomp->poll_fd() : -1, POLLIN, 0}};
+                               {r.seccomp ? r.seccomp->poll_fd() : -1, POLLIN, 0},
+                               {r.recording ? r.recording->poll_fd() : -1, POLLIN, 0}};
     if (run.stdio) run.stdio->add_poll_fds(fds);
     // Without a pidfd (kernel < 5.3) poll for the exit every 50 ms.
     int wait_ms = !run.pidfd ? 50 : have_peak_file ? -1 : 100;
@@ -237,6 +239,13 @@ Step wait_for_end(Run& run) {
       // The listener broke: the run's denied calls would go uncounted.
       run.err << "agentcage: the seccomp listener failed: " << std::strerror(errno) << ": ending the run\n";
       (void)r.cg->kill_all();
+    }
+    if (fds[4].revents && r.recording) {
+      if (Status st = r.recording->drain(); !st) {
+        // A recording that cannot be read would be silently incomplete.
+        run.err << "agentcage: reading the recording failed: " << st.error().message << ": ending the run\n";
+        (void)r.cg->kill_all();
+      }
     }
     if (fds[2].revents & POLLIN) {
       uint64_t expirations = 0;

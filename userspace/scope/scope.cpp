@@ -226,6 +226,10 @@ Result<Released> release(bpf::Enforcer& enforcer, const Confinement& confinement
   return release(b, confinement, ending);
 }
 
+Result<UniqueFd> record(bpf::Enforcer& enforcer, const Confinement& confinement) {
+  return enforcer.record_scope(confinement.cgroup_id);
+}
+
 Result<Released> release(bpf::Enforcer& enforcer, const CgroupRef& cgroup, Ending ending) {
   EnforcerBackend b(enforcer);
   return release(b, cgroup, ending);

@@ -104,6 +104,12 @@ Result<Confinement> confine(Backend& backend, const CgroupRef& cgroup, const Pol
 Result<Confinement> confine(bpf::Enforcer& enforcer, const CgroupRef& cgroup, const PolicyRef& policy,
                             const std::string& workspace);
 
+// Record every decision record of a confined scope into a ring buffer of
+// its own from now on (Enforcer::record_scope; `agentcage run --record`),
+// returned for its one reader. Call before the scope's first process
+// starts; the recording goes with the scope.
+Result<UniqueFd> record(bpf::Enforcer& enforcer, const Confinement& confinement);
+
 // Take down what confine() set up (or what a stale run's record says it set
 // up). A scope already gone is not an error: the slot is released anyway, so
 // this can be retried.

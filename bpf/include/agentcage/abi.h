@@ -19,7 +19,7 @@
 #include <linux/types.h>
 #endif
 
-#define AC_ABI_VERSION 11
+#define AC_ABI_VERSION 12
 
 /* ---- capacities ------------------------------------------------------- */
 
@@ -426,6 +426,11 @@ struct ac_event_decision {
 	__u16 target_len; /* bytes used in target[] (text, terminating NUL excluded) */
 	__u8 addr[16];
 	char target[AC_EVENT_TARGET_MAX];
+	/* AC_TARGET_PATH records of a path decision: the access the operation
+	 * needed (AC_ACCESS_READ / WRITE / EXEC: an open's mode, a change's
+	 * write, an exec); 0 for every other record. */
+	__u32 access;
+	__u32 pad;
 };
 
 /* ---- per-scope report -------------------------------------------------- */
@@ -463,6 +468,18 @@ struct ac_scope_report {
 	 * Best effort under concurrency: two CPUs denying in one scope at the
 	 * same instant may claim the same place (records_taken stays exact). */
 	struct ac_event_decision records[AC_REPORT_RECORDS];
+	/* Records that a recording scope's own ring buffer (ac_scope_rings)
+	 * had no room for: exact, so a recording says whether it is complete. */
+	__u64 records_unrecorded;
 };
+
+/* ac_scope_rings: HASH_OF_MAPS, key __u64 scope_id, value a RINGBUF of
+ * AC_SCOPE_RING_BYTES that userspace creates for a scope it records
+ * (`agentcage run --record`) before the scope's first process starts, and
+ * drains itself: every record of that scope goes there too, outside the
+ * audit log's budget, so a recording misses nothing unless its reader falls
+ * this far behind (records_unrecorded). No entry: not recorded. */
+#define AC_SCOPE_RING_BYTES (4u << 20)
+#define AC_MAX_RECORDED_SCOPES 256
 
 #endif /* AGENTCAGE_ABI_H */
