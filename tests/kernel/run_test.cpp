@@ -28,6 +28,7 @@
 #include "bpf/enforcer.h"
 #include "cgroup/cgroup.h"
 #include "kernel_env.h"
+#include "probes.h"
 #include "run_helpers.h"
 
 namespace agentcage::kt {
@@ -125,16 +126,9 @@ TEST_F(Run, OtherProgramsCannotBeExecuted) {
 
 TEST_F(Run, DirectSocketConnectionFails) {
   // A real listener: the connection would succeed if it were not denied.
-  int srv = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  uint16_t port = 0;
+  int srv = listen_tcp(AF_INET, &port);
   ASSERT_GE(srv, 0);
-  sockaddr_in a{};
-  a.sin_family = AF_INET;
-  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  ASSERT_EQ(::bind(srv, reinterpret_cast<sockaddr*>(&a), sizeof a), 0);
-  ASSERT_EQ(::listen(srv, 8), 0);
-  socklen_t len = sizeof a;
-  ASSERT_EQ(::getsockname(srv, reinterpret_cast<sockaddr*>(&a), &len), 0);
-  const int port = ntohs(a.sin_port);
   Ran r =
       run(py("import socket, sys\n"
              "try:\n"

@@ -5,12 +5,17 @@
 // `agentcage policy suggest` turns an audit-mode recording into a policy
 // under which the workload passes while everything else stays denied.
 // Needs root and a kernel that enforces (the VM).
+#include <arpa/inet.h>
 #include <bpf/bpf.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include <algorithm>
 #include <cerrno>
 #include <cstdio>
+#include <cstdlib>
 #include <filesystem>
 #include <fstream>
 #include <set>
@@ -22,6 +27,7 @@
 #include "bpf/enforcer.h"
 #include "core/paths.h"
 #include "kernel_env.h"
+#include "probes.h"
 #include "run_helpers.h"
 #include "util/unique_fd.h"
 
@@ -104,6 +110,125 @@ TEST_F(Record, KeepsEveryDistinctOperationPastTheReportAndTheAuditBudget) {
   Ran plain = run(py("print(1)\n"));
   ASSERT_EQ(plain.code, 0) << plain.describe();
   EXPECT_TRUE(plain.result["recording"].is_null());
+}
+
+// The seed scenario, as an agent would run it: generated Python that writes
+// a CSV into its workspace, reads it back, computes with numpy, plots with
+// matplotlib (which also runs fc-list) and writes a JSON summary.
+const char* const kSeed =
+    "import csv, json, random, statistics\n"
+    "random.seed(7)\n"
+    "with open('data.csv', 'w', newline='') as f:\n"
+    "    w = csv.writer(f)\n"
+    "    w.writerow(['x', 'y'])\n"
+    "    for i in range(200):\n"
+    "        w.writerow([i, i * 2 + random.random()])\n"
+    "ys = [float(r['y']) for r in csv.DictReader(open('data.csv'))]\n"
+    "import numpy as np\n"
+    "a = np.array(ys)\n"
+    "import matplotlib\n"
+    "matplotlib.use('Agg')\n"
+    "import matplotlib.pyplot as plt\n"
+    "plt.plot(a)\n"
+    "plt.savefig('plot.png')\n"
+    "json.dump({'mean': statistics.mean(ys), 'std': float(a.std())}, open('summary.json', 'w'))\n"
+    "print('ok')\n";
+
+// Runs `agentcage ARGS` to completion: its exit status, stdout in *out and
+// stderr in *err.
+int agentcage(const std::vector<std::string>& args, std::string* out, std::string* err) {
+  const fs::path dir = fs::temp_directory_path() / ("agentcage-kt-cli-" + std::to_string(::getpid()));
+  fs::create_directories(dir);
+  std::string cmd = agentcage_bin();
+  for (const auto& a : args) {
+    std::string q = "'";
+    for (char c : a) q += c == '\'' ? std::string("'\\''") : std::string(1, c);
+    cmd += " " + q + "'";
+  }
+  cmd += " >" + (dir / "out").string() + " 2>" + (dir / "err").string() + " </dev/null";
+  const int st = std::system(cmd.c_str());
+  *out = slurp(dir / "out");
+  *err = slurp(dir / "err");
+  fs::remove_all(dir);
+  return WIFEXITED(st) ? WEXITSTATUS(st) : -1;
+}
+
+class Suggest : public Record {};
+
+// Record -> suggest -> enforce: an audit-mode recording of the seed scenario
+// under a policy that allows nothing becomes a draft under which the
+// scenario passes with no denial, while /etc/passwd, the network and other
+// programs stay denied, as under python-sandbox.
+TEST_F(Suggest, ADraftFromAnAuditRecordingRunsTheScenarioAndDeniesTheRest) {
+  const std::string deny_all = std::string(AGENTCAGE_SOURCE_DIR) + "/policies/deny-all.yaml";
+  SpawnOptions base;
+  base.policy = deny_all;
+  Ran rec = run(py(kSeed, {"--mode", "audit", "--record", "--timeout", "10m", "--memory", "1Gi"}), base);
+  ASSERT_EQ(rec.code, 0) << rec.describe();
+  ASSERT_EQ(rec.out, "ok\n") << rec.describe();
+  ASSERT_TRUE(rec.result["recording"].is_object()) << rec.describe();
+  ASSERT_TRUE(rec.result["recording"]["complete"].get<bool>()) << rec.result["recording"]["lost"];
+  // Under deny-all everything the scenario did was a would-be denial.
+  EXPECT_GT(rec.result["denials"]["audited_total"].get<uint64_t>(), 100u);
+  EXPECT_EQ(rec.result["denials"]["total"], 0);
+
+  const fs::path dir = fs::temp_directory_path() / ("agentcage-kt-suggest-" + std::to_string(::getpid()));
+  fs::create_directories(dir);
+  const std::string rec_file = (dir / "rec.json").string(), draft = (dir / "seed-draft.yaml").string();
+  std::ofstream(rec_file) << rec.result.dump();
+  std::string out, err;
+  ASSERT_EQ(agentcage({"policy", "suggest", rec_file, "--name", "seed-draft", "-o", draft}, &out, &err), 0)
+      << err;
+  const std::string text = slurp(draft);
+  // The rules a reviewer expects, each with the operations behind it.
+  EXPECT_NE(text.find("      - /usr/lib/python3.11\n"), std::string::npos) << text;
+  EXPECT_NE(text.find("      - ${workspace}"), std::string::npos) << text;
+  EXPECT_NE(text.find("# exec by agentcage"), std::string::npos) << text;
+  EXPECT_EQ(text.find("/etc/passwd"), std::string::npos) << text;
+  EXPECT_EQ(text.find("network:"), std::string::npos) << text;  // nothing connected
+  ASSERT_EQ(agentcage({"policy", "check", draft}, &out, &err), 0) << out << err;
+
+  SpawnOptions drafted;
+  drafted.policy = draft;
+  Ran enforced = run(py(kSeed, {"--timeout", "10m", "--memory", "1Gi"}), drafted);
+  ASSERT_EQ(enforced.code, 0) << enforced.describe() << text;
+  EXPECT_EQ(enforced.out, "ok\n");
+  EXPECT_EQ(enforced.result["mode"], "enforce");
+  EXPECT_EQ(enforced.result["denials"]["total"], 0) << enforced.result["denials"].dump(2) << text;
+
+  // What the scenario never did stays denied.
+  Ran passwd = run(py("import sys\n"
+                      "try:\n"
+                      "    open('/etc/passwd').read()\n"
+                      "except PermissionError:\n"
+                      "    sys.exit(42)\n"),
+                   drafted);
+  EXPECT_EQ(passwd.code, 42) << passwd.describe();
+  EXPECT_TRUE(has_record(passwd, "file_open", "/etc/passwd")) << passwd.result.dump(2);
+
+  uint16_t port = 0;
+  int srv = listen_tcp(AF_INET, &port);
+  ASSERT_GE(srv, 0);
+  Ran net = run(py("import socket, sys\n"
+                   "try:\n"
+                   "    socket.create_connection(('127.0.0.1', " +
+                   std::to_string(port) +
+                   "), timeout=5)\n"
+                   "except PermissionError:\n"
+                   "    sys.exit(42)\n"),
+                drafted);
+  ::close(srv);
+  EXPECT_EQ(net.code, 42) << net.describe();
+  EXPECT_GE(denied(net, "socket_connect"), 1u) << net.result.dump(2);
+
+  Ran sh = run(py("import subprocess, sys\n"
+                  "try:\n"
+                  "    subprocess.run(['/bin/sh', '-c', 'id'])\n"
+                  "except PermissionError:\n"
+                  "    sys.exit(42)\n"),
+               drafted);
+  EXPECT_EQ(sh.code, 42) << sh.describe();
+  fs::remove_all(dir);
 }
 
 }  // namespace

@@ -12,6 +12,7 @@
 #include <cerrno>
 #include <csignal>
 #include <filesystem>
+#include <fstream>
 #include <string>
 #include <vector>
 
@@ -321,6 +322,82 @@ TEST(Cli, PolicyExplainSaysTheDecisionAndTheRule) {
   Output rel = agentcage({"policy", "explain", policy, "open", "etc/passwd"});
   EXPECT_EQ(rel.status, 2);
   EXPECT_TRUE(contains(rel.err, "TARGET must be an absolute path")) << rel.err;
+}
+
+// A minimal result document holding a complete recording of `records`.
+std::string recorded_result(const std::string& workspace, const std::string& records) {
+  return R"({"version":1,"workspace":")" + workspace +
+         R"(","policy":"deny-all","run_id":"0123456789abcdef",)" +
+         R"("denials":{"reported":true,"records_total":0,"events_suppressed":0,"records":[]},)" +
+         R"("recording":{"complete":true,"total":3,"distinct":3,"lost":0,"records":[)" + records + "]}}";
+}
+
+std::string path_record(const std::string& hook, const std::string& target, const std::string& access) {
+  return R"({"scope_id":1,"policy_slot":3,"hook":")" + hook +
+         R"(","decision":"audit","reason":"default_deny","pid":9,"tid":9,"uid":1879048192,"comm":"python3",)" +
+         R"("target":")" + target + R"(","target_kind":"path","errno":0,"errno_name":null,"cgroup_id":1,)" +
+         R"("access":[")" + access + R"("],"count":1})";
+}
+
+// Two runs recorded in different workspaces: one draft, the workspace as
+// ${workspace} for both, checked by the same decisions as policy explain.
+TEST(Cli, PolicySuggestDraftsOnePolicyFromSeveralRuns) {
+  const fs::path dir = fs::temp_directory_path() / ("agentcage-cli-suggest-" + std::to_string(::getpid()));
+  fs::create_directories(dir);
+  const std::string a = (dir / "a.json").string(), b = (dir / "b.json").string();
+  {
+    std::ofstream(a) << recorded_result(
+        "/var/lib/agentcage/workspaces/aaaa",
+        path_record("exec", "/usr/bin/python3.11", "exec") + "," +
+            path_record("file_open", "/usr/lib/python3.11/os.py", "read") + "," +
+            path_record("file_open", "/var/lib/agentcage/workspaces/aaaa/out.csv", "write"));
+    std::ofstream(b) << recorded_result(
+        "/var/lib/agentcage/workspaces/bbbb",
+        path_record("file_open", "/var/lib/agentcage/workspaces/bbbb/out.csv", "write") + "," +
+            path_record("file_open", "/usr/lib/python3.11/abc.py", "read") + "," +
+            path_record("file_open", "/etc/hosts", "read"));
+  }
+  Output d = agentcage({"policy", "suggest", a, b, "--name", "two-runs"});
+  ASSERT_EQ(d.status, 0) << d.err;
+  EXPECT_TRUE(contains(d.out, "  name: two-runs\n")) << d.out;
+  EXPECT_TRUE(contains(d.out, "      - /usr/bin/python3.11\n")) << d.out;
+  EXPECT_TRUE(contains(d.out, "      - /usr/lib/python3.11/os.py\n")) << d.out;
+  EXPECT_TRUE(contains(d.out, "      - /usr/lib/python3.11/abc.py\n")) << d.out;
+  EXPECT_TRUE(contains(d.out, "      - /etc/hosts\n")) << d.out;
+  EXPECT_TRUE(contains(d.out, "      - ${workspace}/out.csv\n")) << d.out;
+  EXPECT_FALSE(contains(d.out, "bbbb")) << d.out;
+  EXPECT_FALSE(contains(d.err, "warning")) << d.err;
+
+  // -o writes the file; `policy check` loads it.
+  const std::string draft = (dir / "draft.yaml").string();
+  Output o = agentcage({"policy", "suggest", a, "-o", draft});
+  ASSERT_EQ(o.status, 0) << o.err;
+  EXPECT_EQ(o.out, "");
+  Output check = agentcage({"policy", "check", draft});
+  EXPECT_EQ(check.status, 0) << check.out << check.err;
+
+  // A result without a recording: its first records, and a warning.
+  const std::string partial = (dir / "partial.json").string();
+  std::ofstream(partial) << R"({"version":1,"workspace":"/w","denials":{"reported":true,"records_total":20,)"
+                            R"("events_suppressed":0,"records":[)" +
+                                path_record("file_open", "/etc/hosts", "read") + "]},\"recording\":null}";
+  Output part = agentcage({"policy", "suggest", partial});
+  EXPECT_EQ(part.status, 0) << part.err;
+  EXPECT_TRUE(contains(part.err, "warning: " + partial)) << part.err;
+  EXPECT_TRUE(contains(part.err, "--mode audit --record")) << part.err;
+  EXPECT_TRUE(contains(part.out, "# WARNING: incomplete input")) << part.out;
+
+  // Bad input changes nothing and says where.
+  const std::string log = (dir / "audit.log").string();
+  std::ofstream(log) << path_record("file_open", "/etc/hosts", "read") << "\n{not json\n";
+  Output bad = agentcage({"policy", "suggest", log, "-o", (dir / "never.yaml").string()});
+  EXPECT_EQ(bad.status, 2);
+  EXPECT_TRUE(contains(bad.err, log + ":2:")) << bad.err;
+  EXPECT_FALSE(fs::exists(dir / "never.yaml"));
+  Output missing = agentcage({"policy", "suggest", (dir / "nope.json").string()});
+  EXPECT_EQ(missing.status, 2);
+  EXPECT_TRUE(contains(missing.err, "nope.json")) << missing.err;
+  fs::remove_all(dir);
 }
 
 }  // namespace

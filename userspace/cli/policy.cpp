@@ -1,11 +1,17 @@
 // SPDX-License-Identifier: Apache-2.0
 // `agentcage policy check [FILE...] [--dir DIR] [--json]`,
-// `agentcage policy explain POLICY OPERATION TARGET [ACCESS]`.
+// `agentcage policy explain POLICY OPERATION TARGET [ACCESS]`,
+// `agentcage policy suggest INPUT... [--run ID] [--name NAME]`.
 #include <climits>
+#include <cstdio>
 #include <cstdlib>
+#include <cstring>
 #include <filesystem>
+#include <fstream>
 #include <iostream>
+#include <iterator>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -16,6 +22,7 @@
 #include "bpf/names.h"
 #include "cli/command.h"
 #include "cli/help.h"
+#include "policy/draft.h"
 #include "policy/locate.h"
 #include "policy/policy.h"
 #include "policy/values.h"
@@ -158,6 +165,141 @@ int explain_command(const ExplainArgs& a) {
   return x.decision.allowed ? 0 : 1;
 }
 
+struct SuggestArgs {
+  std::vector<std::string> inputs;
+  std::string run_id, name = "suggested", output;
+  size_t collapse = 3;
+};
+
+// One input's text: a file, or stdin for "-".
+Result<std::string> read_input(const std::string& path) {
+  if (path == "-") return std::string(std::istreambuf_iterator<char>(std::cin), {});
+  std::ifstream in(path, std::ios::binary);
+  if (!in) return Error::from_errno(path);
+  std::string text((std::istreambuf_iterator<char>(in)), {});
+  if (in.bad()) return Error::from_errno(path);
+  return text;
+}
+
+// The draft's operations, each asked of the compiled draft as `policy
+// explain` would: every one must be allowed, or the draft is wrong.
+std::vector<std::string> unallowed(const bpf::CompiledPolicy& compiled, const std::string& workspace,
+                                   const std::vector<policy::DraftCheck>& checks) {
+  std::vector<std::string> out;
+  for (const auto& c : checks) {
+    bpf::Request q;
+    if (c.op == "connect") {
+      auto parsed = bpf::parse_connect_target(c.target);
+      if (!parsed) {
+        out.push_back(c.op + " " + c.target + ": " + parsed.error().message);
+        continue;
+      }
+      q = *parsed;
+    } else {
+      q.path = c.target;
+      q.op = c.op == "exec"                            ? bpf::Operation::exec
+             : c.op == "stat"                          ? bpf::Operation::stat
+             : c.op == "change" || c.access == "write" ? bpf::Operation::write
+                                                       : bpf::Operation::read;
+    }
+    if (!bpf::decide(compiled, workspace, q).allowed)
+      out.push_back(c.op + " " + c.target + (c.access.empty() ? "" : " " + c.access) + " (" + c.origin + ")");
+  }
+  return out;
+}
+
+int suggest_command(const SuggestArgs& a) {
+  // Every input, merged: a later run's workspace is written as the first's,
+  // so that ${workspace} rules come out once for all of them.
+  std::vector<policy::Observation> items;
+  std::optional<std::string> workspace, from_policy;
+  std::string incomplete;
+  uint64_t records = 0;
+  for (const auto& path : a.inputs) {
+    auto text = read_input(path);
+    if (!text) {
+      std::cerr << "agentcage policy suggest: " << text.error().message << "\n";
+      return 2;
+    }
+    auto obs = policy::read_observations(*text, path == "-" ? "stdin" : path,
+                                         a.run_id.empty() ? std::nullopt : std::optional(a.run_id));
+    if (!obs) {
+      std::cerr << "agentcage policy suggest: " << obs.error().message << "\n";
+      return 2;
+    }
+    records += obs->records;
+    if (!obs->complete) {
+      std::cerr << "agentcage policy suggest: warning: " << (path == "-" ? "stdin" : path) << ": "
+                << obs->incomplete
+                << "; the draft allows only what these records show (record every operation with "
+                   "`agentcage run --mode audit --record --result FILE ...`)\n";
+      if (incomplete.empty()) incomplete = obs->incomplete;
+    }
+    if (obs->policy && !from_policy) from_policy = obs->policy;
+    std::optional<std::string> ws = obs->workspace;
+    if (ws && ws->empty()) ws.reset();
+    if (ws && !workspace) workspace = ws;
+    for (auto& o : obs->items) {
+      if (ws && *ws != *workspace && o.target_kind != "inet" && o.target_kind != "syscall" &&
+          o.target_kind != "none" && (o.target == *ws || o.target.rfind(*ws + "/", 0) == 0))
+        o.target = *workspace + o.target.substr(ws->size());
+      items.push_back(std::move(o));
+    }
+  }
+  if (records == 0)
+    std::cerr << "agentcage policy suggest: warning: the input holds no denied or audited operation; "
+                 "the draft allows nothing\n";
+
+  policy::DraftOptions o;
+  o.name = a.name;
+  o.workspace = workspace;
+  o.collapse = a.collapse;
+  o.source = a.inputs.size() == 1 ? a.inputs.front() : std::to_string(a.inputs.size()) + " inputs";
+  o.from_policy = from_policy;
+  if (!a.run_id.empty()) o.run_id = a.run_id;
+  o.incomplete = incomplete;
+  const policy::Draft draft = policy::draft_policy(items, o);
+
+  // The draft must load and allow what was observed: parsed and compiled
+  // as `run` would, then each operation decided as the kernel would.
+  policy::ParseOptions po;
+  po.check_exec_exists = false;  // recorded on another host, maybe
+  policy::ParseResult parsed = policy::parse_policy(draft.yaml, "<draft>", po);
+  std::optional<bpf::CompiledPolicy> compiled;
+  if (parsed.ok()) {
+    if (auto c = bpf::compile(*parsed.policy)) compiled = std::move(*c);
+  }
+  if (!compiled) {
+    std::cerr << "agentcage policy suggest: internal error: the draft does not load (please report it):\n";
+    for (const auto& d : parsed.errors) std::cerr << "  " << d.format() << "\n";
+    std::cerr << draft.yaml;
+    return 2;
+  }
+  const auto missing = unallowed(*compiled, workspace.value_or(""), policy::draft_checks(items, o));
+
+  if (a.output.empty() || a.output == "-") {
+    std::cout << draft.yaml;
+  } else {
+    const std::string tmp = a.output + ".tmp";
+    std::ofstream out(tmp, std::ios::binary | std::ios::trunc);
+    out << draft.yaml;
+    out.close();
+    if (!out || std::rename(tmp.c_str(), a.output.c_str()) != 0) {
+      std::cerr << "agentcage policy suggest: writing " << a.output << ": " << std::strerror(errno) << "\n";
+      std::remove(tmp.c_str());
+      return 2;
+    }
+  }
+  for (const auto& n : draft.notes) std::cerr << "agentcage policy suggest: note: " << n << "\n";
+  if (!missing.empty()) {
+    std::cerr << "agentcage policy suggest: internal error: the draft does not allow " << missing.size()
+              << " observed operation(s) (please report it):\n";
+    for (const auto& m : missing) std::cerr << "  " << m << "\n";
+    return 1;
+  }
+  return 0;
+}
+
 }  // namespace
 
 void add_policy(CLI::App& app, const Globals& /*globals*/, Commands& commands) {
@@ -232,6 +374,47 @@ void add_policy(CLI::App& app, const Globals& /*globals*/, Commands& commands) {
   explain->add_option("--policy-dir", ex->policy_dir, "Where a policy NAME is looked up")->type_name("DIR");
   explain->add_flag("--json", ex->json, "Print one JSON document instead of text");
   commands.add(explain, [ex] { return explain_command(*ex); });
+
+  auto* suggest = policy->add_subcommand(
+      "suggest", "Draft a minimal policy from what runs did (their result or audit log records)");
+  suggest->footer(
+      "Turn the decision records of one or more runs into a draft policy that allows what they\n"
+      "did and nothing else, with a comment above each rule naming the operations that added it.\n"
+      "The workflow (docs/policy.md): run the workload in audit mode with every record kept,\n"
+      "draft, review, then enforce:\n\n"
+      "  agentcage run --mode audit --record --result rec.json --policy base.yaml -- CMD\n"
+      "  agentcage policy suggest rec.json -o mine.yaml\n"
+      "  agentcage policy check mine.yaml && agentcage run --policy mine.yaml -- CMD\n\n"
+      "INPUT: a run's result document (its \"recording\" from --record; without one only the\n"
+      "first records of denials.records, and a warning says so) or the daemon's audit log\n"
+      "(JSON lines; --run ID takes one run's lines; the log holds at most 256 records a second\n"
+      "per run). - reads stdin. Several inputs are merged; the first input's workspace stands\n"
+      "for every run's, written as ${workspace}.\n\n"
+      "What becomes a rule: exec -> exec.allow (the program, never its directory); opens,\n"
+      "stats, watches and executable mappings -> files.read; opens for writing and changes ->\n"
+      "files.write; connects -> network.allow (address/32, port, protocol). Reads in one\n"
+      "directory collapse into it from --collapse N files or subdirectories (default 3; 0:\n"
+      "never), never above /usr/lib-like depths and never under /etc, /proc, /sys, /dev, /run\n"
+      "or /boot. Nothing else is allowed: IPC, debugging, native code, listening sockets and\n"
+      "denied system calls are listed as notes (stderr and the draft's closing comment), and\n"
+      "the switches that would allow them are named, never turned on.\n\n"
+      "The draft is checked before it is printed: it must load (parse and compile) and allow\n"
+      "every observed operation it has a rule for, decided as `policy explain` decides.\n\n"
+      "Exit status: 0 a draft was written; 1 the draft does not allow an observed operation (a\n"
+      "bug: the draft is still written); 2 an input cannot be read or is not records (FILE:LINE\n"
+      "says where), or the draft does not load.");
+  auto sg = std::make_shared<SuggestArgs>();
+  suggest->add_option("INPUT", sg->inputs, "Result documents or audit logs (- for stdin)")
+      ->type_name("INPUT")
+      ->required();
+  suggest->add_option("--run", sg->run_id, "Only this run's records of an audit log")->type_name("ID");
+  suggest->add_option("--name", sg->name, "The draft's metadata.name (default: suggested)")
+      ->type_name("NAME");
+  suggest->add_option("--collapse", sg->collapse, "Reads in one directory that make it one rule (0: never)")
+      ->type_name("N");
+  suggest->add_option("-o,--output", sg->output, "Write the draft to FILE instead of stdout")
+      ->type_name("FILE");
+  commands.add(suggest, [sg] { return suggest_command(*sg); });
 }
 
 }  // namespace agentcage::cli

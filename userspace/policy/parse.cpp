@@ -253,14 +253,6 @@ class Validator {
       "/libx32/ld-linux-x32.so.2",   "/lib/ld-linux-armhf.so.3",   "/lib/ld-musl-x86_64.so.1",
       "/lib/ld-musl-aarch64.so.1"};
 
-  // ld.so, ld-2.36.so: the ELF interpreter, which runs any file given to it.
-  static bool is_dynamic_loader(const std::string& path) {
-    const std::string base = path.substr(path.rfind('/') + 1);
-    auto starts = [&](const char* p) { return base.rfind(p, 0) == 0; };
-    return base == "ld.so" || starts("ld-linux") || starts("ld64.so") || starts("ld-musl-") ||
-           (starts("ld-") && base.find(".so") != std::string::npos);
-  }
-
   // The program must be there now: a policy naming a missing interpreter is
   // a typo or a policy for another machine, and either way it would deny
   // what its author wanted to allow. Records the realpath, the file the

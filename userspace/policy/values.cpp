@@ -408,6 +408,13 @@ Result<std::string> parse_exec_path(std::string_view text) {
   return normalize(text, PATH_MAX - 1, text);
 }
 
+bool is_dynamic_loader(std::string_view path) {
+  const std::string_view base = path.substr(path.rfind('/') + 1);
+  return base == "ld.so" || base.starts_with("ld-linux") || base.starts_with("ld64.so") ||
+         base.starts_with("ld-musl-") ||
+         (base.starts_with("ld-") && base.find(".so") != std::string_view::npos);
+}
+
 Result<UnixTarget> parse_unix_target(std::string_view text) {
   if (!text.empty() && text.front() == '@') {
     const std::string_view name = text.substr(1);

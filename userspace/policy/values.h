@@ -103,6 +103,12 @@ Result<std::optional<NameValue>> parse_name_pattern(std::string_view text);
 // An exec.allow entry: an absolute host path (no variables), normalised.
 Result<std::string> parse_exec_path(std::string_view text);
 
+// Whether `path` (or a bare file name) names a dynamic loader by its name:
+// ld.so, ld-2.36.so, ld-linux-x86-64.so.2, ld64.so.2, ld-musl-*.so.1. The ELF
+// interpreter runs any file given to it (`ld.so /path/to/program`), so it is
+// never an exec.allow program.
+bool is_dynamic_loader(std::string_view path);
+
 // A network rule's unix socket: "/run/x.sock" (filesystem socket, normalised)
 // or "@name" (abstract socket; `name` is returned without the '@').
 struct UnixTarget {
