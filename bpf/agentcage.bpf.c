@@ -119,7 +119,11 @@ static __always_inline void ac_judge_dentry(struct ac_ctx *c, struct ac_scratch 
 
 	j->allowed = 0;
 	j->text_len = 0;
-	s->need = need.all;
+	/* For the record: what was needed, and whether the target is a
+	 * directory (policy suggest never turns a directory into a rule
+	 * unasked). */
+	__u16 mode = BPF_CORE_READ(dentry, d_inode, i_mode);
+	s->need = need.all | ((mode & 0170000) == 0040000 ? AC_RECORD_DIRECTORY : 0);
 	j->status = ac_resolve(dentry, mnt, s, &j->text_len, 1);
 	if (j->status != AC_WALK_DONE) {
 		j->reason = ac_walk_reason(j->status);

@@ -91,6 +91,9 @@ TEST_F(Record, KeepsEveryDistinctOperationPastTheReportAndTheAuditBudget) {
     if (x["hook"] == "file_stat" && t.rfind("/usr/share/doc/", 0) == 0) {
       docs_seen.insert(t);
       EXPECT_EQ(x["access"], json::array({"read"})) << x.dump();
+      // The kernel says which targets are directories (lstat: a symbolic
+      // link is not).
+      EXPECT_EQ(x.value("directory", false), fs::is_directory(fs::symlink_status(t))) << x.dump();
     }
   }
   EXPECT_EQ(r.out, "600\n") << r.describe();

@@ -51,6 +51,15 @@ TEST(RecordSet, KeepsEachOperationOnceWithItsCountWhoeverMadeIt) {
   EXPECT_EQ(j["records"][1]["access"], nlohmann::json::array({"write"}));
   EXPECT_EQ(j["records"][2]["hook"], "file_stat");
   EXPECT_EQ(j["records"][3]["target"], "/etc/hostname");
+  EXPECT_FALSE(j["records"][0].contains("directory"));
+}
+
+TEST(RecordSet, SaysWhichTargetsAreDirectories) {
+  RecordSet set;
+  set.add(path_record(AC_HOOK_FILE_STAT, "/home/me/.aws", AC_ACCESS_READ | AC_RECORD_DIRECTORY));
+  const auto j = set.json(0);
+  EXPECT_EQ(j["records"][0]["directory"], true);
+  EXPECT_EQ(j["records"][0]["access"], nlohmann::json::array({"read"}));
 }
 
 TEST(RecordSet, AddressesDifferByAddressPortAndProtocol) {

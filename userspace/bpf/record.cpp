@@ -90,6 +90,7 @@ nlohmann::json record_json(const ac_event_decision& r) {
     if (r.access & AC_ACCESS_WRITE) access.push_back("write");
     if (r.access & AC_ACCESS_EXEC) access.push_back("exec");
     j["access"] = std::move(access);
+    if (r.access & AC_RECORD_DIRECTORY) j["directory"] = true;
   }
   if (r.target_kind == AC_TARGET_INET) {
     if (r.protocol == IPPROTO_TCP)

@@ -428,7 +428,9 @@ struct ac_event_decision {
 	char target[AC_EVENT_TARGET_MAX];
 	/* AC_TARGET_PATH records of a path decision: the access the operation
 	 * needed (AC_ACCESS_READ / WRITE / EXEC: an open's mode, a change's
-	 * write, an exec); 0 for every other record. */
+	 * write, an exec), with AC_RECORD_DIRECTORY when the target is a
+	 * directory (a rule on it would allow everything below it); 0 for
+	 * every other record. */
 	__u32 access;
 	__u32 pad;
 };
@@ -480,6 +482,8 @@ struct ac_scope_report {
  * audit log's budget, so a recording misses nothing unless its reader falls
  * this far behind (records_unrecorded). No entry: not recorded. */
 #define AC_SCOPE_RING_BYTES (4u << 20)
+/* In a record's access: the target is a directory. */
+#define AC_RECORD_DIRECTORY (1u << 31)
 #define AC_MAX_RECORDED_SCOPES 256
 
 #endif /* AGENTCAGE_ABI_H */
