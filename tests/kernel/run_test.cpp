@@ -143,6 +143,52 @@ TEST_F(Run, DirectSocketConnectionFails) {
   EXPECT_TRUE(has_record(r, "socket_connect", "127.0.0.1:" + std::to_string(port))) << r.result.dump(2);
 }
 
+// policies/llm-proxy-only.yaml is python-sandbox.yaml (include:) plus the
+// proxy's address: the included rules are enforced as if written there, and
+// the policy's own rule opens exactly its one way out.
+TEST_F(Run, AnIncludingPolicyEnforcesTheIncludedRulesAndItsOwn) {
+  int proxy = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  ASSERT_GE(proxy, 0);
+  int one = 1;
+  ::setsockopt(proxy, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  a.sin_port = htons(8080);
+  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  ASSERT_EQ(::bind(proxy, reinterpret_cast<sockaddr*>(&a), sizeof a), 0)
+      << "the test stands in for the LLM proxy on 127.0.0.1:8080, which is taken";
+  ASSERT_EQ(::listen(proxy, 8), 0);
+  uint16_t other_port = 0;
+  const int other = listen_tcp(AF_INET, &other_port);
+  ASSERT_GE(other, 0);
+  SpawnOptions o;
+  o.policy = std::string(AGENTCAGE_SOURCE_DIR) + "/policies/llm-proxy-only.yaml";
+  Ran r = run(py("import socket\n"
+                 "out = []\n"
+                 "for port in (8080, " +
+                 std::to_string(other_port) +
+                 "):\n"
+                 "    try:\n"
+                 "        socket.create_connection(('127.0.0.1', port), timeout=5).close()\n"
+                 "        out.append('connected')\n"
+                 "    except PermissionError:\n"
+                 "        out.append('denied')\n"
+                 "try:\n"
+                 "    open('/etc/passwd').read()\n"
+                 "    out.append('read')\n"
+                 "except PermissionError:\n"
+                 "    out.append('denied')\n"
+                 "print(' '.join(out))\n"),
+              o);
+  ::close(proxy);
+  ::close(other);
+  ASSERT_EQ(r.code, 0) << r.describe();  // python3: exec.allow of the included file
+  EXPECT_EQ(r.out, "connected denied denied\n") << r.describe();
+  EXPECT_EQ(r.result["policy"], "llm-proxy-only");
+  EXPECT_TRUE(has_record(r, "file_open", "/etc/passwd")) << r.result.dump(2);
+  EXPECT_GE(denied(r, "socket_connect"), 1u) << r.result.dump(2);
+}
+
 TEST_F(Run, HostFilesCannotBeRead) {
   Ran r =
       run(py("import os, sys\n"

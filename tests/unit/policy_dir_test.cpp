@@ -277,6 +277,54 @@ TEST_F(PolicyDirReload, InvalidChangeIsRejectedLocatedAndThePreviousVersionKeeps
   EXPECT_EQ(state_file(), (json{{"web", 0}}));
 }
 
+// A policy that includes another changes with it: the daemon parses it
+// again when the included file changes, and a change that breaks the
+// include is a rejected change like any other (the previous rules stay).
+TEST_F(PolicyDirReload, AChangeToAnIncludedFileReloadsThePoliciesThatIncludeIt) {
+  write("base.yaml", policy_text("base"));
+  write("web.yaml",
+        "apiVersion: agentcage/v1\nkind: Policy\nmetadata: {name: web}\ninclude: [base.yaml]\n"
+        "spec:\n  files:\n    read: [/srv]\n");
+  write("other.yaml", policy_text("other"));
+  auto d = make_dir();
+  d->full_scan();
+  const uint32_t base = *d->named_slot("base"), web = *d->named_slot("web"), other = *d->named_slot("other");
+  EXPECT_EQ(slots_.installed.at(web).path_rules, 2u);  // /srv and base's /etc
+  take_log();
+
+  // base gains a rule: both base and web are installed again, other is not.
+  write("base.yaml", policy_text("base", "/etc/hostname, /etc/passwd"));
+  d->apply_file("base.yaml");
+  EXPECT_EQ(take_log(), (std::vector<std::string>{"put " + std::to_string(base) + " base",
+                                                  "put " + std::to_string(web) + " web"}));
+  EXPECT_EQ(slots_.installed.at(web).path_rules, 3u);
+  EXPECT_EQ(slots_.installed.at(other).path_rules, 1u);
+
+  // base breaks: both rejected, both keep enforcing their previous rules.
+  write("base.yaml", "apiVersion: agentcage/v1\nkind: Policy\nmetadata: {name: base}\nspec: {filez: {}}\n");
+  d->apply_file("base.yaml");
+  EXPECT_TRUE(take_log().empty());
+  EXPECT_EQ(entry(*d, "web")["state"], "rejected_previous_enforcing");
+  EXPECT_NE(entry(*d, "web")["error"].get<std::string>().find("base.yaml"), std::string::npos)
+      << entry(*d, "web");
+  EXPECT_EQ(slots_.installed.at(web).path_rules, 3u);
+
+  // Fixed again: web follows without being touched itself.
+  write("base.yaml", policy_text("base"));
+  d->apply_file("base.yaml");
+  EXPECT_EQ(take_log(), (std::vector<std::string>{"put " + std::to_string(base) + " base",
+                                                  "put " + std::to_string(web) + " web"}));
+  EXPECT_EQ(entry(*d, "web")["state"], "loaded");
+  EXPECT_EQ(slots_.installed.at(web).path_rules, 2u);
+
+  // base removed: its own policy goes; web is rejected and keeps its rules.
+  fs::remove(file("base.yaml"));
+  d->apply_file("base.yaml");
+  EXPECT_EQ(entry(*d, "web")["state"], "rejected_previous_enforcing");
+  EXPECT_FALSE(d->named_slot("base").has_value());
+  EXPECT_EQ(slots_.installed.at(web).path_rules, 2u);
+}
+
 TEST_F(PolicyDirReload, ANewFileThatDoesNotValidateIsNotLoaded) {
   write("web.yaml", "apiVersion: agentcage/v1\nkind: Policy\nmetadata: {name: web}\nspec: [\n");
   auto d = make_dir();

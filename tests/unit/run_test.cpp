@@ -739,6 +739,32 @@ TEST(PolicyCache, AChangedFileIsParsedAfreshNeverServedStale) {
   EXPECT_FALSE(check(path).ok);
 }
 
+// A policy is its file and the files it includes: a change to an included
+// file is a change to the policy.
+TEST(PolicyCache, AChangedIncludedFileIsParsedAfreshToo) {
+  TempDir dir;
+  const std::string base = dir.path + "/base.yaml", top = dir.path + "/top.yaml";
+  write_text(base, policy_text("base", "io_uring"));
+  const std::string top_text =
+      "apiVersion: agentcage/v1\nkind: Policy\nmetadata: {name: top}\ninclude: [base.yaml]\n";
+  write_text(top, top_text);
+  ASSERT_TRUE(prepare_policy(top));
+  const PreparedPolicy* p = prepared_policy(top, top_text);
+  ASSERT_NE(p, nullptr);
+  EXPECT_EQ(p->policy.syscalls_allow, std::vector<std::string>{"io_uring"});
+  EXPECT_TRUE(check(top).prepared_filter);
+
+  write_text(base, policy_text("base", "io_uring, mount"));
+  EXPECT_EQ(prepared_policy(top, top_text), nullptr);
+  Checked c = check(top);
+  EXPECT_TRUE(c.ok);
+  EXPECT_FALSE(c.prepared_filter);
+
+  std::filesystem::remove(base);
+  EXPECT_EQ(prepared_policy(top, top_text), nullptr);
+  EXPECT_FALSE(check(top).ok);
+}
+
 TEST(PolicyCache, WhatCannotBePreparedLeavesNoEntry) {
   TempDir dir;
   const std::string path = dir.path + "/bad.yaml";

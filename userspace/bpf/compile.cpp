@@ -320,14 +320,14 @@ std::optional<yaml::Diagnostic> compile_problem(const policy::Policy& policy) {
   policy::Position where;
   auto compiled = build(policy, where);
   if (compiled) return std::nullopt;
-  return yaml::Diagnostic{policy.source, where, compiled.error().message};
+  return yaml::Diagnostic{policy.source_of(where), where, compiled.error().message};
 }
 
 Result<CompiledPolicy> compile(const policy::Policy& policy) {
   policy::Position where;
   auto compiled = build(policy, where);
   if (compiled || policy.source.empty()) return compiled;
-  return Error{yaml::Diagnostic{policy.source, where, compiled.error().message}.format(),
+  return Error{yaml::Diagnostic{policy.source_of(where), where, compiled.error().message}.format(),
                compiled.error().code};
 }
 

@@ -142,10 +142,11 @@ int explain_command(const ExplainArgs& a) {
         {"mode", policy::to_string(p.mode)},
         {"workspace", workspace.empty() ? nlohmann::json(nullptr) : nlohmann::json(workspace)}};
     if (q.op != bpf::Operation::connect) j["resolved"] = q.path;
-    j["rule"] = x.rule.empty()
-                    ? nlohmann::json(nullptr)
-                    : nlohmann::json{
-                          {"entry", x.rule}, {"file", *file}, {"line", x.pos.line}, {"column", x.pos.column}};
+    j["rule"] = x.rule.empty() ? nlohmann::json(nullptr)
+                               : nlohmann::json{{"entry", x.rule},
+                                                {"file", p.source_of(x.pos)},
+                                                {"line", x.pos.line},
+                                                {"column", x.pos.column}};
     std::cout << j.dump(2, ' ', false, nlohmann::json::error_handler_t::replace) << "\n";
   } else {
     std::cout << decision << ": " << what << " " << a.target;
@@ -153,8 +154,8 @@ int explain_command(const ExplainArgs& a) {
       std::cout << " (the kernel sees " << q.path << ")";
     std::cout << "\n";
     if (!x.rule.empty())
-      std::cout << "  rule:   " << *file << ":" << x.pos.line << ":" << x.pos.column << ": " << x.rule
-                << "\n";
+      std::cout << "  rule:   " << p.source_of(x.pos) << ":" << x.pos.line << ":" << x.pos.column << ": "
+                << x.rule << "\n";
     std::cout << "  why:    " << x.detail << " [" << bpf::reason_name(x.decision.reason) << "]\n";
     if (audit && !x.decision.allowed)
       std::cout << "  mode:   audit: the operation goes ahead and is reported as a would-be denial\n";

@@ -1,6 +1,8 @@
 // SPDX-License-Identifier: Apache-2.0
 #include "daemon/policy_dir.h"
 
+#include "policy/include.h"
+
 #include <sys/stat.h>
 
 #include <agentcage/abi.h>
@@ -158,16 +160,33 @@ void PolicyDirectory::reject(PolicyFile& pf, const std::vector<std::string>& mes
 }
 
 void PolicyDirectory::apply_file(const std::string& fname) {
-  if (!slots_) return;
+  if (!apply_one(fname)) return;
+  // The policies that include it, directly or not (each once).
+  const std::string changed = policy::resolve_include("", (fs::path(dir_) / fname).string());
+  std::vector<std::string> dependents;
+  for (const auto& [name, pf] : files_)
+    if (name != fname &&
+        std::find(pf.included_files.begin(), pf.included_files.end(), changed) != pf.included_files.end())
+      dependents.push_back(name);
+  for (const auto& name : dependents) {
+    log::info("policy " + stem_of(name) + " includes " + fname + ": parsing it again");
+    files_[name].mtime_ns = -1;  // unchanged itself: parse it anyway
+    apply_one(name);
+  }
+}
+
+bool PolicyDirectory::apply_one(const std::string& fname) {
+  if (!slots_) return false;
   const std::string path = (fs::path(dir_) / fname).string();
   struct stat st {};
   if (::stat(path.c_str(), &st) != 0 || !S_ISREG(st.st_mode)) {
-    if (files_.count(fname)) remove_file(fname);
-    return;
+    if (!files_.count(fname)) return false;
+    remove_file(fname);
+    return true;
   }
   PolicyFile& pf = files_[fname];
   if (pf.dev == st.st_dev && pf.ino == st.st_ino && pf.size == st.st_size && pf.mtime_ns == mtime_ns(st))
-    return;
+    return false;
   pf.dev = st.st_dev;
   pf.ino = st.st_ino;
   pf.size = st.st_size;
@@ -176,10 +195,12 @@ void PolicyDirectory::apply_file(const std::string& fname) {
   if (!pf.slot)
     if (auto it = named_slots_.find(pf.name); it != named_slots_.end()) pf.slot = it->second;
   install(pf, path);
+  return true;
 }
 
 void PolicyDirectory::install(PolicyFile& pf, const std::string& path) {
   auto parsed = policy::load_policy_dir_file(path);
+  pf.included_files = parsed.included_files;
   if (!parsed.ok()) {
     std::vector<std::string> msgs;
     for (const auto& d : parsed.errors) msgs.push_back(d.format());

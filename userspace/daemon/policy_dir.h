@@ -61,6 +61,9 @@ struct PolicyFile {
   uint64_t digest = 0;
   bool loaded = false;  // the file's current content is what enforces
   bool uses_workspace = false;
+  // The files its last parse was led to by `include:` (policy::ParseResult::
+  // included_files): a change to one of them reloads this policy too.
+  std::vector<std::string> included_files;
   policy::Limits limits;         // the loaded content's limits (runs through the daemon)
   bpf::CompiledPolicy compiled;  // the loaded content's rules
   std::string error;             // why the current content was rejected
@@ -92,7 +95,10 @@ class PolicyDirectory {
   void full_scan();
   // full_scan() that re-reads unchanged files too (SIGHUP, the reload op).
   void rescan_all();
-  // The file `file_name` was written, renamed into place or removed.
+  // The file `file_name` was written, renamed into place or removed; then
+  // every policy that includes it is parsed again (its rules changed with
+  // it; an include that is now wrong is a rejected change: the previous
+  // version keeps enforcing).
   void apply_file(const std::string& file_name);
   void remove_file(const std::string& file_name);
 
@@ -112,6 +118,8 @@ class PolicyDirectory {
  private:
   void reject(PolicyFile& pf, const std::vector<std::string>& messages, core::FailClosedReason fail_reason);
   void install(PolicyFile& pf, const std::string& path);
+  // apply_file without the dependents; false when the file was unchanged.
+  bool apply_one(const std::string& file_name);
 
   std::string dir_, state_file_;
   PolicyDirListener& listener_;

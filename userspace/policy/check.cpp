@@ -162,6 +162,9 @@ int check_command(const CheckOptions& options, const Compiler& compile, std::ost
         entry["policy"] = c.policy->name;
         entry["mode"] = to_string(c.policy->mode);
         entry["rules"] = rules_json(*c.policy);
+        nlohmann::json includes = nlohmann::json::array();
+        for (const auto& inc : c.policy->includes) includes.push_back(inc.path);
+        entry["includes"] = std::move(includes);
       }
       report.push_back(std::move(entry));
       continue;
@@ -177,6 +180,10 @@ int check_command(const CheckOptions& options, const Compiler& compile, std::ost
     if (!p.deny_names.empty()) out << " (" << p.deny_names.size() << " by name)";
     out << ", " << p.network_allow.size() << " network rules";
     if (!p.network_listen.empty()) out << ", " << p.network_listen.size() << " listen rules";
+    if (!p.includes.empty()) {
+      out << "; includes";
+      for (const auto& inc : p.includes) out << " " << inc.path;
+    }
     out << ")\n";
   }
   if (options.json)

@@ -116,6 +116,23 @@ struct Policy {
   std::vector<std::string> syscalls_allow;
   Limits limits;
   std::string source;  // the file name the policy was parsed from
+  // The files it includes (`include:`), directly or through another, each
+  // once, in the order they were merged; an entry's Position::source N > 0
+  // names includes[N - 1]. Their bytes are kept so that a policy prepared
+  // ahead is used only while every file still holds them.
+  struct Included {
+    std::string path;  // the resolved path that was read
+    std::string text;
+    Position pos;  // of its `include:` entry (source: the including file)
+  };
+  std::vector<Included> includes;
+
+  // The file an entry at `pos` was written in.
+  const std::string& source_of(const Position& pos) const {
+    if (pos.source > 0 && static_cast<size_t>(pos.source) <= includes.size())
+      return includes[pos.source - 1].path;
+    return source;
+  }
 };
 
 const char* to_string(Mode mode);

@@ -14,6 +14,8 @@
 
 #include "policy/name.h"
 #include "policy/policy.h"
+
+#include "policy/include.h"
 #include "policy/syscalls.h"
 #include "util/suggest.h"
 #include "yaml/document.h"
@@ -45,7 +47,7 @@ using yaml::find;
 using yaml::pos_of;
 using yaml::Reporter;
 
-constexpr std::string_view kTopKeys[] = {"apiVersion", "kind", "metadata", "spec"};
+constexpr std::string_view kTopKeys[] = {"apiVersion", "kind", "metadata", "include", "spec"};
 constexpr std::string_view kMetadataKeys[] = {"name"};
 constexpr std::string_view kSpecKeys[] = {"mode", "exec", "files", "network", "syscalls", "limits"};
 constexpr std::string_view kSyscallsKeys[] = {"allow"};
@@ -92,11 +94,15 @@ class Validator {
     } else {
       error(root_pos, "missing required key 'metadata' (metadata: {name: ...})");
     }
+    if (const Field* f = find(top, "include")) include(*f);
     if (const Field* f = find(top, "spec")) spec(*f, policy);
 
     if (reporter_.has_errors()) return std::nullopt;
     return policy;
   }
+
+  // The `include:` entries, as written (resolved by parse_policy).
+  const std::vector<IncludeRef>& include_refs() const { return include_refs_; }
 
  private:
   void error(Position pos, std::string message) { reporter_.error(pos, std::move(message)); }
@@ -181,6 +187,29 @@ class Validator {
     }
     policy.name = *v;
     policy.name_pos = value_pos(*name);
+  }
+
+  // include: [FILE, ...]: other policy files whose rules this one takes
+  // (policy.h, "Includes"). A path: relative to this file's directory, or
+  // absolute; a YAML file.
+  void include(const Field& f) {
+    if (!expect(f, YAML::NodeType::Sequence, "include")) return;
+    for_each_scalar(f.value, "include", [&](const std::string& text, Position pos, const std::string& name) {
+      const std::filesystem::path p(text);
+      const std::string ext = p.extension().string();
+      if (text.empty() || p.filename().empty() || (ext != ".yaml" && ext != ".yml")) {
+        error(pos, name + ": " + quote(text) +
+                       " is not a policy file (FILE.yaml, relative to this file's "
+                       "directory or absolute)");
+        return;
+      }
+      for (const auto& r : include_refs_)
+        if (r.path == text) {
+          error(pos, name + ": " + quote(text) + " is included twice");
+          return;
+        }
+      include_refs_.push_back(IncludeRef{text, pos});
+    });
   }
 
   void spec(const Field& f, Policy& policy) {
@@ -552,20 +581,80 @@ class Validator {
   Reporter& reporter_;
   std::string_view text_;
   const ParseOptions& options_;
+  std::vector<IncludeRef> include_refs_;
 };
+
+// One document and, depth first, what it includes. `chain`: the files
+// being included on the way here (a cycle is an error).
+ParseResult parse_document(std::string_view text, const std::string& filename, const ParseOptions& options,
+                           std::vector<std::string>& chain) {
+  Reporter reporter(filename);
+  ParseResult result;
+  const yaml::InputKind kind{.noun = "policy", .place = "policies", .max_bytes = options.max_bytes};
+  std::vector<IncludeRef> refs;
+  if (const auto root = yaml::load_document(text, kind, reporter)) {
+    Validator v(reporter, text, options);
+    result.policy = v.run(*root);
+    refs = v.include_refs();
+  }
+  result.errors = reporter.take();
+  if (!result.errors.empty() || !result.policy) {
+    result.policy.reset();
+    return result;
+  }
+  Policy& policy = *result.policy;
+  IncludedLimits from_includes;
+  for (const IncludeRef& ref : refs) {
+    auto fail = [&](const std::string& message) {
+      result.errors.push_back(
+          yaml::Diagnostic{filename, ref.pos, "include " + quote(ref.path) + ": " + message});
+    };
+    const std::string path = resolve_include(filename, ref.path);
+    if (std::find(result.included_files.begin(), result.included_files.end(), path) ==
+        result.included_files.end())
+      result.included_files.push_back(path);
+    if (std::find(chain.begin(), chain.end(), path) != chain.end()) {
+      std::string cycle;
+      for (const auto& c : chain) cycle += c + " -> ";
+      fail("an include cycle (" + cycle + path + ")");
+      continue;
+    }
+    if (chain.size() > kMaxIncludeDepth) {
+      fail("includes nest deeper than " + std::to_string(kMaxIncludeDepth) + " files");
+      continue;
+    }
+    auto included_text = read_policy_text(path, options);
+    if (!included_text) {
+      fail(path + ": " + included_text.error().message);
+      continue;
+    }
+    chain.push_back(path);
+    ParseResult sub = parse_document(*included_text, path, options, chain);
+    chain.pop_back();
+    for (const auto& f : sub.included_files)
+      if (std::find(result.included_files.begin(), result.included_files.end(), f) ==
+          result.included_files.end())
+        result.included_files.push_back(f);
+    if (!sub.ok()) {
+      result.errors.insert(result.errors.end(), sub.errors.begin(), sub.errors.end());
+      fail(path + " is not valid (errors above)");
+      continue;
+    }
+    merge_included(policy, std::move(*sub.policy), path, std::move(*included_text), ref.pos, from_includes);
+  }
+  if (!result.errors.empty()) {
+    result.policy.reset();
+    return result;
+  }
+  apply_included_limits(policy, from_includes);
+  return result;
+}
 
 }  // namespace
 
 ParseResult parse_policy(std::string_view text, const std::string& filename, const ParseOptions& options) {
-  Reporter reporter(filename);
-  ParseResult result;
-  const yaml::InputKind kind{.noun = "policy", .place = "policies", .max_bytes = options.max_bytes};
-  if (const auto root = yaml::load_document(text, kind, reporter)) {
-    result.policy = Validator(reporter, text, options).run(*root);
-  }
-  result.errors = reporter.take();
-  if (!result.errors.empty()) result.policy.reset();
-  return result;
+  std::vector<std::string> chain{resolve_include("", filename)};
+  return parse_document(text, filename, options, chain);
 }
 
 }  // namespace agentcage::policy

@@ -17,6 +17,19 @@
 // must be quoted (["${workspace}"]) because { } are flow indicators there;
 // block lists ("- ${workspace}") need no quotes. The syntax error for the
 // unquoted form says so.
+//
+// Includes: a top-level `include: [FILE.yaml, ...]` takes other policy files'
+// rules (each a complete policy document, valid on its own; a path relative
+// to the including file's directory, or absolute; at most kMaxIncludeDepth
+// files deep, no cycles). The merge: every list (exec.allow, files.read,
+// write and deny with their name patterns, network.allow and listen,
+// syscalls.allow) is the union of the files' lists, so deny entries of any
+// file deny; exec.native_code and exec.debugging are allow when any file
+// allows; a limit the including file states is its own, else the tightest
+// any included file states (a value beats `unlimited`); the name and mode
+// are the including file's alone. Each entry keeps the file it was written
+// in (Position::source, Policy::source_of), so errors and `policy explain`
+// name it. policy/include.h has the mechanics.
 #pragma once
 
 #include <cstddef>
@@ -46,6 +59,10 @@ struct ParseOptions {
 struct ParseResult {
   std::optional<Policy> policy;          // set exactly when errors is empty
   std::vector<yaml::Diagnostic> errors;  // sorted by position; line 0 = the whole file
+  // Every file `include:` led to (resolved), read or not, valid or not:
+  // what a change to which makes this policy worth parsing again (the
+  // daemon's policy directory), also when this parse failed.
+  std::vector<std::string> included_files;
   bool ok() const { return policy.has_value() && errors.empty(); }
 };
 

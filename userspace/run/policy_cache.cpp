@@ -24,7 +24,13 @@ std::map<std::string, Entry>& cache() {
 
 const PreparedPolicy* prepared_policy(const std::string& path, std::string_view text) {
   const auto it = cache().find(path);
-  return it != cache().end() && it->second.text == text ? &it->second.prepared : nullptr;
+  if (it == cache().end() || it->second.text != text) return nullptr;
+  // And every file it includes still holds the bytes it was prepared from.
+  for (const auto& inc : it->second.prepared.policy.includes) {
+    auto now = policy::read_policy_text(inc.path);
+    if (!now || *now != inc.text) return nullptr;
+  }
+  return &it->second.prepared;
 }
 
 Status prepare_policy(const std::string& path) {

@@ -6,8 +6,10 @@
 // through the daemon under a policy it ran before skips parsing, compiling
 // and building the filter. The cache is keyed by the file's path and holds
 // its bytes: check_request (run/steps.cpp) reads the file as always and uses
-// an entry only when the bytes it read are exactly the cached ones, so a
-// changed, replaced or removed file is parsed afresh, never served stale.
+// an entry only when the bytes it read are exactly the cached ones, and
+// every file the policy includes still holds the bytes it was prepared
+// from, so a changed, replaced or removed file is parsed afresh, never
+// served stale.
 #pragma once
 
 #include <linux/filter.h>
@@ -28,8 +30,8 @@ struct PreparedPolicy {
   std::vector<sock_filter> seccomp_filter;
 };
 
-// This process's entry for `path` when it was prepared from exactly `text`;
-// nullptr otherwise.
+// This process's entry for `path` when it was prepared from exactly `text`
+// (and its includes from what they hold now); nullptr otherwise.
 const PreparedPolicy* prepared_policy(const std::string& path, std::string_view text);
 
 // Reads the policy file `path`, parses and compiles it and builds its seccomp

@@ -16,6 +16,9 @@ namespace agentcage::yaml {
 struct Position {
   int line = 0;
   int column = 0;
+  // Which file, for a document made of several (a policy and the files it
+  // includes: policy::Policy::source_of): 0 is the document's own file.
+  int source = 0;
 };
 
 // "LINE:COL".
