@@ -400,5 +400,102 @@ TEST(Cli, PolicySuggestDraftsOnePolicyFromSeveralRuns) {
   fs::remove_all(dir);
 }
 
+// Runs whose workspaces differ in length: each observation is decided in its
+// own run's workspace. (The second run's paths were rewritten into the
+// first's workspace as strings, past what a rule may hold: "the draft does
+// not allow 1 observed operation".) An audit log's runs have theirs under
+// --workspace-root.
+TEST(Cli, PolicySuggestKeepsEachRunsWorkspace) {
+  const fs::path dir = fs::temp_directory_path() / ("agentcage-cli-suggest-ws-" + std::to_string(::getpid()));
+  fs::create_directories(dir);
+  const std::string a = (dir / "a.json").string(), b = (dir / "b.json").string();
+  const std::string wa = "/home/me/" + std::string(80, 'w'), wb = "/var/lib/agentcage/workspaces/r2";
+  const std::string deep = std::string(150, 'd');
+  std::ofstream(a) << recorded_result(wa, path_record("file_open", wa + "/a", "read"));
+  std::ofstream(b) << recorded_result(wb, path_record("file_open", wb + "/" + deep + "/x", "read"));
+  Output d = agentcage({"policy", "suggest", a, b});
+  ASSERT_EQ(d.status, 0) << d.err;
+  EXPECT_TRUE(contains(d.out, "      - ${workspace}/a\n")) << d.out;
+  EXPECT_TRUE(contains(d.out, "      - ${workspace}/" + deep + "/x\n")) << d.out;
+  EXPECT_EQ(d.err, "");
+
+  const std::string log = (dir / "audit.log").string();
+  {
+    std::ofstream out(log);
+    for (const char* run : {"R1", "R22"})
+      out << path_record("file_open", "/srv/ws/" + std::string(run) + "/data.csv", "read")
+                 .insert(1, "\"run_id\":\"" + std::string(run) + "\",")
+          << "\n";
+  }
+  Output l = agentcage({"policy", "suggest", log, "--workspace-root", "/srv/ws"});
+  ASSERT_EQ(l.status, 0) << l.err;
+  EXPECT_TRUE(contains(l.out,
+                       "    read:\n      # file_open read by python3 (2×): ${workspace}/data.csv\n"
+                       "      - ${workspace}/data.csv\n"))
+      << l.out;
+  Output bad = agentcage({"policy", "suggest", log, "--workspace-root", "srv/ws"});
+  EXPECT_EQ(bad.status, 2);
+  EXPECT_TRUE(contains(bad.err, "--workspace-root must be an absolute directory")) << bad.err;
+  fs::remove_all(dir);
+}
+
+// A draft larger than a policy file may be: compiled, refused, and then
+// dumped whole to stderr (45 MB for the reviewer's log). Now one line says
+// so and nothing is written.
+TEST(Cli, PolicySuggestRefusesADraftLargerThanAPolicyFile) {
+  const fs::path dir =
+      fs::temp_directory_path() / ("agentcage-cli-suggest-big-" + std::to_string(::getpid()));
+  fs::create_directories(dir);
+  const std::string log = (dir / "audit.log").string();
+  {
+    std::ofstream out(log);
+    for (int i = 0; i < 3000; ++i)
+      out << path_record("file_open", "/srv/app/data/a-rather-long-file-name-" + std::to_string(i) + ".csv",
+                         "read")
+          << "\n";
+  }
+  const std::string draft = (dir / "draft.yaml").string();
+  Output o = agentcage({"policy", "suggest", log, "--collapse", "0", "-o", draft});
+  EXPECT_EQ(o.status, 2);
+  EXPECT_EQ(o.out, "");
+  EXPECT_TRUE(contains(o.err, "bytes, more than a policy file may (262144): collapse more"))
+      << o.err.substr(0, 500);
+  EXPECT_LT(o.err.size(), 400u);
+  EXPECT_FALSE(fs::exists(draft));
+  // Collapsed, the same records make a small draft.
+  Output c = agentcage({"policy", "suggest", log});
+  EXPECT_EQ(c.status, 0) << c.err.substr(0, 500);
+  EXPECT_TRUE(contains(c.out, "      - /srv/app/data\n")) << c.out.substr(0, 500);
+  fs::remove_all(dir);
+}
+
+// What a run chose (a hook's name in a hand-made log, a decision's) reached
+// stderr raw.
+TEST(Cli, PolicySuggestEscapesWhatItPrints) {
+  const fs::path dir =
+      fs::temp_directory_path() / ("agentcage-cli-suggest-esc-" + std::to_string(::getpid()));
+  fs::create_directories(dir);
+  const std::string log = (dir / "audit.log").string();
+  const std::string rlo = "\xe2\x80\xae", csi = "\xc2\x9b";
+  std::ofstream(log) << path_record("ipc" + rlo + csi + "2J", "/srv/x" + rlo, "read") << "\n";
+  Output o = agentcage({"policy", "suggest", log});
+  EXPECT_EQ(o.status, 0) << o.err;
+  EXPECT_TRUE(contains(o.err, "note: ipc\\xe2\\x80\\xae\\xc2\\x9b2J by python3 (1×): /srv/x\\xe2\\x80\\xae"))
+      << o.err;
+  const std::string bad_log = (dir / "bad.log").string();
+  std::ofstream(bad_log) << R"({"hook":"x","decision":")" + rlo + csi +
+                                R"(2J","target":"","target_kind":"none"})"
+                         << "\n";
+  Output bad = agentcage({"policy", "suggest", bad_log});
+  EXPECT_EQ(bad.status, 2);
+  EXPECT_TRUE(contains(bad.err, "unknown decision '\\xe2\\x80\\xae\\xc2\\x9b2J'")) << bad.err;
+  for (const Output* out : {&o, &bad}) {
+    EXPECT_FALSE(contains(out->err, rlo)) << out->err;
+    EXPECT_FALSE(contains(out->err, csi)) << out->err;
+  }
+  EXPECT_FALSE(contains(o.out, csi));
+  fs::remove_all(dir);
+}
+
 }  // namespace
 }  // namespace agentcage

@@ -10,6 +10,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <chrono>
 #include <random>
 #include <string>
 #include <vector>
@@ -74,7 +75,18 @@ Observation obs(const std::string& hook, const std::string& target, uint8_t acce
   o.protocol = protocol;
   o.reason = "default_deny";
   o.comm = "python3";
+  o.workspace = kWorkspace;
   o.origin = "result.json";
+  return o;
+}
+
+Observation directory(Observation o) {
+  o.directory = true;
+  return o;
+}
+
+Observation in_run(Observation o, const std::string& workspace) {
+  o.workspace = workspace;
   return o;
 }
 
@@ -136,20 +148,38 @@ Decider compile_draft(const Draft& d, const std::string& workspace = kWorkspace)
   return Decider{c ? *c : bpf::CompiledPolicy{}, workspace};
 }
 
-// Every check of the draft is allowed by the compiled draft.
+// Every check of the draft is allowed by the compiled draft, decided with
+// the check's own workspace.
 void expect_checks_pass(const std::vector<Observation>& o, const DraftOptions& options) {
   const Draft d = draft_policy(o, options);
-  const Decider decider = compile_draft(d, options.workspace.value_or(""));
-  for (const DraftCheck& c : draft_checks(o, options))
+  EXPECT_EQ(d.checks, draft_checks(o, options));
+  Decider decider = compile_draft(d);
+  for (const DraftCheck& c : d.checks) {
+    decider.workspace = c.workspace;
     EXPECT_TRUE(decider.allows(c.op, c.target, c.access))
-        << c.op << " " << c.target << " " << c.access << "\n"
+        << c.op << " " << c.target << " " << c.access << " in " << c.workspace << "\n"
         << d.yaml;
+  }
 }
 
-DraftOptions in_workspace() {
-  DraftOptions o;
-  o.workspace = kWorkspace;
-  return o;
+// Observations carry their run's workspace (obs() gives them kWorkspace):
+// the options are the defaults.
+DraftOptions in_workspace() { return DraftOptions{}; }
+
+// Every line that is not a comment: a rule's bytes are printable ASCII.
+bool rule_lines_are_printable_ascii(const std::string& yaml) {
+  size_t pos = 0;
+  while (pos < yaml.size()) {
+    size_t end = yaml.find('\n', pos);
+    if (end == std::string::npos) end = yaml.size();
+    const std::string line = yaml.substr(pos, end - pos);
+    pos = end + 1;
+    const size_t first = line.find_first_not_of(' ');
+    if (first == std::string::npos || line[first] == '#') continue;
+    for (char c : line)
+      if (c < 0x20 || c > 0x7E) return false;
+  }
+  return true;
 }
 
 // ---- reading ------------------------------------------------------------------
@@ -188,6 +218,8 @@ TEST(ReadObservations, AResultWithARecordingUsesEveryRecordOfIt) {
   EXPECT_EQ(r->items[1].count, 12u);
   EXPECT_EQ(r->items[1].access, kAccessRead);
   EXPECT_EQ(r->items[1].origin, "result.json");
+  EXPECT_FALSE(r->items[1].directory);
+  for (const Observation& o : r->items) EXPECT_EQ(o.workspace, kWorkspace);  // the result's
   EXPECT_EQ(r->items[2].target, "192.0.2.7:443");
   EXPECT_EQ(r->items[2].protocol, "tcp");
   EXPECT_EQ(r->items[2].count, 3u);
@@ -241,7 +273,7 @@ TEST(ReadObservations, AnAuditLogFilteredByRunId) {
   EXPECT_TRUE(a->complete);
   EXPECT_EQ(a->run_id, "aaaaaaaaaaaaaaaa");
   EXPECT_EQ(a->policy, "python-sandbox");
-  EXPECT_FALSE(a->workspace);
+  EXPECT_EQ(a->workspace, "/var/lib/agentcage/workspaces/aaaaaaaaaaaaaaaa");  // the default root's
   EXPECT_EQ(a->records, 3u);
   ASSERT_EQ(a->items.size(), 2u);
   EXPECT_EQ(a->items[0].hook, "exec");
@@ -255,6 +287,58 @@ TEST(ReadObservations, AnAuditLogFilteredByRunId) {
   EXPECT_EQ(all->items.size(), 4u);
   EXPECT_FALSE(all->policy);  // several policies (and none)
   EXPECT_FALSE(all->run_id);
+  EXPECT_FALSE(all->workspace);
+}
+
+// Each line of an audit log is of its own run, with its own workspace:
+// WORKSPACE_ROOT/RUN_ID. (The command line rewrote later runs' paths as the
+// first run's, as strings.)
+TEST(ReadObservations, EachAuditLogLineHasItsRunsWorkspace) {
+  auto line = [](json r, const json& run) {
+    r["run_id"] = run;
+    return r.dump() + "\n";
+  };
+  std::string log;
+  log += line(rec("file_open", "/srv/ws/R1/a", "path", {"read"}), "R1");
+  log += line(rec("file_open", "/srv/ws/R2/a", "path", {"read"}), "R2");
+  log += line(rec("file_open", "/srv/ws/R2/a", "path", {"read"}), "R2");
+  log += line(rec("file_open", "/srv/ws/x", "path", {"read"}), nullptr);  // not a run
+  log += line(rec("file_open", "/srv/ws/y", "path", {"read"}), "../y");   // not one component
+  auto r = read_observations(log, "audit.log", std::nullopt, "/srv/ws/");
+  ASSERT_TRUE(r.ok()) << r.error().message;
+  ASSERT_EQ(r->items.size(), 4u);
+  EXPECT_EQ(r->items[0].target, "/srv/ws/R1/a");
+  EXPECT_EQ(r->items[0].workspace, "/srv/ws/R1");
+  EXPECT_EQ(r->items[1].target, "/srv/ws/R2/a");
+  EXPECT_EQ(r->items[1].workspace, "/srv/ws/R2");
+  EXPECT_EQ(r->items[1].count, 2u);
+  EXPECT_EQ(r->items[2].workspace, "");
+  EXPECT_EQ(r->items[3].workspace, "");
+
+  // Both runs' files are one ${workspace} rule, each checked in its run's workspace.
+  const Draft d = draft_policy(r->items, DraftOptions{});
+  EXPECT_EQ(paths(parsed(d).read), (std::vector<std::string>{"${workspace}/a", "/srv/ws/x", "/srv/ws/y"}));
+  ASSERT_EQ(d.checks.size(), 4u);
+  EXPECT_EQ(d.checks[0].target, "/srv/ws/R1/a");
+  EXPECT_EQ(d.checks[0].workspace, "/srv/ws/R1");
+  EXPECT_EQ(d.checks[1].workspace, "/srv/ws/R2");
+  expect_checks_pass(r->items, DraftOptions{});
+}
+
+TEST(ReadObservations, ARecordSaysWhenItsTargetIsADirectory) {
+  json dir = rec("file_open", "/home/me", "path", {"read"});
+  dir["directory"] = true;
+  json no = rec("file_open", "/home/me", "path", {"read"});
+  no["directory"] = false;
+  auto r = read_observations(dir.dump() + "\n" + no.dump() + "\n", "audit.log");
+  ASSERT_TRUE(r.ok()) << r.error().message;
+  ASSERT_EQ(r->items.size(), 2u);  // two operations
+  EXPECT_FALSE(r->items[0].directory);
+  EXPECT_TRUE(r->items[1].directory);
+  dir["directory"] = "yes";
+  auto bad = read_observations(dir.dump() + "\n", "audit.log");
+  ASSERT_FALSE(bad.ok());
+  EXPECT_EQ(bad.error().message, "audit.log:1: not a decision record: 'directory' is not true or false");
 }
 
 TEST(ReadObservations, AnythingButARecordIsALocatedError) {
@@ -319,8 +403,9 @@ std::vector<Observation> python_run() {
   // imports walk down to what they open: stat'able without a rule
   for (const char* d : {"/", "/usr", "/usr/lib", "/usr/lib/python3.11", "/var", "/var/lib"})
     o.push_back(obs("file_stat", d));
-  // ... but not a directory on the way to nothing: it needs a read rule
-  o.push_back(obs("file_stat", "/usr/local/lib/python3.11/dist-packages"));
+  // ... but not a directory on the way to nothing: a rule on it would allow
+  // everything below it, so not drafted (a note)
+  o.push_back(directory(obs("file_stat", "/usr/local/lib/python3.11/dist-packages")));
   o.push_back(write(kWorkspace + "/out.png"));
   o.push_back(obs("file_change", kWorkspace + "/.cache", kAccessWrite));
   o.push_back(write(kWorkspace + "/.cache/matplotlib/fontlist-v330.json"));
@@ -342,19 +427,22 @@ TEST(DraftPolicy, APythonRunBecomesDirectoryLevelRules) {
                                       "/proc/cpuinfo", "/sys/devices/system/cpu/possible",
                                       "/usr/lib/python3.11",                   // its files and encodings/
                                       "/usr/lib/python3/dist-packages/numpy",  // core/ first, then numpy
-                                      "/usr/lib/x86_64-linux-gnu",
-                                      "/usr/local/lib/python3.11/dist-packages",  // a stat that needs a rule
-                                      "/usr/share/zoneinfo/Etc/UTC"}));
+                                      "/usr/lib/x86_64-linux-gnu", "/usr/share/zoneinfo/Etc/UTC"}));
   // two things written directly in the workspace: exact; .cache covers what is below it
   EXPECT_EQ(paths(p.write), (std::vector<std::string>{"${workspace}/.cache", "${workspace}/out.png"}));
   EXPECT_TRUE(p.network_allow.empty());
-  EXPECT_TRUE(d.notes.empty()) << d.notes[0];
+  ASSERT_EQ(d.notes.size(), 1u);
+  EXPECT_EQ(d.notes[0],
+            "file_stat by python3 (1×): /usr/local/lib/python3.11/dist-packages — a stat of a directory, or "
+            "a listing of one no collapse may make a rule of (draft.h): not drafted (a files rule on a "
+            "directory allows everything below it); add it by hand if the program needs it");
   // the rule says where it came from
   EXPECT_NE(d.yaml.find("      # file_open read by python3 (20×): /usr/lib/python3.11/abc.py, "
                         "/usr/lib/python3.11/codecs.py, /usr/lib/python3.11/encodings/__init__.py (+6 more)\n"
                         "      # file_stat by python3 (1×): /usr/lib/python3.11\n"
                         "      # mmap_exec by python3 (1×): "
                         "/usr/lib/python3.11/lib-dynload/_json.cpython-311-x86_64-linux-gnu.so\n"
+                        "      # a directory: allows everything below it, observed or not\n"
                         "      - /usr/lib/python3.11\n"),
             std::string::npos)
       << d.yaml;
@@ -377,16 +465,16 @@ TEST(DraftPolicy, ChecksNameEveryObservedOperationAsExplainDoes) {
   const auto checks = draft_checks(python_run(), in_workspace());
   auto has = [&](const DraftCheck& c) {
     return std::any_of(checks.begin(), checks.end(), [&](const DraftCheck& x) {
-      return x.op == c.op && x.target == c.target && x.access == c.access;
+      return x.op == c.op && x.target == c.target && x.access == c.access && x.workspace == kWorkspace;
     });
   };
-  EXPECT_TRUE(has({"exec", "/usr/bin/python3.11", "", ""}));
-  EXPECT_TRUE(has({"open", "/usr/lib/python3.11/os.py", "read", ""}));
-  EXPECT_TRUE(has({"open", "/usr/lib/x86_64-linux-gnu/libm.so.6", "read", ""}));  // and its mapping
-  EXPECT_TRUE(has({"stat", "/usr/lib", "", ""}));                                 // on the way
-  EXPECT_TRUE(has({"stat", kWorkspace, "", ""}));
-  EXPECT_TRUE(has({"open", kWorkspace + "/out.png", "write", ""}));
-  EXPECT_TRUE(has({"change", kWorkspace + "/.cache", "", ""}));
+  EXPECT_TRUE(has({"exec", "/usr/bin/python3.11", "", "", ""}));
+  EXPECT_TRUE(has({"open", "/usr/lib/python3.11/os.py", "read", "", ""}));
+  EXPECT_TRUE(has({"open", "/usr/lib/x86_64-linux-gnu/libm.so.6", "read", "", ""}));  // and its mapping
+  EXPECT_TRUE(has({"stat", "/usr/lib", "", "", ""}));                                 // on the way
+  EXPECT_TRUE(has({"stat", kWorkspace, "", "", ""}));
+  EXPECT_TRUE(has({"open", kWorkspace + "/out.png", "write", "", ""}));
+  EXPECT_TRUE(has({"change", kWorkspace + "/.cache", "", "", ""}));
   EXPECT_TRUE(std::is_sorted(checks.begin(), checks.end(), [](const DraftCheck& a, const DraftCheck& b) {
     return std::tie(a.op, a.target, a.access) < std::tie(b.op, b.target, b.access);
   }));
@@ -548,16 +636,22 @@ TEST(DraftPolicy, ReadsCollapseUpwardOnlyWhereEligible) {
   expect_checks_pass(python_run(), off);
 }
 
-TEST(DraftPolicy, WritesCollapseOneLevelAndTheWorkspaceIsRewritten) {
+TEST(DraftPolicy, WritesCollapseOneLevelInTheWorkspaceOnly) {
   std::vector<Observation> o = {
       write(kWorkspace + "/out/a.png"), write(kWorkspace + "/out/b.png"), write(kWorkspace + "/out/c.png"),
       write(kWorkspace + "/log.txt"),   write("/srv/app/cache/v1/x"),     write("/srv/app/cache/v1/y"),
       write("/srv/app/cache/v1/z"),     write("/srv/app/cache/w"),        read(kWorkspace + "/in/one.csv")};
   const Draft d = draft_policy(o, in_workspace());
   const Policy p = parsed(d);
-  // out/ collapsed; the workspace itself would need 3 direct children: log.txt and out are 2
-  EXPECT_EQ(paths(p.write), (std::vector<std::string>{"${workspace}/log.txt", "${workspace}/out",
-                                                      "/srv/app/cache/v1", "/srv/app/cache/w"}));
+  // out/ collapsed; the workspace itself would need 3 direct children: log.txt and out are 2.
+  // Outside the workspace writes stay exact.
+  EXPECT_EQ(paths(p.write),
+            (std::vector<std::string>{"${workspace}/log.txt", "${workspace}/out", "/srv/app/cache/v1/x",
+                                      "/srv/app/cache/v1/y", "/srv/app/cache/v1/z", "/srv/app/cache/w"}));
+  EXPECT_NE(d.yaml.find("      # a directory: allows everything below it, observed or not\n"
+                        "      - ${workspace}/out\n"),
+            std::string::npos)
+      << d.yaml;
   EXPECT_EQ(paths(p.read), std::vector<std::string>{"${workspace}/in/one.csv"});
   for (const auto& e : p.write) EXPECT_EQ(e.in_workspace, e.path.find("/srv") != 0);
   // comments show the workspace's paths as the rules do
@@ -571,10 +665,11 @@ TEST(DraftPolicy, WritesCollapseOneLevelAndTheWorkspaceIsRewritten) {
   o.push_back(write(kWorkspace + "/notes.md"));
   o.push_back(write(kWorkspace + "/plot.svg"));
   EXPECT_EQ(paths(parsed(draft_policy(o, in_workspace())).write),
-            (std::vector<std::string>{"${workspace}", "/srv/app/cache/v1", "/srv/app/cache/w"}));
+            (std::vector<std::string>{"${workspace}", "/srv/app/cache/v1/x", "/srv/app/cache/v1/y",
+                                      "/srv/app/cache/v1/z", "/srv/app/cache/w"}));
 
   // Without a workspace the paths stay absolute.
-  EXPECT_EQ(paths(parsed(draft_policy({write(kWorkspace + "/log.txt")}, DraftOptions{})).write),
+  EXPECT_EQ(paths(parsed(draft_policy({in_run(write(kWorkspace + "/log.txt"), "")}, DraftOptions{})).write),
             std::vector<std::string>{kWorkspace + "/log.txt"});
 }
 
@@ -739,6 +834,7 @@ TEST(DraftPolicy, AnAuditLogOfARunDraftsWhatItsObservationsDo) {
       if (o.access & kAccessExec) a.push_back("exec");
       r["access"] = a;
     }
+    if (o.directory) r["directory"] = true;
     r["run_id"] = "0123456789abcdef";
     r["policy"] = "python-sandbox";
     log += r.dump() + "\n";
@@ -747,6 +843,7 @@ TEST(DraftPolicy, AnAuditLogOfARunDraftsWhatItsObservationsDo) {
   auto read_back = read_observations(log, "audit.log", std::string("0123456789abcdef"));
   ASSERT_TRUE(read_back.ok()) << read_back.error().message;
   EXPECT_EQ(read_back->records, static_cast<uint64_t>(n));
+  for (const Observation& o : read_back->items) EXPECT_EQ(o.workspace, kWorkspace);  // the default root's
   const Draft from_log = draft_policy(read_back->items, in_workspace());
   const Policy p = parsed(from_log);
   const Policy direct = parsed(draft_policy(python_run(), in_workspace()));
@@ -754,6 +851,257 @@ TEST(DraftPolicy, AnAuditLogOfARunDraftsWhatItsObservationsDo) {
   EXPECT_EQ(paths(p.write), (std::vector<std::string>{"${workspace}/.cache", "${workspace}/out.png"}));
   EXPECT_EQ(programs(p), programs(direct));
   expect_checks_pass(read_back->items, in_workspace());
+}
+
+// ---- what the security review found ----------------------------------------
+
+const std::string kDirectoryNote =
+    "a stat of a directory, or a listing of one no collapse may make a rule of (draft.h): not drafted (a "
+    "files rule on a directory allows everything below it); add it by hand if the program needs it";
+const std::string kDirectoryComment = "      # a directory: allows everything below it, observed or not\n";
+
+// `ls ~/.aws` made a files.read rule for ~/.aws, everything in it included.
+TEST(DraftPolicy, ADirectoryIsNeverARuleByItself) {
+  std::vector<Observation> o = {
+      directory(read("/home/me/.aws")),  // listed: the record says it is a directory
+      directory(obs("file_stat", "/srv/data")),
+      directory(obs("file_watch", "/srv/watched")),
+      read("/home/me"),  // no "directory" (an older record), but a file below it was seen
+      read("/home/me/notes.txt"),
+      directory(obs("file_change", "/srv/out", kAccessWrite)),             // chmod outside the workspace
+      directory(obs("file_change", kWorkspace + "/build", kAccessWrite)),  // a mkdir in it is fine
+      // listed, but covered by a rule the draft makes anyway: nothing to say
+      read("/usr/lib/python3.11/os.py"),
+      read("/usr/lib/python3.11/abc.py"),
+      read("/usr/lib/python3.11/io.py"),
+      directory(read("/usr/lib/python3.11/encodings")),
+  };
+  const Draft d = draft_policy(o, in_workspace());
+  const Policy p = parsed(d);
+  EXPECT_EQ(paths(p.read), (std::vector<std::string>{"/home/me/notes.txt", "/usr/lib/python3.11"}));
+  EXPECT_EQ(paths(p.write), std::vector<std::string>{"${workspace}/build"});
+  EXPECT_TRUE(has_note(d, "file_open read by python3 (2×): /home/me, /home/me/.aws — " + kDirectoryNote));
+  EXPECT_TRUE(has_note(d, "file_stat by python3 (1×): /srv/data — " + kDirectoryNote));
+  EXPECT_TRUE(has_note(d, "file_watch by python3 (1×): /srv/watched — " + kDirectoryNote));
+  EXPECT_TRUE(
+      has_note(d,
+               "file_change by python3 (1×): /srv/out — a change of a directory outside the workspace: "
+               "not drafted (a files.write rule on a directory allows changing everything below it); "
+               "add it by hand if the program needs it"));
+  EXPECT_EQ(d.notes.size(), 4u);
+  // Every directory rule says so; a file's does not.
+  EXPECT_NE(d.yaml.find(kDirectoryComment + "      - /usr/lib/python3.11\n"), std::string::npos) << d.yaml;
+  EXPECT_NE(d.yaml.find(kDirectoryComment + "      - ${workspace}/build\n"), std::string::npos) << d.yaml;
+  EXPECT_EQ(d.yaml.find(kDirectoryComment + "      - /home/me/notes.txt\n"), std::string::npos) << d.yaml;
+  expect_checks_pass(o, in_workspace());
+}
+
+// Three stats in ~/.ssh made ~/.ssh one rule: never into a hidden
+// directory. Stats count toward collapsing elsewhere (a run that can stat
+// can read), and a listing makes a rule only where a collapse could.
+TEST(DraftPolicy, NothingCollapsesIntoAHiddenDirectoryAndListingsOnlyWhereACollapseCould) {
+  std::vector<Observation> o;
+  for (const char* f : {"config", "known_hosts", "id_ed25519.pub"})
+    o.push_back(obs("file_stat", std::string("/home/me/.ssh/") + f));
+  for (const char* f : {"a", "b", "c"}) o.push_back(obs("file_stat", std::string("/srv/app/meta/") + f));
+  for (const char* f : {"a", "b", "c"}) o.push_back(obs("file_watch", std::string("/srv/watch/") + f));
+  for (const char* f : {"config", "credentials", "sso.json"})
+    o.push_back(read(std::string("/home/me/.aws/") + f));
+  for (const char* f : {"HEAD", "config", "index"}) o.push_back(read(std::string("/opt/x/.git/") + f));
+  for (const char* f : {"a", "b", "c"}) o.push_back(read(kWorkspace + "/.cache/" + f));  // ${workspace} may
+  o.push_back(directory(read("/srv/app/plugins")));   // listed, eligible: a rule, marked as a directory
+  o.push_back(directory(read("/etc/fonts/conf.d")));  // listed, under /etc: a note
+  const Draft d = draft_policy(o, in_workspace());
+  EXPECT_EQ(paths(parsed(d).read),
+            (std::vector<std::string>{
+                "${workspace}/.cache", "/home/me/.aws/config", "/home/me/.aws/credentials",
+                "/home/me/.aws/sso.json", "/home/me/.ssh/config", "/home/me/.ssh/id_ed25519.pub",
+                "/home/me/.ssh/known_hosts", "/opt/x/.git/HEAD", "/opt/x/.git/config", "/opt/x/.git/index",
+                "/srv/app/meta", "/srv/app/plugins",                // depth 3: eligible
+                "/srv/watch/a", "/srv/watch/b", "/srv/watch/c"}));  // /srv/watch: too high
+  EXPECT_NE(d.yaml.find(kDirectoryComment + "      - /srv/app/plugins\n"), std::string::npos) << d.yaml;
+  EXPECT_TRUE(has_note(d, "file_open read by python3 (1×): /etc/fonts/conf.d — " + kDirectoryNote));
+  expect_checks_pass(o, in_workspace());
+
+  // Writes outside the workspace stay exact however many.
+  std::vector<Observation> w;
+  for (const char* f : {"a", "b", "c", "d"})
+    w.push_back(obs("file_change", std::string("/usr/local/bin/") + f));
+  EXPECT_EQ(paths(parsed(draft_policy(w, in_workspace())).write),
+            (std::vector<std::string>{"/usr/local/bin/a", "/usr/local/bin/b", "/usr/local/bin/c",
+                                      "/usr/local/bin/d"}));
+}
+
+// Runs in workspaces of different lengths merged into one draft (the
+// command line rewrote the second run's paths into the first's workspace,
+// past the length a rule may have), and nothing reaches a workspace from
+// outside.
+TEST(DraftPolicy, EachRunsWorkspaceIsItsOwnAndNoRuleReachesOne) {
+  const std::string a = "/home/me/" + std::string(80, 'w');
+  const std::string b = "/var/lib/agentcage/workspaces/r2";
+  const std::string deep = std::string(150, 'd');
+  const std::vector<Observation> o = {in_run(read(a + "/a"), a), in_run(read(b + "/" + deep + "/x"), b),
+                                      in_run(write(a + "/out/1"), a), in_run(write(b + "/out/2"), b),
+                                      in_run(write(b + "/out/3"), b)};
+  const Draft d = draft_policy(o, DraftOptions{});
+  const Policy p = parsed(d);
+  EXPECT_EQ(paths(p.read), (std::vector<std::string>{"${workspace}/a", "${workspace}/" + deep + "/x"}));
+  EXPECT_EQ(paths(p.write), std::vector<std::string>{"${workspace}/out"});
+  EXPECT_TRUE(d.notes.empty()) << d.notes[0];
+  for (const DraftCheck& c : d.checks) EXPECT_TRUE(c.target.starts_with(c.workspace + "/")) << c.target;
+  expect_checks_pass(o, DraftOptions{});
+
+  // The workspace root, the directories above a workspace and another run's
+  // workspace get no rule, exact or collapsed.
+  const std::string ws = "/srv/runs/r1/ws";
+  const std::vector<Observation> near = {in_run(read("/srv/runs/r1"), ws),
+                                         in_run(read("/srv/runs/r1/a.log"), ws),
+                                         in_run(read("/srv/runs/r1/b.log"), ws),
+                                         in_run(read("/srv/runs/r1/c.log"), ws),
+                                         in_run(write("/srv/runs"), ws),
+                                         in_run(read("/srv/runs/r2/ws"), ws),
+                                         in_run(read("/srv/other/file"), "/srv/runs/r2/ws"),
+                                         read("/var/lib/agentcage")};
+  const Draft n = draft_policy(near, DraftOptions{});
+  EXPECT_EQ(paths(parsed(n).read), (std::vector<std::string>{"/srv/other/file", "/srv/runs/r1/a.log",
+                                                             "/srv/runs/r1/b.log", "/srv/runs/r1/c.log"}));
+  EXPECT_TRUE(parsed(n).write.empty());
+  const std::string why = "a workspace or a directory above one: a rule there reaches other runs' workspaces";
+  EXPECT_TRUE(has_note(
+      n, "file_open read by python3 (3×): /srv/runs/r1, /srv/runs/r2/ws, /var/lib/agentcage — " + why));
+  EXPECT_TRUE(has_note(n, "file_open write by python3 (1×): /srv/runs — " + why));
+
+  // Nor at or above the root runs get their workspaces in, whatever the
+  // observations' workspaces.
+  DraftOptions pool;
+  pool.workspace_root = "/srv/pool/ws/";
+  const std::vector<Observation> root = {in_run(read("/srv/pool/ws/a"), ""),
+                                         in_run(read("/srv/pool/ws/b"), ""),
+                                         in_run(read("/srv/pool/ws/c"), ""), in_run(read("/srv/pool"), "")};
+  const Draft r = draft_policy(root, pool);
+  EXPECT_EQ(paths(parsed(r).read),
+            (std::vector<std::string>{"/srv/pool/ws/a", "/srv/pool/ws/b", "/srv/pool/ws/c"}));
+  EXPECT_TRUE(has_note(r, "file_open read by python3 (1×): /srv/pool — " + why));
+}
+
+// A draft of many denied paths and many candidate directories took
+// quadratic time (each candidate and each path compared with every denied
+// path): minutes for an audit log of a few hundred thousand lines.
+TEST(DraftPolicy, ManyDeniedPathsCostLinearTime) {
+  std::vector<Observation> o;
+  constexpr int kDirs = 20000;
+  for (int i = 0; i < kDirs; ++i) {
+    const std::string n = std::to_string(i);
+    Observation secret = read("/srv/p/d" + n + "/.env");
+    secret.reason = "rule_deny";
+    o.push_back(secret);
+    for (const char* f : {"/a", "/b", "/c"})
+      o.push_back(read("/srv/p/d" + n + f));  // a directory to collapse
+    o.push_back(obs("file_stat", "/srv/q/d" + n + "/x"));
+  }
+  for (const char* f : {"a", "b", "c"}) o.push_back(read(std::string("/srv/r/s/") + f));
+  const auto start = std::chrono::steady_clock::now();
+  const Draft d = draft_policy(o, in_workspace());
+  const auto seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  EXPECT_LT(seconds, 5.0);
+  EXPECT_NE(d.yaml.find("      - /srv/r/s\n"), std::string::npos);
+  EXPECT_NE(d.yaml.find("      - /srv/p/d17/a\n"), std::string::npos);  // next to a denied path: exact
+}
+
+// A name a run chose went into a rule's line raw: a U+2028 or U+0085 that
+// some readers take for a line break, a right-to-left override that shows
+// "sl.png" for "gnp.ls".
+TEST(DraftPolicy, RuleLinesArePrintableAsciiAndCommentsEscaped) {
+  const std::string separator = "/opt/a/x\xe2\x80\xa8      - /etc/shadow";
+  const std::string nel = "/opt/c/z\xc2\x85q";
+  const std::string rlo = "/opt/tools/\xe2\x80\xaegnp.ls";
+  const std::string emoji = "/srv/\xf0\x9f\x98\x80/smile";
+  const std::string quoted = "/srv/q\"and\\back";
+  std::vector<Observation> o = {read(separator),
+                                read(nel),
+                                obs("exec", rlo, kAccessExec),
+                                read(emoji),
+                                read(quoted),
+                                obs("unix_connect",
+                                    "@\xe2\x80\xae\xc2\x9b"
+                                    "2J",
+                                    0, "unix_abstract")};
+  o[0].comm = "a\xe2\x80\xa8      - /root";
+  const Draft d = draft_policy(o, in_workspace());
+  EXPECT_TRUE(rule_lines_are_printable_ascii(d.yaml)) << d.yaml;
+  EXPECT_NE(d.yaml.find("      - \"/opt/a/x\\u2028      - /etc/shadow\"\n"), std::string::npos) << d.yaml;
+  EXPECT_NE(d.yaml.find("      - \"/srv/\\U0001F600/smile\"\n"), std::string::npos) << d.yaml;
+  EXPECT_NE(d.yaml.find("      - \"/srv/q\\\"and\\\\back\"\n"), std::string::npos) << d.yaml;
+  for (const char* raw : {"\xe2\x80\xa8", "\xc2\x85", "\xe2\x80\xae", "\xc2\x9b"})
+    EXPECT_EQ(d.yaml.find(raw), std::string::npos) << d.yaml;
+  EXPECT_NE(d.yaml.find("# file_open read by a\\xe2\\x80\\xa8      - /root (1×): /opt/a/x\\xe2\\x80\\xa8"),
+            std::string::npos)
+      << d.yaml;
+  // The parser reads back the names recorded, byte for byte.
+  const Policy p = parsed(d);
+  EXPECT_EQ(paths(p.read), (std::vector<std::string>{separator, nel, quoted, emoji}));
+  EXPECT_EQ(programs(p), std::vector<std::string>{rlo});
+  expect_checks_pass(o, in_workspace());
+}
+
+// A connection to 0.0.0.0 reaches the host's own services; an entry
+// without a protocol allows tcp and udp too. Both were drafted silently.
+TEST(DraftPolicy, RiskyNetworkEntriesSaySo) {
+  const std::vector<Observation> o = {obs("socket_connect", "0.0.0.0:5432", 0, "inet", "tcp"),
+                                      obs("socket_connect", "[::]:6379", 0, "inet", "tcp"),
+                                      obs("socket_connect", "192.0.2.1:443", 0, "inet", "136"),
+                                      obs("socket_connect", "192.0.2.9:443", 0, "inet", "tcp")};
+  const Draft d = draft_policy(o, in_workspace());
+  EXPECT_EQ(parsed(d).network_allow.size(), 4u);
+  EXPECT_NE(
+      d.yaml.find("      # 0.0.0.0 is the any-address: a connection to it reaches the services listening "
+                  "on this host\n      - cidr: 0.0.0.0/32\n"),
+      std::string::npos)
+      << d.yaml;
+  EXPECT_NE(d.yaml.find("      # :: is the any-address"), std::string::npos) << d.yaml;
+  EXPECT_NE(d.yaml.find("      # no protocol: allows tcp and udp (and every other protocol) too\n"
+                        "      - cidr: 192.0.2.1/32\n"),
+            std::string::npos)
+      << d.yaml;
+  EXPECT_TRUE(has_note(d,
+                       "socket_connect tcp by python3 (1×): 0.0.0.0:5432 — allowed, but 0.0.0.0 is the "
+                       "any-address: it reaches the services listening on this host"));
+  EXPECT_TRUE(
+      has_note(d, "socket_connect tcp by python3 (1×): [::]:6379 — allowed, but :: is the any-address"));
+  EXPECT_EQ(d.notes.size(), 2u);
+  EXPECT_NE(d.yaml.find("\n# Allowed, but check before enforcing:\n#   socket_connect tcp"),
+            std::string::npos);
+  EXPECT_EQ(d.yaml.find("      # 192.0.2.9"), std::string::npos);  // an ordinary entry: nothing to say
+  expect_checks_pass(o, in_workspace());
+}
+
+// exec.allow "/" (or a directory) names no program; a name the record
+// could not write as UTF-8 names another file.
+TEST(DraftPolicy, AnExecIsOfAProgramFileNamedFaithfully) {
+  const std::vector<Observation> o = {obs("exec", "/", kAccessExec),
+                                      directory(obs("exec", "/usr/bin", kAccessExec)),
+                                      obs("exec", "/opt/tools/bin", kAccessExec),
+                                      read("/opt/tools/bin/helper"),  // so bin is a directory
+                                      obs("exec", "/opt/tools/caf\xef\xbf\xbd", kAccessExec),
+                                      read("/srv/data/\xef\xbf\xbd.csv"),
+                                      read("/srv/data/bad\xff.csv"),
+                                      obs("unix_connect", "/srv/\xef\xbf\xbd.sock", 0, "unix"),
+                                      obs("exec", "/usr/bin/git", kAccessExec)};
+  const Draft d = draft_policy(o, in_workspace());
+  const Policy p = parsed(d);
+  EXPECT_EQ(programs(p), std::vector<std::string>{"/usr/bin/git"});
+  EXPECT_EQ(paths(p.read), std::vector<std::string>{"/opt/tools/bin/helper"});
+  EXPECT_TRUE(p.network_allow.empty());
+  EXPECT_TRUE(has_note(d,
+                       "exec by python3 (3×): /, /opt/tools/bin, /usr/bin — a directory, not a program file: "
+                       "exec.allow names programs"));
+  const std::string mangled =
+      "the name was not valid UTF-8 (the record holds U+FFFD in its place): the rule would name another file";
+  EXPECT_TRUE(has_note(d, "exec by python3 (1×): /opt/tools/caf\xef\xbf\xbd — " + mangled));
+  EXPECT_TRUE(has_note(
+      d, "file_open read by python3 (2×): /srv/data/bad\\xff.csv, /srv/data/\xef\xbf\xbd.csv — " + mangled));
+  EXPECT_TRUE(has_note(d, "unix_connect by python3 (1×): /srv/\xef\xbf\xbd.sock — " + mangled));
+  expect_checks_pass(o, in_workspace());
 }
 
 }  // namespace

@@ -264,6 +264,26 @@ TEST(Text, EscapeLeavesOrdinaryTextAlone) {
   EXPECT_EQ(escape("\xc2\x80\xc2\x9f", 100), "\\xc2\\x80\\xc2\\x9f");
 }
 
+// What reorders the text around it (the bidirectional marks U+061C, U+200E,
+// U+200F besides the overrides and isolates), what some readers take for a
+// line break (U+2028, U+2029, U+0085: a comment line that seems to end) and
+// an invisible U+FEFF are escaped too; their neighbours are not.
+TEST(Text, EscapeHidesWhatReordersOrBreaksALine) {
+  EXPECT_EQ(escape("a\xe2\x80\xa8"
+                   "b\xe2\x80\xa9"
+                   "c\xc2\x85"
+                   "d",
+                   100),
+            "a\\xe2\\x80\\xa8b\\xe2\\x80\\xa9c\\xc2\\x85d");
+  EXPECT_EQ(escape("\xe2\x80\x8e\xe2\x80\x8f\xd8\x9c", 100), "\\xe2\\x80\\x8e\\xe2\\x80\\x8f\\xd8\\x9c");
+  EXPECT_EQ(escape("\xe2\x80\xaa\xe2\x80\xae\xe2\x81\xa9", 100),
+            "\\xe2\\x80\\xaa\\xe2\\x80\\xae\\xe2\\x81\\xa9");
+  EXPECT_EQ(escape("\xef\xbb\xbfx", 100), "\\xef\\xbb\\xbfx");
+  // U+2014, U+2026, U+2030, U+0629, U+FEFE, U+200D: printable, or harmless
+  const std::string neighbours = "\xe2\x80\x94\xe2\x80\xa6\xe2\x80\xb0\xd8\xa9\xef\xbb\xbe\xe2\x80\x8d";
+  EXPECT_EQ(escape(neighbours, 100), neighbours);
+}
+
 // Strings of the result that the caller or the run chose (COMMAND's
 // arguments, an error naming a run's file) may be any bytes: the result file
 // is still written, valid JSON in valid UTF-8. (to_json(...).dump(2) threw

@@ -2,6 +2,7 @@
 // `agentcage policy check [FILE...] [--dir DIR] [--json]`,
 // `agentcage policy explain POLICY OPERATION TARGET [ACCESS]`,
 // `agentcage policy suggest INPUT... [--run ID] [--name NAME]`.
+#include <algorithm>
 #include <climits>
 #include <cstdio>
 #include <cstdlib>
@@ -22,10 +23,12 @@
 #include "bpf/names.h"
 #include "cli/command.h"
 #include "cli/help.h"
+#include "core/paths.h"
 #include "policy/draft.h"
 #include "policy/locate.h"
 #include "policy/policy.h"
 #include "policy/values.h"
+#include "util/text.h"
 
 namespace agentcage::cli {
 namespace {
@@ -168,9 +171,12 @@ int explain_command(const ExplainArgs& a) {
 
 struct SuggestArgs {
   std::vector<std::string> inputs;
-  std::string run_id, name = "suggested", output;
+  std::string run_id, name = "suggested", output, workspace_root = core::kDefaultWorkspaceRoot;
   size_t collapse = 3;
 };
+
+// One line to stderr, every byte a run could have chosen escaped.
+void say(const std::string& line) { std::cerr << "agentcage policy suggest: " << escape(line, 4000) << "\n"; }
 
 // One input's text: a file, or stdin for "-".
 Result<std::string> read_input(const std::string& path) {
@@ -183,8 +189,9 @@ Result<std::string> read_input(const std::string& path) {
 }
 
 // The draft's operations, each asked of the compiled draft as `policy
-// explain` would: every one must be allowed, or the draft is wrong.
-std::vector<std::string> unallowed(const bpf::CompiledPolicy& compiled, const std::string& workspace,
+// explain` would, with its own run's workspace: every one must be allowed,
+// or the draft is wrong.
+std::vector<std::string> unallowed(const bpf::CompiledPolicy& compiled,
                                    const std::vector<policy::DraftCheck>& checks) {
   std::vector<std::string> out;
   for (const auto& c : checks) {
@@ -203,80 +210,91 @@ std::vector<std::string> unallowed(const bpf::CompiledPolicy& compiled, const st
              : c.op == "change" || c.access == "write" ? bpf::Operation::write
                                                        : bpf::Operation::read;
     }
-    if (!bpf::decide(compiled, workspace, q).allowed)
+    if (!bpf::decide(compiled, c.workspace, q).allowed)
       out.push_back(c.op + " " + c.target + (c.access.empty() ? "" : " " + c.access) + " (" + c.origin + ")");
   }
   return out;
 }
 
 int suggest_command(const SuggestArgs& a) {
-  // Every input, merged: a later run's workspace is written as the first's,
-  // so that ${workspace} rules come out once for all of them.
+  // Every input, merged: each observation keeps its own run's workspace, so
+  // ${workspace} rules come out once for all of them.
+  std::string root = a.workspace_root;
+  while (root.size() > 1 && root.back() == '/') root.pop_back();
+  if (root.empty() || root.front() != '/') {
+    say("--workspace-root must be an absolute directory, got " + quote(a.workspace_root));
+    return 2;
+  }
   std::vector<policy::Observation> items;
-  std::optional<std::string> workspace, from_policy;
+  std::optional<std::string> from_policy;
   std::string incomplete;
   uint64_t records = 0;
   for (const auto& path : a.inputs) {
     auto text = read_input(path);
     if (!text) {
-      std::cerr << "agentcage policy suggest: " << text.error().message << "\n";
+      say(text.error().message);
       return 2;
     }
     auto obs = policy::read_observations(*text, path == "-" ? "stdin" : path,
-                                         a.run_id.empty() ? std::nullopt : std::optional(a.run_id));
+                                         a.run_id.empty() ? std::nullopt : std::optional(a.run_id), root);
     if (!obs) {
-      std::cerr << "agentcage policy suggest: " << obs.error().message << "\n";
+      say(obs.error().message);
       return 2;
     }
     records += obs->records;
     if (!obs->complete) {
-      std::cerr << "agentcage policy suggest: warning: " << (path == "-" ? "stdin" : path) << ": "
-                << obs->incomplete
-                << "; the draft allows only what these records show (record every operation with "
-                   "`agentcage run --mode audit --record --result FILE ...`)\n";
+      say("warning: " + (path == "-" ? std::string("stdin") : path) + ": " + obs->incomplete +
+          "; the draft allows only what these records show (record every operation with "
+          "`agentcage run --mode audit --record --result FILE ...`)");
       if (incomplete.empty()) incomplete = obs->incomplete;
     }
     if (obs->policy && !from_policy) from_policy = obs->policy;
-    std::optional<std::string> ws = obs->workspace;
-    if (ws && ws->empty()) ws.reset();
-    if (ws && !workspace) workspace = ws;
-    for (auto& o : obs->items) {
-      if (ws && *ws != *workspace && o.target_kind != "inet" && o.target_kind != "syscall" &&
-          o.target_kind != "none" && (o.target == *ws || o.target.rfind(*ws + "/", 0) == 0))
-        o.target = *workspace + o.target.substr(ws->size());
-      items.push_back(std::move(o));
-    }
+    if (items.empty())
+      items = std::move(obs->items);
+    else
+      std::move(obs->items.begin(), obs->items.end(), std::back_inserter(items));
   }
-  if (records == 0)
-    std::cerr << "agentcage policy suggest: warning: the input holds no denied or audited operation; "
-                 "the draft allows nothing\n";
+  if (records == 0) say("warning: the input holds no denied or audited operation; the draft allows nothing");
 
   policy::DraftOptions o;
   o.name = a.name;
-  o.workspace = workspace;
   o.collapse = a.collapse;
+  o.workspace_root = root;
   o.source = a.inputs.size() == 1 ? a.inputs.front() : std::to_string(a.inputs.size()) + " inputs";
   o.from_policy = from_policy;
   if (!a.run_id.empty()) o.run_id = a.run_id;
   o.incomplete = incomplete;
   const policy::Draft draft = policy::draft_policy(items, o);
 
+  // A draft no policy file may be is no draft: say so (its last note), and
+  // print nothing of it.
+  if (const size_t max = policy::ParseOptions{}.max_bytes; draft.yaml.size() > max) {
+    say(draft.notes.empty() ? "the draft is too large" : draft.notes.back());
+    return 2;
+  }
   // The draft must load and allow what was observed: parsed and compiled
   // as `run` would, then each operation decided as the kernel would.
   policy::ParseOptions po;
   po.check_exec_exists = false;  // recorded on another host, maybe
   policy::ParseResult parsed = policy::parse_policy(draft.yaml, "<draft>", po);
   std::optional<bpf::CompiledPolicy> compiled;
+  std::string compile_error;
   if (parsed.ok()) {
-    if (auto c = bpf::compile(*parsed.policy)) compiled = std::move(*c);
+    if (auto c = bpf::compile(*parsed.policy))
+      compiled = std::move(*c);
+    else
+      compile_error = c.error().message;
   }
   if (!compiled) {
-    std::cerr << "agentcage policy suggest: internal error: the draft does not load (please report it):\n";
-    for (const auto& d : parsed.errors) std::cerr << "  " << d.format() << "\n";
-    std::cerr << draft.yaml;
+    say("internal error: the draft does not load (please report it):");
+    constexpr size_t kShown = 5;
+    for (size_t i = 0; i < parsed.errors.size() && i < kShown; ++i)
+      std::cerr << "  " << escape(parsed.errors[i].format(), 1000) << "\n";
+    if (parsed.errors.size() > kShown) std::cerr << "  ... (" << parsed.errors.size() - kShown << " more)\n";
+    if (!compile_error.empty()) std::cerr << "  " << escape(compile_error, 1000) << "\n";
     return 2;
   }
-  const auto missing = unallowed(*compiled, workspace.value_or(""), policy::draft_checks(items, o));
+  const auto missing = unallowed(*compiled, draft.checks);
 
   if (a.output.empty() || a.output == "-") {
     std::cout << draft.yaml;
@@ -286,16 +304,16 @@ int suggest_command(const SuggestArgs& a) {
     out << draft.yaml;
     out.close();
     if (!out || std::rename(tmp.c_str(), a.output.c_str()) != 0) {
-      std::cerr << "agentcage policy suggest: writing " << a.output << ": " << std::strerror(errno) << "\n";
+      say("writing " + a.output + ": " + std::strerror(errno));
       std::remove(tmp.c_str());
       return 2;
     }
   }
-  for (const auto& n : draft.notes) std::cerr << "agentcage policy suggest: note: " << n << "\n";
+  for (const auto& n : draft.notes) say("note: " + n);
   if (!missing.empty()) {
-    std::cerr << "agentcage policy suggest: internal error: the draft does not allow " << missing.size()
-              << " observed operation(s) (please report it):\n";
-    for (const auto& m : missing) std::cerr << "  " << m << "\n";
+    say("internal error: the draft does not allow " + std::to_string(missing.size()) +
+        " observed operation(s) (please report it):");
+    for (const auto& m : missing) std::cerr << "  " << escape(m, 1000) << "\n";
     return 1;
   }
   return 0;
@@ -378,7 +396,7 @@ void add_policy(CLI::App& app, const Globals& /*globals*/, Commands& commands) {
 
   auto* suggest = policy->add_subcommand(
       "suggest", "Draft a minimal policy from what runs did (their result or audit log records)");
-  suggest->footer(
+  suggest->footer(with_defaults(
       "Turn the decision records of one or more runs into a draft policy that allows what they\n"
       "did and nothing else, with a comment above each rule naming the operations that added it.\n"
       "The workflow (docs/policy.md): run the workload in audit mode with every record kept,\n"
@@ -389,21 +407,29 @@ void add_policy(CLI::App& app, const Globals& /*globals*/, Commands& commands) {
       "INPUT: a run's result document (its \"recording\" from --record; without one only the\n"
       "first records of denials.records, and a warning says so) or the daemon's audit log\n"
       "(JSON lines; --run ID takes one run's lines; the log holds at most 256 records a second\n"
-      "per run). - reads stdin. Several inputs are merged; the first input's workspace stands\n"
-      "for every run's, written as ${workspace}.\n\n"
+      "per run). - reads stdin. Several inputs are merged. Each run's own workspace is written\n"
+      "as ${workspace}: a result's \"workspace\"; for a log line, --workspace-root DIR/RUN_ID\n"
+      "(the root the daemon's host used; default @WORKSPACE_ROOT@).\n"
+      "No rule is drafted at or above a workspace or DIR.\n\n"
       "What becomes a rule: exec -> exec.allow (the program, never its directory); opens,\n"
       "stats, watches and executable mappings -> files.read; opens for writing and changes ->\n"
-      "files.write; connects -> network.allow (address/32, port, protocol). Reads in one\n"
-      "directory collapse into it from --collapse N files or subdirectories (default 3; 0:\n"
-      "never), never above /usr/lib-like depths and never under /etc, /proc, /sys, /dev, /run\n"
-      "or /boot. Nothing else is allowed: IPC, debugging, native code, listening sockets and\n"
-      "denied system calls are listed as notes (stderr and the draft's closing comment), and\n"
-      "the switches that would allow them are named, never turned on.\n\n"
+      "files.write; connects -> network.allow (address/32, port, protocol; 0.0.0.0 and ::,\n"
+      "which reach this host's own services, with a note). A directory listed, stat'ed or\n"
+      "(outside the workspace) changed gets no rule of its own, a note: a rule on it would\n"
+      "allow everything below it. Files read in one directory collapse into it from --collapse\n"
+      "N files or subdirectories (default 3; 0: never; stats never count), never above\n"
+      "/usr/lib-like depths, never to a hidden directory (/home/me/.ssh) and never under /etc,\n"
+      "/proc, /sys, /dev, /run or /boot; writes collapse only in the workspace. Every\n"
+      "directory rule says so in a comment. Nothing else is allowed: IPC, debugging, native\n"
+      "code, listening sockets and denied system calls are listed as notes (stderr and the\n"
+      "draft's closing comment), and the switches that would allow them are named, never\n"
+      "turned on.\n\n"
       "The draft is checked before it is printed: it must load (parse and compile) and allow\n"
       "every observed operation it has a rule for, decided as `policy explain` decides.\n\n"
       "Exit status: 0 a draft was written; 1 the draft does not allow an observed operation (a\n"
       "bug: the draft is still written); 2 an input cannot be read or is not records (FILE:LINE\n"
-      "says where), or the draft does not load.");
+      "says where), or the draft is larger than a policy file may be (collapse more) or does\n"
+      "not load: nothing is written then."));
   auto sg = std::make_shared<SuggestArgs>();
   suggest->add_option("INPUT", sg->inputs, "Result documents or audit logs (- for stdin)")
       ->type_name("INPUT")
@@ -415,6 +441,10 @@ void add_policy(CLI::App& app, const Globals& /*globals*/, Commands& commands) {
       ->type_name("N");
   suggest->add_option("-o,--output", sg->output, "Write the draft to FILE instead of stdout")
       ->type_name("FILE");
+  suggest
+      ->add_option("--workspace-root", sg->workspace_root,
+                   "Where the runs had their workspaces (a log's run RUN_ID: DIR/RUN_ID)")
+      ->type_name("DIR");
   commands.add(suggest, [sg] { return suggest_command(*sg); });
 }
 

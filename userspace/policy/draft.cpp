@@ -1,8 +1,9 @@
 // SPDX-License-Identifier: Apache-2.0
 // draft_policy and draft_checks (draft.h): observed operations -> the
-// narrowest rules that allow them, collapsed as draft.h says (draft_yaml.cpp
-// writes them). Both run the same Plan, so every check names an operation
-// the draft allows.
+// narrowest rules that allow them, collapsed as draft.h says (the Plan of
+// draft_plan.h: its files rules in draft_paths.cpp; draft_yaml.cpp writes
+// them). Both run the same Plan, so every check names an operation the
+// draft allows.
 #include "policy/draft.h"
 
 #include <arpa/inet.h>
@@ -10,91 +11,37 @@
 #include <netinet/in.h>
 
 #include <algorithm>
-#include <map>
-#include <set>
-#include <tuple>
-#include <utility>
 
-#include "policy/draft_rules.h"
+#include "policy/draft_plan.h"
 #include "policy/name.h"
 #include "policy/policy.h"
 #include "policy/syscalls.h"
 #include "policy/values.h"
 #include "util/text.h"
 
-namespace agentcage::policy {
+namespace agentcage::policy::draft {
 namespace {
 
-using draft::label;
-using draft::port_ranges;
-using draft::Tally;
-
-// ---- paths in two rule spaces ------------------------------------------------
-
-enum class Space { absolute, workspace };
-
-// A path a rule may name: absolute, or below the workspace as "/" (the
-// workspace itself) or "/sub/path".
-struct Loc {
-  Space space = Space::absolute;
-  std::string path;
-  auto operator<=>(const Loc&) const = default;
-};
-
-std::string shown(const Loc& l) {
-  if (l.space == Space::absolute) return l.path;
-  return l.path == "/" ? "${workspace}" : "${workspace}" + l.path;
-}
-
-// Whole components: /usr/lib covers /usr/lib/x, not /usr/lib64.
-bool within(std::string_view p, std::string_view d) {
-  if (d == "/") return true;
-  return p.starts_with(d) && (p.size() == d.size() || p[d.size()] == '/');
-}
-bool within(const Loc& p, const Loc& d) { return p.space == d.space && within(p.path, d.path); }
-
-std::string parent(const std::string& p) {
-  const size_t slash = p.rfind('/');
-  return slash == 0 ? "/" : p.substr(0, slash);
-}
-
-size_t depth(const std::string& p) {
-  return p == "/" ? 0 : static_cast<size_t>(std::count(p.begin(), p.end(), '/'));
-}
-
-std::string_view top_component(const std::string& p) {
-  const size_t end = p.find('/', 1);
-  return std::string_view(p).substr(1, end == std::string::npos ? std::string::npos : end - 1);
-}
-
-// The longest rule of `rules` that `p` lies within, or nullptr.
-const Loc* covering(const std::set<Loc>& rules, Loc p) {
-  for (;;) {
-    if (auto it = rules.find(p); it != rules.end()) return &*it;
-    if (p.path == "/") return nullptr;
-    p.path = parent(p.path);
+// The name holds U+FFFD, the record's stand-in for bytes that were not
+// UTF-8 (or is not UTF-8 at all): a rule would name another file.
+bool mangled(std::string_view name) {
+  if (name.find("\xEF\xBF\xBD") != std::string_view::npos) return true;
+  for (size_t i = 0; i < name.size();) {
+    const size_t n = utf8_sequence_length(name, i);
+    if (n == 0) return true;
+    i += n;
   }
+  return false;
 }
 
-// `rules` without those another one covers.
-std::set<Loc> drop_covered(const std::set<Loc>& rules) {
-  std::set<Loc> out;
-  for (const Loc& r : rules)
-    if (r.path == "/" || !covering(rules, Loc{r.space, parent(r.path)})) out.insert(r);
-  return out;
-}
-
-// Top-level directories whose files always stay exact (configuration and
-// secrets, devices, kernel state), and those of installed files, where a
-// directory two levels down (/usr/lib, /opt/app) may become one rule.
-constexpr std::string_view kExactTrees[] = {"etc", "proc", "sys", "dev", "run", "boot"};
-constexpr std::string_view kInstalledTrees[] = {"usr", "opt",   "bin",   "sbin",
-                                                "lib", "lib32", "lib64", "libx32"};
-
-template <class List>
-bool listed(const List& list, std::string_view s) {
-  return std::find(std::begin(list), std::end(list), s) != std::end(list);
-}
+constexpr const char* kMangled =
+    "the name was not valid UTF-8 (the record holds U+FFFD in its place): the rule would name another file";
+constexpr const char* kDirectoryRead =
+    "a stat of a directory, or a listing of one no collapse may make a rule of (draft.h): not drafted (a "
+    "files rule on a directory allows everything below it); add it by hand if the program needs it";
+constexpr const char* kDirectoryChange =
+    "a change of a directory outside the workspace: not drafted (a files.write rule on a directory allows "
+    "changing everything below it); add it by hand if the program needs it";
 
 bool is_open(const Observation& o) { return o.hook == "file_open" || o.hook == "file_receive"; }
 
@@ -129,28 +76,6 @@ std::string hook_why(const Observation& o) {
   return "no rule kind allows it";
 }
 
-// ---- the plan ---------------------------------------------------------------
-
-enum class Need { read, write, stat, mmap };
-
-struct PathNeed {
-  Need need;
-  Loc loc;
-  const Observation* obs;
-};
-
-struct NetNeed {
-  std::string cidr;      // "192.0.2.7/32", "2001:db8::1/128"
-  std::string protocol;  // "tcp", "udp", "" (any)
-  uint16_t port;
-  const Observation* obs;
-};
-
-struct UnixNeed {
-  std::string name;  // "/run/x.sock" or "@name"
-  const Observation* obs;
-};
-
 // "192.0.2.7:443", "[2001:db8::1]:443", "[::ffff:192.0.2.7]:443" as a /32 or
 // /128 network (an IPv4-mapped address as IPv4, which also matches it) and
 // a port.
@@ -180,60 +105,7 @@ std::optional<std::pair<std::string, uint16_t>> parse_destination(const std::str
   return std::make_pair(std::string(buf) + "/32", static_cast<uint16_t>(port));
 }
 
-class Plan {
- public:
-  Plan(const std::vector<Observation>& observations, const DraftOptions& options);
-
-  const draft::Rules& rules() const { return out_; }
-  std::vector<DraftCheck> checks() const;
-
- private:
-  void classify(const Observation& o);
-  void drop_denied();
-  void plan_writes_and_programs();
-  void plan_reads();
-  void plan_network();
-  std::set<Loc> nameable(const std::set<Loc>& rules) const;
-  void exec_need(const Observation& o, const Loc& loc);
-  void connect_need(const Observation& o);
-  std::optional<Loc> locate(const std::string& target) const;
-  std::optional<std::string> unruleable(const Loc& loc) const;
-  bool eligible(const Loc& dir, bool for_write) const;
-  std::set<Loc> collapse_reads(std::set<Loc> reads) const;
-  std::set<Loc> collapse_writes(const std::set<Loc>& writes) const;
-  bool readable(const Loc& loc) const;
-  bool stat_ok(const Loc& loc) const;
-  void add_ancestors(const Loc& loc);
-  void settle(const PathNeed& n);
-  // A target as the comments show it: in the workspace as ${workspace}/...
-  std::string display(const std::string& target) const {
-    if (workspace_ && within(target, *workspace_)) return "${workspace}" + target.substr(workspace_->size());
-    return target;
-  }
-  void leave(const Observation& o, const std::string& why) {
-    out_.left[{label(o), why}].add(o, display(o.target));
-  }
-  void because(const std::string& rule, const Observation& o) {
-    out_.why[rule][label(o)].add(o, display(o.target));
-  }
-  void check(std::string op, const Observation& o, std::string access, std::string target = "") {
-    checks_.try_emplace({std::move(op), target.empty() ? o.target : target, std::move(access)}, o.origin);
-  }
-
-  const DraftOptions& options_;
-  std::optional<std::string> workspace_;
-
-  std::vector<PathNeed> paths_;
-  std::map<std::string, std::vector<const Observation*>> exec_needs_;
-  std::vector<NetNeed> net_needs_;
-  std::vector<UnixNeed> unix_needs_;
-  std::set<Loc> denied_;             // what the observed policy denied by rule
-  std::set<std::string> ancestors_;  // directories on the way to an absolute rule
-
-  std::set<Loc> read_, write_;
-  draft::Rules out_;  // read and write filled in from read_ and write_ at the end
-  std::map<std::tuple<std::string, std::string, std::string>, std::string> checks_;  // -> origin
-};
+}  // namespace
 
 Plan::Plan(const std::vector<Observation>& observations, const DraftOptions& options) : options_(options) {
   out_.name = options.name;
@@ -242,17 +114,10 @@ Plan::Plan(const std::vector<Observation>& observations, const DraftOptions& opt
                         std::string(kPolicyNameRule) + "): the draft is named 'suggested'");
     out_.name = "suggested";
   }
-  if (options.workspace) {
-    std::string ws = *options.workspace;
-    while (ws.size() > 1 && ws.back() == '/') ws.pop_back();
-    if (auto n = normalize_path(ws, PATH_MAX); n && *n == ws && ws != "/")
-      workspace_ = ws;
-    else
-      out_.assumed.insert("the workspace '" + escape(ws, 120) +
-                          "' is not an absolute directory: paths stay absolute");
-  }
-
+  read_workspaces(observations);
   for (const Observation& o : observations) classify(o);
+  for (PathNeed& n : paths_) n.directory = n.obs->directory || is_directory(n.loc);
+  for (const auto& [o, loc] : execs_) exec_need(*o, loc);
   drop_denied();
   plan_writes_and_programs();
   plan_reads();
@@ -265,90 +130,42 @@ Plan::Plan(const std::vector<Observation>& observations, const DraftOptions& opt
       }
   for (const UnixNeed& u : unix_needs_) because("unix " + u.name, *u.obs);
   plan_network();
+  mark_directory_rules();
   for (const Loc& r : read_) out_.read.insert(shown(r));
   for (const Loc& w : write_) out_.write.insert(shown(w));
 }
 
-// A path no rule may name still counts toward collapsing its directory
-// (a[1].txt is a file read there too); it is dropped afterwards unless that
-// directory became the rule. Not "/" or a top-level path, which would
-// swallow everything below it first.
-bool countable(const Loc& l) { return l.space == Space::workspace || depth(l.path) > 1; }
-
-std::set<Loc> Plan::nameable(const std::set<Loc>& rules) const {
-  std::set<Loc> out;
-  for (const Loc& r : rules)
-    if (!unruleable(r)) out.insert(r);
-  return out;
-}
-
-// A path the observed policy denied by rule gets no rule, whoever else was
-// denied it by default (an audit log of runs under several policies).
-void Plan::drop_denied() {
-  std::erase_if(paths_, [&](const PathNeed& n) {
-    for (const Loc& d : denied_)
-      if (within(n.loc, d)) {
-        leave(*n.obs, "the observed policy denies this path by rule: left denied");
-        return true;
-      }
-    return false;
-  });
-}
-
-// Writes, exact, then programs (exec.allow refuses one under a write rule),
-// then writes collapsed (never over a program).
-void Plan::plan_writes_and_programs() {
-  std::set<Loc> writes;
-  for (const PathNeed& n : paths_)
-    if (n.need == Need::write && countable(n.loc)) writes.insert(n.loc);
-  const std::set<Loc> exact_writes = nameable(drop_covered(writes));
-  for (const auto& [path, obs] : exec_needs_) {
-    if (covering(exact_writes, Loc{Space::absolute, path})) {
-      for (const Observation* o : obs)
-        leave(*o, "the run also writes this program, and exec.allow refuses a program the run could replace");
-      continue;
+// Each run's workspace as a rule space: absolute and normalised, else its
+// paths stay absolute (a note). No rule at or above one, or the root.
+void Plan::read_workspaces(const std::vector<Observation>& observations) {
+  std::string root = options_.workspace_root;
+  while (root.size() > 1 && root.back() == '/') root.pop_back();
+  if (auto n = normalize_path(root, PATH_MAX); n && *n == root && root.starts_with('/'))
+    for (std::string p = root; !p.empty(); p = p == "/" ? "" : parent(p)) near_workspace_.insert(p);
+  for (const Observation& o : observations) {
+    if (o.workspace.empty() || workspaces_.contains(o.workspace)) continue;
+    std::string ws = o.workspace;
+    while (ws.size() > 1 && ws.back() == '/') ws.pop_back();
+    if (auto n = normalize_path(ws, PATH_MAX); !n || *n != ws || ws.front() != '/' || ws == "/") {
+      out_.assumed.insert("the workspace '" + escape(ws, 120) +
+                          "' is not an absolute directory: its run's paths stay absolute");
+      ws.clear();
     }
-    out_.exec.insert(path);
+    for (std::string p = ws; !p.empty(); p = p == "/" ? "" : parent(p)) near_workspace_.insert(p);
+    workspaces_.emplace(o.workspace, std::move(ws));
   }
-  write_ = nameable(collapse_writes(writes));
-  for (const UnixNeed& u : unix_needs_) out_.unix_sockets.insert(u.name);
 }
 
-// Reads (an executable mapping of a file the run may write stays denied),
-// stats that need a read rule, then reads collapsed.
-void Plan::plan_reads() {
-  for (const PathNeed& n : paths_) {
-    if (n.need != Need::read && n.need != Need::mmap) continue;
-    if (n.need == Need::mmap && covering(write_, n.loc)) continue;
-    if (countable(n.loc) && !readable(n.loc)) read_.insert(n.loc);
-  }
-  for (const Loc& w : write_) add_ancestors(w);
-  for (const Loc& r : nameable(read_)) add_ancestors(r);
-  for (const auto& e : out_.exec) add_ancestors(Loc{Space::absolute, e});
-  for (const auto& u : out_.unix_sockets)
-    if (u.front() == '/') add_ancestors(Loc{Space::absolute, u});
-  // A stat needs no rule on the way to another: deepest first, so that a
-  // stat that needs a rule makes the directories above it stat'able.
-  std::vector<const PathNeed*> stats;
-  for (const PathNeed& n : paths_)
-    if (n.need == Need::stat) stats.push_back(&n);
-  std::stable_sort(stats.begin(), stats.end(), [](const PathNeed* a, const PathNeed* b) {
-    return std::make_tuple(depth(b->loc.path), a->loc) < std::make_tuple(depth(a->loc.path), b->loc);
-  });
-  for (const PathNeed* n : stats) {
-    if (stat_ok(n->loc) || unruleable(n->loc)) continue;
-    read_.insert(n->loc);
-    add_ancestors(n->loc);
-  }
-  const std::set<Loc> collapsed = collapse_reads(std::move(read_));
-  read_.clear();
-  for (const Loc& r : nameable(drop_covered(collapsed)))
-    if (!covering(write_, r) && !(r.space == Space::absolute && out_.exec.contains(r.path))) read_.insert(r);
+const std::string& Plan::workspace_of(const Observation& o) const {
+  static const std::string none;
+  if (o.workspace.empty()) return none;
+  auto it = workspaces_.find(o.workspace);
+  return it == workspaces_.end() ? none : it->second;
 }
 
 // Ports by network and protocol. At most AC_NET_MAX_RANGES port ranges
 // reach one network (the compiler merges entries of the same network): the
-// rest stays denied.
+// rest stays denied. An entry that allows more than it says gets a comment.
 void Plan::plan_network() {
   std::map<std::string, size_t> ranges_of;
   for (const NetNeed& n : net_needs_) out_.net[{n.cidr, n.protocol}].insert(n.port);
@@ -368,7 +185,20 @@ void Plan::plan_network() {
                         " port ranges to one address: the compiler takes no more");
       continue;
     }
-    because("net " + n.cidr + " " + n.protocol, *n.obs);
+    const std::string rule = "net " + n.cidr + " " + n.protocol;
+    because(rule, *n.obs);
+    if (n.cidr == "0.0.0.0/32" || n.cidr == "::/128") {
+      const std::string any = n.cidr.substr(0, n.cidr.find('/'));
+      out_.caution[rule].insert(any +
+                                " is the any-address: a connection to it reaches the services listening "
+                                "on this host");
+      out_.review[{label(*n.obs), "allowed, but " + any +
+                                      " is the any-address: it reaches the services listening on this host "
+                                      "(its loopback ones too); check that the program needs them"}]
+          .add(*n.obs, display(*n.obs));
+    }
+    if (n.protocol.empty())
+      out_.caution[rule].insert("no protocol: allows tcp and udp (and every other protocol) too");
     const std::string& proto = n.obs->protocol;
     if (proto.empty() || proto == "tcp" || proto == "udp")
       check("connect", *n.obs, "", n.obs->target + "/" + (proto.empty() ? "tcp" : proto));
@@ -379,7 +209,11 @@ void Plan::plan_network() {
 void Plan::classify(const Observation& o) {
   if (o.reason != "default_deny" && o.reason != "no_policy" && !o.reason.empty()) {
     if (o.reason == "rule_deny" && o.target_kind == "path")
-      if (auto loc = locate(o.target)) denied_.insert(*loc);
+      if (auto loc = locate(o)) {
+        denied_.insert(*loc);
+        above_denied_.insert_above(*loc);
+        above_observed_.insert_above(*loc);
+      }
     leave(o, reason_why(o.reason));
     return;
   }
@@ -390,12 +224,21 @@ void Plan::classify(const Observation& o) {
       leave(o, hook_why(o));
       return;
     }
-    auto loc = locate(o.target);
+    if (mangled(o.target)) {
+      leave(o, kMangled);
+      return;
+    }
+    auto loc = locate(o);
     if (!loc) {
       leave(o, "not a path a rule can name");
       return;
     }
-    if (h == "exec") return exec_need(o, *loc);
+    above_observed_.insert_above(*loc);
+    if (o.directory) flagged_.insert(*loc);
+    if (h == "exec") {
+      execs_.emplace_back(&o, *loc);
+      return;
+    }
     Need need = Need::read;
     if (h == "file_change" || (is_open(o) && (o.access & kAccessWrite)))
       need = Need::write;
@@ -403,6 +246,8 @@ void Plan::classify(const Observation& o) {
       need = Need::mmap;
     else if (h == "file_stat")
       need = Need::stat;
+    else if (h == "file_watch")
+      need = Need::watch;
     if (is_open(o) && o.access == 0)
       out_.assumed.insert(h + " records without \"access\" (from an older agentcage) were taken as reads");
     paths_.push_back(PathNeed{need, *loc, &o});
@@ -412,7 +257,13 @@ void Plan::classify(const Observation& o) {
   leave(o, hook_why(o));
 }
 
+// A program file: not a directory, not in the workspace, a path exec.allow
+// takes, not the dynamic loader.
 void Plan::exec_need(const Observation& o, const Loc& loc) {
+  if (loc.path == "/" || o.directory || is_directory(loc)) {
+    leave(o, "a directory, not a program file: exec.allow names programs");
+    return;
+  }
   if (loc.space == Space::workspace) {
     leave(o, "a program in the workspace never runs: files the run wrote are not programs it may run");
     return;
@@ -454,7 +305,12 @@ void Plan::connect_need(const Observation& o) {
     return;
   }
   if (o.target_kind == "unix" || o.target_kind == "unix_abstract") {
-    if (o.target_kind == "unix" && workspace_ && within(o.target, *workspace_)) {
+    if (mangled(o.target)) {
+      leave(o, kMangled);
+      return;
+    }
+    const std::string& ws = workspace_of(o);
+    if (o.target_kind == "unix" && !ws.empty() && within(o.target, ws)) {
       leave(o,
             "a unix socket in the workspace: network.allow cannot name it (the run's own sockets reach each "
             "other without a rule)");
@@ -469,107 +325,6 @@ void Plan::connect_need(const Observation& o) {
     return;
   }
   leave(o, "no address recorded");
-}
-
-std::optional<Loc> Plan::locate(const std::string& target) const {
-  if (target.empty() || target.front() != '/') return std::nullopt;
-  if (auto n = normalize_path(target, PATH_MAX); !n || *n != target) return std::nullopt;
-  if (workspace_ && within(target, *workspace_))
-    return Loc{Space::workspace,
-               target.size() == workspace_->size() ? "/" : target.substr(workspace_->size())};
-  return Loc{Space::absolute, target};
-}
-
-// Why no files rule may name `loc`, or nullopt.
-std::optional<std::string> Plan::unruleable(const Loc& loc) const {
-  if (loc.space == Space::absolute) {
-    if (depth(loc.path) <= 1) return "a rule for / or a whole top-level directory is never drafted";
-    if (top_component(loc.path) == "proc") {
-      const std::string_view pid = std::string_view(loc.path).substr(6, loc.path.find('/', 6) - 6);
-      if (pid.find_first_not_of("0123456789") == std::string_view::npos)
-        return "a /proc/PID path names one process (the run's own are readable without a rule, others never)";
-    }
-  }
-  if (auto parsed = parse_file_path(shown(loc)); !parsed) return parsed.error().message;
-  return std::nullopt;
-}
-
-bool Plan::eligible(const Loc& dir, bool for_write) const {
-  if (unruleable(dir)) return false;
-  if (dir.space == Space::absolute) {
-    const std::string_view top = top_component(dir.path);
-    if (listed(kExactTrees, top)) return false;
-    if (depth(dir.path) < (listed(kInstalledTrees, top) ? 2u : 3u)) return false;
-    // Other runs' workspaces are the workspace's siblings.
-    if (workspace_ && within(*workspace_, dir.path)) return false;
-    if (for_write)
-      for (const auto& e : out_.exec)
-        if (within(e, dir.path)) return false;
-  }
-  for (const Loc& d : denied_)
-    if (within(d, dir)) return false;
-  return true;
-}
-
-std::set<Loc> Plan::collapse_reads(std::set<Loc> reads) const {
-  if (options_.collapse == 0) return reads;
-  reads = drop_covered(reads);
-  for (;;) {
-    std::map<Loc, size_t> children;
-    for (const Loc& r : reads)
-      if (r.path != "/") ++children[Loc{r.space, parent(r.path)}];
-    std::vector<Loc> deepest;
-    size_t deepest_depth = 0;
-    for (const auto& [dir, n] : children) {
-      if (n < options_.collapse || !eligible(dir, false)) continue;
-      const size_t d = depth(dir.path);
-      if (deepest.empty() || d > deepest_depth) {
-        deepest = {dir};
-        deepest_depth = d;
-      } else if (d == deepest_depth) {
-        deepest.push_back(dir);
-      }
-    }
-    if (deepest.empty()) return reads;
-    for (const Loc& dir : deepest) {
-      std::erase_if(reads, [&](const Loc& r) { return within(r, dir); });
-      reads.insert(dir);
-    }
-  }
-}
-
-std::set<Loc> Plan::collapse_writes(const std::set<Loc>& writes) const {
-  if (options_.collapse == 0) return writes;
-  std::map<Loc, size_t> children;
-  for (const Loc& w : writes)
-    if (w.path != "/") ++children[Loc{w.space, parent(w.path)}];
-  std::set<Loc> out = writes;
-  for (const auto& [dir, n] : children)
-    if (n >= options_.collapse && eligible(dir, true)) out.insert(dir);
-  return drop_covered(out);
-}
-
-// What a read rule gives: a read or write rule around it, or the program.
-bool Plan::readable(const Loc& loc) const {
-  return covering(read_, loc) || covering(write_, loc) ||
-         (loc.space == Space::absolute && out_.exec.contains(loc.path));
-}
-
-// A stat needs what a read needs, or the unix socket's rule, or is of a
-// directory on the way to an absolute rule or to the workspace.
-bool Plan::stat_ok(const Loc& loc) const {
-  if (readable(loc)) return true;
-  if (loc.space == Space::workspace) return loc.path == "/";
-  return out_.unix_sockets.contains(loc.path) || ancestors_.contains(loc.path) ||
-         (workspace_ && within(*workspace_, loc.path));
-}
-
-void Plan::add_ancestors(const Loc& loc) {
-  if (loc.space != Space::absolute) return;
-  for (std::string p = loc.path; p != "/";) {
-    p = parent(p);
-    ancestors_.insert(p);
-  }
 }
 
 // One path operation against the final rules: the rule it owes its
@@ -594,6 +349,7 @@ void Plan::settle(const PathNeed& n) {
       if (w) return leave(o, "an executable mapping of a file the run may write is always refused");
       [[fallthrough]];
     case Need::read:
+    case Need::watch:
       if (best || program) {
         because(best ? owner : "exec " + n.loc.path, o);
         check("open", o, "read");
@@ -601,7 +357,7 @@ void Plan::settle(const PathNeed& n) {
       }
       break;
     case Need::stat:
-      if (stat_ok(n.loc)) {
+      if (stat_ok(n.loc, o)) {
         if (best || program)
           because(best ? owner : "exec " + n.loc.path, o);
         else if (n.loc.space == Space::absolute && out_.unix_sockets.contains(n.loc.path))
@@ -611,21 +367,24 @@ void Plan::settle(const PathNeed& n) {
       }
       break;
   }
-  leave(o, unruleable(n.loc).value_or("no rule drafted"));
+  const char* directory = n.need == Need::write ? kDirectoryChange : kDirectoryRead;
+  leave(o, unruleable(n.loc).value_or(n.directory ? directory : "no rule drafted"));
 }
 
 std::vector<DraftCheck> Plan::checks() const {
   std::vector<DraftCheck> out;
   for (const auto& [key, origin] : checks_)
-    out.push_back(DraftCheck{std::get<0>(key), std::get<1>(key), std::get<2>(key), origin});
+    out.push_back(DraftCheck{std::get<0>(key), std::get<1>(key), std::get<2>(key), std::get<3>(key), origin});
   return out;
 }
 
-}  // namespace
+}  // namespace agentcage::policy::draft
+
+namespace agentcage::policy {
 
 Draft draft_policy(const std::vector<Observation>& observations, const DraftOptions& options) {
-  const Plan plan(observations, options);
-  Draft d{draft::render_yaml(plan.rules(), options), draft::render_notes(plan.rules())};
+  const draft::Plan plan(observations, options);
+  Draft d{draft::render_yaml(plan.rules(), options), draft::render_notes(plan.rules()), plan.checks()};
   if (const size_t max = ParseOptions{}.max_bytes; d.yaml.size() > max)
     d.notes.push_back("the draft has " + std::to_string(d.yaml.size()) +
                       " bytes, more than a policy file may (" + std::to_string(max) +
@@ -635,7 +394,7 @@ Draft draft_policy(const std::vector<Observation>& observations, const DraftOpti
 
 std::vector<DraftCheck> draft_checks(const std::vector<Observation>& observations,
                                      const DraftOptions& options) {
-  return Plan(observations, options).checks();
+  return draft::Plan(observations, options).checks();
 }
 
 }  // namespace agentcage::policy

@@ -11,6 +11,7 @@
 #include <nlohmann/json.hpp>
 
 #include "policy/draft.h"
+#include "util/text.h"
 
 namespace agentcage::policy {
 namespace {
@@ -18,10 +19,11 @@ namespace {
 using nlohmann::json;
 
 // Everything that makes two records the same operation.
-using Key = std::tuple<std::string, std::string, std::string, uint8_t, std::string, std::string, std::string>;
+using Key = std::tuple<std::string, std::string, std::string, uint8_t, std::string, std::string, std::string,
+                       bool, std::string>;
 
 Key key_of(const Observation& o) {
-  return {o.hook, o.target_kind, o.target, o.access, o.protocol, o.reason, o.comm};
+  return {o.hook, o.target_kind, o.target, o.access, o.protocol, o.reason, o.comm, o.directory, o.workspace};
 }
 
 class Collector {
@@ -35,10 +37,12 @@ class Collector {
       items_[it->second].count += o.count;
   }
   uint64_t records() const { return records_; }
+  // The index is in key order already.
   std::vector<Observation> sorted() && {
-    std::sort(items_.begin(), items_.end(),
-              [](const Observation& a, const Observation& b) { return key_of(a) < key_of(b); });
-    return std::move(items_);
+    std::vector<Observation> out;
+    out.reserve(items_.size());
+    for (const auto& [key, at] : index_) out.push_back(std::move(items_[at]));
+    return out;
   }
 
  private:
@@ -67,7 +71,7 @@ Result<std::optional<Observation>> parse_record(const json& j, const std::string
   if (!decision) return decision.error();
   if (*decision == "allow") return std::optional<Observation>{};
   if (*decision != "deny" && *decision != "audit")
-    return Error{"not a decision record: unknown decision '" + *decision + "'", EINVAL};
+    return Error{"not a decision record: unknown decision " + quote(*decision), EINVAL};
   struct Field {
     const char* name;
     std::string* out;
@@ -93,9 +97,14 @@ Result<std::optional<Observation>> parse_record(const json& j, const std::string
       else if (s == "exec")
         o.access |= kAccessExec;
       else
-        return Error{"not a decision record: unknown access " + s + " (expected read, write or exec)",
-                     EINVAL};
+        return Error{
+            "not a decision record: unknown access " + escape(s, 64) + " (expected read, write or exec)",
+            EINVAL};
     }
+  }
+  if (auto it = j.find("directory"); it != j.end() && !it->is_null()) {
+    if (!it->is_boolean()) return Error{"not a decision record: 'directory' is not true or false", EINVAL};
+    o.directory = it->get<bool>();
   }
   if (auto it = j.find("count"); it != j.end()) {
     if (!it->is_number_unsigned() || it->get<uint64_t>() == 0)
@@ -117,13 +126,18 @@ std::optional<std::string> text_field(const json& obj, const char* name) {
   return it->get<std::string>();
 }
 
+// A workspace as records show paths: resolved, so a trailing '/' would
+// never match them.
+std::string trimmed(std::string ws) {
+  while (ws.size() > 1 && ws.back() == '/') ws.pop_back();
+  return ws;
+}
+
 Result<Observations> read_result(const json& doc, const std::string& source,
                                  const std::optional<std::string>& run_id) {
   Observations out;
   out.workspace = text_field(doc, "workspace");
-  // The records name resolved paths: a trailing '/' would never match them.
-  if (out.workspace)
-    while (out.workspace->size() > 1 && out.workspace->back() == '/') out.workspace->pop_back();
+  if (out.workspace) out.workspace = trimmed(*out.workspace);
   out.policy = text_field(doc, "policy");
   out.run_id = text_field(doc, "run_id");
   if (run_id && out.run_id != run_id)
@@ -167,7 +181,9 @@ Result<Observations> read_result(const json& doc, const std::string& source,
   for (size_t i = 0; i < records->size(); ++i) {
     auto o = parse_record((*records)[i], source);
     if (!o) return o.error().wrap(source + ": " + where + "[" + std::to_string(i) + "]");
-    if (*o) c.add(std::move(**o));
+    if (!*o) continue;
+    (*o)->workspace = out.workspace.value_or("");
+    c.add(std::move(**o));
   }
   out.records = c.records();
   out.items = std::move(c).sorted();
@@ -176,8 +192,17 @@ Result<Observations> read_result(const json& doc, const std::string& source,
 
 bool blank(std::string_view line) { return line.find_first_not_of(" \t\r") == std::string_view::npos; }
 
+// The workspace of a run the log names: WORKSPACE_ROOT/RUN_ID, when the run
+// id is one path component.
+std::string run_workspace(const std::string& root, const std::string& run) {
+  if (root.empty() || run.empty() || run == "." || run == ".." ||
+      run.find_first_of(std::string_view("/\0", 2)) != std::string::npos)
+    return "";
+  return (root == "/" ? "" : root) + "/" + run;
+}
+
 Result<Observations> read_log(std::string_view text, const std::string& source,
-                              const std::optional<std::string>& run_id) {
+                              const std::optional<std::string>& run_id, const std::string& workspace_root) {
   Observations out;
   Collector c;
   std::set<std::string> policies;
@@ -198,13 +223,13 @@ Result<Observations> read_log(std::string_view text, const std::string& source,
       return Error{at + ": not JSON (at byte " + std::to_string(e.byte) + ")", EINVAL};
     }
     if (!j.is_object()) return Error{at + ": not a decision record: not a JSON object", EINVAL};
-    if (run_id) {
-      auto it = j.find("run_id");
-      if (it == j.end() || !it->is_string() || it->get<std::string>() != *run_id) continue;
-    }
+    auto run = j.find("run_id");
+    const bool has_run = run != j.end() && run->is_string();
+    if (run_id && (!has_run || run->get<std::string>() != *run_id)) continue;
     auto o = parse_record(j, at);
     if (!o) return o.error().wrap(at);
     if (!*o) continue;
+    if (has_run) (*o)->workspace = run_workspace(workspace_root, run->get<std::string>());
     if (auto p = text_field(j, "policy"))
       policies.insert(*p);
     else
@@ -213,6 +238,9 @@ Result<Observations> read_log(std::string_view text, const std::string& source,
   }
   if (policies.size() == 1 && !unnamed_policy) out.policy = *policies.begin();
   out.run_id = run_id;
+  if (run_id) {
+    if (std::string ws = run_workspace(workspace_root, *run_id); !ws.empty()) out.workspace = ws;
+  }
   out.records = c.records();
   out.items = std::move(c).sorted();
   return out;
@@ -221,7 +249,8 @@ Result<Observations> read_log(std::string_view text, const std::string& source,
 }  // namespace
 
 Result<Observations> read_observations(std::string_view text, std::string_view source_name,
-                                       const std::optional<std::string>& run_id) {
+                                       const std::optional<std::string>& run_id,
+                                       std::string_view workspace_root) {
   const std::string source(source_name);
   // A result is one document (over many lines); an audit log is one object
   // a line, which parses as a whole only when it has one line.
@@ -230,7 +259,7 @@ Result<Observations> read_observations(std::string_view text, std::string_view s
     if (!whole.is_object()) return Error{source + ": neither a run's result nor an audit log", EINVAL};
     if (!whole.contains("hook")) return read_result(whole, source, run_id);
   }
-  return read_log(text, source, run_id);
+  return read_log(text, source, run_id, trimmed(std::string(workspace_root)));
 }
 
 }  // namespace agentcage::policy

@@ -49,13 +49,18 @@ struct Rules {
   // PATH", "write PATH" (PATH as written), "unix NAME" or "net CIDR
   // PROTOCOL".
   std::map<std::string, std::map<std::string, Tally>> why;
-  std::map<std::pair<std::string, std::string>, Tally> left;  // (label, why not) -> operations
+  // What a rule allows beyond what was observed, one comment line each
+  // under its operations: "a directory: ...", "no protocol: ...".
+  std::map<std::string, std::set<std::string>> caution;
+  std::map<std::pair<std::string, std::string>, Tally> left;    // (label, why not) -> operations
+  std::map<std::pair<std::string, std::string>, Tally> review;  // (label, what to check) -> operations
   std::set<std::string> assumed;
 };
 
 // The policy document, with the header draft.h describes.
 std::string render_yaml(const Rules& rules, const DraftOptions& options);
-// What was left denied, then what was assumed.
+// What was left denied, what was allowed but deserves a second look, then
+// what was assumed; every byte escaped (util/text.h escape).
 std::vector<std::string> render_notes(const Rules& rules);
 
 }  // namespace agentcage::policy::draft

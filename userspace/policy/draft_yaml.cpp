@@ -2,7 +2,8 @@
 // A draft's rules as a policy document (draft_rules.h): block YAML the
 // policy parser reads back, each rule under comments naming the operations
 // that made it, what stays denied at the end.
-#include <nlohmann/json.hpp>
+#include <cstdint>
+#include <cstdio>
 
 #include "policy/draft_rules.h"
 #include "util/text.h"
@@ -10,8 +11,20 @@
 namespace agentcage::policy::draft {
 namespace {
 
+// The code point of the well-formed `n`-byte UTF-8 sequence at s[i].
+uint32_t code_point(std::string_view s, size_t i, size_t n) {
+  auto b = [&](size_t k) { return static_cast<uint32_t>(static_cast<uint8_t>(s[i + k])); };
+  if (n == 1) return b(0);
+  uint32_t cp = b(0) & (0x7Fu >> n);
+  for (size_t k = 1; k < n; ++k) cp = (cp << 6) | (b(k) & 0x3F);
+  return cp;
+}
+
 // A YAML scalar: plain when it is a path of unremarkable characters, else
-// double-quoted (JSON's escapes are YAML's).
+// double-quoted with everything but printable ASCII escaped (\uXXXX, and
+// \UXXXXXXXX above U+FFFF: yaml-cpp refuses surrogate pairs), so a rule's
+// line is printable ASCII whatever bytes a run chose for its names: nothing
+// in it can look like another line, or render as something else.
 std::string scalar(std::string_view s) {
   constexpr std::string_view kWs = "${workspace}";
   bool plain = !s.empty() && (s.front() == '/' || s.starts_with(kWs));
@@ -20,18 +33,34 @@ std::string scalar(std::string_view s) {
           c == '_' || c == '.' || c == '+' || c == '-'))
       plain = false;
   if (plain) return std::string(s);
-  return nlohmann::json(std::string(s)).dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
+  std::string out = "\"";
+  for (size_t i = 0; i < s.size();) {
+    const auto c = static_cast<uint8_t>(s[i]);
+    if (c >= 0x20 && c < 0x7F) {
+      if (c == '"' || c == '\\') out += '\\';
+      out += static_cast<char>(c);
+      ++i;
+      continue;
+    }
+    const size_t n = utf8_sequence_length(s, i);
+    const uint32_t cp = n == 0 ? 0xFFFD : code_point(s, i, n);  // draft.cpp drafts no such name
+    char buf[16];
+    std::snprintf(buf, sizeof buf, cp > 0xFFFF ? "\\U%08X" : "\\u%04X", static_cast<unsigned>(cp));
+    out += buf;
+    i += n == 0 ? 1 : n;
+  }
+  return out + "\"";
 }
 
-std::string left_note(const std::pair<std::string, std::string>& key, const Tally& tally) {
-  return describe(key.first, tally) + " — " + key.second;
+std::string note(const std::pair<std::string, std::string>& key, const Tally& tally) {
+  return describe(key.first, tally) + " — " + escape(key.second, 1000);
 }
 
 }  // namespace
 
 std::string describe(const std::string& label, const Tally& t) {
   constexpr size_t kShown = 3;
-  std::string s = label;
+  std::string s = escape(label, 64);
   auto list = [&](const std::set<std::string>& items, size_t max_bytes) {
     size_t n = 0;
     for (const auto& item : items) {
@@ -92,6 +121,8 @@ std::string render_yaml(const Rules& r, const DraftOptions& options) {
   auto rule = [&](const std::string& id, const std::string& text) {
     if (auto it = r.why.find(id); it != r.why.end())
       for (const auto& [lab, tally] : it->second) y += item + "# " + describe(lab, tally) + "\n";
+    if (auto it = r.caution.find(id); it != r.caution.end())
+      for (const auto& line : it->second) y += item + "# " + escape(line, 1000) + "\n";
     y += item + "- " + text + "\n";
   };
   if (!r.exec.empty()) {
@@ -124,19 +155,24 @@ std::string render_yaml(const Rules& r, const DraftOptions& options) {
   }
   if (!r.left.empty()) {
     y += "\n# Not allowed by this draft (no rule kind, or deliberately left denied):\n";
-    for (const auto& [key, tally] : r.left) y += "#   " + left_note(key, tally) + "\n";
+    for (const auto& [key, tally] : r.left) y += "#   " + note(key, tally) + "\n";
+  }
+  if (!r.review.empty()) {
+    y += "\n# Allowed, but check before enforcing:\n";
+    for (const auto& [key, tally] : r.review) y += "#   " + note(key, tally) + "\n";
   }
   if (!r.assumed.empty()) {
     y += "\n# Assumed:\n";
-    for (const auto& a : r.assumed) y += "#   " + a + "\n";
+    for (const auto& a : r.assumed) y += "#   " + escape(a, 1000) + "\n";
   }
   return y;
 }
 
 std::vector<std::string> render_notes(const Rules& r) {
   std::vector<std::string> out;
-  for (const auto& [key, tally] : r.left) out.push_back(left_note(key, tally));
-  out.insert(out.end(), r.assumed.begin(), r.assumed.end());
+  for (const auto& [key, tally] : r.left) out.push_back(note(key, tally));
+  for (const auto& [key, tally] : r.review) out.push_back(note(key, tally));
+  for (const auto& a : r.assumed) out.push_back(escape(a, 1000));
   return out;
 }
 

@@ -37,15 +37,20 @@ namespace {
 
 // A well-formed n-byte sequence at s[i] that a terminal or a text renderer
 // treats as a control: C1 controls U+0080..U+009F (some terminals read U+009B
-// as CSI) and the bidirectional overrides and isolates U+202A..U+202E,
-// U+2066..U+2069 (they reorder what is displayed after them).
+// as CSI, U+0085 is a line break to some readers); the bidirectional
+// formatting characters, which reorder what is displayed after them or
+// around them: the marks U+061C, U+200E, U+200F, the embeddings and
+// overrides U+202A..U+202E and the isolates U+2066..U+2069; the line and
+// paragraph separators U+2028, U+2029 (a line break to some readers); and
+// U+FEFF (a byte order mark, invisible).
 bool is_terminal_control(std::string_view s, size_t i, size_t n) {
   auto byte = [&](size_t k) { return static_cast<uint8_t>(s[i + k]); };
-  if (n == 2) return byte(0) == 0xC2 && byte(1) <= 0x9F;
+  if (n == 2) return (byte(0) == 0xC2 && byte(1) <= 0x9F) || (byte(0) == 0xD8 && byte(1) == 0x9C);
   if (n == 3 && byte(0) == 0xE2) {
-    if (byte(1) == 0x80) return byte(2) >= 0xAA && byte(2) <= 0xAE;
+    if (byte(1) == 0x80) return byte(2) == 0x8E || byte(2) == 0x8F || (byte(2) >= 0xA8 && byte(2) <= 0xAE);
     if (byte(1) == 0x81) return byte(2) >= 0xA6 && byte(2) <= 0xA9;
   }
+  if (n == 3) return byte(0) == 0xEF && byte(1) == 0xBB && byte(2) == 0xBF;
   return false;
 }
 

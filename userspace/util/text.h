@@ -21,10 +21,12 @@ size_t utf8_sequence_length(std::string_view s, size_t i);
 // that must dump without an error handler).
 std::string valid_utf8(std::string_view bytes);
 
-// `text` made safe to print in a message or on a terminal: control
-// characters (C0, DEL, C1), bidirectional overrides and bytes that are not
-// well-formed UTF-8 become \xNN (each byte), and the text is cut after `max`
-// bytes with "...".
+// `text` made safe to print in a message, on a terminal or in a comment
+// line: control characters (C0, DEL, C1), bidirectional formatting
+// characters (U+061C, U+200E, U+200F, U+202A..U+202E, U+2066..U+2069), the
+// line and paragraph separators U+2028 and U+2029, U+FEFF and bytes that are
+// not well-formed UTF-8 become \xNN (each byte), and the text is cut after
+// `max` bytes with "...".
 std::string escape(std::string_view text, size_t max);
 
 // `text` quoted for an error message: in single quotes, escaped as above,
