@@ -13,6 +13,7 @@
 #include <csignal>
 #include <filesystem>
 #include <fstream>
+#include <iterator>
 #include <string>
 #include <vector>
 
@@ -394,6 +395,16 @@ TEST(Cli, PolicySuggestDraftsOnePolicyFromSeveralRuns) {
   EXPECT_EQ(bad.status, 2);
   EXPECT_TRUE(contains(bad.err, log + ":2:")) << bad.err;
   EXPECT_FALSE(fs::exists(dir / "never.yaml"));
+  // -o never writes through a file planted where its temporary file goes.
+  const fs::path planted = dir / "planted.yaml.tmp", victim = dir / "victim";
+  std::ofstream(victim) << "keep\n";
+  fs::create_symlink(victim, planted);
+  Output symlinked = agentcage({"policy", "suggest", a, "-o", (dir / "planted.yaml").string()});
+  EXPECT_EQ(symlinked.status, 2);
+  EXPECT_TRUE(contains(symlinked.err, "planted.yaml.tmp")) << symlinked.err;
+  std::ifstream kept(victim);
+  EXPECT_EQ(std::string(std::istreambuf_iterator<char>(kept), {}), "keep\n");
+  EXPECT_FALSE(fs::exists(dir / "planted.yaml"));
   Output missing = agentcage({"policy", "suggest", (dir / "nope.json").string()});
   EXPECT_EQ(missing.status, 2);
   EXPECT_TRUE(contains(missing.err, "nope.json")) << missing.err;

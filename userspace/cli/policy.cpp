@@ -2,6 +2,9 @@
 // `agentcage policy check [FILE...] [--dir DIR] [--json]`,
 // `agentcage policy explain POLICY OPERATION TARGET [ACCESS]`,
 // `agentcage policy suggest INPUT... [--run ID] [--name NAME]`.
+#include <fcntl.h>
+#include <unistd.h>
+
 #include <algorithm>
 #include <climits>
 #include <cstdio>
@@ -29,6 +32,7 @@
 #include "policy/policy.h"
 #include "policy/values.h"
 #include "util/text.h"
+#include "util/unique_fd.h"
 
 namespace agentcage::cli {
 namespace {
@@ -299,12 +303,28 @@ int suggest_command(const SuggestArgs& a) {
   if (a.output.empty() || a.output == "-") {
     std::cout << draft.yaml;
   } else {
+    // A temporary file of our own (never one that was there: a symbolic
+    // link planted in a shared directory is not followed), renamed over
+    // FILE when complete.
     const std::string tmp = a.output + ".tmp";
-    std::ofstream out(tmp, std::ios::binary | std::ios::trunc);
-    out << draft.yaml;
-    out.close();
-    if (!out || std::rename(tmp.c_str(), a.output.c_str()) != 0) {
-      say("writing " + a.output + ": " + std::strerror(errno));
+    UniqueFd out(::open(tmp.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0644));
+    if (!out) {
+      say("writing " + a.output + ": creating " + tmp + ": " + std::strerror(errno) +
+          (errno == EEXIST ? " (remove it, or choose another FILE)" : ""));
+      return 2;
+    }
+    size_t done = 0;
+    while (done < draft.yaml.size()) {
+      const ssize_t n = ::write(out.get(), draft.yaml.data() + done, draft.yaml.size() - done);
+      if (n < 0 && errno == EINTR) continue;
+      if (n <= 0) break;
+      done += static_cast<size_t>(n);
+    }
+    const bool written = done == draft.yaml.size() && ::fsync(out.get()) == 0;
+    const int err = errno;
+    out.reset();
+    if (!written || std::rename(tmp.c_str(), a.output.c_str()) != 0) {
+      say("writing " + a.output + ": " + std::strerror(written ? errno : err));
       std::remove(tmp.c_str());
       return 2;
     }
