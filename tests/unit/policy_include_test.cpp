@@ -136,6 +136,29 @@ TEST_F(Include, NestedIncludesKeepTheirFilesAndPathsAreRelativeToTheIncludingFil
   EXPECT_EQ(fs::path(p.source_of(p.includes[1].pos)).filename(), "middle.yaml");
 }
 
+// a.yaml and b.yaml both include common.yaml: it is merged once, and each
+// entry still names the file it is in.
+TEST_F(Include, AFileTwoIncludesShareIsMergedOnce) {
+  write("common.yaml", doc("common", "spec:\n  files: {read: [/usr/lib], deny: [\"**/.env\"]}\n"));
+  write("a.yaml", doc("a", "include: [common.yaml]\nspec:\n  files: {read: [/opt/a]}\n"));
+  write("b.yaml", doc("b", "include: [common.yaml]\nspec:\n  files: {read: [/opt/b]}\n"));
+  const std::string top = write("top.yaml", doc("top", "include: [a.yaml, b.yaml]\n"));
+  const ParseResult r = load(top);
+  ASSERT_TRUE(r.ok()) << errors(r);
+  const Policy& p = *r.policy;
+  ASSERT_EQ(p.includes.size(), 3u);  // a, common, b
+  std::vector<std::string> files;
+  for (const auto& inc : p.includes) files.push_back(fs::path(inc.path).filename());
+  EXPECT_EQ(files, (std::vector<std::string>{"a.yaml", "common.yaml", "b.yaml"}));
+  ASSERT_EQ(p.read.size(), 3u);
+  EXPECT_EQ(p.deny_names.size(), 1u);
+  for (const auto& e : p.read) {
+    const std::string want = e.path == "/usr/lib" ? "common.yaml" : e.path == "/opt/a" ? "a.yaml" : "b.yaml";
+    EXPECT_EQ(fs::path(p.source_of(e.pos)).filename(), want) << e.path;
+  }
+  EXPECT_TRUE(bpf::compile(p));
+}
+
 TEST_F(Include, EveryWrongIncludeIsLocatedAndRejectsThePolicy) {
   write("broken.yaml", doc("broken", "spec:\n  files: {read: [relative/path]}\n"));
   write("cyc1.yaml", doc("cyc1", "include: [cyc2.yaml]\n"));

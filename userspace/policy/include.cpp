@@ -31,10 +31,15 @@ void fill(std::optional<T>& mine, bool& mine_unlimited, const std::optional<T>& 
   mine_unlimited = theirs_unlimited;
 }
 
+// Entries of `from` whose file is not one `into` has already (a file two
+// includes share is merged once), with Position::source renumbered by
+// `index` (from's source -> into's; -1: skip).
 template <class Entry>
-void append(std::vector<Entry>& into, std::vector<Entry>& from, int offset) {
+void append(std::vector<Entry>& into, std::vector<Entry>& from, const std::vector<int>& index) {
   for (auto& e : from) {
-    e.pos.source = e.pos.source == 0 ? offset : offset + e.pos.source;
+    const size_t k = static_cast<size_t>(e.pos.source) < index.size() ? static_cast<size_t>(e.pos.source) : 0;
+    if (index[k] < 0) continue;
+    e.pos.source = index[k];
     into.push_back(std::move(e));
   }
 }
@@ -59,20 +64,33 @@ std::string resolve_include(const std::string& including, const std::string& ent
 
 void merge_included(Policy& into, Policy&& included, const std::string& path, std::string text, Position pos,
                     IncludedLimits& limits) {
-  // The included file is source `offset`; the files it included follow it.
-  const int offset = static_cast<int>(into.includes.size()) + 1;
+  auto merged_already = [&](const std::string& p) {
+    return std::any_of(into.includes.begin(), into.includes.end(),
+                       [&](const Policy::Included& i) { return i.path == p; });
+  };
+  // A file included twice (a and b both include common.yaml) is merged
+  // once: its entries are there already.
+  if (merged_already(path)) return;
+  // Where each of included's sources goes in into.includes: the file
+  // itself, then the files it included, each new one appended once.
+  std::vector<int> index(included.includes.size() + 1, -1);
   into.includes.push_back(Policy::Included{path, std::move(text), pos});
-  for (auto& nested : included.includes) {
-    nested.pos.source = nested.pos.source == 0 ? offset : offset + nested.pos.source;
+  index[0] = static_cast<int>(into.includes.size());
+  for (size_t k = 0; k < included.includes.size(); ++k) {
+    Policy::Included& nested = included.includes[k];
+    if (merged_already(nested.path)) continue;
+    const size_t at = static_cast<size_t>(nested.pos.source);
+    nested.pos.source = at < index.size() && index[at] > 0 ? index[at] : index[0];
     into.includes.push_back(std::move(nested));
+    index[k + 1] = static_cast<int>(into.includes.size());
   }
-  append(into.exec_allow, included.exec_allow, offset);
-  append(into.read, included.read, offset);
-  append(into.write, included.write, offset);
-  append(into.deny, included.deny, offset);
-  append(into.deny_names, included.deny_names, offset);
-  append(into.network_allow, included.network_allow, offset);
-  append(into.network_listen, included.network_listen, offset);
+  append(into.exec_allow, included.exec_allow, index);
+  append(into.read, included.read, index);
+  append(into.write, included.write, index);
+  append(into.deny, included.deny, index);
+  append(into.deny_names, included.deny_names, index);
+  append(into.network_allow, included.network_allow, index);
+  append(into.network_listen, included.network_listen, index);
   for (const auto& group : included.syscalls_allow)
     if (std::find(into.syscalls_allow.begin(), into.syscalls_allow.end(), group) == into.syscalls_allow.end())
       into.syscalls_allow.push_back(group);

@@ -34,7 +34,8 @@ struct IncludedLimits {
 };
 
 // Merge `included` (parsed from `path`, whose bytes are `text`; included by
-// the entry at `pos`) into `into`: its lists are added to into's (exec,
+// the entry at `pos`) into `into`, once: a file `into` has merged already
+// (two includes sharing one) adds nothing again. Its lists are added to into's (exec,
 // files, network, syscalls), a switch it allows is allowed, its own
 // includes come along; its name and mode are not taken; its limits go into
 // `limits`. Every merged entry's Position::source names the file it was
