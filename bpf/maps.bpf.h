@@ -109,6 +109,24 @@ struct {
 	__array(values, struct ac_scope_ring);
 } ac_scope_rings SEC(".maps");
 
+/* Addresses a scope's resolver pinned (abi.h). Not preallocated: most hosts
+ * hold few. */
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, AC_MAX_PINS);
+	__uint(map_flags, BPF_F_NO_PREALLOC);
+	__type(key, struct ac_pin_key);
+	__type(value, struct ac_pin);
+} ac_pins SEC(".maps");
+
+/* Where a redirected DNS socket meant to send (abi.h), by socket cookie. */
+struct {
+	__uint(type, BPF_MAP_TYPE_LRU_HASH);
+	__uint(max_entries, AC_MAX_DNS_SOCKETS);
+	__type(key, __u64);
+	__type(value, struct ac_dns_origin);
+} ac_dns_origin SEC(".maps");
+
 /* Where a decision record is built before it is copied into the scope's
  * report and offered to ac_events: the deciding task's own storage, so the
  * report's records never depend on room in the shared ring buffer (which

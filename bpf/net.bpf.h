@@ -29,6 +29,8 @@
 /* The kernel takes an AF_INET6 address without sin6_scope_id (RFC 2133). */
 #define SIN6_LEN_RFC2133 24
 
+#include "dns.bpf.h"
+
 /* Report an inet target in an event. */
 static __always_inline void ac_event_inet(struct ac_event_decision *e, __u16 family, __u16 port,
 					  __u16 protocol, const __u8 *addr16)
@@ -166,7 +168,8 @@ static __always_inline int ac_decide_inet(struct ac_ctx *c, enum ac_scope_state 
 		enum ac_policy_state state = ac_rules_lookup(c, s, q, &access);
 		if (state != AC_POLICY_HELD) {
 			reason = ac_policy_reason(state);
-		} else if (access & AC_ACCESS_CONNECT) {
+		} else if ((access & AC_ACCESS_CONNECT) ||
+			   ac_pinned(c, s->net.addr, port, ac_proto_bit(protocol))) {
 			allowed = 1;
 			reason = AC_REASON_RULE_ALLOW;
 		}

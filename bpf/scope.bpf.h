@@ -23,7 +23,8 @@ struct ac_ctx {
 	__u16 scope_flags; /* AC_SCOPE_F_* of the scope */
 	__u64 scope_cgroup; /* id of the cgroup registered as the scope */
 	__u32 scope_level;  /* its cgroup level */
-	__u32 pad2;
+	__u16 dns_port;     /* the scope's resolver (AC_SCOPE_F_DNS) */
+	__u16 pad2;
 };
 
 /* Whether the current task is in a scope, and under which policy. */
@@ -52,6 +53,7 @@ static __always_inline enum ac_scope_state ac_scope_at(struct ac_ctx *c, __u64 c
 	c->policy_slot = s->policy_slot;
 	c->workspace_tag = s->workspace_tag;
 	c->scope_flags = s->flags;
+	c->dns_port = s->dns_port;
 	c->scope_cgroup = cg;
 	c->cgroup_id = cg;
 	c->hook = hook;
@@ -105,6 +107,7 @@ static __always_inline enum ac_scope_state ac_current_scope(struct ac_ctx *c, __
 		c->policy_slot = s->policy_slot;
 		c->workspace_tag = s->workspace_tag;
 		c->scope_flags = s->flags;
+		c->dns_port = s->dns_port;
 		c->scope_cgroup = id;
 		c->scope_level = level;
 		c->cgroup_id = bpf_get_current_cgroup_id();

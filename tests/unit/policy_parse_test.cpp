@@ -220,6 +220,31 @@ const std::vector<BadCase>& bad_cases() {
       {"ExecDevice", kSpec + "  exec: {allow: [/dev/null]}\n", 6, 18,
        "'/dev/null' is neither a program nor a directory of programs", true},
       // --- network --------------------------------------------------------------
+      // "      - {domain: " puts the value at column 18 of line 8.
+      {"DomainUrl", kSpec + "  network:\n    allow:\n      - {domain: https://api.example.com}\n", 8, 18,
+       "is a URL or a path"},
+      {"DomainAddress", kSpec + "  network:\n    allow:\n      - {domain: 10.1.2.3}\n", 8, 18,
+       "is an address, not a name; use {cidr: ...}"},
+      {"DomainWithPort", kSpec + "  network:\n    allow:\n      - {domain: \"api.example.com:443\"}\n", 8, 18,
+       "without a port (use 'ports')"},
+      {"DomainStarInside", kSpec + "  network:\n    allow:\n      - {domain: \"api.*.example.com\"}\n", 8, 18,
+       "'*' is allowed only as a whole first label"},
+      {"DomainTopLevelWildcard", kSpec + "  network:\n    allow:\n      - {domain: \"*.com\"}\n", 8, 18,
+       "every name in a top-level domain"},
+      {"DomainSingleLabel", kSpec + "  network:\n    allow:\n      - {domain: localhost}\n", 8, 18,
+       "a single label"},
+      {"DomainEmptyLabel", kSpec + "  network:\n    allow:\n      - {domain: a..example.com}\n", 8, 18,
+       "an empty label"},
+      {"DomainBadCharacter", kSpec + "  network:\n    allow:\n      - {domain: \"a b.example.com\"}\n", 8, 18,
+       "' ' cannot appear in a domain name"},
+      {"DomainNotAscii", kSpec + "  network:\n    allow:\n      - {domain: \"b\u00fccher.example\"}\n", 8, 18,
+       "xn-- (punycode)"},
+      {"DomainPortRange", kSpec + "  network:\n    allow:\n      - {domain: a.example.com, ports: [8000-8100]}\n", 8,
+       41, "a domain rule lists single ports, not a range"},
+      {"DomainAndCidr", kSpec + "  network:\n    allow:\n      - {cidr: 10.0.0.0/8, domain: a.example.com}\n", 8,
+       28, "one of 'cidr', 'domain' or 'unix', not several"},
+      {"DomainInListen", kSpec + "  network:\n    listen:\n      - {domain: a.example.com}\n", 8, 9,
+       "network.listen[0]: a domain names a destination"},
       {"NetworkAllowScalarRule", kSpec + "  network:\n    allow: [10.0.0.0/8]\n", 7, 13,
        "network.allow[0] must be a mapping such as {cidr: 10.0.0.0/8"},
       {"CidrHostBits", kSpec + "  network:\n    allow:\n      - {cidr: 10.20.1.0/16}\n", 8, 16,
@@ -250,9 +275,9 @@ const std::vector<BadCase>& bad_cases() {
       {"RuleTypo", kSpec + "  network:\n    allow:\n      - {cidr: 10.0.0.0/8, port: [443]}\n", 8, 28,
        "unknown key 'port' in network rule (did you mean 'ports'?)"},
       {"RuleCidrAndUnix", kSpec + "  network:\n    allow:\n      - {cidr: 10.0.0.0/8, unix: /run/a.sock}\n",
-       8, 28, "a rule has either 'cidr' or 'unix', not both"},
+       8, 28, "a rule has one of 'cidr', 'domain' or 'unix', not several"},
       {"RuleNeitherCidrNorUnix", kSpec + "  network:\n    allow:\n      - {protocol: tcp}\n", 8, 9,
-       "a rule needs 'cidr' (with optional ports and protocol) or 'unix'"},
+       "a rule needs 'cidr' or 'domain' (with optional ports and protocol) or 'unix'"},
       {"UnixWithPorts", kSpec + "  network:\n    allow:\n      - {unix: /run/a.sock, ports: [1]}\n", 8, 29,
        "unix rules take no 'ports'"},
       {"UnixWithProtocol", kSpec + "  network:\n    allow:\n      - {unix: /run/a.sock, protocol: tcp}\n", 8,
@@ -591,6 +616,32 @@ TEST(PolicyParse, Ipv6Rules) {
   EXPECT_EQ(b.addr[15], 1);
   EXPECT_EQ(b.protocol, Protocol::any);
   EXPECT_TRUE(b.ports.empty());
+}
+
+TEST(PolicyParse, DomainRules) {
+  const std::string yaml = kSpec +
+                           "  network:\n"
+                           "    allow:\n"
+                           "      - {domain: API.Example.COM., ports: [443], protocol: tcp}\n"
+                           "      - {domain: \"*.pkg.example.org\", ports: [443, 80]}\n"
+                           "      - domain: _dmarc.example.net\n";
+  const ParseResult r = parse_policy(yaml, "p.yaml");
+  ASSERT_TRUE(r.ok()) << dump(r.errors);
+  ASSERT_EQ(r.policy->network_allow.size(), 3u);
+  const NetRule& a = r.policy->network_allow[0];
+  EXPECT_EQ(a.kind, NetRule::Kind::domain);
+  EXPECT_EQ(a.domain, "api.example.com") << "lower-cased, trailing dot dropped";
+  EXPECT_FALSE(a.wildcard);
+  EXPECT_EQ(a.protocol, Protocol::tcp);
+  ASSERT_EQ(a.ports.size(), 1u);
+  EXPECT_EQ(a.ports[0].first, 443);
+  const NetRule& b = r.policy->network_allow[1];
+  EXPECT_EQ(b.domain, "pkg.example.org");
+  EXPECT_TRUE(b.wildcard);
+  EXPECT_EQ(b.ports.size(), 2u);
+  EXPECT_EQ(b.protocol, Protocol::any);
+  EXPECT_EQ(r.policy->network_allow[2].domain, "_dmarc.example.net");
+  EXPECT_TRUE(r.policy->network_allow[2].ports.empty());
 }
 
 TEST(PolicyParse, AbstractUnixSocket) {

@@ -191,8 +191,9 @@ class FakeBackend : public Backend {
     return {};
   }
   Status add_scope(const std::filesystem::path& path, uint64_t cgroup_id, unsigned level, uint64_t scope_id,
-                   uint32_t slot, const std::string& workspace, uint16_t flags) override {
-    log("add_scope " + std::to_string(cgroup_id) + (flags ? " flags " + std::to_string(flags) : ""));
+                   uint32_t slot, const std::string& workspace, uint16_t flags, uint16_t dns_port) override {
+    log("add_scope " + std::to_string(cgroup_id) + (flags ? " flags " + std::to_string(flags) : "") +
+        (dns_port ? " dns " + std::to_string(dns_port) : ""));
     paths[cgroup_id] = path;
     if (fail_add_scope) return Error{"add_scope failed", ENOMEM};
     scps[cgroup_id] = bpf::ScopeInfo{cgroup_id, scope_id, slot, level, workspace};

@@ -20,6 +20,7 @@ namespace agentcage::bpf {
 using detail::all_keys;
 using detail::bpf_error;
 using detail::cpu_count;
+using detail::per_scope_program;
 
 void Enforcer::SkelDeleter::operator()(agentcage_bpf* skel) const {
   agentcage_bpf__destroy(skel);  // closes links (pinned ones stay attached), maps and programs
@@ -52,7 +53,10 @@ Result<std::unique_ptr<Enforcer>> Enforcer::load_skeleton(const LoadOptions& opt
   }
   // The receive filter is attached to each scope's cgroup (add_scope), not
   // to a hook.
-  bpf_program__set_autoattach(self->skel_->progs.ac_udp_client_filter, false);
+  bpf_program* each = nullptr;
+  bpf_object__for_each_program(each, self->skel_->obj) {
+    if (per_scope_program(bpf_program__name(each))) bpf_program__set_autoattach(each, false);
+  }
   if (int err = agentcage_bpf__attach(self->skel_.get())) return bpf_error("attaching the LSM programs", err);
   self->receive_filter_ = bpf_program__fd(self->skel_->progs.ac_udp_client_filter);
 
@@ -66,7 +70,7 @@ Result<std::unique_ptr<Enforcer>> Enforcer::load_skeleton(const LoadOptions& opt
   bpf_object__for_each_program(prog, self->skel_->obj) {
     if (program_skipped(prog)) continue;
     self->programs_.push_back(
-        {bpf_program__name(prog), bpf_program__fd(prog), prog == self->skel_->progs.ac_udp_client_filter});
+        {bpf_program__name(prog), bpf_program__fd(prog), per_scope_program(bpf_program__name(prog))});
   }
   return self;
 }

@@ -135,8 +135,11 @@ class Enforcer {
   // a scope), then the scope is registered.
   // `workspace`: absolute, normalised directory the policy's ${workspace}
   // rules apply to for this scope (empty: none). `flags`: AC_SCOPE_F_*.
+  // With AC_SCOPE_F_DNS in `flags`, the DNS programs (dns.bpf.h) are
+  // attached too and the scope's DNS goes to 127.0.0.1:dns_port (and
+  // [::1]:dns_port with AC_SCOPE_F_DNS6).
   Status add_scope(const ScopeCgroup& cgroup, uint64_t scope_id, uint32_t policy_slot,
-                   const std::string& workspace = {}, uint16_t flags = 0);
+                   const std::string& workspace = {}, uint16_t flags = 0, uint16_t dns_port = 0);
   // The scope, then its filter. A scope not registered counts as success:
   // removing twice is not an error. The scope's report goes with it.
   Status remove_scope(const ScopeCgroup& cgroup);
@@ -149,6 +152,13 @@ class Enforcer {
   // missed; the entry goes with the scope (remove_scope). EEXIST when the
   // scope is recorded already.
   Result<UniqueFd> record_scope(uint64_t scope_id);
+
+  // Pins of a scope's resolver (ac_pins, abi.h): `key` reachable until
+  // `expires_ns` (CLOCK_BOOTTIME). A scope's pins go with it (remove_scope).
+  Status put_pin(const ac_pin_key& key, uint64_t expires_ns);
+  void delete_pin(const ac_pin_key& key);
+  // How many pins scope `scope_id` holds (tests, `status`).
+  Result<size_t> pins_of(uint64_t scope_id) const;
 
   // Run `fn` holding the cross-process lock (shared mode; a no-op lock for a
   // private set), so a sequence of map operations is atomic with respect to
@@ -179,6 +189,12 @@ class Enforcer {
   Status attach_receive_filter(int cgroup_fd);
   Result<bool> receive_filter_on(int cgroup_fd) const;
   void detach_receive_filter(int cgroup_fd);
+  // The DNS programs (dns.bpf.h) on a scope's cgroup, all or none.
+  Status attach_dns(int cgroup_fd);
+  void detach_dns(int cgroup_fd);
+  Result<int> dns_program(size_t index) const;
+  Result<int> pins_map() const;
+  void delete_pins_of(uint64_t scope_id);
   Status take_lock();
   void drop_lock();
 
@@ -203,6 +219,9 @@ class Enforcer {
         decision_counts = -1, stats = -1, events = -1, scope_reports = -1, listeners = -1, scope_rings = -1;
   } maps_;
   int receive_filter_ = -1;  // ac_udp_client_filter (owned by skel_ or owned_fds_)
+  // Opened when first needed (a run with domain rules), not at adoption.
+  mutable std::vector<int> dns_programs_;
+  mutable int pins_ = -1;
   // A private set's scopes' cgroups (id, descriptor): the filter comes off
   // them when the set goes. A shared set's filter stays (as its links do).
   std::vector<std::pair<uint64_t, UniqueFd>> filtered_;

@@ -9,6 +9,7 @@
 
 #include <cstdint>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "util/result.h"
@@ -18,6 +19,29 @@ namespace agentcage::bpf::detail {
 inline Error bpf_error(const std::string& what, int err) {
   // libbpf returns negative errno values.
   return Error::from_errno("bpf: " + what, err < 0 ? -err : err);
+}
+
+// The programs attached to a scope's cgroup rather than linked to a hook:
+// the UDP receive filter (every scope) and the DNS programs (a scope with
+// AC_SCOPE_F_DNS; dns.bpf.h). A shared set pins these programs under
+// programs/, not links.
+inline constexpr const char* kReceiveFilter = "ac_udp_client_filter";
+struct CgroupProgram {
+  const char* name;
+  bpf_attach_type type;
+};
+inline constexpr CgroupProgram kDnsPrograms[] = {
+    {"ac_dns_connect4", BPF_CGROUP_INET4_CONNECT},         {"ac_dns_connect6", BPF_CGROUP_INET6_CONNECT},
+    {"ac_dns_sendmsg4", BPF_CGROUP_UDP4_SENDMSG},          {"ac_dns_sendmsg6", BPF_CGROUP_UDP6_SENDMSG},
+    {"ac_dns_recvmsg4", BPF_CGROUP_UDP4_RECVMSG},          {"ac_dns_recvmsg6", BPF_CGROUP_UDP6_RECVMSG},
+    {"ac_dns_getpeername4", BPF_CGROUP_INET4_GETPEERNAME}, {"ac_dns_getpeername6", BPF_CGROUP_INET6_GETPEERNAME},
+};
+inline constexpr size_t kPerScopePrograms = 1 + std::size(kDnsPrograms);
+inline bool per_scope_program(std::string_view name) {
+  if (name == kReceiveFilter) return true;
+  for (const auto& p : kDnsPrograms)
+    if (name == p.name) return true;
+  return false;
 }
 
 inline int cpu_count() {

@@ -259,7 +259,7 @@ void Enforcer::detach_receive_filter(int cgroup_fd) {
 }
 
 Status Enforcer::add_scope(const ScopeCgroup& cgroup, uint64_t scope_id, uint32_t policy_slot,
-                           const std::string& workspace, uint16_t flags) {
+                           const std::string& workspace, uint16_t flags, uint16_t dns_port) {
   const uint64_t cgroup_id = cgroup.id;
   const unsigned level = cgroup.level;
   // Level 0 is the root cgroup: scoping it would confine the whole host.
@@ -281,8 +281,22 @@ Status Enforcer::add_scope(const ScopeCgroup& cgroup, uint64_t scope_id, uint32_
     // The filter before the scope: no socket of the scope is a UDP client
     // without it.
     if (Status st = attach_receive_filter(cgroup.fd); !st) return st;
+    const bool dns = flags & AC_SCOPE_F_DNS;
+    if (dns && dns_port == 0) {
+      detach_receive_filter(cgroup.fd);
+      return Error{"bpf: a scope whose DNS is redirected needs its resolver's port", EINVAL};
+    }
+    // The DNS programs before the scope, too: the LSM lets the scope's
+    // queries to port 53 through only because these send them on.
+    if (dns) {
+      if (Status st = attach_dns(cgroup.fd); !st) {
+        detach_receive_filter(cgroup.fd);
+        return st;
+      }
+    }
 
     auto fail = [&](Error e) -> Status {
+      if (dns) detach_dns(cgroup.fd);
       detach_receive_filter(cgroup.fd);
       return e;
     };
@@ -291,6 +305,7 @@ Status Enforcer::add_scope(const ScopeCgroup& cgroup, uint64_t scope_id, uint32_
     scope.policy_slot = policy_slot;
     scope.level = static_cast<uint16_t>(level);
     scope.flags = flags;
+    scope.dns_port = dns ? dns_port : 0;
     ac_path_key ws_key{};
     if (!workspace.empty()) {
       if (workspace == "/") return fail(Error{"bpf: the workspace cannot be /", EINVAL});
@@ -350,10 +365,15 @@ Status Enforcer::add_scope(const ScopeCgroup& cgroup, uint64_t scope_id, uint32_
 
 Status Enforcer::remove_scope(const ScopeCgroup& cgroup) {
   const uint64_t cgroup_id = cgroup.id;
+  bool dns = false;
   auto detach = [&] {
     struct stat cg_stat {};
-    if (cgroup.fd >= 0 && ::fstat(cgroup.fd, &cg_stat) == 0 && cg_stat.st_ino == cgroup_id)
-      detach_receive_filter(cgroup.fd);  // (another descriptor: the scope's cgroup is gone)
+    if (cgroup.fd >= 0 && ::fstat(cgroup.fd, &cg_stat) == 0 && cg_stat.st_ino == cgroup_id) {
+      // (another descriptor: the scope's cgroup is gone, and its programs
+      // with it)
+      if (dns) detach_dns(cgroup.fd);
+      detach_receive_filter(cgroup.fd);
+    }
     std::erase_if(filtered_, [&](const auto& f) { return f.first == cgroup_id; });
   };
   return with_lock([&]() -> Status {
@@ -371,6 +391,9 @@ Status Enforcer::remove_scope(const ScopeCgroup& cgroup) {
     bpf_map_delete_elem(maps_.scope_reports, &scope.scope_id);
     bpf_map_delete_elem(maps_.scope_rings, &scope.scope_id);
     if (scope.workspace_tag) delete_workspace(scope.workspace_tag);
+    // And the addresses its resolver pinned.
+    dns = scope.flags & AC_SCOPE_F_DNS;
+    if (dns) delete_pins_of(scope.scope_id);
     // So do the places its sockets were registered at (the sockets died
     // with its processes; the entries would only take room).
     for (const auto& key : listener_keys_of(maps_.listeners, scope.scope_id))

@@ -25,6 +25,9 @@
 namespace agentcage::bpf {
 
 using detail::bpf_error;
+using detail::kPerScopePrograms;
+using detail::kReceiveFilter;
+using detail::per_scope_program;
 
 namespace {
 
@@ -55,10 +58,6 @@ Status make_dirs(const std::string& path, mode_t mode) {
   }
   return {};
 }
-
-// The receive filter's pin: a program attached to cgroups one by one
-// (add_scope), so it has no link to pin.
-constexpr const char* kReceiveFilterPin = "/programs/ac_udp_client_filter";
 
 // Remove a pin directory tree (unlinking pins drops their references; links
 // whose last reference goes are detached).
@@ -148,14 +147,17 @@ Status Enforcer::pin_all(const std::string& dir) {
       if (Status st = make_dirs(dir + "/skipped/" + sk->progs[i].name, 0700); !st) return st;
       continue;
     }
-    if (*sk->progs[i].prog == skel_->progs.ac_udp_client_filter) continue;
+    if (per_scope_program(sk->progs[i].name)) {
+      // Attached to cgroups one by one: the program itself is pinned.
+      const std::string path = dir + "/programs/" + sk->progs[i].name;
+      if (int err = bpf_program__pin(*sk->progs[i].prog, path.c_str())) return bpf_error("pinning " + path, err);
+      continue;
+    }
     bpf_link* link = *sk->progs[i].link;
     std::string path = dir + "/links/" + sk->progs[i].name;
     if (!link) return Error{"bpf: program " + std::string(sk->progs[i].name) + " is not attached", ENOENT};
     if (int err = bpf_link__pin(link, path.c_str())) return bpf_error("pinning link " + path, err);
   }
-  const std::string filter = dir + kReceiveFilterPin;
-  if (int err = bpf_obj_pin(receive_filter_, filter.c_str())) return bpf_error("pinning " + filter, err);
   // Last: the mark that says the set is complete.
   if (int err = bpf_obj_pin(maps_.settings, (dir + "/ready").c_str()))
     return bpf_error("pinning " + dir + "/ready", err);
@@ -187,7 +189,7 @@ Status Enforcer::adopt_pinned(const std::string& dir) {
                                                  {"ac_scope_rings", &maps_.scope_rings}};
   for (const auto& [name, out] : wanted)
     if (Status st = get(name, out); !st) return st;
-  const std::string filter = dir + kReceiveFilterPin;
+  const std::string filter = dir + "/programs/" + kReceiveFilter;
   receive_filter_ = bpf_obj_get(filter.c_str());
   if (receive_filter_ < 0) return bpf_error("opening pinned " + filter, receive_filter_);
   owned_fds_.emplace_back(receive_filter_);
@@ -217,7 +219,7 @@ Status Enforcer::adopt_pinned(const std::string& dir) {
   for (const auto& name : skipped)
     if (links.count(name))
       return Error{"bpf: program " + name + " is both attached and marked skipped in " + dir, EEXIST};
-  constexpr size_t kPrograms = sizeof(agentcage_bpf::progs) / sizeof(bpf_program*) - 1;
+  constexpr size_t kPrograms = sizeof(agentcage_bpf::progs) / sizeof(bpf_program*) - kPerScopePrograms;
   if (links.size() + skipped.size() != kPrograms)
     return Error{"bpf: " + std::to_string(links.size()) + " of the " +
                      std::to_string(kPrograms - skipped.size()) + " programs are attached in " + dir +
@@ -242,7 +244,7 @@ std::vector<ProgramInfo> Enforcer::programs() const {
     owned_fds_.emplace_back(prog_fd);
     programs_.push_back({entry.path().filename().string(), prog_fd});
   }
-  if (receive_filter_ >= 0) programs_.push_back({"ac_udp_client_filter", receive_filter_, true});
+  if (receive_filter_ >= 0) programs_.push_back({kReceiveFilter, receive_filter_, true});
   return programs_;
 }
 

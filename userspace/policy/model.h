@@ -63,7 +63,9 @@ enum class Protocol { any, tcp, udp };
 // address and ports a socket may be bound to and listen on; unix_abstract:
 // a name that may be bound; never unix_path).
 struct NetRule {
-  enum class Kind { cidr, unix_path, unix_abstract } kind = Kind::cidr;
+  // domain: network.allow only; answered by the run's own resolver, which
+  // pins the addresses of an allowed name for this run (docs/policy.md).
+  enum class Kind { cidr, unix_path, unix_abstract, domain } kind = Kind::cidr;
   // cidr rules: AF_INET or AF_INET6, the network address in network byte
   // order (IPv4 uses the first 4 bytes; host bits are zero) and its length.
   int family = 0;
@@ -75,6 +77,10 @@ struct NetRule {
   // WITHOUT the leading '@' written in the policy (unix_abstract), i.e. the
   // bytes that follow the leading NUL of sun_path.
   std::string unix_name;
+  // domain rules: the name (lower-case, no "*.", no trailing dot); wildcard:
+  // every name strictly under it. Their ports are single ports.
+  std::string domain;
+  bool wildcard = false;
   Position pos;
 };
 

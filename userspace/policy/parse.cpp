@@ -54,7 +54,9 @@ constexpr std::string_view kSyscallsKeys[] = {"allow"};
 constexpr std::string_view kExecKeys[] = {"allow", "native_code", "debugging"};
 constexpr std::string_view kFilesKeys[] = {"read", "write", "deny"};
 constexpr std::string_view kNetworkKeys[] = {"allow", "listen"};
-constexpr std::string_view kRuleKeys[] = {"cidr", "ports", "protocol", "unix"};
+// Ports of one domain rule: each is pinned for each address of the name.
+constexpr size_t kMaxDomainPorts = 16;
+constexpr std::string_view kRuleKeys[] = {"cidr", "domain", "ports", "protocol", "unix"};
 constexpr std::string_view kLimitsKeys[] = {"memory", "pids", "cpu", "timeout", "disk"};
 
 class Validator {
@@ -443,7 +445,10 @@ class Validator {
                           : "{cidr: 10.0.0.0/8, ports: [443]} or {unix: /run/app.sock}") +
                   ", got " + describe(item));
       } else if (auto rule = net_rule(item, name)) {
-        if (listen && rule->kind == NetRule::Kind::unix_path) {
+        if (listen && rule->kind == NetRule::Kind::domain) {
+          error(rule->pos, name + ": a domain names a destination; network.listen takes a cidr or an "
+                                  "abstract name \"@name\"");
+        } else if (listen && rule->kind == NetRule::Kind::unix_path) {
           error(rule->pos, name + ": a unix socket at a path is a file; allow creating it with files.write " +
                                "(network.listen takes a cidr or an abstract name \"@name\")");
         } else {
@@ -460,13 +465,26 @@ class Validator {
     rule.pos = pos_of(item.Mark());
     const Field* cidr = find(rule_fields, "cidr");
     const Field* unix_socket = find(rule_fields, "unix");
+    const Field* domain = find(rule_fields, "domain");
     const Field* ports = find(rule_fields, "ports");
     const Field* protocol = find(rule_fields, "protocol");
 
-    if (cidr && unix_socket) {
-      error(unix_socket->key_pos, name + ": a rule has either 'cidr' or 'unix', not both");
-    } else if (!cidr && !unix_socket) {
-      error(rule.pos, name + ": a rule needs 'cidr' (with optional ports and protocol) or 'unix'");
+    if (int(cidr != nullptr) + int(unix_socket != nullptr) + int(domain != nullptr) > 1) {
+      error((domain ? domain : unix_socket)->key_pos,
+            name + ": a rule has one of 'cidr', 'domain' or 'unix', not several");
+    } else if (!cidr && !unix_socket && !domain) {
+      error(rule.pos, name + ": a rule needs 'cidr' or 'domain' (with optional ports and protocol) or 'unix'");
+    }
+    if (domain) {
+      if (auto v = scalar(*domain, name + ".domain")) {
+        if (auto parsed = parse_domain(*v)) {
+          rule.kind = NetRule::Kind::domain;
+          rule.domain = std::move(parsed->name);
+          rule.wildcard = parsed->wildcard;
+        } else {
+          error(value_pos(*domain), name + ".domain: " + parsed.error().message);
+        }
+      }
     }
     if (unix_socket) {
       // A unix socket has no ports and one protocol family of its own.
@@ -500,6 +518,13 @@ class Validator {
       for_each_scalar(ports->value, name + ".ports",
                       [&](const std::string& text, Position pos, const std::string& item_name) {
                         if (auto range = parse_port_range(text)) {
+                          if (domain && range->first != range->last) {
+                            error(pos, item_name + ": a domain rule lists single ports, not a range (each "
+                                                   "port is pinned for each address the name resolves to)");
+                          } else if (domain && rule.ports.size() >= kMaxDomainPorts) {
+                            error(pos, item_name + ": a domain rule lists at most " +
+                                           std::to_string(kMaxDomainPorts) + " ports");
+                          }
                           rule.ports.push_back(*range);
                         } else {
                           error(pos, item_name + ": " + range.error().message);

@@ -265,6 +265,54 @@ Result<PortRange> parse_port_range(std::string_view text) {
   return PortRange{*first, *last};
 }
 
+Result<Domain> parse_domain(std::string_view text) {
+  const std::string shown = quote(text, 80);
+  if (text.empty()) return fail("a domain name is empty");
+  if (text.find("://") != std::string_view::npos || text.find('/') != std::string_view::npos)
+    return fail(shown + " is a URL or a path; a domain rule names a host, e.g. api.example.com");
+  if (text.find(':') != std::string_view::npos)
+    return fail(shown + " has a ':'; a domain rule names a host without a port (use 'ports') and an "
+                        "address is a cidr rule's");
+  for (unsigned char c : text)
+    if (c >= 0x80) return fail(shown + " is not ASCII; write an international name in its xn-- (punycode) form");
+  Domain d;
+  std::string_view rest = text;
+  if (rest.starts_with("*.")) {
+    d.wildcard = true;
+    rest.remove_prefix(2);
+  }
+  if (rest.ends_with('.')) rest.remove_suffix(1);
+  if (rest.find('*') != std::string_view::npos)
+    return fail(shown + ": '*' is allowed only as a whole first label (\"*.example.org\")");
+  if (rest.empty()) return fail(shown + " names no domain");
+  if (rest.size() > 253) return fail(shown + " is longer than 253 bytes (the DNS limit)");
+  size_t labels = 0;
+  bool all_numeric = true;
+  for (size_t start = 0; start <= rest.size();) {
+    size_t dot = rest.find('.', start);
+    if (dot == std::string_view::npos) dot = rest.size();
+    const std::string_view label = rest.substr(start, dot - start);
+    if (label.empty()) return fail(shown + " has an empty label (\"..\", or a leading dot)");
+    if (label.size() > 63) return fail(shown + " has a label longer than 63 bytes");
+    if (label.front() == '-' || label.back() == '-')
+      return fail(shown + ": a label cannot begin or end with '-'");
+    for (char c : label) {
+      const bool ok = is_digit(c) || (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || c == '-' || c == '_';
+      if (!ok) return fail(shown + ": " + quote(std::string(1, c)) + " cannot appear in a domain name");
+      if (!is_digit(c)) all_numeric = false;
+    }
+    ++labels;
+    start = dot + 1;
+  }
+  if (all_numeric) return fail(shown + " is an address, not a name; use {cidr: ...} for addresses");
+  if (labels < 2)
+    return fail(shown + (d.wildcard ? " is every name in a top-level domain; name the domain under it"
+                                    : " is a single label; a domain rule names a fully qualified host"));
+  d.name.reserve(rest.size());
+  for (char c : rest) d.name.push_back(static_cast<char>(c >= 'A' && c <= 'Z' ? c - 'A' + 'a' : c));
+  return d;
+}
+
 Result<Cidr> parse_cidr(std::string_view text) {
   const std::string form = quote(text) + " is not an IPv4 or IPv6 address with an optional /length";
   const size_t slash = text.find('/');

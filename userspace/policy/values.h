@@ -71,6 +71,21 @@ struct Cidr {
 // probably meant.
 Result<Cidr> parse_cidr(std::string_view text);
 
+// A domain name of a network.allow rule: "api.example.com" (that name) or
+// "*.pkg.example.org" (every name strictly under pkg.example.org, not
+// pkg.example.org itself).
+struct Domain {
+  std::string name;  // lower-case, without "*." and without a trailing dot
+  bool wildcard = false;
+};
+// Letters, digits, '-' and '_' in dot-separated labels of 1..63 bytes, at
+// most 253 bytes in all, at least two labels; one trailing dot is dropped
+// and letters are lowered. Refused with a precise reason: a URL, an address
+// (a cidr rule's job), a port, a '*' anywhere but a leading "*.", a
+// wildcard over a top-level domain ("*.com"), non-ASCII (write the
+// punycode "xn--" form).
+Result<Domain> parse_domain(std::string_view text);
+
 // Lexical normalisation of an absolute path: collapses "//" and "." and
 // strips a trailing '/' ("/" stays "/"). Rejects relative and empty paths,
 // ".." components (the policy must say what it means; the kernel matches the

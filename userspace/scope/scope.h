@@ -46,6 +46,11 @@ struct CgroupRef {
   // message queues are its own and allowed (AC_SCOPE_F_OWN_IPC). Attached
   // cgroups share an IPC namespace with others: all of it is denied.
   bool own_ipc_namespace = false;
+  // The scope's DNS is answered by a resolver of the run's own listening on
+  // 127.0.0.1:dns_port (and [::1]:dns_port with dns_ipv6): a policy with
+  // domain rules (AC_SCOPE_F_DNS, dns.bpf.h). 0: none.
+  uint16_t dns_port = 0;
+  bool dns_ipv6 = false;
 };
 
 // A policy the daemon installed in a named slot (attach through the daemon).

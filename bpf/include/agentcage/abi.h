@@ -19,7 +19,7 @@
 #include <linux/types.h>
 #endif
 
-#define AC_ABI_VERSION 12
+#define AC_ABI_VERSION 13
 
 /* ---- capacities ------------------------------------------------------- */
 
@@ -196,13 +196,52 @@ struct ac_name_lengths {
  * flag (an attached cgroup shares its IPC namespace with others) every System
  * V IPC operation and every message queue is denied in the scope. */
 #define AC_SCOPE_F_OWN_IPC (1u << 0)
+/* The scope's DNS is answered by a resolver of its own (a policy with domain
+ * rules): every connect and send to port 53, TCP or UDP, any address, is
+ * sent by the cgroup's socket-address programs (dns.bpf.h) to
+ * 127.0.0.1:dns_port instead, and the addresses that resolver pinned
+ * (ac_pins) are reachable. AC_SCOPE_F_DNS6: it listens on [::1]:dns_port too
+ * (without it a query to an IPv6 server is refused). */
+#define AC_SCOPE_F_DNS (1u << 1)
+#define AC_SCOPE_F_DNS6 (1u << 2)
 struct ac_scope {
 	__u64 scope_id;    /* userspace's id for the run/attachment; in events */
 	__u32 policy_slot; /* key into the policies map */
 	__u16 level;       /* cgroup level of the registered cgroup (root: 0) */
 	__u16 flags;       /* AC_SCOPE_F_* */
 	__u32 workspace_tag; /* key of this scope's entry in ac_workspaces; 0: none */
-	__u32 pad;
+	__u16 dns_port;    /* AC_SCOPE_F_DNS: the resolver's port (host order) */
+	__u16 pad;
+};
+
+/* ac_pins: HASH, one entry per address a scope's resolver answered for an
+ * allowed name, for each port and protocol the name's rules allow. A connect
+ * or send the scope's rules deny is allowed when (scope, address, port,
+ * protocol) or (scope, address, 0, protocol) is pinned and not expired.
+ * Keyed by scope id (a cgroup id, never reused while the host runs), so no
+ * other scope and no host process gains from a pin. Userspace deletes a
+ * scope's pins with the scope, and each one when it expires. */
+#define AC_MAX_PINS 65536
+struct ac_pin_key {
+	__u64 scope_id;
+	__u8 addr[16];  /* IPv4 as ::ffff:a.b.c.d */
+	__u16 port;     /* host order; 0: every port */
+	__u8 proto_bit; /* AC_PROTO_TCP or AC_PROTO_UDP */
+	__u8 pad[5];
+};
+struct ac_pin {
+	__u64 expires_ns; /* bpf_ktime_get_boot_ns() after which it no longer allows */
+};
+
+/* ac_dns_origin: LRU_HASH by socket cookie: where a scoped socket's last DNS
+ * query was sent before dns.bpf.h redirected it, so that its answers and
+ * getpeername show that address again (glibc drops an answer whose source is
+ * not the server it asked). */
+#define AC_MAX_DNS_SOCKETS 16384
+struct ac_dns_origin {
+	__u8 addr[16]; /* IPv4 as ::ffff:a.b.c.d */
+	__u16 port;    /* host order */
+	__u16 pad[3];
 };
 
 /* ac_workspaces: LPM_TRIE with the ac_path_key layout; rules_id_be holds the
