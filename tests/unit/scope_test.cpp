@@ -6,11 +6,16 @@
 
 #include <algorithm>
 #include <cerrno>
+#include <filesystem>
+#include <fstream>
+#include <optional>
+#include <unistd.h>
 #include <map>
 #include <set>
 #include <string>
 #include <vector>
 
+#include "scope/attach.h"
 #include "scope/scope.h"
 #include "scope/slots.h"
 
@@ -505,3 +510,24 @@ TEST(AllocateNamedSlot, InstallsUnderTheSameLock) {
 
 }  // namespace
 }  // namespace agentcage::scope
+
+// `agentcage attach` has no resolver to give a cgroup: a policy with domain
+// rules is refused with the rule's place, before anything is looked up or
+// changed (the cgroup named does not even exist).
+TEST(Attach, RefusesAPolicyWithDomainRules) {
+  const std::filesystem::path dir =
+      std::filesystem::temp_directory_path() / ("agentcage-attach-dns-" + std::to_string(::getpid()));
+  std::filesystem::create_directories(dir);
+  const std::filesystem::path file = dir / "named.yaml";
+  std::ofstream(file) << "apiVersion: agentcage/v1\nkind: Policy\nmetadata:\n  name: named\nspec:\n"
+                         "  network:\n    allow:\n      - {domain: api.example.com, ports: [443]}\n";
+  std::vector<std::string> diagnostics;
+  auto attached = agentcage::scope::attach({"/nonexistent/cgroup", file.string(), "", "", std::nullopt}, diagnostics);
+  std::filesystem::remove_all(dir);
+  ASSERT_FALSE(attached.ok());
+  EXPECT_EQ(attached.error().code, EINVAL);
+  EXPECT_NE(attached.error().message.find("allows destinations by name (" + file.string() + ":8:"),
+            std::string::npos)
+      << attached.error().message;
+  EXPECT_NE(attached.error().message.find("agentcage run"), std::string::npos) << attached.error().message;
+}

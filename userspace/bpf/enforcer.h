@@ -85,8 +85,9 @@ struct ScopeCgroup {
 struct ProgramInfo {
   std::string name;  // the BPF program's name (e.g. "ac_file_open")
   int fd = -1;       // owned by the Enforcer
-  // The UDP client filter: attached to each scope's cgroup (add_scope), so
-  // a shared set pins the program itself (under programs/), not a link.
+  // The UDP client filter and the DNS programs: attached to a scope's
+  // cgroup (add_scope), so a shared set pins the program itself (under
+  // programs/), not a link.
   bool per_scope = false;
 };
 

@@ -245,6 +245,8 @@ std::vector<ProgramInfo> Enforcer::programs() const {
     programs_.push_back({entry.path().filename().string(), prog_fd});
   }
   if (receive_filter_ >= 0) programs_.push_back({kReceiveFilter, receive_filter_, true});
+  for (size_t i = 0; i < std::size(detail::kDnsPrograms); ++i)
+    if (auto fd = dns_program(i)) programs_.push_back({detail::kDnsPrograms[i].name, *fd, true});
   return programs_;
 }
 

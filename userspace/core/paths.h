@@ -27,5 +27,8 @@ inline constexpr const char* kDefaultPinRoot = "/sys/fs/bpf/agentcage";
 // Run cgroups, relative to the cgroup2 root. Override:
 // $AGENTCAGE_CGROUP_PARENT, daemon cgroup_parent.
 inline constexpr const char* kDefaultCgroupParent = "agentcage/runs";
+// The upstream DNS servers a run's resolver forwards the names its policy
+// allows to (`nameserver` lines). Override: $AGENTCAGE_RESOLV_CONF.
+inline constexpr const char* kDefaultResolvConf = "/etc/resolv.conf";
 
 }  // namespace agentcage::core

@@ -145,4 +145,12 @@ const char* to_string(Mode mode);
 const char* to_string(Protocol protocol);
 const char* to_string(Permit permit);
 
+// The first network.allow domain rule of `policy`, or null: a policy with
+// one needs a resolver of the run's own (run/dns.h).
+inline const NetRule* first_domain_rule(const Policy& policy) {
+  for (const auto& r : policy.network_allow)
+    if (r.kind == NetRule::Kind::domain) return &r;
+  return nullptr;
+}
+
 }  // namespace agentcage::policy

@@ -52,6 +52,8 @@ Paths paths_from_env(const char* const* env) {
       p.workspace_root = value;
     else if (key == "AGENTCAGE_STATE_DIR")
       p.state_dir = value;
+    else if (key == "AGENTCAGE_RESOLV_CONF")
+      p.resolv_conf = value;
   }
   return p;
 }

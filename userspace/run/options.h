@@ -34,6 +34,9 @@ struct Paths {
   std::string cgroup_parent = core::kDefaultCgroupParent;  // AGENTCAGE_CGROUP_PARENT (below the cgroup2 root)
   std::string workspace_root = core::kDefaultWorkspaceRoot;  // AGENTCAGE_WORKSPACE_ROOT
   std::string state_dir = core::kDefaultStateDir;            // AGENTCAGE_STATE_DIR (run records, uid locks)
+  // The upstream resolvers a run's resolver forwards allowed names to
+  // (policies with domain rules).
+  std::string resolv_conf = core::kDefaultResolvConf;  // AGENTCAGE_RESOLV_CONF
 };
 // Defaults overridden by the AGENTCAGE_* variables of `env` ("KEY=VALUE").
 Paths paths_from_env(const char* const* env);

@@ -131,7 +131,11 @@ nlohmann::json to_json(const RunResult& r) {
   // "syscall": counted by agentcage, not by the BPF programs.
   const SyscallReport calls = r.syscalls.value_or(SyscallReport{});
   if (calls.total) by_hook["syscall"] = calls.total;
-  denials["total"] = report.denied_total() + calls.total;
+  // Names the run's resolver refused count as denials of the pseudo-hook
+  // "dns": counted by agentcage, like denied system calls.
+  const uint64_t names_refused = r.dns ? r.dns->refused_total : 0;
+  if (names_refused) by_hook["dns"] = names_refused;
+  denials["total"] = report.denied_total() + calls.total + names_refused;
   denials["by_hook"] = by_hook;
   denials["audited_total"] = report.audited_total();
   denials["audited_by_hook"] = audited_by_hook;
@@ -148,8 +152,16 @@ nlohmann::json to_json(const RunResult& r) {
   } else {
     denials["syscalls"] = nullptr;
   }
+  if (r.dns) {
+    json by_name = json::object();
+    for (const auto& [name, count] : r.dns->refused_by_name) by_name[name] = count;
+    denials["dns"] = {{"total", r.dns->refused_total}, {"by_name", std::move(by_name)}};
+  } else {
+    denials["dns"] = nullptr;
+  }
   j["denials"] = std::move(denials);
   j["recording"] = r.recording ? *r.recording : nlohmann::json(nullptr);
+  j["dns"] = r.dns ? dns_json(*r.dns) : nlohmann::json(nullptr);
   return j;
 }
 

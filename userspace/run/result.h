@@ -17,6 +17,7 @@
 #include "control/notify.h"
 #include "core/fail_closed.h"
 #include "core/labels.h"
+#include "run/dns.h"
 #include "run/seccomp_notify.h"
 
 namespace agentcage::run {
@@ -92,6 +93,9 @@ struct RunResult {
   // --record: the result's "recording" (run/recording.h Recording::json);
   // unset without --record.
   std::optional<nlohmann::json> recording;
+  // A policy with domain rules: the run's resolver ("dns") and the names it
+  // refused ("denials.dns"); unset otherwise.
+  std::optional<DnsReport> dns;
 };
 
 nlohmann::json to_json(const RunResult& result);

@@ -449,7 +449,20 @@ Step confine(Run& run) {
   // directory) with exactly these rules runs on that slot, so the daemon's
   // hot reloads apply to this run too; otherwise a transient slot.
   // The command starts in an IPC namespace of its own (spawn in wait.cpp).
-  auto confined = scope::confine(*r.enforcer, scope::CgroupRef{r.cg->id(), r.cg->level(), r.cg->path(), true},
+  scope::CgroupRef ref{r.cg->id(), r.cg->level(), r.cg->path(), true};
+  if (policy::first_domain_rule(*run.policy)) {
+    // The resolver first: the scope's DNS goes to its port from the start.
+    auto dns = RunDns::open(*run.policy, *r.enforcer, r.cg->id(), run.opts.paths.resolv_conf);
+    if (!dns)
+      return refused(why, "starting the run's resolver for the policy's domain rules: " + dns.error().message,
+                     "check the nameserver lines of " + run.opts.paths.resolv_conf +
+                         " (or set AGENTCAGE_RESOLV_CONF), and that 127.0.0.1 has a free port",
+                     dns.error().code);
+    r.dns = std::move(*dns);
+    ref.dns_port = r.dns->port();
+    ref.dns_ipv6 = r.dns->has_ipv6();
+  }
+  auto confined = scope::confine(*r.enforcer, ref,
                                  scope::TransientPolicy{run.policy->name, std::move(*run.compiled), true},
                                  r.record.workspace);
   if (!confined)

@@ -100,6 +100,9 @@ struct Resources {
   // --record: every decision record of the run (run/recording.h), drained
   // while it runs and once more by teardown.
   std::unique_ptr<Recording> recording;
+  // A policy with domain rules: the run's own resolver and its pins
+  // (run/dns.h), serviced by the wait loop; its pins go with the scope.
+  std::unique_ptr<RunDns> dns;
   // --io-dir: the caller's directory (opened as its owner) the workspace is
   // copied back into by teardown.
   UniqueFd io_dir;

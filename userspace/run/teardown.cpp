@@ -72,6 +72,7 @@ std::vector<std::string> teardown(Resources& r, RunResult& res, bool collect,
     if (Status st = r.recording->drain(); !st)
       problems.push_back("reading the recording: " + st.error().message);
   }
+  if (r.dns && collect) res.dns = r.dns->report();
   if (r.confinement) {
     // The report, then the scope (only from an empty cgroup: survivors stay
     // confined), then its slot; scope/scope.h keeps that order.

@@ -214,12 +214,14 @@ Step wait_for_end(Run& run) {
   while (!reaped) {
     // The run's exit, signals, the timeout, the seccomp listener (index 3,
     // -1 when there is none: poll skips it), the recording (index 4, the
-    // same), then the stdio relay's pipes.
+    // same), the run's resolver (index 5, the same), then the stdio relay's
+    // pipes.
     std::vector<pollfd> fds = {{signals.fd(), POLLIN, 0},
                                {run.pidfd.get(), POLLIN, 0},
                                {timer.get(), POLLIN, 0},
                                {r.seccomp ? r.seccomp->poll_fd() : -1, POLLIN, 0},
-                               {r.recording ? r.recording->poll_fd() : -1, POLLIN, 0}};
+                               {r.recording ? r.recording->poll_fd() : -1, POLLIN, 0},
+                               {r.dns ? r.dns->poll_fd() : -1, POLLIN, 0}};
     if (run.stdio) run.stdio->add_poll_fds(fds);
     // Without a pidfd (kernel < 5.3) poll for the exit every 50 ms.
     int wait_ms = !run.pidfd ? 50 : have_peak_file ? -1 : 100;
@@ -247,6 +249,7 @@ Step wait_for_end(Run& run) {
         (void)r.cg->kill_all();
       }
     }
+    if (fds[5].revents && r.dns) r.dns->service();
     if (fds[2].revents & POLLIN) {
       uint64_t expirations = 0;
       (void)!::read(timer.get(), &expirations, sizeof expirations);

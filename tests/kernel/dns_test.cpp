@@ -1,0 +1,338 @@
+// SPDX-License-Identifier: Apache-2.0
+// Egress by domain name, end to end: `agentcage run` with a policy that
+// allows names, its own resolver, and Debian's dnsmasq on 127.0.0.1:53 as
+// the upstream with a test zone whose names map to loopback addresses that
+// have listeners. What must hold: allowed names resolve and connect; other
+// names get NXDOMAIN and dnsmasq never sees them; an address of a name the
+// policy does not allow stays denied; any query to port 53, however sent,
+// is answered by agentcage; a pin is this run's alone and expires.
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <signal.h>
+#include <sys/socket.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <atomic>
+#include <chrono>
+#include <filesystem>
+#include <fstream>
+#include <memory>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "kernel_env.h"
+#include "run_helpers.h"
+
+namespace agentcage::kt {
+namespace {
+
+namespace fs = std::filesystem;
+using nlohmann::json;
+
+// The test zone (dnsmasq --host-record), TTL 1 s (--local-ttl).
+constexpr const char* kAllowedAddr = "127.0.0.2";  // api.allowed.test
+constexpr const char* kEvilAddr = "127.0.0.3";     // evil.test
+constexpr const char* kWildAddr = "127.0.0.4";     // a.pkg.wild.test
+constexpr const char* kApexAddr = "127.0.0.5";     // pkg.wild.test
+constexpr const char* kOtherAddr = "127.0.0.6";    // other.allowed.test
+
+// A TCP listener on addr:port that answers every connection with a short
+// HTTP response, until destroyed.
+class Listener {
+ public:
+  Listener(const char* addr, uint16_t port) {
+    fd_ = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    int one = 1;
+    ::setsockopt(fd_, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
+    sockaddr_in a{};
+    a.sin_family = AF_INET;
+    a.sin_port = htons(port);
+    ::inet_pton(AF_INET, addr, &a.sin_addr);
+    ok_ = ::bind(fd_, reinterpret_cast<sockaddr*>(&a), sizeof a) == 0 && ::listen(fd_, 16) == 0;
+    if (ok_) thread_ = std::thread([this] { serve(); });
+  }
+  ~Listener() {
+    stop_ = true;
+    ::shutdown(fd_, SHUT_RDWR);
+    if (thread_.joinable()) thread_.join();
+    ::close(fd_);
+  }
+  bool ok() const { return ok_; }
+
+ private:
+  void serve() {
+    while (!stop_) {
+      int c = ::accept4(fd_, nullptr, nullptr, SOCK_CLOEXEC);
+      if (c < 0) return;
+      char buf[512];
+      timeval tv{1, 0};
+      ::setsockopt(c, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
+      (void)!::recv(c, buf, sizeof buf, 0);
+      const char reply[] = "HTTP/1.0 200 OK\r\nContent-Length: 5\r\n\r\nhello";
+      (void)!::send(c, reply, sizeof reply - 1, MSG_NOSIGNAL);
+      ::close(c);
+    }
+  }
+  int fd_ = -1;
+  bool ok_ = false;
+  std::atomic<bool> stop_{false};
+  std::thread thread_;
+};
+
+constexpr uint16_t kPort = 8443;
+
+class Dns : public ::testing::Test {
+ protected:
+  static void SetUpTestSuite() {
+    dir_ = fs::temp_directory_path() / ("agentcage-dns-" + std::to_string(::getpid()));
+    fs::create_directories(dir_);
+    std::ofstream(dir_ / "resolv.conf") << "nameserver 127.0.0.1\n";
+    log_ = dir_ / "dnsmasq.log";
+    dnsmasq_ = ::fork();
+    if (dnsmasq_ == 0) {
+      const std::string log_arg = "--log-facility=" + log_.string();
+      ::execl("/usr/sbin/dnsmasq", "dnsmasq", "--keep-in-foreground", "--conf-file=/dev/null", "--no-resolv",
+              "--no-hosts", "--no-poll", "--bind-interfaces", "--listen-address=127.0.0.1", "--port=53",
+              "--user=root", "--log-queries", log_arg.c_str(), "--local-ttl=1",
+              "--host-record=api.allowed.test,127.0.0.2", "--host-record=evil.test,127.0.0.3",
+              "--host-record=a.pkg.wild.test,127.0.0.4", "--host-record=pkg.wild.test,127.0.0.5",
+              "--host-record=other.allowed.test,127.0.0.6", "--cname=alias.allowed.test,api.allowed.test",
+              static_cast<char*>(nullptr));
+      ::_exit(127);
+    }
+    // Up when it answers on 127.0.0.1:53 (its log says so).
+    for (int i = 0; i < 100 && slurp(log_).find("started") == std::string::npos; ++i)
+      std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  }
+  static void TearDownTestSuite() {
+    if (dnsmasq_ > 0) {
+      ::kill(dnsmasq_, SIGTERM);
+      ::waitpid(dnsmasq_, nullptr, 0);
+    }
+    std::error_code ec;
+    fs::remove_all(dir_, ec);
+  }
+  void SetUp() override {
+    AC_REQUIRE_ENFORCER();
+    ASSERT_TRUE(fs::exists("/usr/sbin/dnsmasq")) << "install dnsmasq-base (scripts/install-deps)";
+    ASSERT_NE(slurp(log_).find("started"), std::string::npos) << "dnsmasq did not start:\n" << slurp(log_);
+  }
+
+  // A policy: python-sandbox.yaml plus `network` lines, written under dir_.
+  static std::string policy(const std::string& name, const std::string& network) {
+    const fs::path p = dir_ / (name + ".yaml");
+    std::ofstream(p) << "apiVersion: agentcage/v1\nkind: Policy\nmetadata:\n  name: " << name
+                     << "\ninclude: [" << kPythonSandbox << "]\nspec:\n  exec:\n    allow: [/usr/bin/curl]\n"
+                     << "  network:\n    allow:\n"
+                     << network;
+    return p.string();
+  }
+  static SpawnOptions with(const std::string& policy_file) {
+    SpawnOptions o;
+    o.policy = policy_file;
+    o.env = {"AGENTCAGE_RESOLV_CONF=" + (dir_ / "resolv.conf").string()};
+    return o;
+  }
+  // What dnsmasq was asked for: its log's query lines.
+  static bool upstream_saw(const std::string& name) {
+    return slurp(log_).find("]" + std::string(" ") + name + " from") != std::string::npos;
+  }
+
+  static inline fs::path dir_, log_;
+  static inline pid_t dnsmasq_ = -1;
+};
+
+// Python that prints one word per step: how each attempt went.
+std::string attempt_lib() {
+  return "import socket, sys, time\n"
+         "out = []\n"
+         "def resolve(name):\n"
+         "    try:\n"
+         "        return socket.getaddrinfo(name, None, socket.AF_INET, socket.SOCK_STREAM)[0][4][0]\n"
+         "    except socket.gaierror as e:\n"
+         "        out.append('nxdomain' if e.errno in (socket.EAI_NONAME, socket.EAI_NODATA) else 'gai%d' % e.errno)\n"
+         "        return None\n"
+         "def connect(addr, port):\n"
+         "    try:\n"
+         "        socket.create_connection((addr, port), timeout=5).close()\n"
+         "        out.append('connected')\n"
+         "    except PermissionError:\n"
+         "        out.append('denied')\n"
+         "    except OSError as e:\n"
+         "        out.append('error%d' % e.errno)\n";
+}
+
+TEST_F(Dns, AnAllowedNameResolvesAndConnectsAndNothingElseDoes) {
+  Listener allowed(kAllowedAddr, kPort), evil(kEvilAddr, kPort);
+  ASSERT_TRUE(allowed.ok() && evil.ok());
+  const std::string p = policy("dns-exact", "      - {domain: api.allowed.test, ports: [8443], protocol: tcp}\n");
+  Ran r = run(py(attempt_lib() +
+                     "a = resolve('api.allowed.test'); out.append(a or '-')\n"
+                     "connect(a, 8443)\n"
+                     "connect(a, 8444)\n"  // a port the rule does not name
+                     "b = resolve('evil.test')\n"
+                     "connect('127.0.0.3', 8443)\n"  // evil.test's address, asked for by number
+                     "print(' '.join(out))\n"),
+              with(p));
+  ASSERT_EQ(r.code, 0) << r.describe();
+  EXPECT_EQ(r.out, "127.0.0.2 connected denied nxdomain denied\n") << r.describe();
+  EXPECT_TRUE(upstream_saw("api.allowed.test")) << slurp(log_);
+  EXPECT_FALSE(upstream_saw("evil.test")) << "a name the policy does not allow was forwarded:\n" << slurp(log_);
+  EXPECT_GE(r.result["denials"]["dns"]["by_name"].value("evil.test", 0), 1) << r.result.dump(2);
+  EXPECT_GE(r.result["dns"]["pinned"].get<int>(), 1) << r.result.dump(2);
+  EXPECT_TRUE(has_record(r, "socket_connect", std::string(kEvilAddr) + ":8443")) << r.result.dump(2);
+  EXPECT_TRUE(has_record(r, "socket_connect", std::string(kAllowedAddr) + ":8444")) << r.result.dump(2);
+}
+
+// curl (its own resolver calls through glibc) under a policy that allows the
+// name: the page arrives; another name is not resolved.
+TEST_F(Dns, CurlReachesAnAllowedNameOnly) {
+  Listener allowed(kAllowedAddr, kPort);
+  ASSERT_TRUE(allowed.ok());
+  const std::string p = policy("dns-curl", "      - {domain: api.allowed.test, ports: [8443]}\n");
+  Ran r = run({"--", "/usr/bin/curl", "-sS", "--max-time", "10", "http://api.allowed.test:8443/"}, with(p));
+  EXPECT_EQ(r.code, 0) << r.describe();
+  EXPECT_EQ(r.out, "hello") << r.describe();
+  Ran denied_run = run({"--", "/usr/bin/curl", "-sS", "--max-time", "10", "http://evil.test:8443/"}, with(p));
+  EXPECT_EQ(denied_run.code, 6) << "curl: could not resolve host\n" << denied_run.describe();
+  EXPECT_FALSE(upstream_saw("evil.test")) << slurp(log_);
+}
+
+// A query built by hand and sent straight to port 53 of dnsmasq's address,
+// or of any other: over UDP with sendto, over a connected UDP socket, over
+// TCP. Each is answered by the run's resolver (NXDOMAIN for a name the
+// policy does not allow, from the address the query went to), never by
+// dnsmasq.
+TEST_F(Dns, DirectQueriesToAnyServerAreAnsweredByTheRunsResolver) {
+  const std::string p = policy("dns-direct", "      - {domain: api.allowed.test, ports: [8443]}\n");
+  Ran r = run(py("import socket, struct\n"
+                 "def query(name, qid):\n"
+                 "    q = struct.pack('>HHHHHH', qid, 0x0100, 1, 0, 0, 0)\n"
+                 "    for label in name.split('.'):\n"
+                 "        q += bytes([len(label)]) + label.encode()\n"
+                 "    return q + b'\\0' + struct.pack('>HH', 1, 1)\n"
+                 "def rcode(reply, qid):\n"
+                 "    rid, flags = struct.unpack('>HH', reply[:4])\n"
+                 "    return 'id?' if rid != qid else str(flags & 0xf)\n"
+                 "out = []\n"
+                 "for server in ('127.0.0.1', '10.255.255.1'):\n"
+                 "    s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM); s.settimeout(5)\n"
+                 "    s.sendto(query('evil.test', 7), (server, 53))\n"
+                 "    reply, src = s.recvfrom(512)\n"
+                 "    out.append(rcode(reply, 7) + '@' + src[0] + ':' + str(src[1]))\n"
+                 "    s.close()\n"
+                 "s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM); s.settimeout(5)\n"
+                 "s.connect(('127.0.0.1', 53)); s.send(query('evil.test', 8))\n"
+                 "out.append(rcode(s.recv(512), 8) + '@' + s.getpeername()[0])\n"
+                 "s.send(query('api.allowed.test', 9)); out.append(rcode(s.recv(512), 9))\n"
+                 "t = socket.create_connection(('127.0.0.1', 53), timeout=5)\n"
+                 "m = query('evil.test', 10); t.sendall(struct.pack('>H', len(m)) + m)\n"
+                 "n = struct.unpack('>H', t.recv(2))[0]; out.append('tcp' + rcode(t.recv(n), 10))\n"
+                 "print(' '.join(out))\n"),
+              with(p));
+  ASSERT_EQ(r.code, 0) << r.describe();
+  // rcode 3: NXDOMAIN; 0: an answer (the allowed name, forwarded).
+  EXPECT_EQ(r.out, "3@127.0.0.1:53 3@10.255.255.1:53 3@127.0.0.1 0 tcp3\n") << r.describe();
+  EXPECT_FALSE(upstream_saw("evil.test")) << slurp(log_);
+  EXPECT_EQ(r.result["denials"]["dns"]["by_name"].value("evil.test", 0), 4) << r.result.dump(2);
+}
+
+// "*.pkg.wild.test" is every name under pkg.wild.test, not pkg.wild.test.
+TEST_F(Dns, AWildcardMatchesNamesUnderItNotItself) {
+  Listener wild(kWildAddr, kPort), apex(kApexAddr, kPort);
+  ASSERT_TRUE(wild.ok() && apex.ok());
+  const std::string p = policy("dns-wild", "      - {domain: \"*.pkg.wild.test\", ports: [8443]}\n");
+  Ran r = run(py(attempt_lib() +
+                     "a = resolve('a.pkg.wild.test'); out.append(a or '-'); connect(a, 8443)\n"
+                     "resolve('pkg.wild.test')\n"
+                     "connect('127.0.0.5', 8443)\n"
+                     "print(' '.join(out))\n"),
+              with(p));
+  ASSERT_EQ(r.code, 0) << r.describe();
+  EXPECT_EQ(r.out, "127.0.0.4 connected nxdomain denied\n") << r.describe();
+  EXPECT_FALSE(upstream_saw("pkg.wild.test")) << slurp(log_);
+}
+
+// Two runs at once with different names: each reaches only what its own
+// resolver pinned, although both resolved through the same upstream.
+TEST_F(Dns, APinIsItsRunsAlone) {
+  auto allowed = std::make_unique<Listener>(kAllowedAddr, kPort);
+  Listener other(kOtherAddr, kPort);
+  ASSERT_TRUE(allowed->ok() && other.ok());
+  const std::string pa = policy("dns-a", "      - {domain: api.allowed.test, ports: [8443]}\n");
+  const std::string pb = policy("dns-b", "      - {domain: other.allowed.test, ports: [8443]}\n");
+  // Run A keeps its pin fresh and its connection working until the test
+  // closes A's listener (connection refused), then tries B's address.
+  const size_t seen_before = std::count(slurp(log_).begin(), slurp(log_).end(), '\n');
+  Started a = start(py(attempt_lib() +
+                           "a = resolve('api.allowed.test')\n"
+                           "t0 = time.monotonic()\n"
+                           "while time.monotonic() - t0 < 120:\n"
+                           "    resolve('api.allowed.test')\n"
+                           "    try:\n"
+                           "        socket.create_connection((a, 8443), timeout=5).close()\n"
+                           "    except ConnectionRefusedError:\n"
+                           "        out.append('refused'); break\n"
+                           "    except PermissionError:\n"
+                           "        out.append('lost'); break\n"
+                           "    time.sleep(0.3)\n"
+                           "connect('127.0.0.6', 8443)\n"
+                           "print(' '.join(out))\n"),
+                       with(pa));
+  // A has resolved once dnsmasq logged its question.
+  for (int i = 0; i < 600; ++i) {
+    const std::string log = slurp(log_);
+    if (static_cast<size_t>(std::count(log.begin(), log.end(), '\n')) > seen_before &&
+        log.find("api.allowed.test from", log.size() > 4096 ? log.size() - 4096 : 0) != std::string::npos)
+      break;
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  }
+  Ran b = run(py(attempt_lib() +
+                     "connect('127.0.0.2', 8443)\n"  // A's pin, not B's
+                     "b = resolve('other.allowed.test'); connect(b, 8443)\n"
+                     "print(' '.join(out))\n"),
+              with(pb));
+  allowed.reset();  // A's next connection is refused: it moves on
+  Ran ra = finish(a);
+  EXPECT_EQ(b.code, 0) << b.describe();
+  EXPECT_EQ(b.out, "denied connected\n") << b.describe();
+  ASSERT_EQ(ra.code, 0) << ra.describe();
+  EXPECT_EQ(ra.out, "refused denied\n") << ra.describe();
+}
+
+// A pin lasts the answer's TTL, held at least the resolver's minimum (5 s;
+// the zone's TTL is 1 s), then the address is denied again.
+TEST_F(Dns, APinExpiresWithItsTtl) {
+  Listener allowed(kAllowedAddr, kPort);
+  ASSERT_TRUE(allowed.ok());
+  const std::string p = policy("dns-ttl", "      - {domain: api.allowed.test, ports: [8443]}\n");
+  Ran r = run(py(attempt_lib() +
+                     "a = resolve('api.allowed.test'); t0 = time.monotonic(); connect(a, 8443)\n"
+                     "time.sleep(max(0, 7 - (time.monotonic() - t0)))\n"
+                     "connect(a, 8443)\n"
+                     "print(' '.join(out))\n"),
+              with(p));
+  ASSERT_EQ(r.code, 0) << r.describe();
+  EXPECT_EQ(r.out, "connected denied\n") << r.describe();
+}
+
+// A CNAME's target's addresses are pinned for the name that was asked.
+TEST_F(Dns, AnAliasResolvesToItsTargetsPinnedAddress) {
+  Listener allowed(kAllowedAddr, kPort);
+  ASSERT_TRUE(allowed.ok());
+  const std::string p = policy("dns-alias", "      - {domain: alias.allowed.test, ports: [8443]}\n");
+  Ran r = run(py(attempt_lib() +
+                     "a = resolve('alias.allowed.test'); out.append(a or '-'); connect(a, 8443)\n"
+                     "print(' '.join(out))\n"),
+              with(p));
+  ASSERT_EQ(r.code, 0) << r.describe();
+  EXPECT_EQ(r.out, "127.0.0.2 connected\n") << r.describe();
+}
+
+}  // namespace
+}  // namespace agentcage::kt
