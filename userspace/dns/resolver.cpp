@@ -18,6 +18,7 @@
 #include "dns/resolver.h"
 
 #include <arpa/inet.h>
+#include <fcntl.h>
 #include <netinet/in.h>
 #include <sys/epoll.h>
 #include <sys/random.h>
@@ -205,6 +206,7 @@ class ResolverImpl final : public Resolver {
   Options options_;
   std::vector<Upstream> upstreams_;
   UniqueFd epoll_, timer_;
+  UniqueFd spare_;                   // given up to accept a connection when out of descriptors
   std::vector<UniqueFd> listeners_;  // UDP 4, TCP 4[, UDP 6, TCP 6]
   uint16_t port_ = 0;
   bool ipv6_ = false;
@@ -288,6 +290,7 @@ Status ResolverImpl::bind_listeners() {
 Status ResolverImpl::setup() {
   epoll_ = UniqueFd(::epoll_create1(EPOLL_CLOEXEC));
   if (!epoll_) return Error::from_errno("dns: epoll_create1");
+  spare_ = UniqueFd(::open("/dev/null", O_RDONLY | O_CLOEXEC));
   timer_ = UniqueFd(::timerfd_create(CLOCK_MONOTONIC, TFD_NONBLOCK | TFD_CLOEXEC));
   if (!timer_) return Error::from_errno("dns: timerfd_create");
   if (!watch(timer_.get(), EPOLLIN, tag(Kind::timer, 0))) return Error::from_errno("dns: epoll_ctl");
@@ -385,6 +388,15 @@ void ResolverImpl::on_udp(int listener) {
 void ResolverImpl::on_accept(int listener) {
   for (int i = 0; i < kReadsPerEvent; ++i) {
     UniqueFd fd(::accept4(listener, nullptr, nullptr, SOCK_NONBLOCK | SOCK_CLOEXEC));
+    if (!fd && (errno == EMFILE || errno == ENFILE) && spare_) {
+      // Out of descriptors: the connection would stay queued and the
+      // listener readable for ever. Take it with the spare one and drop it.
+      spare_.reset();
+      UniqueFd dropped(::accept4(listener, nullptr, nullptr, SOCK_CLOEXEC));
+      dropped.reset();
+      spare_ = UniqueFd(::open("/dev/null", O_RDONLY | O_CLOEXEC));
+      continue;
+    }
     if (!fd) return;
     if (clients_.size() >= kMaxClients) continue;  // closed at once: too many connections
     const uint32_t id = next_id_++;
