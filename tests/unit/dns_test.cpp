@@ -759,6 +759,65 @@ TEST_F(DnsTest, TooManyPendingAnswersServfailAtOnce) {
   EXPECT_EQ(upstream_.asked("api.example.com."), 0u);
 }
 
+TEST_F(DnsTest, NextUpstreamIsAskedWhenTheFirstRefusesOrIsSilent) {
+  // A port nobody listens on (the kernel answers ICMP port unreachable) and
+  // one that never answers.
+  UniqueFd closed(::socket(AF_INET, SOCK_DGRAM | SOCK_CLOEXEC, 0));
+  UniqueFd silent(::socket(AF_INET, SOCK_DGRAM | SOCK_CLOEXEC, 0));
+  uint16_t ports[2] = {};
+  for (int i = 0; i < 2; ++i) {
+    const int fd = i == 0 ? closed.get() : silent.get();
+    sockaddr_in a = loopback(0);
+    ASSERT_EQ(::bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof a), 0);
+    socklen_t len = sizeof a;
+    ::getsockname(fd, reinterpret_cast<sockaddr*>(&a), &len);
+    ports[i] = ntohs(a.sin_port);
+  }
+  closed.reset();
+  for (const uint16_t first : ports) {
+    std::ofstream(conf_, std::ios::trunc)
+        << "nameserver 127.0.0.1@" << first << "\nnameserver 127.0.0.1@" << upstream_.port() << "\n";
+    auto o = options();
+    o.upstream_timeout = 1000ms;  // 500 ms each
+    auto r = open(std::move(o));
+    ASSERT_TRUE(r);
+    const auto start = Clock::now();
+    PktPtr a = ask_udp(*r, query("api.example.com", LDNS_RR_TYPE_A, 19));
+    ASSERT_TRUE(a) << first;
+    EXPECT_EQ(ldns_pkt_get_rcode(a.get()), LDNS_RCODE_NOERROR) << first;
+    EXPECT_EQ(answer_addresses(a.get()), (std::vector<std::string>{"127.0.0.2"})) << first;
+    if (first == ports[1]) {
+      EXPECT_GE(Clock::now() - start, 500ms);  // the silent one's slice
+    } else {
+      EXPECT_LT(Clock::now() - start, 500ms);  // refused: no need to wait
+    }
+  }
+  EXPECT_EQ(upstream_.asked("api.example.com."), 2u);
+}
+
+TEST_F(DnsTest, IPv6LoopbackIsServedWhenTheHostHasIt) {
+  auto r = open(options());
+  ASSERT_TRUE(r);
+  UniqueFd probe(::socket(AF_INET6, SOCK_DGRAM | SOCK_CLOEXEC, 0));
+  sockaddr_in6 a{};
+  a.sin6_family = AF_INET6;
+  a.sin6_addr = in6addr_loopback;
+  const bool host_has_it = probe && ::bind(probe.get(), reinterpret_cast<sockaddr*>(&a), sizeof a) == 0;
+  ASSERT_EQ(r->has_ipv6(), host_has_it);
+  if (!host_has_it) GTEST_SKIP() << "no ::1 on this host";
+  UniqueFd fd(::socket(AF_INET6, SOCK_DGRAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0));
+  a.sin6_port = htons(r->port());
+  ASSERT_EQ(::connect(fd.get(), reinterpret_cast<sockaddr*>(&a), sizeof a), 0);
+  const Bytes q = query("api.example.com", LDNS_RR_TYPE_AAAA, 20);
+  ASSERT_EQ(::send(fd.get(), q.data(), q.size(), 0), static_cast<ssize_t>(q.size()));
+  std::optional<Bytes> got = recv_udp(*r, fd.get());
+  ASSERT_TRUE(got);
+  PktPtr p = parse(*got);
+  ASSERT_TRUE(p);
+  EXPECT_EQ(ldns_pkt_id(p.get()), 20);
+  EXPECT_EQ(answer_addresses(p.get()), (std::vector<std::string>{"::2"}));
+}
+
 // --- TCP ---------------------------------------------------------------------
 
 TEST_F(DnsTest, TcpClientGetsTwoAnswersOnOneConnection) {
