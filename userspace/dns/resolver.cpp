@@ -752,7 +752,7 @@ void ResolverImpl::on_upstream_answer(uint32_t id, Pkt answer) {
     }
   }
   if (!pinned) {
-    log::warn("dns: " + resolved.name + ": " + pinned.error().message);
+    // Not logged here: a run could flood the log; the caller's pin knows its error.
     ++stats_.failed;
     finish(id, LDNS_RCODE_SERVFAIL);
     return;
