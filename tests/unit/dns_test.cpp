@@ -849,6 +849,34 @@ TEST_F(DnsTest, TcpClientGetsTwoAnswersOnOneConnection) {
   for (const Pin& p : pins_) EXPECT_FALSE(p.answer_was_out);
 }
 
+TEST_F(DnsTest, TcpClientsThatLeaveEarlyDisturbNobody) {
+  auto r = open(options());
+  ASSERT_TRUE(r);
+  {
+    // Asks, half-closes and goes before the answer.
+    UniqueFd early = tcp_client(*r);
+    send_tcp(early.get(), query("api.example.com", LDNS_RR_TYPE_A, 23));
+    ASSERT_EQ(::shutdown(early.get(), SHUT_WR), 0);
+    clients_.pop_back();
+  }
+  {
+    // Asks for a name the upstream does not answer and goes.
+    UniqueFd slow = tcp_client(*r);
+    send_tcp(slow.get(), query("slow.example.com", LDNS_RR_TYPE_A, 24));
+    ASSERT_TRUE(pump_until(*r, [&] { return r->stats().forwarded == 2; }));
+    clients_.pop_back();
+  }
+  ASSERT_TRUE(pump_until(*r, [&] { return pins_.size() == 1; }));
+  UniqueFd fd = tcp_client(*r);
+  send_tcp(fd.get(), query("cdn.example.com", LDNS_RR_TYPE_A, 25));
+  std::optional<Bytes> got = recv_tcp(*r, fd.get());
+  ASSERT_TRUE(got);
+  PktPtr a = parse(*got);
+  ASSERT_TRUE(a);
+  EXPECT_EQ(ldns_pkt_id(a.get()), 25);
+  EXPECT_EQ(answer_addresses(a.get()), (std::vector<std::string>{"127.0.0.3"}));
+}
+
 TEST_F(DnsTest, TruncatedUpstreamAnswerIsAskedAgainOverTcp) {
   auto r = open(options());
   ASSERT_TRUE(r);
