@@ -1,0 +1,165 @@
+// SPDX-License-Identifier: Apache-2.0
+#include "dns/message.h"
+
+#include <sys/socket.h>
+
+#include <algorithm>
+#include <cstdlib>
+#include <cstring>
+
+namespace agentcage::dns::detail {
+namespace {
+
+struct WireFree {
+  void operator()(uint8_t* p) const { std::free(p); }
+};
+
+std::vector<uint8_t> to_wire(const ldns_pkt* pkt) {
+  uint8_t* raw = nullptr;
+  size_t size = 0;
+  if (ldns_pkt2wire(&raw, pkt, &size) != LDNS_STATUS_OK) {
+    std::free(raw);
+    return {};
+  }
+  std::unique_ptr<uint8_t, WireFree> owned(raw);
+  return std::vector<uint8_t>(raw, raw + size);
+}
+
+char lower(uint8_t c) { return static_cast<char>(c >= 'A' && c <= 'Z' ? c + ('a' - 'A') : c); }
+
+Pkt header(const ClientQuery& query, uint8_t rcode) {
+  Pkt pkt(ldns_pkt_new());
+  if (!pkt) return nullptr;
+  ldns_pkt_set_id(pkt.get(), query.id);
+  ldns_pkt_set_qr(pkt.get(), true);
+  ldns_pkt_set_opcode(pkt.get(), query.opcode);
+  ldns_pkt_set_rd(pkt.get(), query.rd);
+  ldns_pkt_set_ra(pkt.get(), true);
+  ldns_pkt_set_rcode(pkt.get(), rcode);
+  if (query.question) {
+    Rr q(ldns_rr_clone(query.question.get()));
+    if (!q || !ldns_pkt_push_rr(pkt.get(), LDNS_SECTION_QUESTION, q.get())) return nullptr;
+    q.release();  // the packet owns it now
+  }
+  return pkt;
+}
+
+}  // namespace
+
+Pkt parse(std::span<const uint8_t> wire) {
+  ldns_pkt* raw = nullptr;
+  if (wire.empty() || ldns_wire2pkt(&raw, wire.data(), wire.size()) != LDNS_STATUS_OK) {
+    ldns_pkt_free(raw);
+    return nullptr;
+  }
+  return Pkt(raw);
+}
+
+NameText name_text(const ldns_rdf* dname) {
+  NameText out;
+  if (!dname || ldns_rdf_get_type(dname) != LDNS_RDF_TYPE_DNAME) return out;
+  const uint8_t* data = ldns_rdf_data(dname);
+  const size_t size = ldns_rdf_size(dname);
+  bool clean = true;
+  size_t i = 0;
+  while (i < size && data[i] != 0) {
+    const size_t len = data[i];
+    if ((len & 0xC0) != 0 || i + 1 + len > size) return NameText{};  // not an uncompressed name
+    if (!out.text.empty()) {
+      out.text += '.';
+      out.shown += '.';
+    }
+    for (size_t j = i + 1; j <= i + len; ++j) {
+      const uint8_t c = data[j];
+      const bool printable = c >= 0x21 && c <= 0x7e && c != '.';
+      clean = clean && printable;
+      out.text += lower(c);
+      out.shown += printable || c == ' ' ? lower(c) : '?';
+    }
+    i += 1 + len;
+  }
+  out.clean = clean && !out.text.empty();
+  if (out.shown.size() > 253) out.shown.resize(253);
+  return out;
+}
+
+bool same_name(const ldns_rdf* a, const ldns_rdf* b) {
+  if (!a || !b || ldns_rdf_size(a) != ldns_rdf_size(b)) return false;
+  const uint8_t* x = ldns_rdf_data(a);
+  const uint8_t* y = ldns_rdf_data(b);
+  // Label length bytes are below 64, so lowering them changes nothing.
+  for (size_t i = 0; i < ldns_rdf_size(a); ++i)
+    if (lower(x[i]) != lower(y[i])) return false;
+  return true;
+}
+
+std::vector<uint8_t> answer(const ClientQuery& query, uint8_t rcode, const ldns_rr_list* answers,
+                            size_t limit, std::optional<uint32_t> ttl_cap) {
+  Pkt pkt = header(query, rcode);
+  if (!pkt) return {};
+  for (size_t i = 0; answers && i < ldns_rr_list_rr_count(answers); ++i) {
+    Rr rr(ldns_rr_clone(ldns_rr_list_rr(answers, i)));
+    if (!rr) return {};
+    if (ttl_cap && ldns_rr_ttl(rr.get()) > *ttl_cap) ldns_rr_set_ttl(rr.get(), *ttl_cap);
+    if (!ldns_pkt_push_rr(pkt.get(), LDNS_SECTION_ANSWER, rr.get())) return {};
+    rr.release();
+  }
+  std::vector<uint8_t> wire = to_wire(pkt.get());
+  if (wire.size() <= limit) return wire;
+  Pkt truncated = header(query, rcode);
+  if (!truncated) return {};
+  ldns_pkt_set_tc(truncated.get(), true);
+  wire = to_wire(truncated.get());
+  return wire.size() <= limit ? wire : std::vector<uint8_t>{};
+}
+
+std::vector<uint8_t> upstream_query(const ldns_rdf* qname, uint16_t qtype, uint16_t id) {
+  Rdf name(ldns_rdf_clone(qname));
+  if (!name) return {};
+  ldns_dname2canonical(name.get());
+  Pkt pkt(ldns_pkt_query_new(name.get(), static_cast<ldns_rr_type>(qtype), LDNS_RR_CLASS_IN, LDNS_RD));
+  if (!pkt) return {};  // ldns owns the name only once the packet exists
+  name.release();
+  ldns_pkt_set_id(pkt.get(), id);
+  return to_wire(pkt.get());
+}
+
+bool answers_query(const ldns_pkt* reply, const ldns_rdf* qname, uint16_t qtype, uint16_t id) {
+  if (!reply || ldns_pkt_id(reply) != id || !ldns_pkt_qr(reply) ||
+      ldns_pkt_get_opcode(reply) != LDNS_PACKET_QUERY || ldns_pkt_qdcount(reply) != 1)
+    return false;
+  const ldns_rr_list* questions = ldns_pkt_question(reply);
+  if (!questions || ldns_rr_list_rr_count(questions) != 1) return false;
+  const ldns_rr* q = ldns_rr_list_rr(questions, 0);
+  return ldns_rr_get_type(q) == qtype && ldns_rr_get_class(q) == LDNS_RR_CLASS_IN &&
+         same_name(ldns_rr_owner(q), qname);
+}
+
+Addresses addresses(const ldns_rr_list* answers) {
+  Addresses out;
+  for (size_t i = 0; answers && i < ldns_rr_list_rr_count(answers); ++i) {
+    const ldns_rr* rr = ldns_rr_list_rr(answers, i);
+    if (ldns_rr_get_class(rr) != LDNS_RR_CLASS_IN || ldns_rr_rd_count(rr) != 1) continue;
+    const ldns_rdf* rdata = ldns_rr_rdf(rr, 0);
+    Address a;
+    if (ldns_rr_get_type(rr) == LDNS_RR_TYPE_A && ldns_rdf_size(rdata) == 4) {
+      a.family = AF_INET;
+      a.addr[10] = 0xff;
+      a.addr[11] = 0xff;
+      std::memcpy(a.addr.data() + 12, ldns_rdf_data(rdata), 4);
+    } else if (ldns_rr_get_type(rr) == LDNS_RR_TYPE_AAAA && ldns_rdf_size(rdata) == 16) {
+      a.family = AF_INET6;
+      std::memcpy(a.addr.data(), ldns_rdf_data(rdata), 16);
+    } else {
+      continue;
+    }
+    const uint32_t ttl = ldns_rr_ttl(rr);
+    out.min_ttl = out.min_ttl ? std::min(*out.min_ttl, ttl) : ttl;
+    const bool seen = std::any_of(out.list.begin(), out.list.end(),
+                                  [&](const Address& b) { return b.family == a.family && b.addr == a.addr; });
+    if (!seen) out.list.push_back(a);
+  }
+  return out;
+}
+
+}  // namespace agentcage::dns::detail

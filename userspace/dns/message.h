@@ -1,0 +1,89 @@
+// SPDX-License-Identifier: Apache-2.0
+// The DNS messages of the resolver (resolver.h), read and written with ldns:
+// owners for ldns objects, a question's name as text, the answers the
+// resolver gives and the queries it sends upstream. No sockets here.
+#pragma once
+
+// Without <stdbool.h> first, ldns defines `bool`, `true` and `false` as macros.
+#include <stdbool.h>  // NOLINT(modernize-deprecated-headers)
+
+#include <ldns/ldns.h>
+
+#include <chrono>
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "dns/resolver.h"
+
+namespace agentcage::dns::detail {
+
+struct PktFree {
+  void operator()(ldns_pkt* p) const { ldns_pkt_free(p); }
+};
+struct RrFree {
+  void operator()(ldns_rr* rr) const { ldns_rr_free(rr); }
+};
+struct RdfFree {
+  void operator()(ldns_rdf* rdf) const { ldns_rdf_deep_free(rdf); }
+};
+using Pkt = std::unique_ptr<ldns_pkt, PktFree>;
+using Rr = std::unique_ptr<ldns_rr, RrFree>;
+using Rdf = std::unique_ptr<ldns_rdf, RdfFree>;
+
+// A message from the wire; null when ldns cannot parse it.
+Pkt parse(std::span<const uint8_t> wire);
+
+// A question's name as text: lower-case ASCII, labels joined by '.', no
+// trailing dot. `clean` is false for the root name, for a label holding a
+// '.' or a byte outside '!'..'~' (such a name is never allowed: its text
+// would not say which name it is). `shown` is the text for a log: printable
+// ASCII only ('?' for any other byte and for a '.' inside a label), at most
+// 253 characters.
+struct NameText {
+  std::string text;
+  std::string shown;
+  bool clean = false;
+};
+NameText name_text(const ldns_rdf* dname);
+
+// Two names in wire form, equal but for ASCII case.
+bool same_name(const ldns_rdf* a, const ldns_rdf* b);
+
+// What an answer to a client repeats of its query.
+struct ClientQuery {
+  uint16_t id = 0;
+  bool rd = false;
+  ldns_pkt_opcode opcode = LDNS_PACKET_QUERY;
+  Rr question;  // null: the answer has no question section (FORMERR, NOTIMP)
+};
+
+// The answer to `query`: QR, RA, `rcode`, the query's question, copies of
+// `answers` (may be null) with each TTL lowered to `ttl_cap` when it is set.
+// Longer than `limit` bytes: the same without answers, TC set. Empty when
+// ldns cannot build it.
+std::vector<uint8_t> answer(const ClientQuery& query, uint8_t rcode, const ldns_rr_list* answers,
+                            size_t limit, std::optional<uint32_t> ttl_cap = std::nullopt);
+
+// A fresh query for the upstream: `qname` (lower-case), `qtype`, class IN,
+// RD, id `id`, nothing else (no EDNS). Empty when ldns cannot build it.
+std::vector<uint8_t> upstream_query(const ldns_rdf* qname, uint16_t qtype, uint16_t id);
+
+// Whether `reply` answers the query upstream_query(qname, qtype, id) made:
+// same id, QR, opcode QUERY, one question of that name (any case), type and
+// class IN.
+bool answers_query(const ldns_pkt* reply, const ldns_rdf* qname, uint16_t qtype, uint16_t id);
+
+// Every A and AAAA record (class IN) of `answers`, each address once, and
+// their smallest TTL (none: nullopt).
+struct Addresses {
+  std::vector<Address> list;
+  std::optional<uint32_t> min_ttl;
+};
+Addresses addresses(const ldns_rr_list* answers);
+
+}  // namespace agentcage::dns::detail
