@@ -532,8 +532,8 @@ void ResolverImpl::on_query(std::span<const uint8_t> wire, const Origin& origin)
   ClientQuery query;
   query.id = ldns_pkt_id(pkt.get());
   query.rd = ldns_pkt_rd(pkt.get());
-  query.opcode = ldns_pkt_get_opcode(pkt.get());
-  if (query.opcode != LDNS_PACKET_QUERY) {
+  query.opcode = detail::opcode(wire);
+  if (query.opcode != 0) {
     ++stats_.malformed;
     reply(origin, query, LDNS_RCODE_NOTIMPL);
     return;
@@ -663,7 +663,8 @@ void ResolverImpl::on_upstream(uint32_t id, uint32_t events) {
         next_attempt(id);  // refused (ICMP) or unreachable: the next server
         return;
       }
-      Pkt answer = detail::parse(std::span<const uint8_t>(buffer_.data(), static_cast<size_t>(n)));
+      const std::span<const uint8_t> wire(buffer_.data(), static_cast<size_t>(n));
+      Pkt answer = detail::opcode(wire) == 0 ? detail::parse(wire) : nullptr;
       if (!answer || !detail::answers_query(answer.get(), p.qname.get(), p.qtype, p.id)) continue;
       on_upstream_answer(id, std::move(answer));
       return;
@@ -706,7 +707,8 @@ void ResolverImpl::on_upstream(uint32_t id, uint32_t events) {
     }
     p.in.resize(have + static_cast<size_t>(n));
     if (p.in.size() < 2 || p.in.size() < 2 + static_cast<size_t>(read16(p.in.data()))) continue;
-    Pkt answer = detail::parse(std::span<const uint8_t>(p.in.data() + 2, p.in.size() - 2));
+    const std::span<const uint8_t> wire(p.in.data() + 2, p.in.size() - 2);
+    Pkt answer = detail::opcode(wire) == 0 ? detail::parse(wire) : nullptr;
     if (!answer || !detail::answers_query(answer.get(), p.qname.get(), p.qtype, p.id)) {
       next_attempt(id);  // a stream has no other answer to wait for
       return;
