@@ -25,6 +25,8 @@
 #include <memory>
 #include <mutex>
 #include <optional>
+#include <random>
+#include <set>
 #include <string>
 #include <thread>
 #include <vector>
@@ -947,6 +949,15 @@ TEST_F(DnsTest, MalformedInputsLeaveTheResolverHealthy) {
   PktPtr n = parse(*notimp);
   ASSERT_TRUE(n);
   EXPECT_EQ(ldns_pkt_get_rcode(n.get()), LDNS_RCODE_NOTIMPL);
+  EXPECT_EQ(((*notimp)[2] >> 3) & 0x0f, LDNS_PACKET_NOTIFY);  // its opcode echoed
+  // An opcode ldns has no name for (13): NOTIMP too.
+  Bytes thirteen = query("api.example.com", LDNS_RR_TYPE_A, 45);
+  thirteen[2] = static_cast<uint8_t>((thirteen[2] & 0x87) | (13 << 3));
+  send_bad(thirteen);
+  std::optional<Bytes> notimp13 = recv_udp(*r, fd.get());
+  ASSERT_TRUE(notimp13 && notimp13->size() >= 12);
+  EXPECT_EQ(((*notimp13)[2] >> 3) & 0x0f, 13);
+  EXPECT_EQ((*notimp13)[3] & 0x0f, LDNS_RCODE_NOTIMPL);
 
   // TCP: a 1-byte frame is dropped, the connection goes on.
   UniqueFd tcp = tcp_client(*r);
@@ -977,6 +988,59 @@ TEST_F(DnsTest, MalformedInputsLeaveTheResolverHealthy) {
   EXPECT_EQ(ldns_pkt_id(ok.get()), 44);
   EXPECT_EQ(answer_addresses(ok.get()), (std::vector<std::string>{"127.0.0.2"}));
   EXPECT_TRUE(refused_.empty());
+}
+
+TEST_F(DnsTest, RandomAndMutatedMessagesReachTheUpstreamOnlyAsAllowedQueries) {
+  auto o = options();
+  o.upstream_timeout = 300ms;
+  auto r = open(std::move(o));
+  ASSERT_TRUE(r);
+  std::mt19937 rng(1234);
+  const auto byte = [&] { return static_cast<uint8_t>(rng() & 0xff); };
+  const std::vector<Bytes> seeds = {query("api.example.com", LDNS_RR_TYPE_A, 60),
+                                    query("cdn.example.com", LDNS_RR_TYPE_AAAA, 61, true),
+                                    query("secret.example.net", LDNS_RR_TYPE_A, 62)};
+  UniqueFd fd = udp_client(*r);
+  for (int i = 0; i < 3000; ++i) {
+    Bytes msg;
+    if (i % 3 == 0) {
+      msg.resize(rng() % 600);
+      for (uint8_t& b : msg) b = byte();
+    } else {
+      msg = seeds[rng() % seeds.size()];
+      for (int flips = 1 + static_cast<int>(rng() % 3); flips > 0; --flips) msg[rng() % msg.size()] = byte();
+    }
+    ::send(fd.get(), msg.data(), msg.size(), 0);
+    if (i % 20 == 0) r->service();
+    char sink[4096];
+    while (::recv(fd.get(), sink, sizeof sink, MSG_DONTWAIT) > 0) {
+    }
+  }
+  for (int i = 0; i < 20; ++i) {
+    UniqueFd tcp = tcp_client(*r);
+    Bytes junk(2000);
+    for (uint8_t& b : junk) b = byte();
+    ::send(tcp.get(), junk.data(), junk.size(), MSG_NOSIGNAL);
+    r->service();
+    clients_.pop_back();
+  }
+  clients_.pop_back();
+  // Every query that reached the upstream is a fresh A or AAAA query for an
+  // allowed name.
+  ASSERT_TRUE(pump_until(*r, [&] {
+    PktPtr ok = ask_udp(*r, query("api.example.com", LDNS_RR_TYPE_A, 63));
+    return ok && ldns_pkt_id(ok.get()) == 63 && ldns_pkt_get_rcode(ok.get()) == LDNS_RCODE_NOERROR;
+  }));
+  const std::set<std::string> allowed = {"api.example.com.", "cdn.example.com.", "big.example.com.",
+                                         "slow.example.com.", "spoof.example.com."};
+  for (const Seen& seen : upstream_.seen()) {
+    EXPECT_TRUE(allowed.count(seen.name)) << seen.name;
+    EXPECT_TRUE(seen.type == kA || seen.type == kAAAA) << seen.type;
+    EXPECT_FALSE(seen.edns);
+  }
+  EXPECT_GT(upstream_.seen().size(), 10u);  // the test asked the upstream something
+  EXPECT_GT(r->stats().malformed, 0u);
+  EXPECT_GT(r->stats().refused, 0u);
 }
 
 TEST_F(DnsTest, TcpConnectionsAreCapped) {
