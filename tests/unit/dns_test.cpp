@@ -32,6 +32,7 @@
 #include <vector>
 
 #include "dns/resolver.h"
+#include "dns/upstreams.h"
 #include "util/unique_fd.h"
 
 namespace agentcage::dns {
@@ -486,6 +487,37 @@ TEST_F(DnsTest, OpenFailsForAFileWithoutNameserverNamingIt) {
   ASSERT_FALSE(m.ok());
   EXPECT_NE(m.error().message.find(missing.resolv_conf), std::string::npos) << m.error().message;
   EXPECT_EQ(m.error().code, ENOENT);
+}
+
+TEST_F(DnsTest, UpstreamsAreTheFirstThreeNumericNameservers) {
+  std::ofstream(conf_, std::ios::trunc) << "domain example.com\n"
+                                           "nameserver ::1@5353 # a comment\n"
+                                           "nameserver\tbogus.example.com\n"
+                                           "nameserver 10.0.0.1\n"
+                                           "nameserver 10.0.0.2@0\n"
+                                           "nameserver 10.0.0.3@65536\n"
+                                           "nameserver fe80::1%lo\n"
+                                           "nameserver 192.0.2.1\n";
+  auto ups = detail::read_upstreams(conf_);
+  ASSERT_TRUE(ups.ok()) << ups.error().message;
+  ASSERT_EQ(ups->size(), 3u);
+  const auto port = [](const detail::Upstream& u) {
+    return ntohs(u.addr.ss_family == AF_INET ? reinterpret_cast<const sockaddr_in*>(&u.addr)->sin_port
+                                             : reinterpret_cast<const sockaddr_in6*>(&u.addr)->sin6_port);
+  };
+  EXPECT_EQ((*ups)[0].addr.ss_family, AF_INET6);
+  EXPECT_EQ(port((*ups)[0]), 5353);
+  EXPECT_EQ((*ups)[1].addr.ss_family, AF_INET);
+  EXPECT_EQ((*ups)[1].text, "10.0.0.1");
+  EXPECT_EQ(port((*ups)[1]), 53);
+  EXPECT_EQ((*ups)[2].text, "fe80::1%lo");
+  EXPECT_NE(reinterpret_cast<const sockaddr_in6*>(&(*ups)[2].addr)->sin6_scope_id, 0u);
+
+  std::ofstream(conf_, std::ios::trunc) << "nameserver bogus.example.com\n";
+  auto bad = detail::read_upstreams(conf_);
+  ASSERT_FALSE(bad.ok());
+  EXPECT_NE(bad.error().message.find(conf_), std::string::npos) << bad.error().message;
+  EXPECT_NE(bad.error().message.find("numeric"), std::string::npos) << bad.error().message;
 }
 
 TEST_F(DnsTest, OpenBindsUdpAndTcpOnOneLoopbackPort) {
