@@ -31,8 +31,8 @@
 #include <thread>
 #include <vector>
 
+#include "dns/resolv_conf.h"
 #include "dns/resolver.h"
-#include "dns/upstreams.h"
 #include "util/unique_fd.h"
 
 namespace agentcage::dns {
