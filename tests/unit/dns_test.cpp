@@ -257,6 +257,14 @@ class FakeUpstream {
       before.push_back(reply(q.get(), seen.id, "other.example.com.", {"other.example.com. 60 IN A 6.6.6.7"},
                              LDNS_RCODE_NOERROR, false));
       records = {"spoof.example.com. 60 IN A 127.0.0.5"};
+    } else if (name == "tcpspoof.example.com.") {
+      // Truncated over UDP; over TCP an answer with another id.
+      if (!tcp) {
+        truncated = true;
+      } else {
+        return {reply(q.get(), static_cast<uint16_t>(seen.id ^ 1), seen.name,
+                      {"tcpspoof.example.com. 60 IN A 6.6.6.6"}, LDNS_RCODE_NOERROR, false)};
+      }
     } else if (name == "slow.example.com.") {
       return {};
     } else {
@@ -326,7 +334,8 @@ class DnsTest : public ::testing::Test {
                                              {"big.example.com", false},
                                              {"slow.example.com", false},
                                              {"spoof.example.com", false},
-                                             {"api.example.com", false}}) {
+                                             {"api.example.com", false},
+                                             {"tcpspoof.example.com", false}}) {
     Options o;
     o.names = std::move(names);
     o.resolv_conf = conf_;
@@ -941,6 +950,21 @@ TEST_F(DnsTest, TruncatedUpstreamAnswerIsAskedAgainOverTcp) {
   EXPECT_EQ(answer_addresses(b.get()).size(), 60u);
 }
 
+TEST_F(DnsTest, TcpUpstreamAnswerWithAnotherIdIsServfail) {
+  auto r = open(options());
+  ASSERT_TRUE(r);
+  PktPtr a = ask_udp(*r, query("tcpspoof.example.com", LDNS_RR_TYPE_A, 33));
+  ASSERT_TRUE(a);
+  EXPECT_EQ(ldns_pkt_id(a.get()), 33);
+  EXPECT_EQ(ldns_pkt_get_rcode(a.get()), LDNS_RCODE_SERVFAIL);
+  EXPECT_EQ(ldns_pkt_ancount(a.get()), 0);
+  EXPECT_TRUE(pins_.empty());
+  EXPECT_EQ(r->stats().failed, 1u);
+  const std::vector<Seen> seen = upstream_.seen();
+  ASSERT_EQ(seen.size(), 2u);
+  EXPECT_TRUE(seen[1].tcp);
+}
+
 // --- hostile input -----------------------------------------------------------
 
 TEST_F(DnsTest, MalformedInputsLeaveTheResolverHealthy) {
@@ -1063,8 +1087,8 @@ TEST_F(DnsTest, RandomAndMutatedMessagesReachTheUpstreamOnlyAsAllowedQueries) {
     PktPtr ok = ask_udp(*r, query("api.example.com", LDNS_RR_TYPE_A, 63));
     return ok && ldns_pkt_id(ok.get()) == 63 && ldns_pkt_get_rcode(ok.get()) == LDNS_RCODE_NOERROR;
   }));
-  const std::set<std::string> allowed = {"api.example.com.", "cdn.example.com.", "big.example.com.",
-                                         "slow.example.com.", "spoof.example.com."};
+  const std::set<std::string> allowed = {"api.example.com.",  "cdn.example.com.",   "big.example.com.",
+                                         "slow.example.com.", "spoof.example.com.", "tcpspoof.example.com."};
   for (const Seen& seen : upstream_.seen()) {
     EXPECT_TRUE(allowed.count(seen.name)) << seen.name;
     EXPECT_TRUE(seen.type == kA || seen.type == kAAAA) << seen.type;
