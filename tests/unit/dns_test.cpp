@@ -25,10 +25,13 @@
 #include <memory>
 #include <mutex>
 #include <optional>
+#include <random>
+#include <set>
 #include <string>
 #include <thread>
 #include <vector>
 
+#include "dns/resolv_conf.h"
 #include "dns/resolver.h"
 #include "util/unique_fd.h"
 
@@ -254,6 +257,14 @@ class FakeUpstream {
       before.push_back(reply(q.get(), seen.id, "other.example.com.", {"other.example.com. 60 IN A 6.6.6.7"},
                              LDNS_RCODE_NOERROR, false));
       records = {"spoof.example.com. 60 IN A 127.0.0.5"};
+    } else if (name == "tcpspoof.example.com.") {
+      // Truncated over UDP; over TCP an answer with another id.
+      if (!tcp) {
+        truncated = true;
+      } else {
+        return {reply(q.get(), static_cast<uint16_t>(seen.id ^ 1), seen.name,
+                      {"tcpspoof.example.com. 60 IN A 6.6.6.6"}, LDNS_RCODE_NOERROR, false)};
+      }
     } else if (name == "slow.example.com.") {
       return {};
     } else {
@@ -323,7 +334,8 @@ class DnsTest : public ::testing::Test {
                                              {"big.example.com", false},
                                              {"slow.example.com", false},
                                              {"spoof.example.com", false},
-                                             {"api.example.com", false}}) {
+                                             {"api.example.com", false},
+                                             {"tcpspoof.example.com", false}}) {
     Options o;
     o.names = std::move(names);
     o.resolv_conf = conf_;
@@ -484,6 +496,37 @@ TEST_F(DnsTest, OpenFailsForAFileWithoutNameserverNamingIt) {
   ASSERT_FALSE(m.ok());
   EXPECT_NE(m.error().message.find(missing.resolv_conf), std::string::npos) << m.error().message;
   EXPECT_EQ(m.error().code, ENOENT);
+}
+
+TEST_F(DnsTest, UpstreamsAreTheFirstThreeNumericNameservers) {
+  std::ofstream(conf_, std::ios::trunc) << "domain example.com\n"
+                                           "nameserver ::1@5353 # a comment\n"
+                                           "nameserver\tbogus.example.com\n"
+                                           "nameserver 10.0.0.1\n"
+                                           "nameserver 10.0.0.2@0\n"
+                                           "nameserver 10.0.0.3@65536\n"
+                                           "nameserver fe80::1%lo\n"
+                                           "nameserver 192.0.2.1\n";
+  auto ups = detail::read_upstreams(conf_);
+  ASSERT_TRUE(ups.ok()) << ups.error().message;
+  ASSERT_EQ(ups->size(), 3u);
+  const auto port = [](const detail::Upstream& u) {
+    return ntohs(u.addr.ss_family == AF_INET ? reinterpret_cast<const sockaddr_in*>(&u.addr)->sin_port
+                                             : reinterpret_cast<const sockaddr_in6*>(&u.addr)->sin6_port);
+  };
+  EXPECT_EQ((*ups)[0].addr.ss_family, AF_INET6);
+  EXPECT_EQ(port((*ups)[0]), 5353);
+  EXPECT_EQ((*ups)[1].addr.ss_family, AF_INET);
+  EXPECT_EQ((*ups)[1].text, "10.0.0.1");
+  EXPECT_EQ(port((*ups)[1]), 53);
+  EXPECT_EQ((*ups)[2].text, "fe80::1%lo");
+  EXPECT_NE(reinterpret_cast<const sockaddr_in6*>(&(*ups)[2].addr)->sin6_scope_id, 0u);
+
+  std::ofstream(conf_, std::ios::trunc) << "nameserver bogus.example.com\n";
+  auto bad = detail::read_upstreams(conf_);
+  ASSERT_FALSE(bad.ok());
+  EXPECT_NE(bad.error().message.find(conf_), std::string::npos) << bad.error().message;
+  EXPECT_NE(bad.error().message.find("numeric"), std::string::npos) << bad.error().message;
 }
 
 TEST_F(DnsTest, OpenBindsUdpAndTcpOnOneLoopbackPort) {
@@ -907,6 +950,21 @@ TEST_F(DnsTest, TruncatedUpstreamAnswerIsAskedAgainOverTcp) {
   EXPECT_EQ(answer_addresses(b.get()).size(), 60u);
 }
 
+TEST_F(DnsTest, TcpUpstreamAnswerWithAnotherIdIsServfail) {
+  auto r = open(options());
+  ASSERT_TRUE(r);
+  PktPtr a = ask_udp(*r, query("tcpspoof.example.com", LDNS_RR_TYPE_A, 33));
+  ASSERT_TRUE(a);
+  EXPECT_EQ(ldns_pkt_id(a.get()), 33);
+  EXPECT_EQ(ldns_pkt_get_rcode(a.get()), LDNS_RCODE_SERVFAIL);
+  EXPECT_EQ(ldns_pkt_ancount(a.get()), 0);
+  EXPECT_TRUE(pins_.empty());
+  EXPECT_EQ(r->stats().failed, 1u);
+  const std::vector<Seen> seen = upstream_.seen();
+  ASSERT_EQ(seen.size(), 2u);
+  EXPECT_TRUE(seen[1].tcp);
+}
+
 // --- hostile input -----------------------------------------------------------
 
 TEST_F(DnsTest, MalformedInputsLeaveTheResolverHealthy) {
@@ -947,6 +1005,15 @@ TEST_F(DnsTest, MalformedInputsLeaveTheResolverHealthy) {
   PktPtr n = parse(*notimp);
   ASSERT_TRUE(n);
   EXPECT_EQ(ldns_pkt_get_rcode(n.get()), LDNS_RCODE_NOTIMPL);
+  EXPECT_EQ(((*notimp)[2] >> 3) & 0x0f, LDNS_PACKET_NOTIFY);  // its opcode echoed
+  // An opcode ldns has no name for (13): NOTIMP too.
+  Bytes thirteen = query("api.example.com", LDNS_RR_TYPE_A, 45);
+  thirteen[2] = static_cast<uint8_t>((thirteen[2] & 0x87) | (13 << 3));
+  send_bad(thirteen);
+  std::optional<Bytes> notimp13 = recv_udp(*r, fd.get());
+  ASSERT_TRUE(notimp13 && notimp13->size() >= 12);
+  EXPECT_EQ(((*notimp13)[2] >> 3) & 0x0f, 13);
+  EXPECT_EQ((*notimp13)[3] & 0x0f, LDNS_RCODE_NOTIMPL);
 
   // TCP: a 1-byte frame is dropped, the connection goes on.
   UniqueFd tcp = tcp_client(*r);
@@ -977,6 +1044,59 @@ TEST_F(DnsTest, MalformedInputsLeaveTheResolverHealthy) {
   EXPECT_EQ(ldns_pkt_id(ok.get()), 44);
   EXPECT_EQ(answer_addresses(ok.get()), (std::vector<std::string>{"127.0.0.2"}));
   EXPECT_TRUE(refused_.empty());
+}
+
+TEST_F(DnsTest, RandomAndMutatedMessagesReachTheUpstreamOnlyAsAllowedQueries) {
+  auto o = options();
+  o.upstream_timeout = 300ms;
+  auto r = open(std::move(o));
+  ASSERT_TRUE(r);
+  std::mt19937 rng(1234);
+  const auto byte = [&] { return static_cast<uint8_t>(rng() & 0xff); };
+  const std::vector<Bytes> seeds = {query("api.example.com", LDNS_RR_TYPE_A, 60),
+                                    query("cdn.example.com", LDNS_RR_TYPE_AAAA, 61, true),
+                                    query("secret.example.net", LDNS_RR_TYPE_A, 62)};
+  UniqueFd fd = udp_client(*r);
+  for (int i = 0; i < 3000; ++i) {
+    Bytes msg;
+    if (i % 3 == 0) {
+      msg.resize(rng() % 600);
+      for (uint8_t& b : msg) b = byte();
+    } else {
+      msg = seeds[rng() % seeds.size()];
+      for (int flips = 1 + static_cast<int>(rng() % 3); flips > 0; --flips) msg[rng() % msg.size()] = byte();
+    }
+    ::send(fd.get(), msg.data(), msg.size(), 0);
+    if (i % 20 == 0) r->service();
+    char sink[4096];
+    while (::recv(fd.get(), sink, sizeof sink, MSG_DONTWAIT) > 0) {
+    }
+  }
+  for (int i = 0; i < 20; ++i) {
+    UniqueFd tcp = tcp_client(*r);
+    Bytes junk(2000);
+    for (uint8_t& b : junk) b = byte();
+    ::send(tcp.get(), junk.data(), junk.size(), MSG_NOSIGNAL);
+    r->service();
+    clients_.pop_back();
+  }
+  clients_.pop_back();
+  // Every query that reached the upstream is a fresh A or AAAA query for an
+  // allowed name.
+  ASSERT_TRUE(pump_until(*r, [&] {
+    PktPtr ok = ask_udp(*r, query("api.example.com", LDNS_RR_TYPE_A, 63));
+    return ok && ldns_pkt_id(ok.get()) == 63 && ldns_pkt_get_rcode(ok.get()) == LDNS_RCODE_NOERROR;
+  }));
+  const std::set<std::string> allowed = {"api.example.com.",  "cdn.example.com.",   "big.example.com.",
+                                         "slow.example.com.", "spoof.example.com.", "tcpspoof.example.com."};
+  for (const Seen& seen : upstream_.seen()) {
+    EXPECT_TRUE(allowed.count(seen.name)) << seen.name;
+    EXPECT_TRUE(seen.type == kA || seen.type == kAAAA) << seen.type;
+    EXPECT_FALSE(seen.edns);
+  }
+  EXPECT_GT(upstream_.seen().size(), 10u);  // the test asked the upstream something
+  EXPECT_GT(r->stats().malformed, 0u);
+  EXPECT_GT(r->stats().refused, 0u);
 }
 
 TEST_F(DnsTest, TcpConnectionsAreCapped) {

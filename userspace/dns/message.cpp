@@ -14,7 +14,9 @@ struct WireFree {
   void operator()(uint8_t* p) const { std::free(p); }
 };
 
-std::vector<uint8_t> to_wire(const ldns_pkt* pkt) {
+constexpr size_t kHeader = 12;
+
+std::vector<uint8_t> to_wire(const ldns_pkt* pkt, uint8_t op = 0) {
   uint8_t* raw = nullptr;
   size_t size = 0;
   if (ldns_pkt2wire(&raw, pkt, &size) != LDNS_STATUS_OK) {
@@ -22,7 +24,10 @@ std::vector<uint8_t> to_wire(const ldns_pkt* pkt) {
     return {};
   }
   std::unique_ptr<uint8_t, WireFree> owned(raw);
-  return std::vector<uint8_t>(raw, raw + size);
+  std::vector<uint8_t> wire(raw, raw + size);
+  // The opcode goes in by hand: ldns's enum has no value for most opcodes.
+  if (wire.size() >= kHeader) wire[2] = static_cast<uint8_t>((wire[2] & 0x87) | ((op & 0x0f) << 3));
+  return wire;
 }
 
 char lower(uint8_t c) { return static_cast<char>(c >= 'A' && c <= 'Z' ? c + ('a' - 'A') : c); }
@@ -32,7 +37,6 @@ Pkt header(const ClientQuery& query, uint8_t rcode) {
   if (!pkt) return nullptr;
   ldns_pkt_set_id(pkt.get(), query.id);
   ldns_pkt_set_qr(pkt.get(), true);
-  ldns_pkt_set_opcode(pkt.get(), query.opcode);
   ldns_pkt_set_rd(pkt.get(), query.rd);
   ldns_pkt_set_ra(pkt.get(), true);
   ldns_pkt_set_rcode(pkt.get(), rcode);
@@ -45,6 +49,10 @@ Pkt header(const ClientQuery& query, uint8_t rcode) {
 }
 
 }  // namespace
+
+uint8_t opcode(std::span<const uint8_t> wire) {
+  return wire.size() >= kHeader ? static_cast<uint8_t>((wire[2] >> 3) & 0x0f) : 0xff;
+}
 
 Pkt parse(std::span<const uint8_t> wire) {
   ldns_pkt* raw = nullptr;
@@ -104,12 +112,12 @@ std::vector<uint8_t> answer(const ClientQuery& query, uint8_t rcode, const ldns_
     if (!ldns_pkt_push_rr(pkt.get(), LDNS_SECTION_ANSWER, rr.get())) return {};
     rr.release();
   }
-  std::vector<uint8_t> wire = to_wire(pkt.get());
+  std::vector<uint8_t> wire = to_wire(pkt.get(), query.opcode);
   if (wire.size() <= limit) return wire;
   Pkt truncated = header(query, rcode);
   if (!truncated) return {};
   ldns_pkt_set_tc(truncated.get(), true);
-  wire = to_wire(truncated.get());
+  wire = to_wire(truncated.get(), query.opcode);
   return wire.size() <= limit ? wire : std::vector<uint8_t>{};
 }
 
@@ -125,9 +133,7 @@ std::vector<uint8_t> upstream_query(const ldns_rdf* qname, uint16_t qtype, uint1
 }
 
 bool answers_query(const ldns_pkt* reply, const ldns_rdf* qname, uint16_t qtype, uint16_t id) {
-  if (!reply || ldns_pkt_id(reply) != id || !ldns_pkt_qr(reply) ||
-      ldns_pkt_get_opcode(reply) != LDNS_PACKET_QUERY || ldns_pkt_qdcount(reply) != 1)
-    return false;
+  if (!reply || ldns_pkt_id(reply) != id || !ldns_pkt_qr(reply) || ldns_pkt_qdcount(reply) != 1) return false;
   const ldns_rr_list* questions = ldns_pkt_question(reply);
   if (!questions || ldns_rr_list_rr_count(questions) != 1) return false;
   const ldns_rr* q = ldns_rr_list_rr(questions, 0);

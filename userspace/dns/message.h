@@ -54,12 +54,16 @@ NameText name_text(const ldns_rdf* dname);
 // Two names in wire form, equal but for ASCII case.
 bool same_name(const ldns_rdf* a, const ldns_rdf* b);
 
+// A message's opcode (0..15), from its header: ldns hands it out as an enum
+// that has no value for most of them. 0xff when `wire` has no header.
+uint8_t opcode(std::span<const uint8_t> wire);
+
 // What an answer to a client repeats of its query.
 struct ClientQuery {
   uint16_t id = 0;
   bool rd = false;
-  ldns_pkt_opcode opcode = LDNS_PACKET_QUERY;
-  Rr question;  // null: the answer has no question section (FORMERR, NOTIMP)
+  uint8_t opcode = 0;  // 0..15 (QUERY is 0)
+  Rr question;         // null: the answer has no question section (FORMERR, NOTIMP)
 };
 
 // The answer to `query`: QR, RA, `rcode`, the query's question, copies of
@@ -74,8 +78,9 @@ std::vector<uint8_t> answer(const ClientQuery& query, uint8_t rcode, const ldns_
 std::vector<uint8_t> upstream_query(const ldns_rdf* qname, uint16_t qtype, uint16_t id);
 
 // Whether `reply` answers the query upstream_query(qname, qtype, id) made:
-// same id, QR, opcode QUERY, one question of that name (any case), type and
+// same id, QR, one question of that name (any case), type and
 // class IN.
+// (The caller checks the opcode of its wire form.)
 bool answers_query(const ldns_pkt* reply, const ldns_rdf* qname, uint16_t qtype, uint16_t id);
 
 // Every A and AAAA record (class IN) of `answers`, each address once, and

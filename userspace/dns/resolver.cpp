@@ -15,13 +15,23 @@
 // - The upstream time (upstream_timeout) is shared among the servers: each
 //   gets an equal slice, asked in turn; a server that refuses (ICMP) is left
 //   at once for the next.
+// - An upstream rcode other than NOERROR or NXDOMAIN answers SERVFAIL.
+// - A class other than IN answers REFUSED (counted in `queries` only; not
+//   `refused`, which is for names).
+// - A name with a '.' or a byte outside '!'..'~' inside a label, or the root,
+//   is never allowed (its text would not say which name it is).
+// - service() does at most 16 rounds of ready events per call (16 reads
+//   each): under a flood the descriptor stays readable and the caller's
+//   other descriptors are not starved.
+// - Caps: 32 TCP clients (more are accepted and closed at once), 4 KiB per
+//   TCP query (more closes the connection), 64 KiB of unread answers per
+//   connection (more closes it), 10 s idle per connection.
 #include "dns/resolver.h"
 
 #include <arpa/inet.h>
 #include <fcntl.h>
 #include <netinet/in.h>
 #include <sys/epoll.h>
-#include <sys/random.h>
 #include <sys/socket.h>
 #include <sys/timerfd.h>
 #include <unistd.h>
@@ -32,11 +42,9 @@
 #include <exception>
 #include <optional>
 #include <string>
-#include <unordered_map>
 #include <utility>
 
-#include "dns/message.h"
-#include "dns/upstreams.h"
+#include "dns/resolver_impl.h"
 #include "util/log.h"
 #include "util/unique_fd.h"
 
@@ -67,161 +75,11 @@ std::vector<size_t> match(const std::vector<Name>& names, std::string_view qname
   return out;
 }
 
-namespace {
-
-using Clock = std::chrono::steady_clock;
-using detail::ClientQuery;
-using detail::Pkt;
-using detail::Rdf;
-using detail::Rr;
-using detail::Upstream;
-
-constexpr size_t kMaxClients = 32;           // open TCP client connections
-constexpr size_t kMaxTcpQuery = 4096;        // bytes of one query over TCP
-constexpr size_t kMaxClientOut = 64 * 1024;  // unread answers of one connection
-constexpr auto kClientIdle = std::chrono::seconds(10);
-constexpr size_t kUdpLimit = 512;
-constexpr size_t kTcpLimit = 65535;
-constexpr int kBacklog = 16;
-constexpr int kBindAttempts = 8;
-constexpr int kReadsPerEvent = 16;
-constexpr int kRounds = 16;  // epoll_wait rounds per service()
-
-enum class Kind : uint32_t { udp_listener, tcp_listener, timer, client, upstream };
-uint64_t tag(Kind kind, uint32_t n) { return (static_cast<uint64_t>(kind) << 32) | n; }
-
-uint16_t read16(const uint8_t* p) { return static_cast<uint16_t>((p[0] << 8) | p[1]); }
-
-std::optional<uint16_t> random_id() {
-  uint16_t id = 0;
-  if (::getrandom(&id, sizeof id, GRND_NONBLOCK) != static_cast<ssize_t>(sizeof id)) return std::nullopt;
-  return id;
-}
-
-// Where an answer goes: a UDP peer (through the listener it asked on) or a
-// TCP connection.
-struct Origin {
-  bool tcp = false;
-  uint32_t client = 0;
-  int listener = -1;
-  sockaddr_storage peer{};
-  socklen_t peer_len = 0;
-};
-
-struct Client {
-  UniqueFd fd;
-  std::vector<uint8_t> in;
-  std::vector<uint8_t> out;
-  size_t out_sent = 0;
-  Clock::time_point last{};
-  size_t pending = 0;
-  bool eof = false;
-  bool writing = false;  // EPOLLOUT registered
-};
-
-// A query waiting for the upstream.
-struct Pending {
-  Origin origin;
-  ClientQuery query;
-  Rdf qname;  // lower-case, as asked upstream
-  std::string name;
-  uint16_t qtype = 0;
-  std::vector<size_t> rules;
-  size_t upstream = 0;
-  uint16_t id = 0;  // of the query sent upstream
-  bool tcp = false;
-  bool connected = false;
-  UniqueFd fd;
-  std::vector<uint8_t> wire;  // the query as sent (with the length prefix over TCP)
-  size_t sent = 0;
-  std::vector<uint8_t> in;  // a TCP answer being read
-  Clock::time_point attempt_deadline{};
-  Clock::time_point deadline{};
-};
-
-class ResolverImpl final : public Resolver {
- public:
-  ResolverImpl(Options options, std::vector<Upstream> upstreams)
-      : options_(std::move(options)), upstreams_(std::move(upstreams)), buffer_(kTcpLimit + 2) {}
-
-  Status setup();
-
-  uint16_t port() const override { return port_; }
-  bool has_ipv6() const override { return ipv6_; }
-  int fd() const override { return epoll_.get(); }
-  const Stats& stats() const override { return stats_; }
-
-  void service() override {
-    try {
-      work();
-    } catch (const std::exception& e) {
-      log::error(std::string("dns: ") + e.what());
-    } catch (...) {
-      log::error("dns: unexpected failure");
-    }
-    try {
-      arm_timer();
-    } catch (...) {
-    }
-  }
-
- private:
-  Status bind_listeners();
-  bool watch(int fd, uint32_t events, uint64_t data) {
-    epoll_event ev{};
-    ev.events = events;
-    ev.data.u64 = data;
-    return ::epoll_ctl(epoll_.get(), EPOLL_CTL_ADD, fd, &ev) == 0;
-  }
-  void rewatch(int fd, uint32_t events, uint64_t data) {
-    epoll_event ev{};
-    ev.events = events;
-    ev.data.u64 = data;
-    ::epoll_ctl(epoll_.get(), EPOLL_CTL_MOD, fd, &ev);
-  }
-  void unwatch(int fd) { ::epoll_ctl(epoll_.get(), EPOLL_CTL_DEL, fd, nullptr); }
-
-  void work();
-  void expire(Clock::time_point now);
-  void arm_timer();
-
-  void on_udp(int listener);
-  void on_accept(int listener);
-  void on_client(uint32_t id, uint32_t events);
-  void close_client(uint32_t id);
-  void flush(uint32_t id, Client& c);
-
-  void on_query(std::span<const uint8_t> wire, const Origin& origin);
-  void send_answer(const Origin& origin, const std::vector<uint8_t>& wire);
-  void reply(const Origin& origin, const ClientQuery& query, uint8_t rcode,
-             const ldns_rr_list* answers = nullptr, std::optional<uint32_t> ttl_cap = std::nullopt);
-
-  bool start_attempt(uint32_t id, Pending& p, bool tcp);
-  void next_attempt(uint32_t id);
-  void on_upstream(uint32_t id, uint32_t events);
-  void on_upstream_answer(uint32_t id, Pkt answer);
-  void finish(uint32_t id, uint8_t rcode, const ldns_rr_list* answers = nullptr,
-              std::optional<uint32_t> ttl_cap = std::nullopt);
-
-  Options options_;
-  std::vector<Upstream> upstreams_;
-  UniqueFd epoll_, timer_;
-  UniqueFd spare_;                   // given up to accept a connection when out of descriptors
-  std::vector<UniqueFd> listeners_;  // UDP 4, TCP 4[, UDP 6, TCP 6]
-  uint16_t port_ = 0;
-  bool ipv6_ = false;
-  std::unordered_map<uint32_t, Client> clients_;
-  std::unordered_map<uint32_t, Pending> pending_;
-  uint32_t next_id_ = 1;
-  std::vector<uint8_t> buffer_;
-  Stats stats_;
-};
+namespace detail {
 
 // --- sockets ---------------------------------------------------------------
 
-UniqueFd make_socket(int family, int type) {
-  return UniqueFd(::socket(family, type | SOCK_NONBLOCK | SOCK_CLOEXEC, 0));
-}
+namespace {
 
 int bind_loopback(int fd, int family, uint16_t port) {
   if (family == AF_INET) {
@@ -239,6 +97,8 @@ int bind_loopback(int fd, int family, uint16_t port) {
   a.sin6_addr = in6addr_loopback;
   return ::bind(fd, reinterpret_cast<const sockaddr*>(&a), sizeof a) == 0 ? 0 : errno;
 }
+
+}  // namespace
 
 Status ResolverImpl::bind_listeners() {
   int last_error = 0;
@@ -304,6 +164,20 @@ Status ResolverImpl::setup() {
 }
 
 // --- the loop ----------------------------------------------------------------
+
+void ResolverImpl::service() {
+  try {
+    work();
+  } catch (const std::exception& e) {
+    log::error(std::string("dns: ") + e.what());
+  } catch (...) {
+    log::error("dns: unexpected failure");
+  }
+  try {
+    arm_timer();
+  } catch (...) {
+  }
+}
 
 void ResolverImpl::work() {
   epoll_event events[64];
@@ -532,8 +406,8 @@ void ResolverImpl::on_query(std::span<const uint8_t> wire, const Origin& origin)
   ClientQuery query;
   query.id = ldns_pkt_id(pkt.get());
   query.rd = ldns_pkt_rd(pkt.get());
-  query.opcode = ldns_pkt_get_opcode(pkt.get());
-  if (query.opcode != LDNS_PACKET_QUERY) {
+  query.opcode = detail::opcode(wire);
+  if (query.opcode != 0) {
     ++stats_.malformed;
     reply(origin, query, LDNS_RCODE_NOTIMPL);
     return;
@@ -598,196 +472,12 @@ void ResolverImpl::on_query(std::span<const uint8_t> wire, const Origin& origin)
   if (!start_attempt(id, p, false)) next_attempt(id);
 }
 
-// --- upstream ----------------------------------------------------------------
-
-bool ResolverImpl::start_attempt(uint32_t id, Pending& p, bool tcp) {
-  if (p.fd) unwatch(p.fd.get());
-  p.fd.reset();
-  p.tcp = tcp;
-  p.connected = false;
-  p.sent = 0;
-  p.in.clear();
-  const auto now = Clock::now();
-  const size_t left = upstreams_.size() - p.upstream;
-  const auto remaining = std::max(p.deadline - now, Clock::duration::zero());
-  p.attempt_deadline = tcp ? p.deadline : now + remaining / static_cast<Clock::rep>(left);
-  const std::optional<uint16_t> qid = random_id();
-  if (!qid) return false;
-  p.id = *qid;
-  std::vector<uint8_t> query = detail::upstream_query(p.qname.get(), p.qtype, p.id);
-  if (query.empty()) return false;
-  if (tcp) {
-    query.insert(query.begin(),
-                 {static_cast<uint8_t>(query.size() >> 8), static_cast<uint8_t>(query.size())});
-  }
-  p.wire = std::move(query);
-  const Upstream& up = upstreams_[p.upstream];
-  p.fd = make_socket(up.addr.ss_family, tcp ? SOCK_STREAM : SOCK_DGRAM);
-  if (!p.fd) return false;
-  // Connected: the kernel drops datagrams from any other source.
-  if (::connect(p.fd.get(), reinterpret_cast<const sockaddr*>(&up.addr), up.len) != 0 && errno != EINPROGRESS)
-    return false;
-  if (!tcp) {
-    if (::send(p.fd.get(), p.wire.data(), p.wire.size(), MSG_DONTWAIT | MSG_NOSIGNAL) !=
-        static_cast<ssize_t>(p.wire.size()))
-      return false;
-    p.connected = true;
-    p.sent = p.wire.size();
-    return watch(p.fd.get(), EPOLLIN, tag(Kind::upstream, id));
-  }
-  return watch(p.fd.get(), EPOLLOUT, tag(Kind::upstream, id));
-}
-
-void ResolverImpl::next_attempt(uint32_t id) {
-  auto it = pending_.find(id);
-  if (it == pending_.end()) return;
-  Pending& p = it->second;
-  while (!p.tcp && p.upstream + 1 < upstreams_.size() && Clock::now() < p.deadline) {
-    ++p.upstream;
-    if (start_attempt(id, p, false)) return;
-  }
-  ++stats_.failed;
-  finish(id, LDNS_RCODE_SERVFAIL);
-}
-
-void ResolverImpl::on_upstream(uint32_t id, uint32_t events) {
-  auto it = pending_.find(id);
-  if (it == pending_.end()) return;
-  Pending& p = it->second;
-  if (!p.tcp) {
-    for (int i = 0; i < kReadsPerEvent; ++i) {
-      const ssize_t n = ::recv(p.fd.get(), buffer_.data(), buffer_.size(), MSG_DONTWAIT);
-      if (n < 0 && errno == EINTR) continue;
-      if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) return;
-      if (n < 0) {
-        next_attempt(id);  // refused (ICMP) or unreachable: the next server
-        return;
-      }
-      Pkt answer = detail::parse(std::span<const uint8_t>(buffer_.data(), static_cast<size_t>(n)));
-      if (!answer || !detail::answers_query(answer.get(), p.qname.get(), p.qtype, p.id)) continue;
-      on_upstream_answer(id, std::move(answer));
-      return;
-    }
-    return;
-  }
-  if (!p.connected) {
-    int err = 0;
-    socklen_t len = sizeof err;
-    if (::getsockopt(p.fd.get(), SOL_SOCKET, SO_ERROR, &err, &len) != 0 || err != 0) {
-      next_attempt(id);
-      return;
-    }
-    if (!(events & EPOLLOUT)) return;
-    p.connected = true;
-  }
-  if (p.sent < p.wire.size()) {
-    const ssize_t n =
-        ::send(p.fd.get(), p.wire.data() + p.sent, p.wire.size() - p.sent, MSG_DONTWAIT | MSG_NOSIGNAL);
-    if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR)) return;
-    if (n <= 0) {
-      next_attempt(id);
-      return;
-    }
-    p.sent += static_cast<size_t>(n);
-    if (p.sent == p.wire.size()) rewatch(p.fd.get(), EPOLLIN, tag(Kind::upstream, id));
-    return;
-  }
-  for (int i = 0; i < kReadsPerEvent; ++i) {
-    const size_t want = p.in.size() < 2 ? 2 : 2 + static_cast<size_t>(read16(p.in.data()));
-    const size_t have = p.in.size();
-    p.in.resize(want);
-    const ssize_t n = ::recv(p.fd.get(), p.in.data() + have, want - have, MSG_DONTWAIT);
-    if (n < 0) p.in.resize(have);
-    if (n < 0 && errno == EINTR) continue;
-    if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) return;
-    if (n <= 0) {
-      next_attempt(id);  // closed before the whole answer
-      return;
-    }
-    p.in.resize(have + static_cast<size_t>(n));
-    if (p.in.size() < 2 || p.in.size() < 2 + static_cast<size_t>(read16(p.in.data()))) continue;
-    Pkt answer = detail::parse(std::span<const uint8_t>(p.in.data() + 2, p.in.size() - 2));
-    if (!answer || !detail::answers_query(answer.get(), p.qname.get(), p.qtype, p.id)) {
-      next_attempt(id);  // a stream has no other answer to wait for
-      return;
-    }
-    on_upstream_answer(id, std::move(answer));
-    return;
-  }
-}
-
-void ResolverImpl::on_upstream_answer(uint32_t id, Pkt answer) {
-  Pending& p = pending_.at(id);
-  if (ldns_pkt_tc(answer.get()) && !p.tcp) {
-    if (!start_attempt(id, p, true)) next_attempt(id);
-    return;
-  }
-  const uint8_t rcode = static_cast<uint8_t>(ldns_pkt_get_rcode(answer.get()));
-  if (rcode != LDNS_RCODE_NOERROR && rcode != LDNS_RCODE_NXDOMAIN) {
-    ++stats_.failed;
-    finish(id, LDNS_RCODE_SERVFAIL);
-    return;
-  }
-  const ldns_rr_list* answers = ldns_pkt_answer(answer.get());
-  detail::Addresses found = detail::addresses(answers);
-  Resolved resolved;
-  resolved.name = p.name;
-  resolved.qtype = p.qtype;
-  resolved.rules = p.rules;
-  resolved.addresses = std::move(found.list);
-  if (found.min_ttl) {
-    auto ttl = std::chrono::seconds(*found.min_ttl);
-    ttl = std::max(ttl, options_.min_ttl);
-    ttl = std::min(ttl, options_.max_ttl);
-    resolved.ttl = ttl;
-  }
-  Status pinned;
-  if (options_.pin) {
-    try {
-      pinned = options_.pin(resolved);
-    } catch (const std::exception& e) {
-      pinned = Error{std::string("dns: pin: ") + e.what(), 0};
-    } catch (...) {
-      pinned = Error{"dns: pin failed", 0};
-    }
-  }
-  if (!pinned) {
-    // Not logged here: a run could flood the log; the caller's pin knows its error.
-    ++stats_.failed;
-    finish(id, LDNS_RCODE_SERVFAIL);
-    return;
-  }
-  std::optional<uint32_t> cap;
-  if (found.min_ttl) cap = static_cast<uint32_t>(resolved.ttl.count());
-  finish(id, rcode, answers, cap);
-}
-
-void ResolverImpl::finish(uint32_t id, uint8_t rcode, const ldns_rr_list* answers,
-                          std::optional<uint32_t> ttl_cap) {
-  auto it = pending_.find(id);
-  if (it == pending_.end()) return;
-  Pending p = std::move(it->second);
-  pending_.erase(it);
-  if (p.fd) unwatch(p.fd.get());
-  if (p.origin.tcp) {
-    auto c = clients_.find(p.origin.client);
-    if (c == clients_.end()) return;
-    --c->second.pending;
-    reply(p.origin, p.query, rcode, answers, ttl_cap);
-    c = clients_.find(p.origin.client);
-    if (c != clients_.end() && c->second.eof && c->second.out.empty() && c->second.pending == 0)
-      close_client(p.origin.client);
-    return;
-  }
-  reply(p.origin, p.query, rcode, answers, ttl_cap);
-}
-
-}  // namespace
+}  // namespace detail
 
 Result<std::unique_ptr<Resolver>> Resolver::open(Options options) {
   auto upstreams = detail::read_upstreams(options.resolv_conf);
   if (!upstreams) return upstreams.error();
-  auto resolver = std::make_unique<ResolverImpl>(std::move(options), std::move(*upstreams));
+  auto resolver = std::make_unique<detail::ResolverImpl>(std::move(options), std::move(*upstreams));
   if (Status st = resolver->setup(); !st) return st.error();
   return std::unique_ptr<Resolver>(std::move(resolver));
 }

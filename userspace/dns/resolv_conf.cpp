@@ -1,5 +1,5 @@
 // SPDX-License-Identifier: Apache-2.0
-#include "dns/upstreams.h"
+#include "dns/resolv_conf.h"
 
 #include <netdb.h>
 
