@@ -55,6 +55,9 @@ static __always_inline int ac_is_v4_mapped(const __u8 *a)
 	return a[10] == 0xff && a[11] == 0xff;
 }
 
+/* selftalk.bpf.h: was socket sk created in that scope? */
+__noinline int ac_sock_in_scope_cgroup(__u64 sk, __u64 scope_cgroup, __u32 level);
+
 /*
  * A DNS query from scope c's own socket `sk` to addr[16]:port that the
  * cgroup's programs send to the scope's resolver. Returns 1 and turns
@@ -66,7 +69,7 @@ static __always_inline int ac_dns_query(const struct ac_ctx *c, struct sock *sk,
 {
 	if (*port != AC_DNS_PORT || !(c->scope_flags & AC_SCOPE_F_DNS) ||
 	    (protocol != IPPROTO_TCP && protocol != IPPROTO_UDP) ||
-	    !ac_cgroup_in_scope(c, BPF_CORE_READ(sk, sk_cgrp_data.cgroup)))
+	    !ac_sock_in_scope_cgroup((__u64)sk, c->scope_cgroup, c->scope_level))
 		return 0;
 	int v4 = ac_is_v4_mapped(addr);
 	if (!v4 && !(c->scope_flags & AC_SCOPE_F_DNS6))
