@@ -3,6 +3,8 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <cerrno>
+#include <cstring>
 #include <filesystem>
 #include <ostream>
 
@@ -74,15 +76,18 @@ void reap_stale_runs(bpf::Enforcer& enforcer, const Paths& paths, std::ostream& 
         if (Status st = strip_setid_bits(rec.workspace); !st) {
           err << "agentcage: warning: stale run " << s.run_id << ": " << st.error().message
               << "; its workspace is left to root only (mode 0700)\n";
-          (void)::chown(rec.workspace.c_str(), 0, 0);
-          (void)::chmod(rec.workspace.c_str(), 0700);
+          if (::chown(rec.workspace.c_str(), 0, 0) != 0 || ::chmod(rec.workspace.c_str(), 0700) != 0)
+            err << "agentcage: warning: stale run " << s.run_id << ": cannot give " << rec.workspace
+                << " to root only: " << std::strerror(errno) << "\n";
           handed_back = false;
         }
       if (rec.remove_workspace)
         fs::remove_all(rec.workspace, ec);
       else if (rec.restore_uid && handed_back && fs::exists(rec.workspace, ec)) {
-        (void)::chown(rec.workspace.c_str(), *rec.restore_uid, *rec.restore_gid);
-        (void)::chmod(rec.workspace.c_str(), static_cast<mode_t>(*rec.restore_mode));
+        if (::chown(rec.workspace.c_str(), *rec.restore_uid, *rec.restore_gid) != 0 ||
+            ::chmod(rec.workspace.c_str(), static_cast<mode_t>(*rec.restore_mode)) != 0)
+          err << "agentcage: warning: stale run " << s.run_id << ": cannot hand " << rec.workspace
+              << " back to its owner: " << std::strerror(errno) << "\n";
       }
       if (ec) problem = "removing " + rec.workspace + ": " + ec.message();
     }
