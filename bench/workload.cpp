@@ -73,7 +73,7 @@ sockaddr_in loopback(uint16_t port) {
 
 // One op each; false when it did not behave as expected.
 bool do_open_close(const char* path, int flags) {
-  int fd = ::open(path, flags | O_CLOEXEC);
+  int fd = ::open(path, flags | O_CLOEXEC, 0600);  // (the mode only matters with O_CREAT)
   if (fd < 0) return false;
   ::close(fd);
   return true;
