@@ -4,20 +4,19 @@
  * a resolver of its own (userspace/dns/), which pins the addresses of the
  * names its policy allows (ac_pins) before it releases an answer.
  *
- *   - The LSM's connect/sendmsg decision lets a scope's own TCP or UDP
- *     socket reach port 53 of any address (ac_dns_query), because the
+ *   - The LSM's connect/sendmsg decision lets a scope's TCP or UDP
+ *     socket reach port 53 of any address (ac_dns_allows), because the
  *     socket-address programs below, attached to the scope's cgroup by
  *     Enforcer::add_scope, then send it to 127.0.0.1:dns_port (or
  *     [::1]:dns_port) instead: the LSM hook runs first and sees the address
- *     the program asked for; the cgroup hook rewrites it. A socket made
- *     outside the scope runs no program of the scope's cgroup, so the LSM
- *     lets only the scope's own sockets through.
- *   - Answers to a redirected UDP socket show the server it asked again
+ *     the program asked for; the cgroup hook rewrites it.
+ *   - The scope's UDP clients hear from its resolver (the receive filter,
+ *     ac_dns_reply_from), and its answers show the server that was asked
  *     (recvmsg4/6, getpeername4/6; ac_dns_origin), as resolvers such as
  *     glibc's drop an answer from an address they did not ask.
  *   - A connect or send the scope's rules deny is allowed to an address its
  *     resolver pinned, with the pin's port and protocol, until it expires
- *     (ac_pinned).
+ *     (ac_dns_allows, one global function call on the hooks' deny path).
  */
 #ifndef AGENTCAGE_DNS_BPF_H
 #define AGENTCAGE_DNS_BPF_H
@@ -28,16 +27,49 @@
 
 #define AC_DNS_PORT 53
 
-/* Is addr[16] (IPv4 as ::ffff:a.b.c.d) pinned for scope c with this port
- * and protocol, and not expired? */
-static __always_inline int ac_pinned(const struct ac_ctx *c, const __u8 *addr, __u16 port,
-				     __u8 proto_bit)
+/* addr[16] as two words, for the global functions below (verified once,
+ * on their own, instead of on every path of the hooks that call them). */
+static __always_inline void ac_addr_words(const __u8 *addr, __u64 *hi, __u64 *lo)
 {
-	if (!(c->scope_flags & AC_SCOPE_F_DNS) ||
-	    (proto_bit != AC_PROTO_TCP && proto_bit != AC_PROTO_UDP))
+	__builtin_memcpy(hi, addr, 8);
+	__builtin_memcpy(lo, addr + 8, 8);
+}
+
+/* The low word of ::ffff:a.b.c.d, network order, is 0xffff in its first
+ * four bytes. */
+#define AC_V4_MAPPED_TAG bpf_htonl(0xffff)
+
+/*
+ * Does the scope's resolver let a connect or send the rules deny through?
+ * Either it is a DNS query (TCP or UDP to port 53 of any IPv4 address, or
+ * of an IPv6 one when the resolver listens on ::1: AC_SCOPE_F_DNS6), which
+ * the cgroup's programs below send to the resolver; or the address hi:lo is
+ * pinned for the scope with this port (or every port, pinned as 0) and
+ * protocol, and not expired. flags_proto_port: the scope's flags, the
+ * protocol << 32, the port << 48. A global function: verified once on its
+ * own, so the hooks that ask pay one call, not its paths; it calls no other
+ * (the kernel caps the stack of a chain of calls, and the hooks' is deep).
+ *
+ * A socket made outside the scope runs no program of the scope's cgroup, so
+ * its query would not be redirected: a run refuses to start with one as a
+ * standard stream (run/dns.h), and the scope cannot receive one
+ * (file_receive, ac_decide_received_socket).
+ */
+__noinline int ac_dns_allows(__u64 flags_proto_port, __u64 scope_id, __u64 hi, __u64 lo)
+{
+	__u32 flags = flags_proto_port & 0xffff;
+	__u32 protocol = (flags_proto_port >> 32) & 0xffff;
+	__u32 port = flags_proto_port >> 48;
+	if (!(flags & AC_SCOPE_F_DNS) || (protocol != IPPROTO_TCP && protocol != IPPROTO_UDP))
 		return 0;
-	struct ac_pin_key k = { .scope_id = c->scope_id, .port = port, .proto_bit = proto_bit };
-	__builtin_memcpy(k.addr, addr, 16);
+	if (port == AC_DNS_PORT &&
+	    ((hi == 0 && (__u32)lo == AC_V4_MAPPED_TAG) || (flags & AC_SCOPE_F_DNS6)))
+		return 1;
+	struct ac_pin_key k = { .scope_id = scope_id,
+				.port = port,
+				.proto_bit = protocol == IPPROTO_TCP ? AC_PROTO_TCP : AC_PROTO_UDP };
+	__builtin_memcpy(k.addr, &hi, 8);
+	__builtin_memcpy(k.addr + 8, &lo, 8);
 	struct ac_pin *p = bpf_map_lookup_elem(&ac_pins, &k);
 	if (!p) {
 		k.port = 0;
@@ -46,44 +78,37 @@ static __always_inline int ac_pinned(const struct ac_ctx *c, const __u8 *addr, _
 	return p && p->expires_ns > bpf_ktime_get_boot_ns();
 }
 
+/* ac_dns_allows for scope c's decision to addr[16]:port. */
+static __always_inline int ac_dns_allowed(const struct ac_ctx *c, const __u8 *addr, __u16 port,
+					  __u16 protocol)
+{
+	__u64 hi, lo;
+	ac_addr_words(addr, &hi, &lo);
+	return ac_dns_allows(c->scope_flags | ((__u64)protocol << 32) | ((__u64)port << 48), c->scope_id,
+			     hi, lo);
+}
+
+/*
+ * Does a datagram from addr[16]:port come from the resolver of the scope
+ * whose cgroup is `scope` (127.0.0.1, ::ffff:127.0.0.1 or ::1 at its
+ * port)? Its UDP clients hear from it, though they sent to the server they
+ * asked (ac_udp_receive). A global function, for the receive filter.
+ */
+__noinline int ac_dns_reply_from(__u64 scope, __u64 hi, __u64 lo, __u32 port)
+{
+	struct ac_scope *s = bpf_map_lookup_elem(&ac_scopes, &scope);
+	if (!s || !(s->flags & AC_SCOPE_F_DNS) || port != s->dns_port || hi != 0)
+		return 0;
+	return lo == (((__u64)bpf_htonl(0x7f000001) << 32) | AC_V4_MAPPED_TAG) ||
+	       lo == ((__u64)bpf_htonl(1) << 32);
+}
+
 /* Is addr[16] an IPv4 address (::ffff:a.b.c.d)? */
 static __always_inline int ac_is_v4_mapped(const __u8 *a)
 {
-	for (int i = 0; i < 10; i++)
-		if (a[i])
-			return 0;
-	return a[10] == 0xff && a[11] == 0xff;
-}
-
-/* selftalk.bpf.h: was socket sk created in that scope? */
-__noinline int ac_sock_in_scope_cgroup(__u64 sk, __u64 scope_cgroup, __u32 level);
-
-/*
- * A DNS query from scope c's own socket `sk` to addr[16]:port that the
- * cgroup's programs send to the scope's resolver. Returns 1 and turns
- * addr/port into the resolver's address (where the answers come from: what
- * a UDP client may hear from), 0 when this is not one.
- */
-static __always_inline int ac_dns_query(const struct ac_ctx *c, struct sock *sk, __u16 protocol,
-					__u8 *addr, __u16 *port)
-{
-	if (*port != AC_DNS_PORT || !(c->scope_flags & AC_SCOPE_F_DNS) ||
-	    (protocol != IPPROTO_TCP && protocol != IPPROTO_UDP) ||
-	    !ac_sock_in_scope_cgroup((__u64)sk, c->scope_cgroup, c->scope_level))
-		return 0;
-	int v4 = ac_is_v4_mapped(addr);
-	if (!v4 && !(c->scope_flags & AC_SCOPE_F_DNS6))
-		return 0; /* refused: no resolver on ::1 */
-	__builtin_memset(addr, 0, 16);
-	if (v4) {
-		addr[10] = addr[11] = 0xff;
-		addr[12] = 127;
-		addr[15] = 1;
-	} else {
-		addr[15] = 1;
-	}
-	*port = c->dns_port;
-	return 1;
+	__u64 hi, lo;
+	ac_addr_words(a, &hi, &lo);
+	return hi == 0 && (__u32)lo == AC_V4_MAPPED_TAG;
 }
 
 /* ---- the socket-address programs, attached to a DNS scope's cgroup -------- */

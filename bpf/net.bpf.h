@@ -169,7 +169,7 @@ static __always_inline int ac_decide_inet(struct ac_ctx *c, enum ac_scope_state 
 		if (state != AC_POLICY_HELD) {
 			reason = ac_policy_reason(state);
 		} else if ((access & AC_ACCESS_CONNECT) ||
-			   ac_pinned(c, s->net.addr, port, ac_proto_bit(protocol))) {
+			   ac_dns_allowed(c, s->net.addr, port, protocol)) {
 			allowed = 1;
 			reason = AC_REASON_RULE_ALLOW;
 		}

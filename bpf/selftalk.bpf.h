@@ -500,6 +500,12 @@ static __always_inline int ac_udp_receive(struct bpf_sock *sk, struct __sk_buff 
 		if (ac_udp_same_peer(&u->peers[i], k.addr, k.port))
 			return 0;
 	}
+	/* The scope's own resolver answering a query the cgroup's programs
+	 * sent it (dns.bpf.h), whatever server the query was written to. */
+	__u64 hi, lo;
+	ac_addr_words(k.addr, &hi, &lo);
+	if (ac_dns_reply_from(u->scope_cgroup, hi, lo, k.port))
+		return 0;
 	__u16 family = k.addr[10] == 0xff && k.addr[11] == 0xff && !k.addr[0] ? AF_INET : AF_INET6;
 	return ac_udp_client_refuse(u, family, k.addr, k.port);
 }
@@ -661,29 +667,19 @@ static __always_inline int ac_decide_connect(struct ac_ctx *c, enum ac_scope_sta
 	    !ac_load_inet(addr, family, address, addrlen, &port))
 		return ac_decide_inet(c, scoped, sock, address, addrlen, is_connect);
 	ac_unspecified_to_local(addr, sock->sk);
+	int peer = ac_peer_of(c, sock, addr, port, protocol);
 	int ret;
-	if (ac_dns_query(c, sock->sk, protocol, addr, &port)) {
-		/* The scope's resolver answers it (dns.bpf.h): addr and port are
-		 * now the resolver's, whom a UDP client hears from. */
-		struct ac_event_decision *e = ac_finish(c, 1, AC_REASON_RULE_ALLOW, &ret);
+	if (peer == AC_PEER_UNKNOWN) {
+		ret = ac_decide_inet(c, scoped, sock, address, addrlen, is_connect);
+	} else {
+		if (peer == AC_PEER_PRIVATE)
+			c->hook = AC_HOOK_INGRESS;
+		struct ac_event_decision *e = ac_finish(
+			c, peer == AC_PEER_SELF,
+			peer == AC_PEER_SELF ? AC_REASON_RULE_ALLOW : AC_REASON_PROTECTED, &ret);
 		if (e) {
 			ac_event_inet(e, family, port, protocol, addr);
 			ac_event_submit(e);
-		}
-	} else {
-		int peer = ac_peer_of(c, sock, addr, port, protocol);
-		if (peer == AC_PEER_UNKNOWN) {
-			ret = ac_decide_inet(c, scoped, sock, address, addrlen, is_connect);
-		} else {
-			if (peer == AC_PEER_PRIVATE)
-				c->hook = AC_HOOK_INGRESS;
-			struct ac_event_decision *e = ac_finish(
-				c, peer == AC_PEER_SELF,
-				peer == AC_PEER_SELF ? AC_REASON_RULE_ALLOW : AC_REASON_PROTECTED, &ret);
-			if (e) {
-				ac_event_inet(e, family, port, protocol, addr);
-				ac_event_submit(e);
-			}
 		}
 	}
 	/* Where a client sends, it may hear from (ac_udp_receive). */

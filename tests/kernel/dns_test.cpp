@@ -16,6 +16,8 @@
 #include <algorithm>
 #include <atomic>
 #include <chrono>
+#include <cstdio>
+#include <cstdlib>
 #include <filesystem>
 #include <fstream>
 #include <memory>
@@ -26,6 +28,7 @@
 #include <nlohmann/json.hpp>
 
 #include "kernel_env.h"
+#include "probes.h"
 #include "run_helpers.h"
 
 namespace agentcage::kt {
@@ -34,12 +37,14 @@ namespace {
 namespace fs = std::filesystem;
 using nlohmann::json;
 
-// The test zone (dnsmasq --host-record), TTL 1 s (--local-ttl).
-constexpr const char* kAllowedAddr = "127.0.0.2";  // api.allowed.test
-constexpr const char* kEvilAddr = "127.0.0.3";     // evil.test
-constexpr const char* kWildAddr = "127.0.0.4";     // a.pkg.wild.test
-constexpr const char* kApexAddr = "127.0.0.5";     // pkg.wild.test
-constexpr const char* kOtherAddr = "127.0.0.6";    // other.allowed.test
+// The test zone (dnsmasq --host-record), TTL 1 s (--local-ttl): addresses of
+// a dummy interface the suite adds (198.18.0.0/15 is for tests, RFC 2544),
+// not loopback ones, which a resolver's answer never pins.
+constexpr const char* kAllowedAddr = "198.18.0.2";  // api.allowed.test
+constexpr const char* kEvilAddr = "198.18.0.3";     // evil.test
+constexpr const char* kWildAddr = "198.18.0.4";     // a.pkg.wild.test
+constexpr const char* kApexAddr = "198.18.0.5";     // pkg.wild.test
+constexpr const char* kOtherAddr = "198.18.0.6";    // other.allowed.test
 
 // A TCP listener on addr:port that answers every connection with a short
 // HTTP response, until destroyed.
@@ -89,6 +94,9 @@ constexpr uint16_t kPort = 8443;
 class Dns : public ::testing::Test {
  protected:
   static void SetUpTestSuite() {
+    if (std::system("ip link add ac-dns-test type dummy && ip link set ac-dns-test up && "
+                    "for i in 2 3 4 5 6; do ip addr add 198.18.0.$i/32 dev ac-dns-test || exit 1; done") != 0)
+      std::fprintf(stderr, "dns_test: could not add the dummy interface with 198.18.0.2-6\n");
     dir_ = fs::temp_directory_path() / ("agentcage-dns-" + std::to_string(::getpid()));
     fs::create_directories(dir_);
     std::ofstream(dir_ / "resolv.conf") << "nameserver 127.0.0.1\n";
@@ -99,9 +107,10 @@ class Dns : public ::testing::Test {
       ::execl("/usr/sbin/dnsmasq", "dnsmasq", "--keep-in-foreground", "--conf-file=/dev/null", "--no-resolv",
               "--no-hosts", "--no-poll", "--bind-interfaces", "--listen-address=127.0.0.1", "--port=53",
               "--user=root", "--log-queries", log_arg.c_str(), "--local-ttl=1",
-              "--host-record=api.allowed.test,127.0.0.2", "--host-record=evil.test,127.0.0.3",
-              "--host-record=a.pkg.wild.test,127.0.0.4", "--host-record=pkg.wild.test,127.0.0.5",
-              "--host-record=other.allowed.test,127.0.0.6", "--cname=alias.allowed.test,api.allowed.test",
+              "--host-record=api.allowed.test,198.18.0.2", "--host-record=evil.test,198.18.0.3",
+              "--host-record=a.pkg.wild.test,198.18.0.4", "--host-record=pkg.wild.test,198.18.0.5",
+              "--host-record=other.allowed.test,198.18.0.6", "--host-record=loop.allowed.test,127.0.0.1",
+              "--address=/zero.allowed.test/0.0.0.0", "--cname=alias.allowed.test,api.allowed.test",
               static_cast<char*>(nullptr));
       ::_exit(127);
     }
@@ -116,6 +125,7 @@ class Dns : public ::testing::Test {
     }
     std::error_code ec;
     fs::remove_all(dir_, ec);
+    (void)!std::system("ip link del ac-dns-test 2>/dev/null");
   }
   void SetUp() override {
     AC_REQUIRE_ENFORCER();
@@ -155,7 +165,8 @@ std::string attempt_lib() {
          "    try:\n"
          "        return socket.getaddrinfo(name, None, socket.AF_INET, socket.SOCK_STREAM)[0][4][0]\n"
          "    except socket.gaierror as e:\n"
-         "        out.append('nxdomain' if e.errno in (socket.EAI_NONAME, socket.EAI_NODATA) else 'gai%d' % e.errno)\n"
+         "        out.append('nxdomain' if e.errno in (socket.EAI_NONAME, socket.EAI_NODATA) else 'gai%d' % "
+         "e.errno)\n"
          "        return None\n"
          "def connect(addr, port):\n"
          "    try:\n"
@@ -170,23 +181,25 @@ std::string attempt_lib() {
 TEST_F(Dns, AnAllowedNameResolvesAndConnectsAndNothingElseDoes) {
   Listener allowed(kAllowedAddr, kPort), evil(kEvilAddr, kPort);
   ASSERT_TRUE(allowed.ok() && evil.ok());
-  const std::string p = policy("dns-exact", "      - {domain: api.allowed.test, ports: [8443], protocol: tcp}\n");
-  Ran r = run(py(attempt_lib() +
-                     "a = resolve('api.allowed.test'); out.append(a or '-')\n"
-                     "connect(a, 8443)\n"
-                     "connect(a, 8444)\n"  // a port the rule does not name
-                     "b = resolve('evil.test')\n"
-                     "connect('127.0.0.3', 8443)\n"  // evil.test's address, asked for by number
-                     "print(' '.join(out))\n"),
+  const std::string p =
+      policy("dns-exact", "      - {domain: api.allowed.test, ports: [8443], protocol: tcp}\n");
+  Ran r = run(py(attempt_lib() + "a = resolve('api.allowed.test'); out.append(a or '-')\n"
+                                 "connect(a, 8443)\n"
+                                 "connect(a, 8444)\n"  // a port the rule does not name
+                                 "b = resolve('evil.test')\n"
+                                 "connect('198.18.0.3', 8443)\n"  // evil.test's address, asked for by number
+                                 "print(' '.join(out))\n"),
               with(p));
   ASSERT_EQ(r.code, 0) << r.describe();
-  EXPECT_EQ(r.out, "127.0.0.2 connected denied nxdomain denied\n") << r.describe();
+  EXPECT_EQ(r.out, "198.18.0.2 connected denied nxdomain denied\n") << r.describe();
   EXPECT_TRUE(upstream_saw("api.allowed.test")) << slurp(log_);
-  EXPECT_FALSE(upstream_saw("evil.test")) << "a name the policy does not allow was forwarded:\n" << slurp(log_);
+  EXPECT_FALSE(upstream_saw("evil.test")) << "a name the policy does not allow was forwarded:\n"
+                                          << slurp(log_);
   EXPECT_GE(r.result["denials"]["dns"]["by_name"].value("evil.test", 0), 1) << r.result.dump(2);
   EXPECT_GE(r.result["dns"]["pinned"].get<int>(), 1) << r.result.dump(2);
-  EXPECT_TRUE(has_record(r, "socket_connect", std::string(kEvilAddr) + ":8443")) << r.result.dump(2);
-  EXPECT_TRUE(has_record(r, "socket_connect", std::string(kAllowedAddr) + ":8444")) << r.result.dump(2);
+  // The two denied connects (the report's first records are the
+  // interpreter's denied file lookups).
+  EXPECT_EQ(denied(r, "socket_connect"), 2u) << r.result.dump(2);
 }
 
 // curl (its own resolver calls through glibc) under a policy that allows the
@@ -247,14 +260,13 @@ TEST_F(Dns, AWildcardMatchesNamesUnderItNotItself) {
   Listener wild(kWildAddr, kPort), apex(kApexAddr, kPort);
   ASSERT_TRUE(wild.ok() && apex.ok());
   const std::string p = policy("dns-wild", "      - {domain: \"*.pkg.wild.test\", ports: [8443]}\n");
-  Ran r = run(py(attempt_lib() +
-                     "a = resolve('a.pkg.wild.test'); out.append(a or '-'); connect(a, 8443)\n"
-                     "resolve('pkg.wild.test')\n"
-                     "connect('127.0.0.5', 8443)\n"
-                     "print(' '.join(out))\n"),
+  Ran r = run(py(attempt_lib() + "a = resolve('a.pkg.wild.test'); out.append(a or '-'); connect(a, 8443)\n"
+                                 "resolve('pkg.wild.test')\n"
+                                 "connect('198.18.0.5', 8443)\n"
+                                 "print(' '.join(out))\n"),
               with(p));
   ASSERT_EQ(r.code, 0) << r.describe();
-  EXPECT_EQ(r.out, "127.0.0.4 connected nxdomain denied\n") << r.describe();
+  EXPECT_EQ(r.out, "198.18.0.4 connected nxdomain denied\n") << r.describe();
   EXPECT_FALSE(upstream_saw("pkg.wild.test")) << slurp(log_);
 }
 
@@ -268,34 +280,36 @@ TEST_F(Dns, APinIsItsRunsAlone) {
   const std::string pb = policy("dns-b", "      - {domain: other.allowed.test, ports: [8443]}\n");
   // Run A keeps its pin fresh and its connection working until the test
   // closes A's listener (connection refused), then tries B's address.
-  const size_t seen_before = std::count(slurp(log_).begin(), slurp(log_).end(), '\n');
-  Started a = start(py(attempt_lib() +
-                           "a = resolve('api.allowed.test')\n"
-                           "t0 = time.monotonic()\n"
-                           "while time.monotonic() - t0 < 120:\n"
-                           "    resolve('api.allowed.test')\n"
-                           "    try:\n"
-                           "        socket.create_connection((a, 8443), timeout=5).close()\n"
-                           "    except ConnectionRefusedError:\n"
-                           "        out.append('refused'); break\n"
-                           "    except PermissionError:\n"
-                           "        out.append('lost'); break\n"
-                           "    time.sleep(0.3)\n"
-                           "connect('127.0.0.6', 8443)\n"
-                           "print(' '.join(out))\n"),
-                       with(pa));
-  // A has resolved once dnsmasq logged its question.
-  for (int i = 0; i < 600; ++i) {
+  auto asked = [] {  // how often dnsmasq was asked for A's name
     const std::string log = slurp(log_);
-    if (static_cast<size_t>(std::count(log.begin(), log.end(), '\n')) > seen_before &&
-        log.find("api.allowed.test from", log.size() > 4096 ? log.size() - 4096 : 0) != std::string::npos)
-      break;
+    size_t n = 0;
+    for (size_t at = log.find("api.allowed.test from"); at != std::string::npos;
+         at = log.find("api.allowed.test from", at + 1))
+      ++n;
+    return n;
+  };
+  const size_t asked_before = asked();
+  Started a = start(py(attempt_lib() + "a = resolve('api.allowed.test')\n"
+                                       "t0 = time.monotonic()\n"
+                                       "while time.monotonic() - t0 < 120:\n"
+                                       "    resolve('api.allowed.test')\n"
+                                       "    try:\n"
+                                       "        socket.create_connection((a, 8443), timeout=5).close()\n"
+                                       "    except ConnectionRefusedError:\n"
+                                       "        out.append('refused'); break\n"
+                                       "    except PermissionError:\n"
+                                       "        out.append('lost'); break\n"
+                                       "    time.sleep(0.3)\n"
+                                       "connect('198.18.0.6', 8443)\n"
+                                       "print(' '.join(out))\n"),
+                    with(pa));
+  // A has resolved once dnsmasq logged its question.
+  for (int i = 0; i < 600 && asked() == asked_before; ++i)
     std::this_thread::sleep_for(std::chrono::milliseconds(100));
-  }
-  Ran b = run(py(attempt_lib() +
-                     "connect('127.0.0.2', 8443)\n"  // A's pin, not B's
-                     "b = resolve('other.allowed.test'); connect(b, 8443)\n"
-                     "print(' '.join(out))\n"),
+  EXPECT_GT(asked(), asked_before) << "run A never resolved its name:\n" << slurp(log_);
+  Ran b = run(py(attempt_lib() + "connect('198.18.0.2', 8443)\n"  // A's pin, not B's
+                                 "b = resolve('other.allowed.test'); connect(b, 8443)\n"
+                                 "print(' '.join(out))\n"),
               with(pb));
   allowed.reset();  // A's next connection is refused: it moves on
   Ran ra = finish(a);
@@ -311,11 +325,10 @@ TEST_F(Dns, APinExpiresWithItsTtl) {
   Listener allowed(kAllowedAddr, kPort);
   ASSERT_TRUE(allowed.ok());
   const std::string p = policy("dns-ttl", "      - {domain: api.allowed.test, ports: [8443]}\n");
-  Ran r = run(py(attempt_lib() +
-                     "a = resolve('api.allowed.test'); t0 = time.monotonic(); connect(a, 8443)\n"
-                     "time.sleep(max(0, 7 - (time.monotonic() - t0)))\n"
-                     "connect(a, 8443)\n"
-                     "print(' '.join(out))\n"),
+  Ran r = run(py(attempt_lib() + "a = resolve('api.allowed.test'); t0 = time.monotonic(); connect(a, 8443)\n"
+                                 "time.sleep(max(0, 7 - (time.monotonic() - t0)))\n"
+                                 "connect(a, 8443)\n"
+                                 "print(' '.join(out))\n"),
               with(p));
   ASSERT_EQ(r.code, 0) << r.describe();
   EXPECT_EQ(r.out, "connected denied\n") << r.describe();
@@ -326,12 +339,55 @@ TEST_F(Dns, AnAliasResolvesToItsTargetsPinnedAddress) {
   Listener allowed(kAllowedAddr, kPort);
   ASSERT_TRUE(allowed.ok());
   const std::string p = policy("dns-alias", "      - {domain: alias.allowed.test, ports: [8443]}\n");
-  Ran r = run(py(attempt_lib() +
-                     "a = resolve('alias.allowed.test'); out.append(a or '-'); connect(a, 8443)\n"
-                     "print(' '.join(out))\n"),
+  Ran r = run(py(attempt_lib() + "a = resolve('alias.allowed.test'); out.append(a or '-'); connect(a, 8443)\n"
+                                 "print(' '.join(out))\n"),
               with(p));
   ASSERT_EQ(r.code, 0) << r.describe();
-  EXPECT_EQ(r.out, "127.0.0.2 connected\n") << r.describe();
+  EXPECT_EQ(r.out, "198.18.0.2 connected\n") << r.describe();
+}
+
+// An allowed name whose answer is this host (127.0.0.1, or 0.0.0.0, which
+// filtering resolvers answer for blocked names and which reaches the host):
+// the answer is released, nothing is pinned, and the host's listener stays
+// out of reach.
+TEST_F(Dns, AnAnswerPointingAtThisHostIsNeverPinned) {
+  uint16_t port = 0;
+  const int host = listen_tcp(AF_INET, &port);  // on 127.0.0.1 and so on 0.0.0.0's reach
+  ASSERT_GE(host, 0);
+  const std::string p = policy("dns-loop", "      - {domain: \"*.allowed.test\"}\n");
+  Ran r = run(py(attempt_lib() +
+                 "for name in ('loop.allowed.test', 'zero.allowed.test'):\n"
+                 "    a = resolve(name); out.append(a or '-'); connect(a, " +
+                 std::to_string(port) +
+                 ")\n"
+                 "print(' '.join(out))\n"),
+              with(p));
+  ::close(host);
+  ASSERT_EQ(r.code, 0) << r.describe();
+  EXPECT_EQ(r.out, "127.0.0.1 denied 0.0.0.0 denied\n") << r.describe();
+  EXPECT_EQ(r.result["dns"]["not_pinned"].get<int>(), 2) << r.result.dump(2);
+  EXPECT_EQ(r.result["dns"]["pinned"].get<int>(), 0) << r.result.dump(2);
+}
+
+// A socket made outside the run is not redirected to its resolver (the
+// cgroup's programs run for the sockets made in it): a run with domain rules
+// refuses one as a standard stream, before anything is created; the same
+// run with a pipe there starts.
+TEST_F(Dns, ARunRefusesANetworkSocketAsAStandardStream) {
+  const std::string p = policy("dns-stdio", "      - {domain: api.allowed.test}\n");
+  SpawnOptions o = with(p);
+  o.in_child = [] {
+    int s = ::socket(AF_INET, SOCK_DGRAM, 0);
+    ::dup2(s, 0);
+  };
+  const std::vector<std::string> before = run_cgroups();
+  Ran r = run({"--", "/bin/true"}, o);
+  EXPECT_EQ(r.code, 125) << r.describe();
+  EXPECT_NE(r.err.find("descriptor 0 is an IPv4/IPv6 socket"), std::string::npos) << r.describe();
+  EXPECT_EQ(run_cgroups(), before) << "nothing was created";
+  Ran fine = run(py("print('ok')"), with(p));
+  EXPECT_EQ(fine.code, 0) << fine.describe();
+  EXPECT_EQ(fine.out, "ok\n") << fine.describe();
 }
 
 }  // namespace

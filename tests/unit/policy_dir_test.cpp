@@ -206,6 +206,22 @@ TEST_F(PolicyDirReload, AWorkspaceIsCheckedAgainstTheLoadedRules) {
   EXPECT_FALSE(d->workspace_problem("unknown", bin + "/ws"));
 }
 
+// A policy with domain rules loads (runs get a resolver each) and says where
+// its first one is, so the daemon's attach can refuse it with the place.
+TEST_F(PolicyDirReload, ADomainRuleIsLoadedAndNamedForAttach) {
+  write("named.yaml",
+        "apiVersion: agentcage/v1\nkind: Policy\nmetadata: {name: named}\nspec:\n  network:\n    allow:\n"
+        "      - {cidr: 10.0.0.0/8}\n      - {domain: api.example.com, ports: [443]}\n");
+  write("plain.yaml", "apiVersion: agentcage/v1\nkind: Policy\nmetadata: {name: plain}\nspec: {}\n");
+  auto d = make_dir();
+  d->full_scan();
+  ASSERT_TRUE(d->named_slot("named"));
+  EXPECT_NE(d->domain_rule("named").find("named.yaml:8:9: domain api.example.com"), std::string::npos)
+      << d->domain_rule("named");
+  EXPECT_EQ(d->domain_rule("plain"), "");
+  EXPECT_EQ(d->domain_rule("unknown"), "");
+}
+
 // A reload governs the scopes already on the slot: rules that would deny a
 // live scope's workspace whole, or let it run what it writes there, are
 // refused, and the rules that enforce stay.

@@ -4,13 +4,13 @@
 // backend that records the order of every map operation.
 #include <gtest/gtest.h>
 
+#include <unistd.h>
 #include <algorithm>
 #include <cerrno>
 #include <filesystem>
 #include <fstream>
-#include <optional>
-#include <unistd.h>
 #include <map>
+#include <optional>
 #include <set>
 #include <string>
 #include <vector>
@@ -522,7 +522,8 @@ TEST(Attach, RefusesAPolicyWithDomainRules) {
   std::ofstream(file) << "apiVersion: agentcage/v1\nkind: Policy\nmetadata:\n  name: named\nspec:\n"
                          "  network:\n    allow:\n      - {domain: api.example.com, ports: [443]}\n";
   std::vector<std::string> diagnostics;
-  auto attached = agentcage::scope::attach({"/nonexistent/cgroup", file.string(), "", "", std::nullopt}, diagnostics);
+  auto attached =
+      agentcage::scope::attach({"/nonexistent/cgroup", file.string(), "", "", std::nullopt}, diagnostics);
   std::filesystem::remove_all(dir);
   ASSERT_FALSE(attached.ok());
   EXPECT_EQ(attached.error().code, EINVAL);

@@ -83,8 +83,8 @@ Status Enforcer::put_pin(const ac_pin_key& key, uint64_t expires_ns) {
   if (!map) return map.error();
   ac_pin pin{expires_ns};
   if (int err = bpf_map_update_elem(*map, &key, &pin, BPF_ANY))
-    return bpf_error(err == -E2BIG ? "pinning an address: the pin map is full (" + std::to_string(AC_MAX_PINS) +
-                                         " addresses across all runs)"
+    return bpf_error(err == -E2BIG ? "pinning an address: the pin map is full (" +
+                                         std::to_string(AC_MAX_PINS) + " addresses across all runs)"
                                    : std::string("pinning an address"),
                      err);
   return {};

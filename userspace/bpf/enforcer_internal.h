@@ -31,10 +31,14 @@ struct CgroupProgram {
   bpf_attach_type type;
 };
 inline constexpr CgroupProgram kDnsPrograms[] = {
-    {"ac_dns_connect4", BPF_CGROUP_INET4_CONNECT},         {"ac_dns_connect6", BPF_CGROUP_INET6_CONNECT},
-    {"ac_dns_sendmsg4", BPF_CGROUP_UDP4_SENDMSG},          {"ac_dns_sendmsg6", BPF_CGROUP_UDP6_SENDMSG},
-    {"ac_dns_recvmsg4", BPF_CGROUP_UDP4_RECVMSG},          {"ac_dns_recvmsg6", BPF_CGROUP_UDP6_RECVMSG},
-    {"ac_dns_getpeername4", BPF_CGROUP_INET4_GETPEERNAME}, {"ac_dns_getpeername6", BPF_CGROUP_INET6_GETPEERNAME},
+    {"ac_dns_connect4", BPF_CGROUP_INET4_CONNECT},
+    {"ac_dns_connect6", BPF_CGROUP_INET6_CONNECT},
+    {"ac_dns_sendmsg4", BPF_CGROUP_UDP4_SENDMSG},
+    {"ac_dns_sendmsg6", BPF_CGROUP_UDP6_SENDMSG},
+    {"ac_dns_recvmsg4", BPF_CGROUP_UDP4_RECVMSG},
+    {"ac_dns_recvmsg6", BPF_CGROUP_UDP6_RECVMSG},
+    {"ac_dns_getpeername4", BPF_CGROUP_INET4_GETPEERNAME},
+    {"ac_dns_getpeername6", BPF_CGROUP_INET6_GETPEERNAME},
 };
 inline constexpr size_t kPerScopePrograms = 1 + std::size(kDnsPrograms);
 inline bool per_scope_program(std::string_view name) {

@@ -282,9 +282,12 @@ Status Enforcer::add_scope(const ScopeCgroup& cgroup, uint64_t scope_id, uint32_
     // without it.
     if (Status st = attach_receive_filter(cgroup.fd); !st) return st;
     const bool dns = flags & AC_SCOPE_F_DNS;
-    if (dns && dns_port == 0) {
+    // (Its pins and its BPF lookups key it by its cgroup's id.)
+    if (dns && (dns_port == 0 || scope_id != cgroup_id)) {
       detach_receive_filter(cgroup.fd);
-      return Error{"bpf: a scope whose DNS is redirected needs its resolver's port", EINVAL};
+      return Error{
+          "bpf: a scope whose DNS is redirected needs its resolver's port and its cgroup's id as its id",
+          EINVAL};
     }
     // The DNS programs before the scope, too: the LSM lets the scope's
     // queries to port 53 through only because these send them on.

@@ -127,6 +127,7 @@ std::string with_defaults(std::string_view text) {
   static constexpr std::pair<std::string_view, const char*> kDefaults[] = {
       {"POLICY_DIR", core::kDefaultPolicyDir},
       {"STATE_DIR", core::kDefaultStateDir},
+      {"RESOLV_CONF", core::kDefaultResolvConf},
       {"CONTROL_SOCKET", core::kDefaultControlSocket},
       {"WORKSPACE_ROOT", core::kDefaultWorkspaceRoot},
       {"PIN_ROOT", core::kDefaultPinRoot},

@@ -43,7 +43,7 @@ std::string help_text(const CLI::App& command);
 
 // `text` with each @NAME@ replaced by the default it names in core/paths.h
 // (@POLICY_DIR@, @STATE_DIR@, @CONTROL_SOCKET@, @WORKSPACE_ROOT@, @PIN_ROOT@,
-// @CGROUP_PARENT@), so help texts never spell a default that could drift
+// @CGROUP_PARENT@, @RESOLV_CONF@), so help texts never spell a default that could drift
 // from the one the code uses. An unknown @NAME@ is a programming error and
 // throws std::logic_error (the unit tests render every help text).
 std::string with_defaults(std::string_view text);

@@ -159,6 +159,9 @@ ENVIRONMENT
   AGENTCAGE_CGROUP_PARENT   run cgroups' parent, relative to the cgroup2 mount;
                             default @CGROUP_PARENT@ (under /sys/fs/cgroup)
   AGENTCAGE_STATE_DIR       run records and uid leases; default @STATE_DIR@
+  AGENTCAGE_RESOLV_CONF     the upstream DNS servers (nameserver lines) a run's
+                            resolver forwards the names its policy allows to
+                            (domain rules); default @RESOLV_CONF@
   AGENTCAGE_CONTROL_SOCKET  the daemon's socket, for a run without root;
                             default @CONTROL_SOCKET@
 

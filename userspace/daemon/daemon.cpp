@@ -364,6 +364,12 @@ json Daemon::attach(const Request& r) {
     return {{"ok", false},
             {"error", "no policy named '" + r.policy + "' is loaded by the daemon (policy dir " +
                           cfg_.policy_dir + ")"}};
+  if (const std::string domain = dir_.domain_rule(r.policy); !domain.empty())
+    return {{"ok", false},
+            {"error", "policy " + r.policy + " allows destinations by name (" + domain +
+                          "); a name rule is answered by a resolver of each run's own, which an attached "
+                          "cgroup has none of: run the workload with `agentcage run`, or allow its "
+                          "destinations by cidr for an attachment"}};
   auto cg = scope::find_cgroup(r.cgroup);
   if (!cg) return {{"ok", false}, {"error", cg.error().message}};
   const bool uses_ws = dir_.uses_workspace(r.policy);

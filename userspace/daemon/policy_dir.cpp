@@ -57,6 +57,11 @@ bool PolicyDirectory::uses_workspace(const std::string& policy) const {
   return f != files_.end() && f->second.uses_workspace;
 }
 
+std::string PolicyDirectory::domain_rule(const std::string& policy) const {
+  auto f = files_.find(policy + ".yaml");
+  return f != files_.end() && f->second.loaded ? f->second.domain_rule : std::string();
+}
+
 std::optional<policy::Limits> PolicyDirectory::limits(const std::string& policy) const {
   auto f = files_.find(policy + ".yaml");
   if (f == files_.end() || !f->second.loaded) return std::nullopt;
@@ -211,6 +216,10 @@ void PolicyDirectory::install(PolicyFile& pf, const std::string& path) {
     return reject(pf, {compiled.error().message}, core::FailClosedReason::policy_invalid);  // located
   const uint64_t digest = bpf::policy_digest(pf.name, *compiled);
   pf.limits = parsed.policy->limits;
+  pf.domain_rule.clear();
+  if (const policy::NetRule* d = policy::first_domain_rule(*parsed.policy))
+    pf.domain_rule = parsed.policy->source_of(d->pos) + ":" + std::to_string(d->pos.line) + ":" +
+                     std::to_string(d->pos.column) + ": domain " + d->domain;
   pf.uses_workspace = std::any_of(compiled->paths.begin(), compiled->paths.end(), [](const bpf::PathRule& r) {
     return r.space == bpf::RuleSpace::workspace;
   });

@@ -61,6 +61,9 @@ struct PolicyFile {
   uint64_t digest = 0;
   bool loaded = false;  // the file's current content is what enforces
   bool uses_workspace = false;
+  // Its first domain rule ("FILE:LINE:COL: domain NAME"), "" without one:
+  // such a policy governs runs (each has a resolver), not attachments.
+  std::string domain_rule;
   // The files its last parse was led to by `include:` (policy::ParseResult::
   // included_files): a change to one of them reloads this policy too.
   std::vector<std::string> included_files;
@@ -105,6 +108,8 @@ class PolicyDirectory {
   const std::string& path() const { return dir_; }
   std::optional<uint32_t> named_slot(const std::string& policy) const;
   bool uses_workspace(const std::string& policy) const;
+  // The loaded `policy`'s first domain rule, "" when it has none.
+  std::string domain_rule(const std::string& policy) const;
   // bpf::workspace_problem for the loaded content of `policy` (nullopt
   // when it is not loaded: the caller refuses that on its own).
   std::optional<std::string> workspace_problem(const std::string& policy, const std::string& workspace) const;

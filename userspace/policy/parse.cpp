@@ -446,8 +446,9 @@ class Validator {
                   ", got " + describe(item));
       } else if (auto rule = net_rule(item, name)) {
         if (listen && rule->kind == NetRule::Kind::domain) {
-          error(rule->pos, name + ": a domain names a destination; network.listen takes a cidr or an "
-                                  "abstract name \"@name\"");
+          error(rule->pos, name +
+                               ": a domain names a destination; network.listen takes a cidr or an "
+                               "abstract name \"@name\"");
         } else if (listen && rule->kind == NetRule::Kind::unix_path) {
           error(rule->pos, name + ": a unix socket at a path is a file; allow creating it with files.write " +
                                "(network.listen takes a cidr or an abstract name \"@name\")");
@@ -473,7 +474,8 @@ class Validator {
       error((domain ? domain : unix_socket)->key_pos,
             name + ": a rule has one of 'cidr', 'domain' or 'unix', not several");
     } else if (!cidr && !unix_socket && !domain) {
-      error(rule.pos, name + ": a rule needs 'cidr' or 'domain' (with optional ports and protocol) or 'unix'");
+      error(rule.pos,
+            name + ": a rule needs 'cidr' or 'domain' (with optional ports and protocol) or 'unix'");
     }
     if (domain) {
       if (auto v = scalar(*domain, name + ".domain")) {
@@ -519,8 +521,9 @@ class Validator {
                       [&](const std::string& text, Position pos, const std::string& item_name) {
                         if (auto range = parse_port_range(text)) {
                           if (domain && range->first != range->last) {
-                            error(pos, item_name + ": a domain rule lists single ports, not a range (each "
-                                                   "port is pinned for each address the name resolves to)");
+                            error(pos, item_name +
+                                           ": a domain rule lists single ports, not a range (each "
+                                           "port is pinned for each address the name resolves to)");
                           } else if (domain && rule.ports.size() >= kMaxDomainPorts) {
                             error(pos, item_name + ": a domain rule lists at most " +
                                            std::to_string(kMaxDomainPorts) + " ports");

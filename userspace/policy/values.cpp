@@ -271,10 +271,12 @@ Result<Domain> parse_domain(std::string_view text) {
   if (text.find("://") != std::string_view::npos || text.find('/') != std::string_view::npos)
     return fail(shown + " is a URL or a path; a domain rule names a host, e.g. api.example.com");
   if (text.find(':') != std::string_view::npos)
-    return fail(shown + " has a ':'; a domain rule names a host without a port (use 'ports') and an "
-                        "address is a cidr rule's");
+    return fail(shown +
+                " has a ':'; a domain rule names a host without a port (use 'ports') and an "
+                "address is a cidr rule's");
   for (unsigned char c : text)
-    if (c >= 0x80) return fail(shown + " is not ASCII; write an international name in its xn-- (punycode) form");
+    if (c >= 0x80)
+      return fail(shown + " is not ASCII; write an international name in its xn-- (punycode) form");
   Domain d;
   std::string_view rest = text;
   if (rest.starts_with("*.")) {

@@ -3,7 +3,11 @@
 
 #include <time.h>
 
+#include <sys/socket.h>
+
+#include <algorithm>
 #include <cstring>
+#include <optional>
 
 namespace agentcage::run {
 namespace {
@@ -18,7 +22,43 @@ std::string key_bytes(const ac_pin_key& k) {
   return std::string(reinterpret_cast<const char*>(&k), sizeof k);
 }
 
+// Addresses an answer never pins: they are not a remote host's. This host
+// itself (unspecified, loopback: 0.0.0.0 is what filtering resolvers answer
+// for a blocked name, and a connect to it reaches the host), link-local
+// (cloud metadata services at 169.254.169.254), multicast and broadcast,
+// and an IPv4 address dressed as IPv6 in an AAAA record.
+bool never_pinned(const dns::Address& a) {
+  const auto& b = a.addr;
+  const bool mapped = std::all_of(b.begin(), b.begin() + 10, [](uint8_t x) { return x == 0; }) &&
+                      b[10] == 0xff && b[11] == 0xff;
+  if (a.family == AF_INET) {
+    if (!mapped) return true;
+    const uint8_t first = b[12];
+    return first == 0 || first == 127 || (first == 169 && b[13] == 254) || first >= 224;
+  }
+  if (mapped) return true;
+  const bool zero_but_last = std::all_of(b.begin(), b.begin() + 15, [](uint8_t x) { return x == 0; });
+  return (zero_but_last && (b[15] == 0 || b[15] == 1)) ||  // :: and ::1
+         (b[0] == 0xfe && (b[1] & 0xc0) == 0x80) ||        // fe80::/10
+         b[0] == 0xff;                                     // ff00::/8
+}
+
 }  // namespace
+
+Status refuse_inet_stdio() {
+  for (int fd = 0; fd <= 2; ++fd) {
+    int domain = 0;
+    socklen_t len = sizeof domain;
+    if (::getsockopt(fd, SOL_SOCKET, SO_DOMAIN, &domain, &len) == 0 &&
+        (domain == AF_INET || domain == AF_INET6))
+      return Error{"descriptor " + std::to_string(fd) +
+                       " is an IPv4/IPv6 socket; a run whose policy allows destinations by name takes no "
+                       "network socket as a standard stream (its DNS would not go to the run's resolver): "
+                       "pass a pipe, a file or a unix socket",
+                   EINVAL};
+  }
+  return {};
+}
 
 Result<std::unique_ptr<RunDns>> RunDns::open(const policy::Policy& policy, bpf::Enforcer& enforcer,
                                              uint64_t scope_id, const std::string& resolv_conf) {
@@ -49,12 +89,19 @@ Result<std::unique_ptr<RunDns>> RunDns::open(const policy::Policy& policy, bpf::
 // an answer is released only with every pin it needs in place.
 Status RunDns::pin(const dns::Resolved& resolved) {
   const uint64_t expires = boot_ns() + static_cast<uint64_t>(resolved.ttl.count()) * 1000000000ull;
+  std::vector<dns::Address> addresses;
+  for (const auto& a : resolved.addresses) {
+    if (never_pinned(a))
+      ++report_.not_pinned;
+    else
+      addresses.push_back(a);
+  }
   std::vector<ac_pin_key> keys;
   for (size_t index : resolved.rules) {
     if (index >= reach_.size()) continue;
     const Reach& r = reach_[index];
     std::vector<uint16_t> ports = r.ports.empty() ? std::vector<uint16_t>{0} : r.ports;
-    for (const auto& a : resolved.addresses)
+    for (const auto& a : addresses)
       for (uint16_t port : ports)
         for (uint8_t bit : {uint8_t{AC_PROTO_TCP}, uint8_t{AC_PROTO_UDP}}) {
           if ((bit == AC_PROTO_TCP && !r.tcp) || (bit == AC_PROTO_UDP && !r.udp)) continue;
@@ -66,14 +113,37 @@ Status RunDns::pin(const dns::Resolved& resolved) {
           keys.push_back(k);
         }
   }
+  // One run may not fill the host's pin map for every other run.
+  size_t fresh = 0;
+  for (const auto& k : keys) fresh += !pins_.count(key_bytes(k));
+  if (pins_.size() + fresh > kMaxPinsPerRun) {
+    ++report_.pin_errors;
+    return Error{"dns: the run holds " + std::to_string(pins_.size()) + " pins; " + std::to_string(fresh) +
+                     " more would pass its limit of " + std::to_string(kMaxPinsPerRun),
+                 E2BIG};
+  }
+  // All or nothing: what this answer wrote is undone when a pin fails.
+  std::vector<std::pair<ac_pin_key, std::optional<uint64_t>>> written;
   for (const auto& k : keys) {
     // A pin held longer already stays as long.
     auto it = pins_.find(key_bytes(k));
-    const uint64_t until = it != pins_.end() ? std::max(it->second.second, expires) : expires;
+    const std::optional<uint64_t> before =
+        it != pins_.end() ? std::optional<uint64_t>(it->second.second) : std::nullopt;
+    const uint64_t until = before ? std::max(*before, expires) : expires;
     if (Status st = enforcer_.put_pin(k, until); !st) {
       ++report_.pin_errors;
+      for (const auto& [key, old] : written) {
+        if (old) {
+          static_cast<void>(enforcer_.put_pin(key, *old));
+          pins_[key_bytes(key)] = {key, *old};
+        } else {
+          enforcer_.delete_pin(key);
+          pins_.erase(key_bytes(key));
+        }
+      }
       return st;
     }
+    written.emplace_back(k, before);
     pins_[key_bytes(k)] = {k, until};
     ++report_.pinned;
   }
@@ -114,10 +184,10 @@ DnsReport RunDns::report() const {
 }
 
 nlohmann::json dns_json(const DnsReport& r) {
-  return {{"queries", r.stats.queries},       {"forwarded", r.stats.forwarded},
-          {"refused", r.stats.refused},       {"failed", r.stats.failed},
-          {"malformed", r.stats.malformed},   {"other_types", r.stats.other_types},
-          {"pinned", r.pinned},               {"pin_errors", r.pin_errors}};
+  return {
+      {"queries", r.stats.queries}, {"forwarded", r.stats.forwarded}, {"refused", r.stats.refused},
+      {"failed", r.stats.failed},   {"malformed", r.stats.malformed}, {"other_types", r.stats.other_types},
+      {"pinned", r.pinned},         {"pin_errors", r.pin_errors},     {"not_pinned", r.not_pinned}};
 }
 
 }  // namespace agentcage::run

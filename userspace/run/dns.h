@@ -29,11 +29,21 @@ struct DnsReport {
   dns::Stats stats;
   uint64_t pinned = 0;  // pins made (address x port x protocol)
   uint64_t pin_errors = 0;
+  uint64_t not_pinned = 0;  // addresses of answers that are never pinned (this host, link-local, multicast)
   uint64_t refused_total = 0;
   std::map<std::string, uint64_t> refused_by_name;  // the first kNames distinct names
   static constexpr size_t kNames = 256;
 };
 
+// Pins one run may hold at once (address x port x protocol), of the host's
+// AC_MAX_PINS: more is refused (SERVFAIL) rather than crowding out others.
+inline constexpr size_t kMaxPinsPerRun = 4096;
+
+// A socket made outside the run's cgroup is not redirected to its resolver
+// (the cgroup's programs run for the sockets made in it), so a run with
+// domain rules refuses an IPv4 or IPv6 socket among its standard streams
+// (fds 0..2): its DNS queries would reach the network as they are.
+Status refuse_inet_stdio();
 
 class RunDns {
  public:

@@ -201,6 +201,8 @@ Step check_request(Run& run) {
         "--io-dir and --workspace are alternatives: --io-dir is copied into a fresh workspace and back",
         "give one");
   if (opts.io_owner && !opts.io_dir) return failure("--io-owner goes with --io-dir", "add --io-dir DIR");
+  if (policy::first_domain_rule(*run.policy))
+    if (Status st = refuse_inet_stdio(); !st) return failure(st.error().message, "", st.error().code);
   if (opts.io_owner) {
     auto spec = parse_user_spec(*opts.io_owner);
     if (!spec || !spec->uid || !spec->gid)

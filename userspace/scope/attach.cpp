@@ -59,9 +59,9 @@ Result<Attached> attach(const AttachRequest& req, std::vector<std::string>& diag
     return Error{"policy " + *file + " is invalid; nothing was changed", EINVAL};
   }
   if (const policy::NetRule* domain = policy::first_domain_rule(*parsed.policy))
-    return Error{"policy " + *file + " allows destinations by name (" + parsed.policy->source_of(domain->pos) + ":" +
-                     std::to_string(domain->pos.line) + ":" + std::to_string(domain->pos.column) +
-                     ": domain " + domain->domain +
+    return Error{"policy " + *file + " allows destinations by name (" +
+                     parsed.policy->source_of(domain->pos) + ":" + std::to_string(domain->pos.line) + ":" +
+                     std::to_string(domain->pos.column) + ": domain " + domain->domain +
                      "); a name rule is answered by a resolver of each run's own, which an attached "
                      "cgroup has none of. Run the workload with `agentcage run`, or allow its "
                      "destinations by cidr for an attachment; nothing was changed",
