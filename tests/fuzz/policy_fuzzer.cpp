@@ -78,6 +78,26 @@ void check_policy(const Policy& p) {
         check(!r.unix_name.empty() && r.unix_name.size() <= kMaxUnixNameBytes);
         check(r.ports.empty() && r.protocol == Protocol::any);
         break;
+      case NetRule::Kind::domain: {
+        // What parse_domain promises: 2+ labels of [a-z0-9_-], 1..63 bytes
+        // each, at most 253 in all; single ports, at most 16.
+        check(!r.domain.empty() && r.domain.size() <= 253 && r.unix_name.empty());
+        check(r.domain.find('.') != std::string::npos);
+        size_t label = 0;
+        for (char ch : r.domain) {
+          if (ch == '.') {
+            check(label >= 1);
+            label = 0;
+            continue;
+          }
+          check((ch >= 'a' && ch <= 'z') || (ch >= '0' && ch <= '9') || ch == '-' || ch == '_');
+          check(++label <= 63);
+        }
+        check(label >= 1);
+        check(r.ports.size() <= 16);
+        for (const auto& range : r.ports) check(range.first >= 1 && range.first == range.last);
+        break;
+      }
     }
   }
   const Limits& l = p.limits;

@@ -183,11 +183,4 @@ DnsReport RunDns::report() const {
   return r;
 }
 
-nlohmann::json dns_json(const DnsReport& r) {
-  return {
-      {"queries", r.stats.queries}, {"forwarded", r.stats.forwarded}, {"refused", r.stats.refused},
-      {"failed", r.stats.failed},   {"malformed", r.stats.malformed}, {"other_types", r.stats.other_types},
-      {"pinned", r.pinned},         {"pin_errors", r.pin_errors},     {"not_pinned", r.not_pinned}};
-}
-
 }  // namespace agentcage::run

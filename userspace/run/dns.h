@@ -15,8 +15,6 @@
 #include <string>
 #include <vector>
 
-#include <nlohmann/json.hpp>
-
 #include "bpf/enforcer.h"
 #include "dns/resolver.h"
 #include "policy/model.h"
@@ -80,7 +78,5 @@ class RunDns {
   std::map<std::string, std::pair<ac_pin_key, uint64_t>> pins_;
   DnsReport report_;
 };
-
-nlohmann::json dns_json(const DnsReport& report);
 
 }  // namespace agentcage::run

@@ -54,6 +54,14 @@ nlohmann::json timestamp(std::chrono::system_clock::time_point t) {
   return buf;
 }
 
+// The result's "dns" (run/dns.h).
+nlohmann::json dns_json(const DnsReport& r) {
+  return {
+      {"queries", r.stats.queries}, {"forwarded", r.stats.forwarded}, {"refused", r.stats.refused},
+      {"failed", r.stats.failed},   {"malformed", r.stats.malformed}, {"other_types", r.stats.other_types},
+      {"pinned", r.pinned},         {"pin_errors", r.pin_errors},     {"not_pinned", r.not_pinned}};
+}
+
 }  // namespace
 
 nlohmann::json to_json(const RunResult& r) {
