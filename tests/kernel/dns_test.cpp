@@ -255,6 +255,30 @@ TEST_F(Dns, DirectQueriesToAnyServerAreAnsweredByTheRunsResolver) {
   EXPECT_EQ(r.result["denials"]["dns"]["by_name"].value("evil.test", 0), 4) << r.result.dump(2);
 }
 
+// TCP fast open sends its data with the SYN (sendto with MSG_FASTOPEN, no
+// connect): the kernel's connect hook still redirects it, so the run's
+// resolver answers and the upstream never sees the name.
+TEST_F(Dns, AFastOpenQueryIsAnsweredByTheRunsResolver) {
+  const std::string p = policy("dns-tfo", "      - {domain: api.allowed.test, ports: [8443]}\n");
+  Ran r = run(
+      py("import socket, struct\n"
+         "q = struct.pack('>HHHHHH', 11, 0x0100, 1, 0, 0, 0)\n"
+         "for label in 'evil.test'.split('.'):\n"
+         "    q += bytes([len(label)]) + label.encode()\n"
+         "q += b'\\0' + struct.pack('>HH', 1, 1)\n"
+         "t = socket.socket(socket.AF_INET, socket.SOCK_STREAM)\n"  // blocking: it waits for the SYN's answer
+         "t.sendto(struct.pack('>H', len(q)) + q, socket.MSG_FASTOPEN, ('127.0.0.1', 53))\n"
+         "t.settimeout(5)\n"
+         "n = struct.unpack('>H', t.recv(2))[0]; reply = t.recv(n)\n"
+         "rid, flags = struct.unpack('>HH', reply[:4])\n"
+         "print('tfo', rid, flags & 0xf)\n"),
+      with(p));
+  ASSERT_EQ(r.code, 0) << r.describe();
+  EXPECT_EQ(r.out, "tfo 11 3\n") << r.describe();  // NXDOMAIN, from the run's resolver
+  EXPECT_FALSE(upstream_saw("evil.test")) << slurp(log_);
+  EXPECT_EQ(r.result["denials"]["dns"]["by_name"].value("evil.test", 0), 1) << r.result.dump(2);
+}
+
 // "*.pkg.wild.test" is every name under pkg.wild.test, not pkg.wild.test.
 TEST_F(Dns, AWildcardMatchesNamesUnderItNotItself) {
   Listener wild(kWildAddr, kPort), apex(kApexAddr, kPort);
