@@ -153,6 +153,60 @@ TEST_F(Daemon, PrometheusScrapesDecisionsAfterADeniedRun) {
   EXPECT_EQ(text.find("/etc/passwd"), std::string::npos);
 }
 
+// A name the run's resolver refused reaches the daemon when the run ends: one
+// audit line per name (with the run id and the count the result has) and
+// agentcage_decisions_total{hook="dns",decision="deny"}.
+TEST_F(Daemon, NamesARunsResolverRefusedAreAuditLinesAndDenialMetrics) {
+  write_file(dir_ / "policies" / "dtest.yaml",
+             "apiVersion: agentcage/v1\nkind: Policy\nmetadata: {name: dtest}\nspec:\n"
+             "  exec: {allow: [/usr/bin/getent]}\n"
+             // No /etc/nsswitch.conf nor /etc/resolv.conf: glibc's defaults, DNS on 127.0.0.1.
+             "  files: {read: [/usr/lib, /usr/lib64, /etc/ld.so.cache, \"${workspace}\"]}\n"
+             "  network: {allow: [{domain: api.allowed.test, ports: [443], protocol: tcp}]}\n");
+  // The resolver's upstream is never asked for a refused name; nothing listens there.
+  std::ofstream(dir_ / "resolv.conf") << "nameserver 127.0.0.1\n";
+  start_daemon();
+  const std::string denied = "agentcage_decisions_total{decision=\"deny\",hook=\"dns\",policy=\"dtest\"}";
+  EXPECT_EQ(http_get(kMetricsPort, "/metrics").find(denied), std::string::npos);
+
+  std::vector<std::string> argv = {agentcage_bin(), "run", "--policy", "dtest", "--policy-dir",
+                                   (dir_ / "policies").string(), "--result", (dir_ / "dns.json").string(),
+                                   "--label", "case=dns", "--", "getent", "hosts", "exfil.secret.test"};
+  Proc run = spawn(argv, dir_ / "dns.out", {"AGENTCAGE_RESOLV_CONF=" + (dir_ / "resolv.conf").string()});
+  EXPECT_EQ(wait_exit(run.pid), 2) << slurp(run.out);  // getent: not found
+  json result = json::parse(slurp(dir_ / "dns.json"), nullptr, false);
+  ASSERT_TRUE(result.is_object()) << slurp(run.out);
+  const json& by_name = result["denials"]["dns"]["by_name"];
+  ASSERT_TRUE(by_name.contains("exfil.secret.test")) << result["denials"].dump() << slurp(run.out);
+  const uint64_t total = result["denials"]["dns"]["total"].get<uint64_t>();
+
+  json line;
+  ASSERT_TRUE(wait_until(
+      [&] {
+        std::istringstream audit(slurp(dir_ / "audit.jsonl"));
+        for (std::string l; std::getline(audit, l);) {
+          json ev = json::parse(l, nullptr, false);
+          if (ev.is_object() && ev["hook"] == "dns" && ev["target"] == "exfil.secret.test") line = ev;
+        }
+        return line.is_object();
+      },
+      30s))
+      << "no audit line for the refused name:\n"
+      << slurp(dir_ / "audit.jsonl") << log();
+  EXPECT_EQ(line["run_id"], result["run_id"]);
+  EXPECT_EQ(line["policy"], "dtest");
+  EXPECT_EQ(line["decision"], "deny");
+  EXPECT_EQ(line["reason"], "default_deny");
+  EXPECT_EQ(line["target_kind"], "name");
+  EXPECT_EQ(line["count"], by_name["exfil.secret.test"]);
+  EXPECT_EQ(line["labels"], json({{"case", "dns"}}));
+  EXPECT_EQ(line["time"].get<std::string>().size(), std::string("2025-01-02T03:04:05.123456789Z").size());
+  // Every refusal is counted, listed or not; the name never becomes a label.
+  EXPECT_GE(total, 1u);
+  EXPECT_EQ(scrape(denied), static_cast<double>(total)) << http_get(kMetricsPort, "/metrics");
+  EXPECT_EQ(http_get(kMetricsPort, "/metrics").find("exfil.secret.test"), std::string::npos);
+}
+
 // ---- hot reload ----------------------------------------------------------------
 
 TEST_F(Daemon, HotReloadAppliesValidChangesRejectsInvalidOnesAndFailsClosedOnDelete) {
@@ -334,7 +388,7 @@ TEST_F(Daemon, MalformedControlRequestsAreRejectedAndChangeNothing) {
     for (std::string line; std::getline(in, line);)
       if (line.rfind("agentcage_runs_total{", 0) == 0 ||
           line.rfind("agentcage_run_duration_seconds_count", 0) == 0 ||
-          line.find("hook=\"syscall\"") != std::string::npos)
+          line.find("hook=\"syscall\"") != std::string::npos || line.find("hook=\"dns\"") != std::string::npos)
         out += line + "\n";
     return out;
   };
@@ -385,6 +439,21 @@ TEST_F(Daemon, MalformedControlRequestsAreRejectedAndChangeNothing) {
                           "\"7\"", "true", "null", "{}"})
     cases.emplace_back(end_prefix + bad + "}\n",
                        "\"syscalls_denied\" must be an integer 0..9007199254740992");
+  // run_end's refused names: a bounded object of printable names and counts.
+  const std::string dns_prefix =
+      "{\"op\":\"run_end\",\"run_id\":\"0123456789abcdef\",\"policy\":\"dtest\",\"outcome\":\"ok\","
+      "\"exit_code\":0,\"duration_seconds\":1,\"dns_refused\":";
+  std::string many = "{\"total\":100,\"by_name\":{";
+  for (int i = 0; i < 65; ++i) many += (i ? "," : "") + std::string("\"n") + std::to_string(i) + ".test\":1";
+  for (const auto& [bad, expect] : std::vector<std::pair<std::string, std::string>>{
+           {"7", "\"dns_refused\" must be an object"},
+           {"{\"total\":-1}", "\"dns_refused.total\" must be an integer"},
+           {"{\"total\":1,\"names\":{}}", "unknown field \"names\" in \"dns_refused\""},
+           {"{\"total\":1,\"by_name\":{\"a\\nb\":1}}", "1..253 bytes of printable ASCII"},
+           {"{\"total\":1,\"by_name\":{\"a.test\":0}}", "the count of a refused name must be"},
+           {"{\"total\":1,\"by_name\":{\"a.test\":2}}", "counts more refusals than \"total\""},
+           {many + "}}", "at most 64 names"}})
+    cases.emplace_back(dns_prefix + bad + "}\n", expect);
   for (const auto& [line, expect] : cases) {
     json r = raw(line);
     EXPECT_EQ(r.value("ok", true), false) << line.substr(0, 200) << " -> " << r.dump();
@@ -397,6 +466,7 @@ TEST_F(Daemon, MalformedControlRequestsAreRejectedAndChangeNothing) {
   EXPECT_EQ(after["scopes"].size(), before["scopes"].size());
   EXPECT_EQ(run_metrics(), metrics_before);
   EXPECT_EQ(metrics_before.find("hook=\"syscall\""), std::string::npos) << metrics_before;
+  EXPECT_EQ(metrics_before.find("hook=\"dns\""), std::string::npos) << metrics_before;
   EXPECT_EQ(open_in(*cg, "/etc/passwd"), EACCES);
   EXPECT_EQ(open_in(*cg, "/etc/hostname"), 0);
   EXPECT_TRUE(control({{"op", "detach"}, {"cgroup", cg->path().string()}}));

@@ -134,11 +134,13 @@ class Dns : public ::testing::Test {
   }
 
   // A policy: python-sandbox.yaml plus `network` lines, written under dir_.
-  static std::string policy(const std::string& name, const std::string& network) {
+  // `spec` lines go before `network` (e.g. "  syscalls: {allow: [io_uring]}\n").
+  static std::string policy(const std::string& name, const std::string& network, const std::string& spec = "") {
     const fs::path p = dir_ / (name + ".yaml");
     std::ofstream(p) << "apiVersion: agentcage/v1\nkind: Policy\nmetadata:\n  name: " << name
-                     << "\ninclude: [" << kPythonSandbox << "]\nspec:\n  exec:\n    allow: [/usr/bin/curl]\n"
-                     << "  network:\n    allow:\n"
+                     << "\ninclude: [" << kPythonSandbox << "]\nspec:\n  exec:\n    allow: [/usr/bin/curl, "
+                     << uring_probe() << "]\n"
+                     << spec << "  network:\n    allow:\n"
                      << network;
     return p.string();
   }
@@ -151,6 +153,11 @@ class Dns : public ::testing::Test {
   // What dnsmasq was asked for: its log's query lines.
   static bool upstream_saw(const std::string& name) {
     return slurp(log_).find("]" + std::string(" ") + name + " from") != std::string::npos;
+  }
+
+  // tests/kernel/uring_probe.cpp, built next to this binary.
+  static std::string uring_probe() {
+    return (fs::read_symlink("/proc/self/exe").parent_path() / "agentcage-uring-probe").string();
   }
 
   static inline fs::path dir_, log_;
@@ -216,6 +223,21 @@ TEST_F(Dns, CurlReachesAnAllowedNameOnly) {
   EXPECT_FALSE(upstream_saw("evil.test")) << slurp(log_);
 }
 
+// Python that builds an A query by hand (query(name, qid)) and reads an
+// answer's RCODE (rcode(reply, qid)), with `out` for the words it prints.
+std::string query_lib() {
+  return "import socket, struct\n"
+         "def query(name, qid):\n"
+         "    q = struct.pack('>HHHHHH', qid, 0x0100, 1, 0, 0, 0)\n"
+         "    for label in name.split('.'):\n"
+         "        q += bytes([len(label)]) + label.encode()\n"
+         "    return q + b'\\0' + struct.pack('>HH', 1, 1)\n"
+         "def rcode(reply, qid):\n"
+         "    rid, flags = struct.unpack('>HH', reply[:4])\n"
+         "    return 'id?' if rid != qid else str(flags & 0xf)\n"
+         "out = []\n";
+}
+
 // A query built by hand and sent straight to port 53 of dnsmasq's address,
 // or of any other: over UDP with sendto, over a connected UDP socket, over
 // TCP. Each is answered by the run's resolver (NXDOMAIN for a name the
@@ -223,16 +245,7 @@ TEST_F(Dns, CurlReachesAnAllowedNameOnly) {
 // dnsmasq.
 TEST_F(Dns, DirectQueriesToAnyServerAreAnsweredByTheRunsResolver) {
   const std::string p = policy("dns-direct", "      - {domain: api.allowed.test, ports: [8443]}\n");
-  Ran r = run(py("import socket, struct\n"
-                 "def query(name, qid):\n"
-                 "    q = struct.pack('>HHHHHH', qid, 0x0100, 1, 0, 0, 0)\n"
-                 "    for label in name.split('.'):\n"
-                 "        q += bytes([len(label)]) + label.encode()\n"
-                 "    return q + b'\\0' + struct.pack('>HH', 1, 1)\n"
-                 "def rcode(reply, qid):\n"
-                 "    rid, flags = struct.unpack('>HH', reply[:4])\n"
-                 "    return 'id?' if rid != qid else str(flags & 0xf)\n"
-                 "out = []\n"
+  Ran r = run(py(query_lib() +
                  "for server in ('127.0.0.1', '10.255.255.1'):\n"
                  "    s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM); s.settimeout(5)\n"
                  "    s.sendto(query('evil.test', 7), (server, 53))\n"
@@ -277,6 +290,53 @@ TEST_F(Dns, AFastOpenQueryIsAnsweredByTheRunsResolver) {
   EXPECT_EQ(r.out, "tfo 11 3\n") << r.describe();  // NXDOMAIN, from the run's resolver
   EXPECT_FALSE(upstream_saw("evil.test")) << slurp(log_);
   EXPECT_EQ(r.result["denials"]["dns"]["by_name"].value("evil.test", 0), 1) << r.result.dump(2);
+}
+
+// io_uring's connect and sendmsg (a policy that lets the run use io_uring):
+// a pinned address connects, an unpinned one is denied, and a query sent to
+// another server's port 53 is answered by the run's resolver.
+TEST_F(Dns, IoUringConnectsToPinsOnlyAndItsQueriesAreRedirected) {
+  Listener allowed(kAllowedAddr, kPort), evil(kEvilAddr, kPort);
+  ASSERT_TRUE(allowed.ok() && evil.ok());
+  const std::string p = policy("dns-uring", "      - {domain: api.allowed.test, ports: [8443], protocol: tcp}\n",
+                               "  syscalls: {allow: [io_uring]}\n");
+  Ran r = run({"--", uring_probe(), "connect", "api.allowed.test", "8443", "connect", "198.18.0.3", "8443",
+               "query", "10.255.255.1", "evil.test", "query", "127.0.0.1", "api.allowed.test"},
+              with(p));
+  ASSERT_EQ(r.code, 0) << r.describe();
+  // rcode 3: NXDOMAIN, from the address the query went to; 0: forwarded.
+  EXPECT_EQ(r.out, "connected denied 3@10.255.255.1 0@127.0.0.1\n") << r.describe();
+  EXPECT_FALSE(upstream_saw("evil.test")) << slurp(log_);
+  EXPECT_EQ(r.result["denials"]["dns"]["by_name"].value("evil.test", 0), 1) << r.result.dump(2);
+  EXPECT_EQ(denied(r, "socket_connect"), 1u) << r.result.dump(2);
+}
+
+// IPv6: a query to [::1]:53 or to any IPv6 server, over UDP and TCP, and one
+// to an IPv4-mapped address on an IPv6 socket, is answered by the run's
+// resolver from the address asked, never by dnsmasq (which listens on
+// 127.0.0.1 only) and never sent out.
+TEST_F(Dns, Ipv6QueriesAreAnsweredByTheRunsResolver) {
+  const std::string p = policy("dns-v6", "      - {domain: api.allowed.test, ports: [8443]}\n");
+  Ran r = run(py(query_lib() +
+                 "for qid, server in enumerate(('::1', '2001:db8::53', '::ffff:10.255.255.1'), 20):\n"
+                 "    s = socket.socket(socket.AF_INET6, socket.SOCK_DGRAM); s.settimeout(5)\n"
+                 "    try:\n"
+                 "        s.sendto(query('evil.test', qid), (server, 53))\n"
+                 "        reply, src = s.recvfrom(512)\n"
+                 "        out.append(rcode(reply, qid) + '@' + src[0])\n"
+                 "    except OSError as e:\n"
+                 "        out.append('error%s' % e.errno)\n"
+                 "    s.close()\n"
+                 "t = socket.create_connection(('::1', 53), timeout=5)\n"
+                 "m = query('evil.test', 30); t.sendall(struct.pack('>H', len(m)) + m)\n"
+                 "n = struct.unpack('>H', t.recv(2))[0]; out.append('tcp' + rcode(t.recv(n), 30) + '@' + "
+                 "t.getpeername()[0])\n"
+                 "print(' '.join(out))\n"),
+              with(p));
+  ASSERT_EQ(r.code, 0) << r.describe();
+  EXPECT_EQ(r.out, "3@::1 3@2001:db8::53 3@::ffff:10.255.255.1 tcp3@::1\n") << r.describe();
+  EXPECT_FALSE(upstream_saw("evil.test")) << slurp(log_);
+  EXPECT_EQ(r.result["denials"]["dns"]["by_name"].value("evil.test", 0), 4) << r.result.dump(2);
 }
 
 // "*.pkg.wild.test" is every name under pkg.wild.test, not pkg.wild.test.

@@ -240,6 +240,29 @@ TEST(ControlRequest, InvalidRequests) {
         "request: \"syscalls_denied\" must be an integer 0..9007199254740992 (the run's count of denied "
         "system calls)")
         << bad;
+  // Refused names: an object {total, by_name}, each name printable, each count
+  // in the total, at most kMaxRefusedNames names.
+  const std::string dns = end + R"("exit_code":0,"duration_seconds":1,"dns_refused":)";
+  for (const auto& [bad, why] : std::vector<std::pair<std::string, std::string>>{
+           {"[]", "\"dns_refused\" must be an object {\"total\": N, \"by_name\": {NAME: N}}"},
+           {"{}", "\"dns_refused.total\" must be an integer 0..9007199254740992"},
+           {R"({"total":9007199254740993})", "\"dns_refused.total\" must be an integer 0..9007199254740992"},
+           {R"({"total":1,"by":{}})", "unknown field \"by\" in \"dns_refused\""},
+           {R"({"total":1,"by_name":[]})",
+            "\"dns_refused.by_name\" must be an object of at most 64 names, each with its count"},
+           {R"({"total":1,"by_name":{"":1}})", "a name of \"dns_refused.by_name\" must be 1..253 bytes of printable ASCII"},
+           {R"({"total":1,"by_name":{"\u00e9.test":1}})",
+            "a name of \"dns_refused.by_name\" must be 1..253 bytes of printable ASCII"},
+           {R"({"total":1,"by_name":{")" + std::string(254, 'a') + R"(":1}})",
+            "a name of \"dns_refused.by_name\" must be 1..253 bytes of printable ASCII"},
+           {R"({"total":1,"by_name":{"a.test":"1"}})", "the count of a refused name must be an integer 1..9007199254740992"},
+           {R"({"total":3,"by_name":{"a.test":2,"b.test":2}})", "\"dns_refused.by_name\" counts more refusals than \"total\""}})
+    EXPECT_EQ(rejection(dns + bad + "}"), "request: " + why) << bad;
+  auto names = control::parse_request(dns + R"({"total":5,"by_name":{"a.test":2,"b c":1}}})");
+  ASSERT_TRUE(names.ok()) << names.error().message;
+  EXPECT_EQ(names->dns_refused.total, 5u);
+  EXPECT_EQ(names->dns_refused.by_name, (std::map<std::string, uint64_t>{{"a.test", 2}, {"b c", 1}}));
+  EXPECT_EQ(control::to_json(*names)["dns_refused"], json::parse(R"({"total":5,"by_name":{"a.test":2,"b c":1}})"));
   EXPECT_EQ(rejection(R"({"op":"run_start","run_id":"0123456789ABCDEF","policy":"p","scope_id":1})"),
             "request: \"run_id\" must be 16 lowercase hex digits");
   EXPECT_EQ(rejection(std::string(control::kMaxRequestBytes + 1, ' ')),
@@ -501,6 +524,26 @@ TEST(AuditLine, InetTargetUnknownRunAndHostileBytes) {
   EXPECT_TRUE(j["policy"].is_null());
   EXPECT_EQ(j["time"], "1970-01-01T00:00:00.000000000Z");
   EXPECT_LE(j["comm"].get<std::string>().size(), 3u * 16);
+}
+
+TEST(AuditLine, ARefusedNameHasTheShapeOfADecision) {
+  telemetry::EventContext ctx{1735787045123456789, "python-sandbox", "0123456789abcdef", {{"team", "a"}}};
+  json j = json::parse(telemetry::refused_name_line("exfil.example.net", 3, ctx));
+  EXPECT_EQ(j, json({{"time", "2025-01-02T03:04:05.123456789Z"},
+                     {"run_id", "0123456789abcdef"},
+                     {"policy", "python-sandbox"},
+                     {"hook", "dns"},
+                     {"decision", "deny"},
+                     {"reason", "default_deny"},
+                     {"target", "exfil.example.net"},
+                     {"target_kind", "name"},
+                     {"count", 3},
+                     {"labels", {{"team", "a"}}}}));
+  // An unknown run and policy are null, as in a kernel decision's line.
+  j = json::parse(telemetry::refused_name_line("x.test", 1, {}));
+  EXPECT_TRUE(j["run_id"].is_null());
+  EXPECT_TRUE(j["policy"].is_null());
+  EXPECT_FALSE(j.contains("labels"));
 }
 
 TEST(AuditLine, Rfc3339) {

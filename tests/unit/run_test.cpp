@@ -25,6 +25,7 @@
 #include "run/artifacts.h"
 #include "run/options.h"
 #include "run/policy_cache.h"
+#include "control/protocol.h"
 #include "run/result.h"
 #include "run/result_sink.h"
 #include "run/seccomp.h"
@@ -453,6 +454,36 @@ TEST(RunResult, RunEndNotice) {
   end = run::run_end_notice(res);
   EXPECT_EQ(end.outcome, core::RunOutcome::timeout);
   EXPECT_FALSE(end.fail_closed);
+  EXPECT_EQ(end.dns_refused.total, 0u);
+}
+
+// The daemon gets the most refused names (ties by name) and every refusal's count.
+TEST(RunResult, RunEndNoticeCarriesTheMostRefusedNames) {
+  run::RunResult res;
+  res.run_id = "0123456789abcdef";
+  res.dns.emplace();
+  for (size_t i = 0; i < control::kMaxRefusedNames + 10; ++i) {
+    const uint64_t n = i == 70 ? 50 : 1;
+    res.dns->refused_by_name["n" + std::to_string(100 + i) + ".test"] = n;
+    res.dns->refused_total += n;
+  }
+  res.dns->refused_total += 7;  // names past the result's own cap
+  control::RunEnd end = run::run_end_notice(res);
+  EXPECT_EQ(end.dns_refused.total, control::kMaxRefusedNames + 9 + 50 + 7);
+  ASSERT_EQ(end.dns_refused.by_name.size(), control::kMaxRefusedNames);
+  EXPECT_EQ(end.dns_refused.by_name.at("n170.test"), 50u);  // the most refused, though last by name
+  EXPECT_TRUE(end.dns_refused.by_name.count("n100.test"));
+  EXPECT_FALSE(end.dns_refused.by_name.count("n173.test"));
+  // What the notice says parses back whole on the daemon's side.
+  control::Request r;
+  r.op = control::Op::run_end;
+  r.run_id = end.run_id;
+  r.policy = "p";
+  r.dns_refused = end.dns_refused;
+  auto back = control::parse_request(control::to_json(r).dump());
+  ASSERT_TRUE(back.ok()) << back.error().message;
+  EXPECT_EQ(back->dns_refused.total, end.dns_refused.total);
+  EXPECT_EQ(back->dns_refused.by_name, end.dns_refused.by_name);
 }
 
 TEST(RunRecord, JsonRoundTrip) {

@@ -89,6 +89,9 @@ void notify_run_end(const RunEnd& end) {
   r.duration_seconds = end.duration_seconds;
   r.fail_closed = end.fail_closed;
   r.syscalls_denied = std::min(end.syscalls_denied, kMaxSyscallsDenied);  // the daemon refuses more
+  r.dns_refused.total = std::min(end.dns_refused.total, kMaxSyscallsDenied);
+  for (const auto& [name, n] : end.dns_refused.by_name)
+    if (r.dns_refused.by_name.size() < kMaxRefusedNames) r.dns_refused.by_name[name] = std::min(n, r.dns_refused.total);
   send(r);
 }
 

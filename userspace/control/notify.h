@@ -10,6 +10,7 @@
 #include <optional>
 #include <string>
 
+#include "control/protocol.h"
 #include "core/fail_closed.h"
 #include "core/labels.h"
 #include "core/run_outcome.h"
@@ -25,6 +26,7 @@ struct RunEnd {
   double duration_seconds = 0;
   std::optional<core::FailClosedReason> fail_closed;  // why a 125 refused to run
   uint64_t syscalls_denied = 0;                       // the run's seccomp denials
+  RefusedNames dns_refused;  // names its resolver refused: the most refused kMaxRefusedNames
 };
 
 // A runner the daemon started gets a channel of its own for these notices

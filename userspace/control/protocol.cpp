@@ -76,6 +76,33 @@ Status parse_strings(const json& j, const char* key, std::vector<std::string>& o
   return {};
 }
 
+// run_end's "dns_refused": {"total": N, "by_name": {NAME: N, ...}}.
+Status parse_refused_names(const json& v, RefusedNames& out) {
+  auto count = [](const json& n) { return n.is_number_unsigned() && n.get<uint64_t>() <= kMaxSyscallsDenied; };
+  const std::string range = "an integer 0.." + std::to_string(kMaxSyscallsDenied);
+  if (!v.is_object()) return bad("\"dns_refused\" must be an object {\"total\": N, \"by_name\": {NAME: N}}");
+  for (const auto& [key, value] : v.items())
+    if (key != "total" && key != "by_name") return bad("unknown field \"" + key.substr(0, 64) + "\" in \"dns_refused\"");
+  if (!v.contains("total") || !count(v["total"])) return bad("\"dns_refused.total\" must be " + range);
+  out.total = v["total"].get<uint64_t>();
+  if (!v.contains("by_name")) return {};
+  const json& names = v["by_name"];
+  if (!names.is_object() || names.size() > kMaxRefusedNames)
+    return bad("\"dns_refused.by_name\" must be an object of at most " + std::to_string(kMaxRefusedNames) +
+               " names, each with its count");
+  uint64_t listed = 0;
+  for (const auto& [name, n] : names.items()) {
+    const bool printable = std::all_of(name.begin(), name.end(), [](char c) { return c >= 0x20 && c < 0x7f; });
+    if (name.empty() || name.size() > 253 || !printable)
+      return bad("a name of \"dns_refused.by_name\" must be 1..253 bytes of printable ASCII");
+    if (!count(n) || n.get<uint64_t>() == 0) return bad("the count of a refused name must be an integer 1.." + std::to_string(kMaxSyscallsDenied));
+    listed += n.get<uint64_t>();
+    out.by_name[name] = n.get<uint64_t>();
+  }
+  if (listed > out.total) return bad("\"dns_refused.by_name\" counts more refusals than \"total\"");
+  return {};
+}
+
 Status parse_run(const json& j, Request& r) {
   if (!j.contains("policy") || !j["policy"].is_string())
     return bad("missing \"policy\" (the name of a policy in the daemon's policy directory)");
@@ -173,7 +200,7 @@ Result<Request> parse_request(std::string_view line) {
     r.op = Op::run_start, allowed = {"op", "run_id", "policy", "scope_id", "labels"};
   else if (op == "run_end")
     r.op = Op::run_end, allowed = {"op",        "run_id",           "policy",      "outcome",
-                                   "exit_code", "duration_seconds", "fail_closed", "syscalls_denied"};
+                                   "exit_code", "duration_seconds", "fail_closed", "syscalls_denied", "dns_refused"};
   else if (op == "reload")
     r.op = Op::reload;
   else
@@ -271,6 +298,8 @@ Result<Request> parse_request(std::string_view line) {
                      " (the run's count of denied system calls)");
         r.syscalls_denied = n.get<uint64_t>();
       }
+      if (j.contains("dns_refused"))
+        if (Status s = parse_refused_names(j["dns_refused"], r.dns_refused); !s) return s.error();
       break;
   }
   return r;
@@ -329,6 +358,7 @@ json to_json(const Request& r) {
       j["duration_seconds"] = r.duration_seconds;
       if (r.fail_closed) j["fail_closed"] = std::string(core::name(*r.fail_closed));
       if (r.syscalls_denied) j["syscalls_denied"] = r.syscalls_denied;
+      if (r.dns_refused.total) j["dns_refused"] = {{"total", r.dns_refused.total}, {"by_name", r.dns_refused.by_name}};
       break;
   }
   return j;

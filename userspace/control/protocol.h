@@ -7,6 +7,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <map>
 #include <optional>
 #include <string>
 #include <string_view>
@@ -39,6 +40,18 @@ inline constexpr size_t kRunDescriptors = 3;
 // notification round trip), so a larger value is a client bug or a lie.
 inline constexpr uint64_t kMaxSyscallsDenied = uint64_t{1} << 53;
 
+// run_end's "dns_refused": the names a run's resolver refused (NXDOMAIN,
+// never forwarded), for the audit log and agentcage_decisions_total{hook="dns"}.
+// `total` counts every refused query (at most kMaxSyscallsDenied, for the same
+// reason); `by_name` holds at most kMaxRefusedNames names (1..253 bytes of
+// printable ASCII, as the resolver shows them) with their counts, each
+// counted in `total`.
+inline constexpr size_t kMaxRefusedNames = 64;
+struct RefusedNames {
+  uint64_t total = 0;
+  std::map<std::string, uint64_t> by_name;
+};
+
 enum class Op { hello, status, events, attach, detach, run, run_start, run_end, reload };
 inline constexpr Op kOps[] = {Op::hello,  Op::status,    Op::events,  Op::attach, Op::detach,
                               Op::run,    Op::run_start, Op::run_end, Op::reload};
@@ -69,6 +82,7 @@ struct Request {
   double duration_seconds = 0;                        // run_end
   std::optional<core::FailClosedReason> fail_closed;  // run_end
   uint64_t syscalls_denied = 0;                       // run_end (optional): seccomp denials
+  RefusedNames dns_refused;                           // run_end (optional): the resolver's refusals
   std::vector<std::string> argv;                      // run: COMMAND [ARGS...]
   std::vector<std::string> env;                       // run (optional): KEY=VALUE
   RunLimits limits;                                   // run (optional)

@@ -329,8 +329,14 @@ void Daemon::note_run(const Request& req) {
   } else if (req.op == Op::run_end) {
     metrics_.run_finished(req.policy, req.outcome, req.duration_seconds);
     if (req.fail_closed) metrics_.fail_closed(*req.fail_closed);
-    // Seccomp denials are counted by the run itself (no BPF counter).
-    if (req.syscalls_denied) metrics_.syscalls_denied(req.policy, req.syscalls_denied);
+    // Seccomp denials and refused names are counted by the run itself (no BPF counter).
+    if (req.syscalls_denied) metrics_.run_denials(req.policy, "syscall", req.syscalls_denied);
+    if (req.dns_refused.total) metrics_.run_denials(req.policy, "dns", req.dns_refused.total);
+    if (!req.dns_refused.by_name.empty()) {
+      sink_.refused_names(req.run_id, req.policy, req.dns_refused.by_name);
+      sink_.flush_audit();
+      server_.flush_streams();
+    }
     // Decisions of the run's last moments, before its transient slot goes.
     sink_.collect_counters();
   }

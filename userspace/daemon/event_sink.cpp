@@ -2,6 +2,7 @@
 #include "daemon/event_sink.h"
 
 #include <fcntl.h>
+#include <time.h>
 #include <unistd.h>
 
 #include <cerrno>
@@ -80,16 +81,31 @@ void EventSink::on_event(const ac_event_decision& ev) {
     ctx.run_id = *run;
     ctx.labels = runs_.labels(ev.scope_id);
   }
-  std::string line = telemetry::event_line(ev, ctx);
+  emit(telemetry::event_line(ev, ctx));
+}
+
+void EventSink::refused_names(const std::string& run_id, const std::string& policy,
+                              const std::map<std::string, uint64_t>& by_name) {
+  telemetry::EventContext ctx;
+  timespec now{};
+  ::clock_gettime(CLOCK_REALTIME, &now);
+  ctx.realtime_ns = static_cast<int64_t>(now.tv_sec) * 1000000000 + now.tv_nsec;
+  ctx.policy = policy == "unknown" ? std::string() : policy;
+  ctx.run_id = run_id;
+  ctx.labels = runs_.labels_of_run(run_id);
+  for (const auto& [name, count] : by_name) emit(telemetry::refused_name_line(name, count, ctx));
+}
+
+void EventSink::emit(std::string line) {
   if (audit_buf_.size() + line.size() <= kMaxAuditBuffer)
     audit_buf_ += line;
   else
     ++audit_dropped_;
+  if (stream_) stream_(line);
   if (recent_max_) {
-    recent_.push_back(line);
+    recent_.push_back(std::move(line));
     while (recent_.size() > recent_max_) recent_.pop_front();
   }
-  if (stream_) stream_(line);
 }
 
 void EventSink::consume() {

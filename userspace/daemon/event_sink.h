@@ -56,6 +56,9 @@ class EventSink {
   void baseline(uint32_t slot, const std::string& name);
   void forget(uint32_t slot) { tracker_.forget(slot); }
   void name_slot(uint32_t slot, const std::string& name) { slot_names_[slot] = name; }
+  // The names a run's resolver refused, one audit line each (at the run's end).
+  void refused_names(const std::string& run_id, const std::string& policy,
+                     const std::map<std::string, uint64_t>& by_name);
   // The kernel's lost and suppressed event counts into the metrics (every tick).
   void count_lost();
 
@@ -67,6 +70,8 @@ class EventSink {
  private:
   using Clock = std::chrono::steady_clock;
   void on_event(const ac_event_decision& ev);
+  // One audit line to the log, the ring of recent events and the streams.
+  void emit(std::string line);
   std::string slot_name(uint32_t slot);
 
   std::string audit_log_;

@@ -73,4 +73,10 @@ core::Labels RunIndex::labels(uint64_t scope_id) const {
   return it == labels_.end() ? core::Labels{} : it->second;
 }
 
+core::Labels RunIndex::labels_of_run(const std::string& run_id) const {
+  for (const auto& [scope, id] : run_ids_)
+    if (id == run_id) return labels(scope);
+  return {};
+}
+
 }  // namespace agentcage::daemon

@@ -32,6 +32,8 @@ class RunIndex {
   void note(uint64_t scope_id, const std::string& run_id, const core::Labels& labels = {});
   // The labels of a scope's run (empty when none or unknown).
   core::Labels labels(uint64_t scope_id) const;
+  // The labels of a run by its id (empty when none or unknown).
+  core::Labels labels_of_run(const std::string& run_id) const;
   const std::map<uint64_t, std::string>& ids() const { return run_ids_; }
 
  private:

@@ -1,9 +1,11 @@
 // SPDX-License-Identifier: Apache-2.0
 #include "run/result.h"
 
+#include <algorithm>
 #include <cerrno>
 #include <cstdio>
 #include <ctime>
+#include <vector>
 
 #include "bpf/names.h"
 #include "bpf/record.h"
@@ -214,6 +216,15 @@ control::RunEnd run_end_notice(const RunResult& res) {
   end.duration_seconds = static_cast<double>(res.wall_time_us) / 1e6;
   if (res.exit_code == 125) end.fail_closed = res.fail_closed_reason;
   if (res.syscalls) end.syscalls_denied = res.syscalls->total;
+  if (res.dns && res.dns->refused_total) {
+    // The most refused names (ties by name), for the daemon's audit lines.
+    std::vector<std::pair<std::string, uint64_t>> names(res.dns->refused_by_name.begin(),
+                                                        res.dns->refused_by_name.end());
+    std::stable_sort(names.begin(), names.end(), [](const auto& a, const auto& b) { return a.second > b.second; });
+    if (names.size() > control::kMaxRefusedNames) names.resize(control::kMaxRefusedNames);
+    end.dns_refused.total = res.dns->refused_total;
+    end.dns_refused.by_name.insert(names.begin(), names.end());
+  }
   return end;
 }
 

@@ -45,4 +45,18 @@ std::string event_line(const ac_event_decision& ev, const EventContext& ctx) {
   return event_json(ev, ctx).dump(-1, ' ', false, nlohmann::json::error_handler_t::replace) + "\n";
 }
 
+std::string refused_name_line(const std::string& name, uint64_t count, const EventContext& ctx) {
+  nlohmann::json j = {{"time", rfc3339_ns(ctx.realtime_ns)},
+                      {"run_id", ctx.run_id.empty() ? nlohmann::json(nullptr) : nlohmann::json(ctx.run_id)},
+                      {"policy", ctx.policy.empty() ? nlohmann::json(nullptr) : nlohmann::json(ctx.policy)},
+                      {"hook", "dns"},
+                      {"decision", "deny"},
+                      {"reason", "default_deny"},
+                      {"target", name},
+                      {"target_kind", "name"},
+                      {"count", count}};
+  if (!ctx.labels.empty()) j["labels"] = ctx.labels;
+  return j.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace) + "\n";
+}
+
 }  // namespace agentcage::telemetry

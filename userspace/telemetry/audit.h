@@ -40,4 +40,10 @@ nlohmann::json event_json(const ac_event_decision& ev, const EventContext& ctx);
 // event_json(...).dump() + "\n"; invalid UTF-8 is replaced, never an exception.
 std::string event_line(const ac_event_decision& ev, const EventContext& ctx);
 
+// A name a run's resolver refused (counted by the run, not by the kernel),
+// as one line of the same shape, written when the run ends:
+//   {"time":...,"run_id":...,"policy":...,"hook":"dns","decision":"deny",
+//    "reason":"default_deny","target":"exfil.example.net","target_kind":"name","count":3}
+std::string refused_name_line(const std::string& name, uint64_t count, const EventContext& ctx);
+
 }  // namespace agentcage::telemetry

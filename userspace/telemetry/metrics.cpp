@@ -154,8 +154,8 @@ void Metrics::decisions(const std::string& policy, uint32_t hook, uint32_t decis
       .Increment(static_cast<double>(n));
 }
 
-void Metrics::syscalls_denied(const std::string& policy, uint64_t n) {
-  decisions_->Add({{"hook", "syscall"}, {"decision", "deny"}, {"policy", policy}})
+void Metrics::run_denials(const std::string& policy, std::string_view hook, uint64_t n) {
+  decisions_->Add({{"hook", std::string(hook)}, {"decision", "deny"}, {"policy", policy}})
       .Increment(static_cast<double>(n));
 }
 

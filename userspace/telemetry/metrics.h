@@ -70,7 +70,9 @@ class Metrics {
   void decisions(const std::string& policy, uint32_t hook, uint32_t decision, uint64_t n);
   void event(const std::string& policy, uint32_t hook, uint32_t decision);
   // A run's denied system calls: agentcage_decisions_total{hook="syscall",decision="deny"}.
-  void syscalls_denied(const std::string& policy, uint64_t n);
+  // Denials a run counted itself (the kernel has no counter for them):
+  // hook "syscall" (its seccomp filter), "dns" (names its resolver refused).
+  void run_denials(const std::string& policy, std::string_view hook, uint64_t n);
   void events_lost(uint64_t n);
   void events_suppressed(uint64_t n);
   void run_finished(const std::string& policy, core::RunOutcome outcome, double seconds);
