@@ -3,6 +3,7 @@
 // sanitizer on any input, and what it returns must hold the model's
 // invariants (see model.h): a policy XOR errors, normalised paths, ranges
 // within bounds, printable located messages.
+#include <libpsl.h>
 #include <sys/socket.h>
 
 #include <chrono>
@@ -80,7 +81,7 @@ void check_policy(const Policy& p) {
         break;
       case NetRule::Kind::domain: {
         // What parse_domain promises: 2+ labels of [a-z0-9_-], 1..63 bytes
-        // each, at most 253 in all; single ports, at most 16.
+        // each, at most 253 in all; single ports, at most 16 ...
         check(!r.domain.empty() && r.domain.size() <= 253 && r.unix_name.empty());
         check(r.domain.find('.') != std::string::npos);
         size_t label = 0;
@@ -94,6 +95,12 @@ void check_policy(const Policy& p) {
           check(++label <= 63);
         }
         check(label >= 1);
+        // ... and never every name under a public suffix: a wildcard's base
+        // is no suffix of either section of the list (so it has a
+        // registrable domain), an exact name no registry's (ICANN) suffix.
+        static const psl_ctx_t* const psl = psl_latest(nullptr);
+        if (r.wildcard) check(psl_registrable_domain(psl, r.domain.c_str()) != nullptr);
+        check(!psl_is_public_suffix2(psl, r.domain.c_str(), PSL_TYPE_ICANN | PSL_TYPE_NO_STAR_RULE));
         check(r.ports.size() <= 16);
         for (const auto& range : r.ports) check(range.first >= 1 && range.first == range.last);
         break;

@@ -231,6 +231,21 @@ const std::vector<BadCase>& bad_cases() {
        "'*' is allowed only as a whole first label"},
       {"DomainTopLevelWildcard", kSpec + "  network:\n    allow:\n      - {domain: \"*.com\"}\n", 8, 18,
        "every name in a top-level domain"},
+      // Over any other public suffix too, of either section of the list; the
+      // message names the suffix and what to write instead.
+      {"DomainPublicSuffixWildcard", kSpec + "  network:\n    allow:\n      - {domain: \"*.co.uk\"}\n", 8, 18,
+       "network.allow[0].domain: '*.co.uk' is every name under 'co.uk', a public suffix (Public Suffix "
+       "List, ICANN section: anyone can register a domain under it); name the domain you mean under it, "
+       "e.g. \"*.example.co.uk\", or the exact host"},
+      {"DomainPrivateSuffixWildcard", kSpec + "  network:\n    allow:\n      - {domain: \"*.github.io\"}\n",
+       8, 18,
+       "network.allow[0].domain: '*.github.io' is every name under 'github.io', a public suffix (Public "
+       "Suffix List, private section: its operator gives names under it to anyone); name the domain you "
+       "mean under it, e.g. \"*.example.github.io\", or the exact host"},
+      {"DomainPublicSuffixExact", kSpec + "  network:\n    allow:\n      - {domain: co.uk}\n", 8, 18,
+       "network.allow[0].domain: 'co.uk' is a public suffix (Public Suffix List, ICANN section), a "
+       "registry's name: the rule would match that one name, not the names under it; name the host you "
+       "mean, e.g. \"api.example.co.uk\", or a domain's names, e.g. \"*.example.co.uk\""},
       {"DomainSingleLabel", kSpec + "  network:\n    allow:\n      - {domain: localhost}\n", 8, 18,
        "a single label"},
       {"DomainEmptyLabel", kSpec + "  network:\n    allow:\n      - {domain: a..example.com}\n", 8, 18,
@@ -625,10 +640,15 @@ TEST(PolicyParse, DomainRules) {
                            "    allow:\n"
                            "      - {domain: API.Example.COM., ports: [443], protocol: tcp}\n"
                            "      - {domain: \"*.pkg.example.org\", ports: [443, 80]}\n"
-                           "      - domain: _dmarc.example.net\n";
+                           "      - domain: _dmarc.example.net\n"
+                           // Names under a public suffix are ordinary names; an
+                           // operator's suffix is a host an exact rule may name.
+                           "      - {domain: \"*.example.co.uk\", ports: [443]}\n"
+                           "      - {domain: \"*.example.github.io\", ports: [443]}\n"
+                           "      - {domain: s3.amazonaws.com, ports: [443]}\n";
   const ParseResult r = parse_policy(yaml, "p.yaml");
   ASSERT_TRUE(r.ok()) << dump(r.errors);
-  ASSERT_EQ(r.policy->network_allow.size(), 3u);
+  ASSERT_EQ(r.policy->network_allow.size(), 6u);
   const NetRule& a = r.policy->network_allow[0];
   EXPECT_EQ(a.kind, NetRule::Kind::domain);
   EXPECT_EQ(a.domain, "api.example.com") << "lower-cased, trailing dot dropped";
@@ -643,6 +663,11 @@ TEST(PolicyParse, DomainRules) {
   EXPECT_EQ(b.protocol, Protocol::any);
   EXPECT_EQ(r.policy->network_allow[2].domain, "_dmarc.example.net");
   EXPECT_TRUE(r.policy->network_allow[2].ports.empty());
+  EXPECT_EQ(r.policy->network_allow[3].domain, "example.co.uk");
+  EXPECT_TRUE(r.policy->network_allow[3].wildcard);
+  EXPECT_EQ(r.policy->network_allow[4].domain, "example.github.io");
+  EXPECT_EQ(r.policy->network_allow[5].domain, "s3.amazonaws.com");
+  EXPECT_FALSE(r.policy->network_allow[5].wildcard);
 }
 
 TEST(PolicyParse, AbstractUnixSocket) {

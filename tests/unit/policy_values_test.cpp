@@ -242,6 +242,87 @@ TEST(ParseCidr, Rejects) {
   EXPECT_ERROR(parse_cidr("::/99999999999999999999999"), "larger than 128");
 }
 
+TEST(ParseDomain, NamesAndWildcards) {
+  auto d = parse_domain("API.Example.COM.");
+  ASSERT_TRUE(d.ok()) << error_of(d);
+  EXPECT_EQ(d->name, "api.example.com");
+  EXPECT_FALSE(d->wildcard);
+  d = parse_domain("*.Pkg.Example.org");
+  ASSERT_TRUE(d.ok()) << error_of(d);
+  EXPECT_EQ(d->name, "pkg.example.org");
+  EXPECT_TRUE(d->wildcard);
+  EXPECT_TRUE(parse_domain("*.allowed.test").ok()) << "a name in an unlisted top-level domain";
+}
+
+// A wildcard over a public suffix would allow every registrant's names: refused
+// for both sections of the Public Suffix List, naming the suffix and what to
+// write instead.
+TEST(ParseDomain, WildcardOverAPublicSuffixIsRefused) {
+  EXPECT_ERROR(parse_domain("*.co.uk"),
+               "'*.co.uk' is every name under 'co.uk', a public suffix (Public Suffix List, ICANN section: "
+               "anyone can register a domain under it); name the domain you mean under it, e.g. "
+               "\"*.example.co.uk\", or the exact host");
+  EXPECT_ERROR(parse_domain("*.github.io"),
+               "'*.github.io' is every name under 'github.io', a public suffix (Public Suffix List, private "
+               "section: its operator gives names under it to anyone); name the domain you mean under it, "
+               "e.g. \"*.example.github.io\", or the exact host");
+  EXPECT_ERROR(parse_domain("*.s3.amazonaws.com"), "under 's3.amazonaws.com', a public suffix");
+  EXPECT_ERROR(parse_domain("*.githubusercontent.com"), "under 'githubusercontent.com', a public suffix");
+  // Case and a trailing dot change nothing: the list is asked about the name
+  // the rule keeps.
+  EXPECT_ERROR(parse_domain("*.CO.UK."), "'*.CO.UK.' is every name under 'co.uk', a public suffix");
+  // The list's own wildcard rules count ("*.kawasaki.jp": every name under
+  // kawasaki.jp is a suffix), and so do its exceptions ("!city.kawasaki.jp").
+  EXPECT_ERROR(parse_domain("*.foo.kawasaki.jp"), "under 'foo.kawasaki.jp', a public suffix");
+  EXPECT_TRUE(parse_domain("*.city.kawasaki.jp").ok());
+}
+
+TEST(ParseDomain, WildcardUnderAPublicSuffixIsAccepted) {
+  for (const char* text : {"*.example.co.uk", "*.example.github.io", "*.bucket.s3.amazonaws.com",
+                           "*.a.b.example.co.uk", "*.amazonaws.com"}) {
+    auto d = parse_domain(text);
+    ASSERT_TRUE(d.ok()) << text << ": " << error_of(d);
+    EXPECT_TRUE(d->wildcard);
+  }
+}
+
+// The top-level check stays first, with its own message, and covers top-level
+// domains the list does not name.
+TEST(ParseDomain, WildcardOverATopLevelDomain) {
+  EXPECT_ERROR(parse_domain("*.com"),
+               "'*.com' is every name in a top-level domain; name the domain under it");
+  EXPECT_ERROR(parse_domain("*.internal"), "is every name in a top-level domain");
+  EXPECT_ERROR(parse_domain("*.xn--p1ai"), "is every name in a top-level domain");
+}
+
+// An exact name matches that one name, held by the suffix's operator: a
+// registry's (ICANN) suffix is refused as a mistake, an operator's (private)
+// suffix is a real host and stays allowed.
+TEST(ParseDomain, ExactPublicSuffix) {
+  EXPECT_ERROR(parse_domain("co.uk"),
+               "'co.uk' is a public suffix (Public Suffix List, ICANN section), a registry's name: the rule "
+               "would match that one name, not the names under it; name the host you mean, e.g. "
+               "\"api.example.co.uk\", or a domain's names, e.g. \"*.example.co.uk\"");
+  EXPECT_ERROR(parse_domain("Co.UK."), "'Co.UK.' is a public suffix");
+  for (const char* text : {"s3.amazonaws.com", "github.io", "example.co.uk", "www.gov.uk"}) {
+    auto d = parse_domain(text);
+    ASSERT_TRUE(d.ok()) << text << ": " << error_of(d);
+    EXPECT_FALSE(d->wildcard);
+  }
+}
+
+// International names are written in their punycode form (the Unicode form is
+// refused before the list is asked), and the list knows them in that form.
+TEST(ParseDomain, PunycodeNamesAgainstTheList) {
+  EXPECT_ERROR(parse_domain("*.\u516c\u53f8.cn"), "xn-- (punycode)");
+  EXPECT_ERROR(parse_domain("*.xn--55qx5d.cn"), "every name under 'xn--55qx5d.cn', a public suffix");
+  EXPECT_ERROR(parse_domain("*.XN--55QX5D.CN"), "every name under 'xn--55qx5d.cn', a public suffix");
+  EXPECT_ERROR(parse_domain("xn--55qx5d.cn"),
+               "'xn--55qx5d.cn' is a public suffix (Public Suffix List, ICANN");
+  EXPECT_TRUE(parse_domain("*.example.xn--55qx5d.cn").ok());
+  EXPECT_TRUE(parse_domain("*.xn--bcher-kva.example").ok());
+}
+
 TEST(Paths, Normalisation) {
   EXPECT_EQ(*normalize_path("/", 246), "/");
   EXPECT_EQ(*normalize_path("//", 246), "/");

@@ -8,6 +8,7 @@
 #include <charconv>
 #include <utility>
 
+#include "policy/public_suffix.h"
 #include "util/suggest.h"
 #include "util/text.h"
 
@@ -312,6 +313,28 @@ Result<Domain> parse_domain(std::string_view text) {
                                     : " is a single label; a domain rule names a fully qualified host"));
   d.name.reserve(rest.size());
   for (char c : rest) d.name.push_back(static_cast<char>(c >= 'A' && c <= 'Z' ? c - 'A' + 'a' : c));
+  auto section = public_suffix_section(d.name);
+  if (!section) return section.error();
+  if (*section == SuffixSection::none) return d;
+  const std::string suffix = quote(d.name, 80);
+  const std::string under = "\"*.example." + d.name + "\"";
+  if (d.wildcard) {
+    const char* who =
+        *section == SuffixSection::icann
+            ? " (Public Suffix List, ICANN section: anyone can register a domain under it)"
+            : " (Public Suffix List, private section: its operator gives names under it to anyone)";
+    return fail(shown + " is every name under " + suffix + ", a public suffix" + who +
+                "; name the domain you mean under it, e.g. " + under + ", or the exact host");
+  }
+  // An exact rule matches that one name, which the suffix's operator holds:
+  // no registrant gains from it. An operator's suffix can be a real host
+  // ("s3.amazonaws.com", path-style S3); a registry's is not one a run needs,
+  // and the rule does not match the names under it.
+  if (*section == SuffixSection::icann)
+    return fail(shown +
+                " is a public suffix (Public Suffix List, ICANN section), a registry's name: the rule " +
+                "would match that one name, not the names under it; name the host you mean, e.g. " +
+                "\"api.example." + d.name + "\"" + ", or a domain's names, e.g. " + under);
   return d;
 }
 

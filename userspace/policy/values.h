@@ -82,8 +82,11 @@ struct Domain {
 // most 253 bytes in all, at least two labels; one trailing dot is dropped
 // and letters are lowered. Refused with a precise reason: a URL, an address
 // (a cidr rule's job), a port, a '*' anywhere but a leading "*.", a
-// wildcard over a top-level domain ("*.com"), non-ASCII (write the
-// punycode "xn--" form).
+// wildcard over a top-level domain ("*.com") or over any other public
+// suffix of either section of the Public Suffix List ("*.co.uk",
+// "*.github.io"), an exact name that is a registry's (ICANN) public suffix
+// ("co.uk"; an operator's, "s3.amazonaws.com", is a host and stays allowed),
+// non-ASCII (write the punycode "xn--" form).
 Result<Domain> parse_domain(std::string_view text);
 
 // Lexical normalisation of an absolute path: collapses "//" and "." and
