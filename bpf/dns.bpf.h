@@ -120,12 +120,20 @@ static __always_inline int ac_dns_scope(struct ac_ctx *c)
 	       (c->scope_flags & AC_SCOPE_F_DNS);
 }
 
+/* Without room for the origin (the socket's option memory is used up), the
+ * query is still redirected: its answer then shows the resolver's address,
+ * which resolvers drop, so the lookup fails and nothing is let through. */
 static __always_inline void ac_dns_remember(struct bpf_sock_addr *ctx, const __u8 *addr)
 {
-	__u64 cookie = bpf_get_socket_cookie(ctx);
-	struct ac_dns_origin o = { .port = AC_DNS_PORT };
-	__builtin_memcpy(o.addr, addr, 16);
-	bpf_map_update_elem(&ac_dns_origin, &cookie, &o, BPF_ANY);
+	struct bpf_sock *sk = ctx->sk;
+	if (!sk)
+		return;
+	struct ac_dns_origin *o =
+		bpf_sk_storage_get(&ac_dns_origin, sk, 0, BPF_SK_STORAGE_GET_F_CREATE);
+	if (!o)
+		return;
+	__builtin_memcpy(o->addr, addr, 16);
+	o->port = AC_DNS_PORT;
 }
 
 /* connect4 and sendmsg4: port 53 of any IPv4 address → 127.0.0.1:dns_port. */
@@ -174,8 +182,10 @@ static __always_inline int ac_dns_origin_of(struct bpf_sock_addr *ctx, struct ac
 	struct ac_ctx c = {};
 	if (!ac_dns_scope(&c) || ctx->user_port != bpf_htons(c.dns_port))
 		return 0;
-	__u64 cookie = bpf_get_socket_cookie(ctx);
-	struct ac_dns_origin *o = bpf_map_lookup_elem(&ac_dns_origin, &cookie);
+	struct bpf_sock *sk = ctx->sk;
+	if (!sk)
+		return 0;
+	struct ac_dns_origin *o = bpf_sk_storage_get(&ac_dns_origin, sk, 0, 0);
 	if (!o)
 		return 0;
 	__builtin_memcpy(out, o, sizeof(*out));

@@ -119,11 +119,11 @@ struct {
 	__type(value, struct ac_pin);
 } ac_pins SEC(".maps");
 
-/* Where a redirected DNS socket meant to send (abi.h), by socket cookie. */
+/* Where a redirected DNS socket meant to send (abi.h), in the socket's own storage. */
 struct {
-	__uint(type, BPF_MAP_TYPE_LRU_HASH);
-	__uint(max_entries, AC_MAX_DNS_SOCKETS);
-	__type(key, __u64);
+	__uint(type, BPF_MAP_TYPE_SK_STORAGE);
+	__uint(map_flags, BPF_F_NO_PREALLOC);
+	__type(key, int);
 	__type(value, struct ac_dns_origin);
 } ac_dns_origin SEC(".maps");
 

@@ -27,6 +27,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "bpf/enforcer.h"
 #include "kernel_env.h"
 #include "probes.h"
 #include "run_helpers.h"
@@ -391,12 +392,26 @@ TEST_F(Dns, APinIsItsRunsAlone) {
   for (int i = 0; i < 600 && asked() == asked_before; ++i)
     std::this_thread::sleep_for(std::chrono::milliseconds(100));
   EXPECT_GT(asked(), asked_before) << "run A never resolved its name:\n" << slurp(log_);
+  // While A runs, its scope holds its pin in ac_pins.
+  auto enforcer = bpf::Enforcer::open_shared();
+  ASSERT_TRUE(enforcer) << enforcer.error().message;
+  size_t live_pins = 0;
+  if (auto scopes = (*enforcer)->scopes())
+    for (const auto& sc : *scopes)
+      if (auto n = (*enforcer)->pins_of(sc.scope_id)) live_pins += *n;
+  EXPECT_GE(live_pins, 1u) << "no scope holds a pin while run A is resolving";
   Ran b = run(py(attempt_lib() + "connect('198.18.0.2', 8443)\n"  // A's pin, not B's
                                  "b = resolve('other.allowed.test'); connect(b, 8443)\n"
                                  "print(' '.join(out))\n"),
               with(pb));
   allowed.reset();  // A's next connection is refused: it moves on
   Ran ra = finish(a);
+  // A run's pins go with it.
+  for (const Ran* done : {&b, &ra}) {
+    auto left = (*enforcer)->pins_of(done->result.value("scope_id", uint64_t{0}));
+    ASSERT_TRUE(left) << left.error().message;
+    EXPECT_EQ(*left, 0u) << done->describe();
+  }
   EXPECT_EQ(b.code, 0) << b.describe();
   EXPECT_EQ(b.out, "denied connected\n") << b.describe();
   ASSERT_EQ(ra.code, 0) << ra.describe();

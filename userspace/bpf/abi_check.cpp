@@ -39,7 +39,7 @@ static_assert(AC_HOOK_SCOPE_ESCAPE == 8 && AC_HOOK_SOCKET_BIND == 9 && AC_HOOK_S
 static_assert(offsetof(ac_scope, dns_port) == 20);
 static_assert(sizeof(ac_pin_key) == 32 && offsetof(ac_pin_key, port) == 24 && sizeof(ac_pin) == 8);
 static_assert(sizeof(ac_dns_origin) == 24);
-static_assert(AC_ABI_VERSION == 13, "the layout above is ABI version 13");
+static_assert(AC_ABI_VERSION == 14, "the layout above is ABI version 14");
 // The lengths entry of name rules is an ac_path_rule-sized value of the same trie.
 static_assert(sizeof(ac_name_lengths) == sizeof(ac_path_rule));
 static_assert(2 + AC_NAME_RULE_MAX <= AC_PATH_KEY_MAX, "a name entry fits a path key");

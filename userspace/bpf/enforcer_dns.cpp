@@ -4,7 +4,9 @@
 #include <bpf/bpf.h>
 
 #include <cerrno>
+#include <cstdint>
 #include <string>
+#include <vector>
 
 #include "bpf/enforcer.h"
 #include "bpf/enforcer_internal.h"
@@ -94,20 +96,48 @@ void Enforcer::delete_pin(const ac_pin_key& key) {
   if (auto map = pins_map()) bpf_map_delete_elem(*map, &key);
 }
 
+namespace {
+
+// The keys of ac_pins that belong to `scope_id`. The map holds every run's
+// pins (up to AC_MAX_PINS), and each run's end looks for its own: read in
+// batches, a few system calls for the whole map instead of one per key; a
+// kernel that refuses batches, or a batch that fails midway, gets the key walk.
+std::vector<ac_pin_key> pin_keys_of(int fd, uint64_t scope_id) {
+  std::vector<ac_pin_key> mine;
+  constexpr uint32_t kBatch = 4096;
+  std::vector<ac_pin_key> keys(kBatch);
+  std::vector<ac_pin> values(kBatch);
+  ac_pin_key in{}, out{};  // the batch position (a bucket index for a hash map; a key's room suffices)
+  LIBBPF_OPTS(bpf_map_batch_opts, opts);
+  for (bool first = true;; first = false) {
+    uint32_t count = kBatch;
+    const int err = bpf_map_lookup_batch(fd, first ? nullptr : &in, &out, keys.data(), values.data(), &count, &opts);
+    if (err < 0 && err != -ENOENT) {
+      mine.clear();
+      for (const auto& key : all_keys<ac_pin_key>(fd))
+        if (key.scope_id == scope_id) mine.push_back(key);
+      return mine;
+    }
+    for (uint32_t i = 0; i < count && i < kBatch; ++i)
+      if (keys[i].scope_id == scope_id) mine.push_back(keys[i]);
+    if (err == -ENOENT) break;  // the end of the map
+    in = out;
+  }
+  return mine;
+}
+
+}  // namespace
+
 Result<size_t> Enforcer::pins_of(uint64_t scope_id) const {
   auto map = pins_map();
   if (!map) return map.error();
-  size_t n = 0;
-  for (const auto& key : all_keys<ac_pin_key>(*map))
-    if (key.scope_id == scope_id) ++n;
-  return n;
+  return pin_keys_of(*map, scope_id).size();
 }
 
 void Enforcer::delete_pins_of(uint64_t scope_id) {
   auto map = pins_map();
   if (!map) return;
-  for (const auto& key : all_keys<ac_pin_key>(*map))
-    if (key.scope_id == scope_id) bpf_map_delete_elem(*map, &key);
+  for (const auto& key : pin_keys_of(*map, scope_id)) bpf_map_delete_elem(*map, &key);
 }
 
 }  // namespace agentcage::bpf

@@ -19,7 +19,7 @@
 #include <linux/types.h>
 #endif
 
-#define AC_ABI_VERSION 13
+#define AC_ABI_VERSION 14
 
 /* ---- capacities ------------------------------------------------------- */
 
@@ -233,11 +233,11 @@ struct ac_pin {
 	__u64 expires_ns; /* bpf_ktime_get_boot_ns() after which it no longer allows */
 };
 
-/* ac_dns_origin: LRU_HASH by socket cookie: where a scoped socket's last DNS
- * query was sent before dns.bpf.h redirected it, so that its answers and
+/* ac_dns_origin: socket storage (SK_STORAGE): where a scoped socket's last
+ * DNS query was sent before dns.bpf.h redirected it, so that its answers and
  * getpeername show that address again (glibc drops an answer whose source is
- * not the server it asked). */
-#define AC_MAX_DNS_SOCKETS 16384
+ * not the server it asked). It lives and goes with its socket: no table
+ * shared by all runs that one run's sockets could crowd. */
 struct ac_dns_origin {
 	__u8 addr[16]; /* IPv4 as ::ffff:a.b.c.d */
 	__u16 port;    /* host order */
