@@ -20,6 +20,7 @@
 
 #include <sys/types.h>
 
+#include <algorithm>
 #include <cstdint>
 #include <cstdio>
 #include <filesystem>
@@ -62,6 +63,8 @@ struct Options {
 
 // printf to stdout, flushed: every section's report.
 void say(const char* fmt, ...) __attribute__((format(printf, 1, 2)));
+// Progress to stderr (merged into the same stream in the VM), marked "  .. ".
+void progress(const char* fmt, ...) __attribute__((format(printf, 1, 2)));
 // printf of one number with format `f`.
 std::string fmt(const char* f, double v);
 // A duration: ns below 10 us, us below 10 ms, ms above.
@@ -71,6 +74,38 @@ uint64_t now_ns();
 
 double median(std::vector<double> v);
 double quantile(std::vector<double> v, double q);
+
+// Left-aligned first column, right-aligned others.
+class Table {
+ public:
+  explicit Table(std::vector<std::string> header) { rows_.push_back(std::move(header)); }
+  void row(std::vector<std::string> r) { rows_.push_back(std::move(r)); }
+  void print() const {
+    std::vector<size_t> w;
+    for (const auto& r : rows_)
+      for (size_t i = 0; i < r.size(); i++) {
+        if (w.size() <= i) w.push_back(0);
+        w[i] = std::max(w[i], r[i].size());
+      }
+    for (size_t ri = 0; ri < rows_.size(); ri++) {
+      std::string line = "  ";
+      for (size_t i = 0; i < rows_[ri].size(); i++) {
+        const std::string& c = rows_[ri][i];
+        std::string pad(w[i] - c.size(), ' ');
+        line += i == 0 ? c + pad : "  " + pad + c;
+      }
+      say("%s\n", line.c_str());
+      if (ri == 0) {
+        size_t total = 0;
+        for (size_t x : w) total += x + 2;
+        say("  %s\n", std::string(total - 2, '-').c_str());
+      }
+    }
+  }
+
+ private:
+  std::vector<std::vector<std::string>> rows_;
+};
 
 // ---- the environment both phases share --------------------------------------
 
@@ -158,6 +193,14 @@ Result<double> time_command(const std::vector<std::string>& argv, unsigned runs)
 // The agentcage binary the run and events sections start: --agentcage, else
 // build/agentcage next to this binary's directory.
 fs::path agentcage_binary(const Options& opts);
+
+// fork + exec `argv` under `env` (daemon.cpp); stdin from `in` (or as is),
+// stdout to `out` (or the log), stderr appended to the log file.
+pid_t spawn(const std::vector<std::string>& argv, const std::vector<std::string>& env, int in, int out,
+            const fs::path& log);
+// SIGCONT + `sig` to `pid`, then wait for it; sets `pid` to -1. No-op for
+// pid <= 0.
+void end(pid_t& pid, int sig);
 
 // An `agentcage daemon` of the bench's own (daemon.cpp): a temporary
 // directory with one policy (NAME.yaml), its own control socket, state

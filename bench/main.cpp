@@ -24,52 +24,6 @@
 namespace agentcage::bench {
 namespace {
 
-// ---- output -------------------------------------------------------------------
-
-// Progress goes to stderr (merged into the same stream in the VM), marked.
-void progress(const char* fmt, ...) __attribute__((format(printf, 1, 2)));
-void progress(const char* fmt, ...) {
-  std::fputs("  .. ", stderr);
-  va_list ap;
-  va_start(ap, fmt);
-  std::vfprintf(stderr, fmt, ap);
-  va_end(ap);
-  std::fputc('\n', stderr);
-  std::fflush(stderr);
-}
-
-// Left-aligned first column, right-aligned others.
-class Table {
- public:
-  explicit Table(std::vector<std::string> header) { rows_.push_back(std::move(header)); }
-  void row(std::vector<std::string> r) { rows_.push_back(std::move(r)); }
-  void print() const {
-    std::vector<size_t> w;
-    for (const auto& r : rows_)
-      for (size_t i = 0; i < r.size(); i++) {
-        if (w.size() <= i) w.push_back(0);
-        w[i] = std::max(w[i], r[i].size());
-      }
-    for (size_t ri = 0; ri < rows_.size(); ri++) {
-      std::string line = "  ";
-      for (size_t i = 0; i < rows_[ri].size(); i++) {
-        const std::string& c = rows_[ri][i];
-        std::string pad(w[i] - c.size(), ' ');
-        line += i == 0 ? c + pad : "  " + pad + c;
-      }
-      say("%s\n", line.c_str());
-      if (ri == 0) {
-        size_t total = 0;
-        for (size_t x : w) total += x + 2;
-        say("  %s\n", std::string(total - 2, '-').c_str());
-      }
-    }
-  }
-
- private:
-  std::vector<std::vector<std::string>> rows_;
-};
-
 // ---- section 1: per-hook program time -------------------------------------------
 
 // Per hook: calls summed over the windows, and ns/call of each window that
