@@ -16,6 +16,9 @@
 //             (a standalone section, events.cpp).
 //   seccomp   the run's seccomp filter per run and per call, with vs
 //             without (a standalone section, seccomp.cpp).
+//   dns       name resolution through a run's resolver vs direct, and
+//             connects to a pinned address with ~10,000 other pins vs none
+//             (a standalone section, dns.cpp).
 #pragma once
 
 #include <sys/types.h>
@@ -53,7 +56,12 @@ struct Options {
   double run_throughput_seconds = 10;              // run section: how long they run
   std::string agentcage;      // run and events sections: agentcage binary ("" = next to this binary's dir)
   double events_seconds = 5;  // events section: generator time per step
-  double events_start_rate = 500;  // events section: first step's opens/s (doubled per step)
+  double events_start_rate = 500;     // events section: first step's opens/s (doubled per step)
+  unsigned dns_queries = 100;         // dns section: queries per batch
+  unsigned dns_connects = 500;        // dns section: connects per batch
+  unsigned dns_rounds = 3;            // dns section: rounds of the four batches per phase (ABBA)
+  unsigned dns_fill_runs = 100;       // dns section: runs holding pins in phase B
+  unsigned dns_fill_addresses = 100;  // dns section: addresses each of them pins
   std::set<std::string> sections;
 };
 
@@ -271,6 +279,17 @@ int events_section(const Options& opts);
 // true with and without it) and per call (an allowed call with and without
 // it; a denied call notified vs failed in the kernel). Needs no BPF LSM.
 int seccomp_section(const Options& opts);
+
+// The DNS section (dns.cpp): name resolution through a run's resolver vs
+// directly against dnsmasq, and connects to a pinned address with other
+// runs' pins filling ac_pins vs none. 0 measured, 1 a setup step or an
+// operation failed.
+int dns_section(const Options& opts);
+// Its worker (dns_worker.cpp), `agentcage-bench --worker-dns`: commands on
+// stdin, one answer line each on stdout. main() hands such an invocation to
+// dns_worker_main().
+inline constexpr std::string_view kDnsWorkerFlag = "--worker-dns";
+int dns_worker_main();
 
 // ---- BPF program statistics ----------------------------------------------------
 
