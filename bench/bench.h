@@ -62,6 +62,7 @@ struct Options {
   unsigned dns_rounds = 3;            // dns section: rounds of the four batches per phase (ABBA)
   unsigned dns_fill_runs = 100;       // dns section: runs holding pins in phase B
   unsigned dns_fill_addresses = 100;  // dns section: addresses each of them pins
+  bool dns_all_cpus = false;          // dns section: leave the CPU affinity as it is (default: CPU 0 only)
   std::set<std::string> sections;
 };
 

@@ -460,6 +460,8 @@ int main(int argc, char** argv) {
   app.add_option("--dns-fill-addresses", opts.dns_fill_addresses,
                  "dns section: addresses each of those runs pins (A records of one name)")
       ->check(CLI::Range(1u, 4000u));
+  app.add_flag("--dns-all-cpus", opts.dns_all_cpus,
+               "dns section: run its processes on any CPU (default: all on CPU 0)");
   app.add_option("--environment", environment, "printed in the header (bench/run says e.g. 'qemu TCG')");
   CLI11_PARSE(app, argc, argv);
 
