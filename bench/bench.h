@@ -16,10 +16,14 @@
 //             (a standalone section, events.cpp).
 //   seccomp   the run's seccomp filter per run and per call, with vs
 //             without (a standalone section, seccomp.cpp).
+//   dns       name resolution through a run's resolver vs direct, and
+//             connects to a pinned address with ~10,000 other pins vs none
+//             (a standalone section, dns.cpp).
 #pragma once
 
 #include <sys/types.h>
 
+#include <algorithm>
 #include <cstdint>
 #include <cstdio>
 #include <filesystem>
@@ -52,7 +56,13 @@ struct Options {
   double run_throughput_seconds = 10;              // run section: how long they run
   std::string agentcage;      // run and events sections: agentcage binary ("" = next to this binary's dir)
   double events_seconds = 5;  // events section: generator time per step
-  double events_start_rate = 500;  // events section: first step's opens/s (doubled per step)
+  double events_start_rate = 500;     // events section: first step's opens/s (doubled per step)
+  unsigned dns_queries = 100;         // dns section: queries per batch
+  unsigned dns_connects = 500;        // dns section: connects per batch
+  unsigned dns_rounds = 3;            // dns section: rounds of the four batches per phase (ABBA)
+  unsigned dns_fill_runs = 100;       // dns section: runs holding pins in phase B
+  unsigned dns_fill_addresses = 100;  // dns section: addresses each of them pins
+  bool dns_all_cpus = false;          // dns section: leave the CPU affinity as it is (default: CPU 0 only)
   std::set<std::string> sections;
 };
 
@@ -62,6 +72,8 @@ struct Options {
 
 // printf to stdout, flushed: every section's report.
 void say(const char* fmt, ...) __attribute__((format(printf, 1, 2)));
+// Progress to stderr (merged into the same stream in the VM), marked "  .. ".
+void progress(const char* fmt, ...) __attribute__((format(printf, 1, 2)));
 // printf of one number with format `f`.
 std::string fmt(const char* f, double v);
 // A duration: ns below 10 us, us below 10 ms, ms above.
@@ -71,6 +83,38 @@ uint64_t now_ns();
 
 double median(std::vector<double> v);
 double quantile(std::vector<double> v, double q);
+
+// Left-aligned first column, right-aligned others.
+class Table {
+ public:
+  explicit Table(std::vector<std::string> header) { rows_.push_back(std::move(header)); }
+  void row(std::vector<std::string> r) { rows_.push_back(std::move(r)); }
+  void print() const {
+    std::vector<size_t> w;
+    for (const auto& r : rows_)
+      for (size_t i = 0; i < r.size(); i++) {
+        if (w.size() <= i) w.push_back(0);
+        w[i] = std::max(w[i], r[i].size());
+      }
+    for (size_t ri = 0; ri < rows_.size(); ri++) {
+      std::string line = "  ";
+      for (size_t i = 0; i < rows_[ri].size(); i++) {
+        const std::string& c = rows_[ri][i];
+        std::string pad(w[i] - c.size(), ' ');
+        line += i == 0 ? c + pad : "  " + pad + c;
+      }
+      say("%s\n", line.c_str());
+      if (ri == 0) {
+        size_t total = 0;
+        for (size_t x : w) total += x + 2;
+        say("  %s\n", std::string(total - 2, '-').c_str());
+      }
+    }
+  }
+
+ private:
+  std::vector<std::vector<std::string>> rows_;
+};
 
 // ---- the environment both phases share --------------------------------------
 
@@ -159,6 +203,14 @@ Result<double> time_command(const std::vector<std::string>& argv, unsigned runs)
 // build/agentcage next to this binary's directory.
 fs::path agentcage_binary(const Options& opts);
 
+// fork + exec `argv` under `env` (daemon.cpp); stdin from `in` (or as is),
+// stdout to `out` (or the log), stderr appended to the log file.
+pid_t spawn(const std::vector<std::string>& argv, const std::vector<std::string>& env, int in, int out,
+            const fs::path& log);
+// SIGCONT + `sig` to `pid`, then wait for it; sets `pid` to -1. No-op for
+// pid <= 0.
+void end(pid_t& pid, int sig);
+
 // An `agentcage daemon` of the bench's own (daemon.cpp): a temporary
 // directory with one policy (NAME.yaml), its own control socket, state
 // directory and audit log; metrics on 127.0.0.1:PORT, or off with 0.
@@ -228,6 +280,17 @@ int events_section(const Options& opts);
 // true with and without it) and per call (an allowed call with and without
 // it; a denied call notified vs failed in the kernel). Needs no BPF LSM.
 int seccomp_section(const Options& opts);
+
+// The DNS section (dns.cpp): name resolution through a run's resolver vs
+// directly against dnsmasq, and connects to a pinned address with other
+// runs' pins filling ac_pins vs none. 0 measured, 1 a setup step or an
+// operation failed.
+int dns_section(const Options& opts);
+// Its worker (dns_worker.cpp), `agentcage-bench --worker-dns`: commands on
+// stdin, one answer line each on stdout. main() hands such an invocation to
+// dns_worker_main().
+inline constexpr std::string_view kDnsWorkerFlag = "--worker-dns";
+int dns_worker_main();
 
 // ---- BPF program statistics ----------------------------------------------------
 

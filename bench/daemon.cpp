@@ -23,6 +23,8 @@ namespace {
 using Clock = std::chrono::steady_clock;
 using namespace std::chrono_literals;
 
+}  // namespace
+
 // fork + exec `argv` under `env`; stdin from `in` (or as is), stdout to `out`
 // (or the log), stderr to the log file.
 pid_t spawn(const std::vector<std::string>& argv, const std::vector<std::string>& env, int in, int out,
@@ -53,8 +55,6 @@ void end(pid_t& pid, int sig) {
   }
   pid = -1;
 }
-
-}  // namespace
 
 fs::path agentcage_binary(const Options& opts) {
   std::error_code ec;

@@ -24,52 +24,6 @@
 namespace agentcage::bench {
 namespace {
 
-// ---- output -------------------------------------------------------------------
-
-// Progress goes to stderr (merged into the same stream in the VM), marked.
-void progress(const char* fmt, ...) __attribute__((format(printf, 1, 2)));
-void progress(const char* fmt, ...) {
-  std::fputs("  .. ", stderr);
-  va_list ap;
-  va_start(ap, fmt);
-  std::vfprintf(stderr, fmt, ap);
-  va_end(ap);
-  std::fputc('\n', stderr);
-  std::fflush(stderr);
-}
-
-// Left-aligned first column, right-aligned others.
-class Table {
- public:
-  explicit Table(std::vector<std::string> header) { rows_.push_back(std::move(header)); }
-  void row(std::vector<std::string> r) { rows_.push_back(std::move(r)); }
-  void print() const {
-    std::vector<size_t> w;
-    for (const auto& r : rows_)
-      for (size_t i = 0; i < r.size(); i++) {
-        if (w.size() <= i) w.push_back(0);
-        w[i] = std::max(w[i], r[i].size());
-      }
-    for (size_t ri = 0; ri < rows_.size(); ri++) {
-      std::string line = "  ";
-      for (size_t i = 0; i < rows_[ri].size(); i++) {
-        const std::string& c = rows_[ri][i];
-        std::string pad(w[i] - c.size(), ' ');
-        line += i == 0 ? c + pad : "  " + pad + c;
-      }
-      say("%s\n", line.c_str());
-      if (ri == 0) {
-        size_t total = 0;
-        for (size_t x : w) total += x + 2;
-        say("  %s\n", std::string(total - 2, '-').c_str());
-      }
-    }
-  }
-
- private:
-  std::vector<std::vector<std::string>> rows_;
-};
-
 // ---- section 1: per-hook program time -------------------------------------------
 
 // Per hook: calls summed over the windows, and ns/call of each window that
@@ -454,7 +408,8 @@ std::vector<StandaloneSection> standalone_sections() {
       {"run", "wall time: agentcage run -- true vs true vs bwrap --unshare-all ... true", run_cost_section},
       {"events", "audit events/s agentcage daemon delivers with zero loss; overflow accounting",
        events_section},
-      {"seccomp", "the run's seccomp filter: per run and per call, with vs without", seccomp_section}};
+      {"seccomp", "the run's seccomp filter: per run and per call, with vs without", seccomp_section},
+      {"dns", "name resolution through agentcage vs direct; connect with ~10,000 pins vs none", dns_section}};
 }
 
 }  // namespace
@@ -464,6 +419,7 @@ int main(int argc, char** argv) {
   using namespace agentcage;
   using namespace agentcage::bench;
   if (argc > 1 && argv[1] == kWorkerFlag) return worker_main(argc, argv);
+  if (argc == 2 && argv[1] == kDnsWorkerFlag) return dns_worker_main();
   Options opts;
   std::string sections = "hooks,unscoped,run,seccomp";
   std::string environment;
@@ -473,8 +429,9 @@ int main(int argc, char** argv) {
   app.add_option("--rounds", opts.rounds, "A/B rounds (BAAB order)")->check(CLI::Range(1u, 100u));
   app.add_option("--batches", opts.batches, "timed batches per op per phase")->check(CLI::Range(1u, 1000u));
   app.add_option("--scopes", opts.scopes, "live scopes in phase B")->check(CLI::Range(0u, 10000u));
-  app.add_option("--sections", sections,
-                 "comma-separated: hooks,unscoped,run,seccomp,events (default: hooks,unscoped,run,seccomp)");
+  app.add_option(
+      "--sections", sections,
+      "comma-separated: hooks,unscoped,run,seccomp,events,dns (default: hooks,unscoped,run,seccomp)");
   app.add_option("--run-rounds", opts.run_rounds, "run section: rounds (one run of each command per round)")
       ->check(CLI::Range(1u, 100000u));
   app.add_option("--run-clients", opts.run_clients,
@@ -492,6 +449,19 @@ int main(int argc, char** argv) {
   app.add_option("--events-start-rate", opts.events_start_rate,
                  "events section: first step's denied opens/s (doubled each step)")
       ->check(CLI::Range(1.0, 1e6));
+  app.add_option("--dns-queries", opts.dns_queries, "dns section: queries per batch")
+      ->check(CLI::Range(1u, 100000u));
+  app.add_option("--dns-connects", opts.dns_connects, "dns section: connects per batch")
+      ->check(CLI::Range(1u, 1000000u));
+  app.add_option("--dns-rounds", opts.dns_rounds, "dns section: rounds of its four batches per phase (ABBA)")
+      ->check(CLI::Range(1u, 1000u));
+  app.add_option("--dns-fill-runs", opts.dns_fill_runs, "dns section: runs holding pins in phase B")
+      ->check(CLI::Range(1u, 1000u));
+  app.add_option("--dns-fill-addresses", opts.dns_fill_addresses,
+                 "dns section: addresses each of those runs pins (A records of one name)")
+      ->check(CLI::Range(1u, 4000u));
+  app.add_flag("--dns-all-cpus", opts.dns_all_cpus,
+               "dns section: run its processes on any CPU (default: all on CPU 0)");
   app.add_option("--environment", environment, "printed in the header (bench/run says e.g. 'qemu TCG')");
   CLI11_PARSE(app, argc, argv);
 

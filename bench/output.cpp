@@ -10,6 +10,17 @@
 
 namespace agentcage::bench {
 
+// Progress goes to stderr (merged into the same stream in the VM), marked.
+void progress(const char* fmt, ...) {
+  std::fputs("  .. ", stderr);
+  va_list ap;
+  va_start(ap, fmt);
+  std::vfprintf(stderr, fmt, ap);
+  va_end(ap);
+  std::fputc('\n', stderr);
+  std::fflush(stderr);
+}
+
 void say(const char* fmt, ...) {
   va_list ap;
   va_start(ap, fmt);
