@@ -210,6 +210,41 @@ TEST_F(Dns, AnAllowedNameResolvesAndConnectsAndNothingElseDoes) {
   EXPECT_EQ(denied(r, "socket_connect"), 2u) << r.result.dump(2);
 }
 
+// What a pin lets through, beyond connect: a UDP sendto, a TCP fast open
+// (data with the SYN, no connect) and urllib, each to the pinned address
+// only; DNS over TLS (853) to any server stays denied.
+TEST_F(Dns, APinAllowsSendtoFastOpenAndUrllibToItsAddressOnly) {
+  Listener allowed(kAllowedAddr, kPort), evil(kEvilAddr, kPort);
+  ASSERT_TRUE(allowed.ok() && evil.ok());
+  const std::string p = policy("dns-send", "      - {domain: api.allowed.test, ports: [8443]}\n");
+  Ran r = run(py(attempt_lib() +
+                     "import urllib.request\n"
+                     "def sendto(addr):\n"
+                     "    try:\n"
+                     "        socket.socket(socket.AF_INET, socket.SOCK_DGRAM).sendto(b'x', (addr, 8443))\n"
+                     "        out.append('sent')\n"
+                     "    except PermissionError:\n"
+                     "        out.append('denied')\n"
+                     "def fastopen(addr):\n"
+                     "    t = socket.socket(socket.AF_INET, socket.SOCK_STREAM)\n"  // blocking: the SYN's answer
+                     "    try:\n"
+                     "        t.sendto(b'GET / HTTP/1.0\\r\\n\\r\\n', socket.MSG_FASTOPEN, (addr, 8443))\n"
+                     "        t.settimeout(5)\n"
+                     "        out.append('tfo-' + t.recv(64).decode().split()[1])\n"
+                     "    except PermissionError:\n"
+                     "        out.append('denied')\n"
+                     "a = resolve('api.allowed.test')\n"
+                     "sendto(a); sendto('198.18.0.3')\n"
+                     "fastopen(a); fastopen('198.18.0.3')\n"
+                     "out.append(urllib.request.urlopen('http://api.allowed.test:8443/', timeout=10).read().decode())\n"
+                     "connect('10.255.255.1', 853)\n"
+                     "print(' '.join(out))\n"),
+              with(p));
+  ASSERT_EQ(r.code, 0) << r.describe();
+  EXPECT_EQ(r.out, "sent denied tfo-200 denied hello denied\n") << r.describe();
+  EXPECT_EQ(denied(r, "socket_connect") + denied(r, "socket_send"), 3u) << r.result.dump(2);
+}
+
 // curl (its own resolver calls through glibc) under a policy that allows the
 // name: the page arrives; another name is not resolved.
 TEST_F(Dns, CurlReachesAnAllowedNameOnly) {

@@ -145,8 +145,8 @@ Status RunDns::pin(const dns::Resolved& resolved) {
     }
     written.emplace_back(k, before);
     pins_[key_bytes(k)] = {k, until};
-    ++report_.pinned;
   }
+  report_.pinned += keys.size();  // counted once the whole answer is pinned
   return {};
 }
 
