@@ -12,6 +12,7 @@
 #include <signal.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
+#include <sys/un.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -34,6 +35,7 @@
 #include "control/protocol.h"
 #include "daemon_env.h"
 #include "kernel_env.h"
+#include "util/unique_fd.h"
 
 #ifndef AGENTCAGE_SOURCE_DIR
 #error "AGENTCAGE_SOURCE_DIR must point at the repository (set by tests/kernel/CMakeLists.txt)"
@@ -533,6 +535,84 @@ TEST_F(Daemon, SandboxedProcessCannotReachTheControlSocket) {
 }
 
 // ---- the CLI: status and events ------------------------------------------------
+
+// Under systemd: READY=1 only once the daemon enforces with its policy
+// directory loaded, STATUS= lines, watchdog keep-alives, RELOADING=1 then
+// READY=1 around SIGHUP's rescan, STOPPING=1; SIGUSR1 reopens the audit log
+// without a rescan; with stderr a journal stream, every line has its priority.
+TEST_F(Daemon, TellsItsServiceManagerAndTheJournal) {
+  const std::string notify = (dir_ / "notify").string();
+  UniqueFd sm(::socket(AF_UNIX, SOCK_DGRAM | SOCK_CLOEXEC, 0));
+  sockaddr_un a{};
+  a.sun_family = AF_UNIX;
+  notify.copy(a.sun_path, sizeof a.sun_path - 1);
+  ASSERT_EQ(::bind(sm.get(), reinterpret_cast<sockaddr*>(&a), sizeof a), 0);
+  timeval tv{1, 0};
+  ::setsockopt(sm.get(), SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
+  // Messages until one contains `what` (or `limit` passes): all of them.
+  std::vector<std::string> seen;
+  auto until = [&](const std::string& what, std::chrono::seconds limit) {
+    const auto deadline = Clock::now() + limit;
+    while (Clock::now() < deadline) {
+      char buf[4096];
+      ssize_t n = ::recv(sm.get(), buf, sizeof buf, 0);
+      if (n <= 0) continue;
+      seen.emplace_back(buf, static_cast<size_t>(n));
+      if (seen.back().find(what) != std::string::npos) return true;
+    }
+    return false;
+  };
+  auto all = [&] {
+    std::string out;
+    for (const auto& m : seen) out += "[" + m + "]\n";
+    return out;
+  };
+  { std::ofstream(dir_ / "daemon.log"); }
+  struct stat st {};
+  ASSERT_EQ(::stat((dir_ / "daemon.log").c_str(), &st), 0);
+  daemon_ = spawn({agentcage_bin(), "daemon", "--config", (dir_ / "daemon.yaml").string()}, dir_ / "daemon.log",
+                  {"NOTIFY_SOCKET=" + notify, "WATCHDOG_USEC=2000000",
+                   "JOURNAL_STREAM=" + std::to_string(st.st_dev) + ":" + std::to_string(st.st_ino)});
+  ASSERT_TRUE(until("READY=1", 120s)) << all() << log();
+  // Ready means enforcing with the directory loaded: no waiting for it here.
+  EXPECT_TRUE(named_slot(status(), "dtest").has_value()) << status().dump(2);
+  EXPECT_NE(seen.back().find("STATUS=enforcing; 1 policies loaded from " + (dir_ / "policies").string()),
+            std::string::npos)
+      << all();
+  EXPECT_TRUE(until("WATCHDOG=1", 10s)) << all();
+  // Every line of its log carries a journald priority.
+  std::istringstream lines(log());
+  size_t n = 0;
+  for (std::string line; std::getline(lines, line); ++n)
+    EXPECT_TRUE(line.rfind("<6>agentcage: info: ", 0) == 0 || line.rfind("<4>agentcage: warning: ", 0) == 0 ||
+                line.rfind("<3>agentcage: error: ", 0) == 0)
+        << line;
+  EXPECT_GT(n, 0u);
+
+  // SIGUSR1: the audit log is reopened, the policy directory is not rescanned.
+  fs::rename(dir_ / "audit.jsonl", dir_ / "audit.jsonl.1");
+  ::kill(daemon_.pid, SIGUSR1);
+  EXPECT_TRUE(wait_until([&] { return fs::exists(dir_ / "audit.jsonl"); }, 30s)) << log();
+  EXPECT_NE(log().find("SIGUSR1: reopening the audit log"), std::string::npos) << log();
+  EXPECT_EQ(log().find("SIGHUP"), std::string::npos) << log();
+  Proc run = start_run({"cat", "/etc/passwd"}, "after-usr1");
+  EXPECT_EQ(wait_exit(run.pid), 1) << slurp(run.out);
+  EXPECT_TRUE(wait_until([&] { return slurp(dir_ / "audit.jsonl").find("/etc/passwd") != std::string::npos; }, 30s))
+      << "no denial in the reopened audit log\n"
+      << log();
+
+  // SIGHUP: RELOADING=1, then READY=1 again.
+  seen.clear();
+  ::kill(daemon_.pid, SIGHUP);
+  ASSERT_TRUE(until("RELOADING=1", 30s)) << all();
+  EXPECT_NE(seen.back().find("MONOTONIC_USEC="), std::string::npos) << all();
+  EXPECT_TRUE(until("READY=1", 30s)) << all();
+  // SIGTERM: STOPPING=1.
+  ::kill(daemon_.pid, SIGTERM);
+  EXPECT_TRUE(until("STOPPING=1", 30s)) << all();
+  EXPECT_EQ(wait_exit(daemon_.pid), 0) << log();
+  daemon_.pid = -1;
+}
 
 TEST_F(Daemon, StatusAndEventsCommands) {
   start_daemon();

@@ -29,8 +29,11 @@ Enforcement does not depend on it: the programs stay pinned while it is down
 or restarting.
 
 FILE is YAML (see docs/daemon.md); without --config the defaults apply.
-Signals: SIGTERM/SIGINT stop it (enforcement continues), SIGHUP reopens the
-audit log and rescans policies.
+Signals: SIGTERM/SIGINT stop it (enforcement continues), SIGHUP rescans the
+policy directory, SIGUSR1 reopens the audit log (log rotation).
+Under systemd (Type=notify) it reports READY=1 once it enforces with the
+policy directory loaded, STATUS= lines and watchdog keep-alives
+(WatchdogSec=), and each log line carries its journald priority.
 
 Exit status: 0 stopped by a signal, 1 could not start.)"));
   auto config = std::make_shared<std::string>();

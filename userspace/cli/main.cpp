@@ -34,6 +34,7 @@ void name_command_groups(CLI::App& app) {
 
 int agentcage::cli::main_entry(int argc, char** argv) {
   namespace cli = agentcage::cli;
+  agentcage::log::detect_journal();
   const bool run_invocation = cli::is_run_invocation(argc, argv);
   std::vector<std::string> run_command = cli::take_run_command(argc, argv);
 

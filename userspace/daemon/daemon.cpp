@@ -35,6 +35,7 @@
 #include "daemon/policy_watch.h"
 #include "daemon/run_service.h"
 #include "daemon/runs.h"
+#include "daemon/service_manager.h"
 #include "daemon/status.h"
 #include "run/runner.h"
 #include "run/state.h"
@@ -108,7 +109,10 @@ class Daemon final : private PolicyDirListener, private ControlHandler {
   // PolicyDirListener: metrics, and the counter ordering rules (event_sink.h).
   void reloaded(bool success) override { metrics_.policy_reload(success); }
   void rejected(core::FailClosedReason reason) override { metrics_.fail_closed(reason); }
-  void policies_loaded(size_t count) override { metrics_.policies_loaded(static_cast<double>(count)); }
+  void policies_loaded(size_t count) override {
+    policies_loaded_ = count;
+    metrics_.policies_loaded(static_cast<double>(count));
+  }
   void slot_named(uint32_t slot, const std::string& name) override { sink_.name_slot(slot, name); }
   void slot_fresh(uint32_t slot, const std::string& name) override { sink_.baseline(slot, name); }
   void before_slot_removed() override { sink_.collect_counters(); }
@@ -133,6 +137,10 @@ class Daemon final : private PolicyDirListener, private ControlHandler {
   RunService runner_;
   uint64_t ticks_ = 0;
   size_t runs_active_ = 0;
+  size_t policies_loaded_ = 0;
+  ServiceManager service_;
+  // What the service manager is told: ready once enforcing with the policy directory loaded.
+  void tell_service_manager();
 };
 
 // ---------------------------------------------------------------------------
@@ -170,7 +178,20 @@ Status Daemon::start() {
   tick();
   log::info(std::string("started (version ") + AGENTCAGE_VERSION + ", policy dir " + cfg_.policy_dir +
             ", control socket " + cfg_.control_socket + ")");
+  if (service_.watchdog_interval().count())
+    log::info("service manager watchdog: a keep-alive every " +
+              std::to_string(service_.watchdog_interval().count() / 1000) + " ms");
   return {};
+}
+
+void Daemon::tell_service_manager() {
+  if (!enf_) {
+    service_.status("not enforcing: " + enforcer_error_ + " (retrying every " +
+                    std::to_string(kEnforcerRetryTicks) + " s)");
+    return;
+  }
+  service_.ready("enforcing; " + std::to_string(policies_loaded_) + " policies loaded from " + cfg_.policy_dir +
+                 "; " + std::to_string(runs_active_) + " runs active");
 }
 
 bool Daemon::ensure_enforcer() {
@@ -232,19 +253,28 @@ void Daemon::reap_stale_runs() {
 
 void Daemon::on_signal(int signo) {
   if (signo == SIGHUP) {
-    log::info("SIGHUP: reopening the audit log and rescanning " + cfg_.policy_dir);
+    log::info("SIGHUP: rescanning " + cfg_.policy_dir);
+    service_.reloading("reloading policies from " + cfg_.policy_dir);
+    dir_.rescan_all();
+    tell_service_manager();
+    return;
+  }
+  if (signo == SIGUSR1) {
+    // Log rotation: not a reload (agentcage_policy_reloads_total does not move).
+    log::info("SIGUSR1: reopening the audit log " + cfg_.audit_log);
     sink_.flush_audit();
     if (Status st = sink_.open_audit_log(); !st) log::error(st.error().message);
-    dir_.rescan_all();
     return;
   }
   log::info("stopping on signal " + std::to_string(signo) +
             " (enforcement continues: the programs stay pinned)");
+  service_.stopping("stopping on signal " + std::to_string(signo) + "; enforcement continues");
   loop_.stop();
 }
 
 void Daemon::tick() {
   ++ticks_;
+  service_.keep_alive();
   server_.tick();
   if (!enf_) {
     if (ticks_ % kEnforcerRetryTicks == 0 && ensure_enforcer()) {
@@ -255,7 +285,10 @@ void Daemon::tick() {
   if (!watch_.watching() && enf_ && watch_policy_dir()) dir_.full_scan();
   runs_active_ = runs_.scan();
   metrics_.runs_active(static_cast<double>(runs_active_));
-  if (!enf_) return;
+  if (!enf_) {
+    tell_service_manager();
+    return;
+  }
   sink_.collect_counters();
   sink_.count_lost();
   if (auto sc = enf_->scopes()) metrics_.scopes_active(static_cast<double>(sc->size()));
@@ -264,6 +297,7 @@ void Daemon::tick() {
   if (!r.ready && ticks_ % 60 == 1) log::error("enforcement is NOT ready: " + r.detail);
   if (ticks_ % kReapTicks == 0) reap_stale_runs();
   sink_.flush_audit();
+  tell_service_manager();
 }
 
 int Daemon::run() {

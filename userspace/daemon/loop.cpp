@@ -20,7 +20,7 @@ Status EventLoop::open(int tick_ms, std::function<void(int)> on_signal, std::fun
   on_tick_ = std::move(on_tick);
   sigset_t set;
   sigemptyset(&set);
-  for (int s : {SIGINT, SIGTERM, SIGHUP}) sigaddset(&set, s);
+  for (int s : {SIGINT, SIGTERM, SIGHUP, SIGUSR1}) sigaddset(&set, s);
   ::sigprocmask(SIG_BLOCK, &set, nullptr);
   struct sigaction ign {};
   ign.sa_handler = SIG_IGN;

@@ -1,6 +1,6 @@
 // SPDX-License-Identifier: Apache-2.0
 // The daemon's main loop: one epoll, the signals (SIGINT/SIGTERM stop,
-// SIGHUP reloads) through a signalfd, and a once-a-second tick through a
+// SIGHUP reloads, SIGUSR1 reopens the log) through a signalfd, and a once-a-second tick through a
 // timerfd. The daemon's parts register their fds with a handler and are
 // called when they are ready; nothing else blocks.
 #pragma once
@@ -18,7 +18,7 @@ class EventLoop {
  public:
   using Handler = std::function<void(uint32_t events)>;
 
-  // Blocks SIGINT, SIGTERM and SIGHUP (they arrive through the loop),
+  // Blocks SIGINT, SIGTERM, SIGHUP and SIGUSR1 (they arrive through the loop),
   // ignores SIGPIPE, and arms the tick.
   Status open(int tick_ms, std::function<void(int signo)> on_signal, std::function<void()> on_tick);
   // `events`: EPOLLIN etc. A handler may add or remove fds, its own too.

@@ -2,16 +2,35 @@
 #include "util/log.h"
 
 #include <bpf/libbpf.h>
+#include <sys/stat.h>
 
 #include <atomic>
 #include <cstdarg>
 #include <cstdio>
+#include <cstdlib>
 #include <string>
 
 namespace agentcage::log {
 namespace {
 
 std::atomic<Level> g_level{Level::warn};
+std::atomic<bool> g_journal{false};
+
+// sd-daemon(3)'s priority prefixes: LOG_DEBUG, LOG_INFO, LOG_WARNING, LOG_ERR.
+const char* journal_priority(Level level) {
+  switch (level) {
+    case Level::debug:
+      return "<7>";
+    case Level::info:
+      return "<6>";
+    case Level::warn:
+      return "<4>";
+    case Level::error:
+    case Level::off:
+      break;
+  }
+  return "<3>";
+}
 
 const char* prefix(Level level) {
   switch (level) {
@@ -53,9 +72,39 @@ Level level() { return g_level.load(std::memory_order_relaxed); }
 
 void write(Level lvl, std::string_view message) {
   if (lvl < g_level.load(std::memory_order_relaxed)) return;
-  std::fprintf(stderr, "agentcage: %s: %.*s\n", prefix(lvl), static_cast<int>(message.size()),
-               message.data());
+  if (!g_journal.load(std::memory_order_relaxed)) {
+    std::fprintf(stderr, "agentcage: %s: %.*s\n", prefix(lvl), static_cast<int>(message.size()),
+                 message.data());
+    return;
+  }
+  // journald takes each line as an entry of its own: every line carries the priority.
+  std::string out;
+  size_t start = 0;
+  do {
+    size_t end = message.find('\n', start);
+    if (end == std::string_view::npos) end = message.size();
+    out += journal_priority(lvl);
+    out += "agentcage: ";
+    out += prefix(lvl);
+    out += ": ";
+    out.append(message.substr(start, end - start));
+    out += '\n';
+    start = end + 1;
+  } while (start < message.size());
+  std::fwrite(out.data(), 1, out.size(), stderr);
 }
+
+void detect_journal() {
+  const char* stream = std::getenv("JOURNAL_STREAM");
+  unsigned long long dev = 0, ino = 0;
+  struct stat st {};
+  g_journal.store(stream && std::sscanf(stream, "%llu:%llu", &dev, &ino) == 2 && ::fstat(2, &st) == 0 &&
+                      static_cast<unsigned long long>(st.st_dev) == dev &&
+                      static_cast<unsigned long long>(st.st_ino) == ino,
+                  std::memory_order_relaxed);
+}
+
+bool to_journal() { return g_journal.load(std::memory_order_relaxed); }
 
 void route_libbpf() { libbpf_set_print(libbpf_print); }
 

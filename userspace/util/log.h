@@ -18,6 +18,12 @@ inline void info(std::string_view m) { write(Level::info, m); }
 inline void warn(std::string_view m) { write(Level::warn, m); }
 inline void error(std::string_view m) { write(Level::error, m); }
 
+// When stderr is a journald stream (JOURNAL_STREAM names it, as systemd sets
+// it for a unit's stderr), each line gets its syslog priority as a "<N>"
+// prefix, so `journalctl -p err` shows the errors. Call once, at start.
+void detect_journal();
+bool to_journal();
+
 // Route libbpf's messages through this logger (warnings at warn, debug
 // output only at debug level). libbpf's print hook is process-wide by design.
 void route_libbpf();
