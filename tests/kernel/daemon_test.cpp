@@ -149,6 +149,22 @@ TEST_F(Daemon, PrometheusScrapesDecisionsAfterADeniedRun) {
     }
   }
   EXPECT_TRUE(found) << slurp(dir_ / "audit.jsonl");
+  // What the kernel and the daemon hold: map fill against capacity, the
+  // policy's validity, load time and mode, the build, the process.
+  EXPECT_EQ(scrape("agentcage_bpf_map_capacity{map=\"ac_scopes\"}"), AC_MAX_SCOPES);
+  EXPECT_EQ(scrape("agentcage_bpf_map_capacity{map=\"ac_pins\"}"), AC_MAX_PINS);
+  EXPECT_EQ(scrape("agentcage_bpf_map_capacity{map=\"ac_policies\"}"), AC_MAX_POLICIES);
+  EXPECT_GE(scrape("agentcage_bpf_map_entries{map=\"ac_policies\"}"), 1);  // dtest's slot at least
+  EXPECT_GE(scrape("agentcage_bpf_map_entries{map=\"ac_path_rules\"}"), 1);
+  EXPECT_EQ(scrape("agentcage_policy_valid{policy=\"dtest\"}"), 1);
+  EXPECT_GT(scrape("agentcage_policy_last_load_timestamp_seconds{policy=\"dtest\"}"), 1.7e9);
+  EXPECT_EQ(scrape("agentcage_policy_info{mode=\"enforce\",policy=\"dtest\"}"), 1);
+  EXPECT_EQ(scrape("agentcage_fail_closed_total{reason=\"policy_invalid\",source=\"policy_file\"}"), 0);
+  EXPECT_GT(scrape("process_resident_memory_bytes"), 1e6);
+  EXPECT_GT(scrape("process_open_fds"), 3);
+  EXPECT_NE(http_get(kMetricsPort, "/metrics")
+                .find("agentcage_build_info{bpf_object=\"" + bpf::Enforcer::object_digest() + "\""),
+            std::string::npos);
   // Bounded labels only.
   std::string text = http_get(kMetricsPort, "/metrics");
   EXPECT_EQ(text.find(result["run_id"].get<std::string>()), std::string::npos);

@@ -590,7 +590,11 @@ TEST(Metrics, ExportsTheContractNames) {
   m.policies_loaded(1);
   m.scopes_active(2);
   m.enforcement_ready(true);
-  m.fail_closed(core::FailClosedReason::policy_invalid);
+  m.fail_closed(core::FailClosedReason::policy_invalid, telemetry::FailClosedSource::policy_file);
+  m.fail_closed(core::FailClosedReason::cgroup, telemetry::FailClosedSource::run);
+  m.map_fill({{"ac_pins", 12, 65536}});
+  m.policy_states({{"p", true, 1700000000, "enforce"}, {"q", false, 0, ""}});
+  m.process();
   const std::string text = m.text();
   for (const char* series :
        {"agentcage_decisions_total{decision=\"deny\",hook=\"file_open\",policy=\"p\"} 3",
@@ -601,9 +605,26 @@ TEST(Metrics, ExportsTheContractNames) {
         "agentcage_policy_reloads_total{result=\"success\"} 1",
         "agentcage_policy_reloads_total{result=\"failure\"} 0", "agentcage_policies_loaded 1",
         "agentcage_scopes_active 2", "agentcage_enforcement_ready 1",
-        "agentcage_fail_closed_total{reason=\"policy_invalid\"} 1",
-        "agentcage_fail_closed_total{reason=\"lsm_inactive\"} 0", "agentcage_build_info{version=\""})
+        "agentcage_fail_closed_total{reason=\"policy_invalid\",source=\"policy_file\"} 1",
+        "agentcage_fail_closed_total{reason=\"cgroup\",source=\"run\"} 1",
+        "agentcage_fail_closed_total{reason=\"lsm_inactive\",source=\"daemon\"} 0",
+        "agentcage_build_info{bpf_object=\"", "agentcage_bpf_map_entries{map=\"ac_pins\"} 12",
+        "agentcage_bpf_map_capacity{map=\"ac_pins\"} 65536", "agentcage_policy_valid{policy=\"p\"} 1",
+        "agentcage_policy_valid{policy=\"q\"} 0", "agentcage_policy_last_load_timestamp_seconds{policy=\"p\"} 1700000000",
+        "agentcage_policy_info{mode=\"enforce\",policy=\"p\"} 1", "process_cpu_seconds_total ",
+        "process_resident_memory_bytes ", "process_open_fds ", "process_max_fds ", "process_start_time_seconds "})
     EXPECT_NE(text.find(series), std::string::npos) << series << "\n" << text;
+  EXPECT_EQ(text.find("policy=\"q\",mode"), std::string::npos);  // q enforces nothing: no info series
+  EXPECT_EQ(text.find("agentcage_policy_info{mode=\"enforce\",policy=\"q\"}"), std::string::npos);
+  // A policy whose mode changes keeps one info series; one that goes loses all of its series.
+  m.policy_states({{"p", true, 1700000100, "audit"}});
+  const std::string after = m.text();
+  EXPECT_NE(after.find("agentcage_policy_info{mode=\"audit\",policy=\"p\"} 1"), std::string::npos) << after;
+  EXPECT_EQ(after.find("agentcage_policy_info{mode=\"enforce\""), std::string::npos) << after;
+  EXPECT_EQ(after.find("policy=\"q\""), std::string::npos) << after;
+  EXPECT_NE(after.find("agentcage_build_info{bpf_object=\"" + bpf::Enforcer::object_digest() + "\",revision=\""),
+            std::string::npos)
+      << after;
 }
 
 }  // namespace

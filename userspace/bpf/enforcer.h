@@ -57,6 +57,13 @@ struct SharedOptions {
   LoadOptions load;
 };
 
+// How full one of the program set's maps is.
+struct MapFill {
+  std::string map;  // its name in the BPF object ("ac_scopes")
+  uint64_t entries = 0;
+  uint64_t capacity = 0;  // max_entries
+};
+
 struct ScopeInfo {
   uint64_t cgroup_id = 0;
   uint64_t scope_id = 0;
@@ -167,6 +174,13 @@ class Enforcer {
   Status with_lock(const std::function<Status()>& fn);
 
   Result<std::vector<ScopeInfo>> scopes() const;
+  // The fill of the maps that bound what can be confined, installed or
+  // pinned (scopes, policies, path and network rules, workspaces, listeners,
+  // pins): entries against capacity. A walk of each map (batched where the
+  // kernel allows): for a periodic gauge, not per event.
+  std::vector<MapFill> map_fill() const;
+  // The digest of the BPF object this binary carries, which names its pinned set's directory.
+  static std::string object_digest();
   // How many places (address, port, protocol) hold a socket of scope
   // `scope_id` (none once the scope is removed).
   Result<size_t> listeners_of(uint64_t scope_id) const;

@@ -17,6 +17,7 @@
 #include <filesystem>
 #include <map>
 #include <memory>
+#include <vector>
 
 #include "bpf/enforcer_internal.h"
 #include "util/unique_fd.h"
@@ -35,7 +36,48 @@ std::vector<ac_listener_key> listener_keys_of(int listeners_fd, uint64_t scope_i
   return out;
 }
 
+// Entries of a map: batched reads where the map type allows them (hash
+// maps), else a key walk (LPM tries). Per-CPU maps are not counted here.
+uint64_t count_entries(int fd, const bpf_map_info& info) {
+  constexpr uint32_t kBatch = 4096;
+  std::vector<unsigned char> keys(size_t{kBatch} * info.key_size), values(size_t{kBatch} * info.value_size);
+  std::vector<unsigned char> in(std::max<uint32_t>(info.key_size, 8)), out(in.size());
+  LIBBPF_OPTS(bpf_map_batch_opts, opts);
+  uint64_t n = 0;
+  for (bool first = true;; first = false) {
+    uint32_t count = kBatch;
+    const int err =
+        bpf_map_lookup_batch(fd, first ? nullptr : in.data(), out.data(), keys.data(), values.data(), &count, &opts);
+    if (err < 0 && err != -ENOENT) break;  // not batchable, or changed midway: walk the keys
+    n += count;
+    if (err == -ENOENT) return n;
+    in = out;
+  }
+  n = 0;
+  std::vector<unsigned char> cur(info.key_size), next(info.key_size);
+  for (const void* prev = nullptr; bpf_map_get_next_key(fd, prev, next.data()) == 0; prev = cur.data()) {
+    cur = next;
+    ++n;
+  }
+  return n;
+}
+
 }  // namespace
+
+std::vector<MapFill> Enforcer::map_fill() const {
+  std::vector<std::pair<const char*, int>> maps = {
+      {"ac_scopes", maps_.scopes},         {"ac_policies", maps_.policies},   {"ac_path_rules", maps_.path_rules},
+      {"ac_net_rules", maps_.net_rules},   {"ac_workspaces", maps_.workspaces}, {"ac_listeners", maps_.listeners}};
+  if (auto pins = pins_map()) maps.emplace_back("ac_pins", *pins);
+  std::vector<MapFill> out;
+  for (const auto& [name, fd] : maps) {
+    bpf_map_info info{};
+    uint32_t len = sizeof info;
+    if (fd < 0 || bpf_obj_get_info_by_fd(fd, &info, &len) != 0) continue;
+    out.push_back({name, count_entries(fd, info), info.max_entries});
+  }
+  return out;
+}
 
 using detail::all_keys;
 using detail::bpf_error;

@@ -31,9 +31,11 @@ using detail::per_scope_program;
 
 namespace {
 
+}  // namespace
+
 // The pinned set's directory is named after the BPF object this binary
 // carries, so two builds never adopt each other's maps.
-std::string object_digest() {
+std::string Enforcer::object_digest() {
   size_t size = 0;
   const void* data = agentcage_bpf__elf_bytes(&size);
   uint64_t h = 0xcbf29ce484222325ULL;
@@ -46,6 +48,8 @@ std::string object_digest() {
   std::snprintf(buf, sizeof buf, "%016llx", static_cast<unsigned long long>(h));
   return buf;
 }
+
+namespace {
 
 Status make_dirs(const std::string& path, mode_t mode) {
   std::string cur;

@@ -63,6 +63,8 @@ using nlohmann::json;
 constexpr int kTickMs = 1000;
 constexpr int kEnforcerRetryTicks = 10;
 constexpr int kReapTicks = 60;
+// Map fill is a walk of each map (batched): every 15 s is enough for a gauge.
+constexpr int kMapFillTicks = 15;
 // How long a stopping daemon waits for its runs to end (each runner kills
 // and removes its run on SIGTERM).
 constexpr int kStopGraceMs = 10000;
@@ -108,7 +110,9 @@ class Daemon final : private PolicyDirListener, private ControlHandler {
 
   // PolicyDirListener: metrics, and the counter ordering rules (event_sink.h).
   void reloaded(bool success) override { metrics_.policy_reload(success); }
-  void rejected(core::FailClosedReason reason) override { metrics_.fail_closed(reason); }
+  void rejected(core::FailClosedReason reason) override {
+    metrics_.fail_closed(reason, telemetry::FailClosedSource::policy_file);
+  }
   void policies_loaded(size_t count) override {
     policies_loaded_ = count;
     metrics_.policies_loaded(static_cast<double>(count));
@@ -141,6 +145,19 @@ class Daemon final : private PolicyDirListener, private ControlHandler {
   ServiceManager service_;
   // What the service manager is told: ready once enforcing with the policy directory loaded.
   void tell_service_manager();
+  // The per-policy gauges' view of the policy directory.
+  std::vector<telemetry::PolicyState> policy_states() const {
+    std::vector<telemetry::PolicyState> out;
+    for (const auto& [file, pf] : dir_.files()) {
+      telemetry::PolicyState st;
+      st.name = pf.name;
+      st.valid = pf.loaded;
+      st.loaded_at = static_cast<double>(pf.loaded_at);
+      if (dir_.named_slot(pf.name)) st.mode = pf.compiled.flags & AC_POLICY_F_AUDIT ? "audit" : "enforce";
+      out.push_back(std::move(st));
+    }
+    return out;
+  }
 };
 
 // ---------------------------------------------------------------------------
@@ -200,7 +217,7 @@ bool Daemon::ensure_enforcer() {
   opts.pin_root = cfg_.pin_root;
   auto e = bpf::Enforcer::open_shared(opts);
   if (!e) {
-    metrics_.fail_closed(bpf::unavailable_reason(bpf::read_lsm_state()));
+    metrics_.fail_closed(bpf::unavailable_reason(bpf::read_lsm_state()), telemetry::FailClosedSource::daemon);
     metrics_.enforcement_ready(false);
     if (enforcer_error_ != e.error().message)
       log::error("cannot enforce: " + e.error().message + " (retrying every " +
@@ -276,6 +293,8 @@ void Daemon::tick() {
   ++ticks_;
   service_.keep_alive();
   server_.tick();
+  metrics_.process();
+  metrics_.policy_states(policy_states());
   if (!enf_) {
     if (ticks_ % kEnforcerRetryTicks == 0 && ensure_enforcer()) {
       dir_.adopt_named_slots();
@@ -296,6 +315,7 @@ void Daemon::tick() {
   metrics_.enforcement_ready(r.ready);
   if (!r.ready && ticks_ % 60 == 1) log::error("enforcement is NOT ready: " + r.detail);
   if (ticks_ % kReapTicks == 0) reap_stale_runs();
+  if (ticks_ % kMapFillTicks == 1) metrics_.map_fill(enf_->map_fill());
   sink_.flush_audit();
   tell_service_manager();
 }
@@ -362,7 +382,7 @@ void Daemon::note_run(const Request& req) {
     runs_.note(req.scope_id, req.run_id, req.labels);
   } else if (req.op == Op::run_end) {
     metrics_.run_finished(req.policy, req.outcome, req.duration_seconds);
-    if (req.fail_closed) metrics_.fail_closed(*req.fail_closed);
+    if (req.fail_closed) metrics_.fail_closed(*req.fail_closed, telemetry::FailClosedSource::run);
     // Seccomp denials and refused names are counted by the run itself (no BPF counter).
     if (req.syscalls_denied) metrics_.run_denials(req.policy, "syscall", req.syscalls_denied);
     if (req.dns_refused.total) metrics_.run_denials(req.policy, "dns", req.dns_refused.total);

@@ -9,6 +9,7 @@
 
 #include <algorithm>
 #include <cerrno>
+#include <ctime>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
@@ -266,6 +267,7 @@ void PolicyDirectory::install(PolicyFile& pf, const std::string& path) {
   pf.slot = slot;
   pf.digest = digest;
   pf.loaded = true;
+  pf.loaded_at = std::time(nullptr);
   pf.compiled = std::move(*compiled);
   pf.error.clear();
   named_slots_[pf.name] = slot;

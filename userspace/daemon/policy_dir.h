@@ -60,6 +60,7 @@ struct PolicyFile {
   std::optional<uint32_t> slot;
   uint64_t digest = 0;
   bool loaded = false;  // the file's current content is what enforces
+  int64_t loaded_at = 0;  // when the enforcing content was installed (Unix seconds; 0: never)
   bool uses_workspace = false;
   // Its first domain rule ("FILE:LINE:COL: domain NAME"), "" without one:
   // such a policy governs runs (each has a resolver), not attachments.

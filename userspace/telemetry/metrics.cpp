@@ -8,7 +8,14 @@
 #include <prometheus/registry.h>
 #include <prometheus/text_serializer.h>
 
+#include <sys/resource.h>
+#include <unistd.h>
+
+#include <chrono>
 #include <exception>
+#include <filesystem>
+#include <fstream>
+#include <iterator>
 #include <sstream>
 
 #include "bpf/names.h"
@@ -116,15 +123,70 @@ Metrics::Metrics() : registry_(std::make_shared<prometheus::Registry>()) {
            .Register(*registry_);
   BuildGauge()
       .Name("agentcage_build_info")
-      .Help("agentcage version (always 1)")
+      .Help("agentcage version, source revision and BPF object digest (always 1)")
       .Register(*registry_)
-      .Add({{"version", AGENTCAGE_VERSION}})
+      .Add({{"version", AGENTCAGE_VERSION},
+            {"revision", AGENTCAGE_REVISION},
+            {"bpf_object", bpf::Enforcer::object_digest()}})
       .Set(1);
+  map_entries_ = &BuildGauge()
+                      .Name("agentcage_bpf_map_entries")
+                      .Help("Entries in a BPF map that bounds what can be confined, installed or pinned")
+                      .Register(*registry_);
+  map_capacity_ = &BuildGauge()
+                       .Name("agentcage_bpf_map_capacity")
+                       .Help("The most entries that BPF map holds (max_entries)")
+                       .Register(*registry_);
+  policy_valid_ = &BuildGauge()
+                       .Name("agentcage_policy_valid")
+                       .Help("1 while a policy file's current content is what enforces, 0 while it is rejected")
+                       .Register(*registry_);
+  policy_loaded_at_ = &BuildGauge()
+                           .Name("agentcage_policy_last_load_timestamp_seconds")
+                           .Help("When a policy's enforcing content was installed (Unix time)")
+                           .Register(*registry_);
+  policy_info_ = &BuildGauge()
+                      .Name("agentcage_policy_info")
+                      .Help("A policy of the daemon's directory that enforces, with its mode (always 1)")
+                      .Register(*registry_);
+  cpu_seconds_ = &BuildCounter()
+                      .Name("process_cpu_seconds_total")
+                      .Help("User and system CPU time of the daemon")
+                      .Register(*registry_)
+                      .Add({});
+  resident_bytes_ = &BuildGauge()
+                         .Name("process_resident_memory_bytes")
+                         .Help("Resident memory of the daemon")
+                         .Register(*registry_)
+                         .Add({});
+  virtual_bytes_ = &BuildGauge()
+                        .Name("process_virtual_memory_bytes")
+                        .Help("Virtual memory of the daemon")
+                        .Register(*registry_)
+                        .Add({});
+  open_fds_ = &BuildGauge().Name("process_open_fds").Help("Open file descriptors").Register(*registry_).Add({});
+  max_fds_ = &BuildGauge()
+                  .Name("process_max_fds")
+                  .Help("The daemon's limit of open file descriptors")
+                  .Register(*registry_)
+                  .Add({});
+  BuildGauge()
+      .Name("process_start_time_seconds")
+      .Help("When the daemon started (Unix time)")
+      .Register(*registry_)
+      .Add({})
+      .Set(static_cast<double>(std::chrono::duration_cast<std::chrono::seconds>(
+                                   std::chrono::system_clock::now().time_since_epoch())
+                                   .count()));
   // Series that exist from the start, so rate() and absent() work before the
   // first event of their kind.
   for (bool ok : {true, false}) reloads_->Add({{"result", ok ? "success" : "failure"}});
-  for (core::FailClosedReason r : core::kFailClosedReasons)
-    fail_closed_->Add({{"reason", std::string(core::name(r))}});
+  using core::FailClosedReason;
+  for (FailClosedReason r : core::kFailClosedReasons) fail_closed_->Add({{"reason", std::string(core::name(r))}, {"source", "run"}});
+  for (FailClosedReason r : {FailClosedReason::policy_invalid, FailClosedReason::internal})
+    fail_closed_->Add({{"reason", std::string(core::name(r))}, {"source", "policy_file"}});
+  for (FailClosedReason r : {FailClosedReason::bpf_unavailable, FailClosedReason::lsm_inactive})
+    fail_closed_->Add({{"reason", std::string(core::name(r))}, {"source", "daemon"}});
 }
 
 Metrics::~Metrics() = default;
@@ -184,13 +246,71 @@ void Metrics::policy_reload(bool success) {
 void Metrics::policies_loaded(double n) { policies_loaded_->Set(n); }
 void Metrics::scopes_active(double n) { scopes_active_->Set(n); }
 void Metrics::enforcement_ready(bool ready) { enforcement_ready_->Set(ready ? 1 : 0); }
-void Metrics::fail_closed(core::FailClosedReason reason) {
-  fail_closed_->Add({{"reason", std::string(core::name(reason))}}).Increment();
+void Metrics::fail_closed(core::FailClosedReason reason, FailClosedSource source) {
+  const char* where = source == FailClosedSource::run           ? "run"
+                      : source == FailClosedSource::policy_file ? "policy_file"
+                                                                : "daemon";
+  fail_closed_->Add({{"reason", std::string(core::name(reason))}, {"source", where}}).Increment();
 }
 
 std::string Metrics::text() const {
   prometheus::TextSerializer s;
   return s.Serialize(registry_->Collect());
+}
+
+void Metrics::map_fill(const std::vector<bpf::MapFill>& maps) {
+  for (const auto& m : maps) {
+    map_entries_->Add({{"map", m.map}}).Set(static_cast<double>(m.entries));
+    map_capacity_->Add({{"map", m.map}}).Set(static_cast<double>(m.capacity));
+  }
+}
+
+void Metrics::policy_states(const std::vector<PolicyState>& policies) {
+  std::map<std::string, std::string> now;  // name -> mode ("" when nothing of it enforces)
+  for (const auto& p : policies) now[p.name] = p.mode;
+  // Series of policies that went, and info series whose mode changed.
+  for (const auto& [name, mode] : policy_modes_) {
+    auto it = now.find(name);
+    if (!mode.empty() && (it == now.end() || it->second != mode))
+      policy_info_->Remove(&policy_info_->Add({{"policy", name}, {"mode", mode}}));
+    if (it == now.end())
+      for (auto* family : {policy_valid_, policy_loaded_at_}) family->Remove(&family->Add({{"policy", name}}));
+  }
+  for (const auto& p : policies) {
+    policy_valid_->Add({{"policy", p.name}}).Set(p.valid ? 1 : 0);
+    policy_loaded_at_->Add({{"policy", p.name}}).Set(p.loaded_at);
+    if (!p.mode.empty()) policy_info_->Add({{"policy", p.name}, {"mode", p.mode}}).Set(1);
+  }
+  policy_modes_ = std::move(now);
+}
+
+void Metrics::process() {
+  // /proc/self/stat: fields after the command's closing parenthesis, 14 and 15
+  // (utime, stime in clock ticks), 23 (vsize, bytes), 24 (rss, pages).
+  std::ifstream in("/proc/self/stat");
+  std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  const size_t close = text.rfind(')');
+  if (close != std::string::npos) {
+    std::istringstream fields(text.substr(close + 2));
+    std::vector<std::string> f;
+    for (std::string w; fields >> w;) f.push_back(w);
+    // f[0] is field 3 (state).
+    if (f.size() > 21) {
+      const double ticks = static_cast<double>(::sysconf(_SC_CLK_TCK));
+      const double cpu = (std::stod(f[11]) + std::stod(f[12])) / ticks;
+      if (cpu > cpu_seen_) cpu_seconds_->Increment(cpu - cpu_seen_), cpu_seen_ = cpu;
+      virtual_bytes_->Set(std::stod(f[20]));
+      resident_bytes_->Set(std::stod(f[21]) * static_cast<double>(::sysconf(_SC_PAGESIZE)));
+    }
+  }
+  std::error_code ec;
+  size_t fds = 0;
+  for (auto it = std::filesystem::directory_iterator("/proc/self/fd", ec); !ec && it != std::filesystem::directory_iterator();
+       it.increment(ec))
+    ++fds;
+  open_fds_->Set(static_cast<double>(fds));
+  rlimit lim{};
+  if (::getrlimit(RLIMIT_NOFILE, &lim) == 0) max_fds_->Set(static_cast<double>(lim.rlim_cur));
 }
 
 }  // namespace agentcage::telemetry

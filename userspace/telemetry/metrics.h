@@ -55,6 +55,21 @@ class CounterTracker {
   std::map<uint32_t, Seen> seen_;
 };
 
+// Where a fail-closed refusal happened (agentcage_fail_closed_total{source}).
+enum class FailClosedSource {
+  run,          // a run refused to start (exit status 125)
+  policy_file,  // a policy file of the directory was rejected
+  daemon,       // the daemon could not adopt or load the programs (retried every few seconds)
+};
+
+// A policy of the daemon's directory, as the per-policy gauges show it.
+struct PolicyState {
+  std::string name;
+  bool valid = false;           // the file's current content is what enforces
+  double loaded_at = 0;         // when the enforcing content was installed (Unix seconds; 0: never)
+  std::string mode;             // "enforce" or "audit" (of the enforcing content; "" when none)
+};
+
 class Metrics {
  public:
   Metrics();
@@ -81,7 +96,13 @@ class Metrics {
   void policies_loaded(double n);
   void scopes_active(double n);
   void enforcement_ready(bool ready);
-  void fail_closed(core::FailClosedReason reason);
+  void fail_closed(core::FailClosedReason reason, FailClosedSource source);
+  // agentcage_bpf_map_entries / _capacity{map}.
+  void map_fill(const std::vector<bpf::MapFill>& maps);
+  // The per-policy gauges; policies not listed lose their series.
+  void policy_states(const std::vector<PolicyState>& policies);
+  // process_* of this process (start time, CPU, memory, descriptors), from /proc/self.
+  void process();
 
   // The registry's current text exposition (what /metrics serves).
   std::string text() const;
@@ -101,6 +122,18 @@ class Metrics {
   prometheus::Gauge* scopes_active_;
   prometheus::Gauge* enforcement_ready_;
   prometheus::Family<prometheus::Counter>* fail_closed_;
+  prometheus::Family<prometheus::Gauge>* map_entries_;
+  prometheus::Family<prometheus::Gauge>* map_capacity_;
+  prometheus::Family<prometheus::Gauge>* policy_valid_;
+  prometheus::Family<prometheus::Gauge>* policy_loaded_at_;
+  prometheus::Family<prometheus::Gauge>* policy_info_;
+  std::map<std::string, std::string> policy_modes_;  // the info series each policy has now
+  prometheus::Counter* cpu_seconds_;
+  double cpu_seen_ = 0;
+  prometheus::Gauge* resident_bytes_;
+  prometheus::Gauge* virtual_bytes_;
+  prometheus::Gauge* open_fds_;
+  prometheus::Gauge* max_fds_;
 };
 
 }  // namespace agentcage::telemetry
