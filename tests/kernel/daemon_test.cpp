@@ -630,6 +630,27 @@ TEST_F(Daemon, TellsItsServiceManagerAndTheJournal) {
   daemon_.pid = -1;
 }
 
+// `agentcage reload`: the daemon reads the directory again and says each
+// file's state; a rejected file makes it exit 1 with the located error.
+TEST_F(Daemon, ReloadCommandSaysEachPolicysState) {
+  start_daemon();
+  Proc ok = spawn({agentcage_bin(), "reload"}, dir_ / "reload-ok.out");
+  EXPECT_EQ(wait_exit(ok.pid), 0) << slurp(ok.out);
+  EXPECT_EQ(slurp(ok.out), "dtest: loaded\n");
+  write_file(dir_ / "policies" / "dtest.yaml", dtest_policy(false) + "  bogus: 1\n");
+  Proc bad = spawn({agentcage_bin(), "reload", "--json"}, dir_ / "reload-bad.out");
+  EXPECT_EQ(wait_exit(bad.pid), 1) << slurp(bad.out);
+  json files = json::parse(slurp(bad.out), nullptr, false);
+  ASSERT_TRUE(files.is_array() && files.size() == 1) << slurp(bad.out);
+  EXPECT_EQ(files[0]["policy"], "dtest");
+  EXPECT_EQ(files[0]["state"], "rejected_previous_enforcing");
+  EXPECT_NE(files[0].value("error", std::string()).find("dtest.yaml:"), std::string::npos) << files.dump(2);
+  // The previous version still enforces, and the gauge says the file is not valid.
+  EXPECT_TRUE(named_slot(status(), "dtest").has_value());
+  EXPECT_TRUE(wait_until([] { return scrape("agentcage_policy_valid{policy=\"dtest\"}") == 0; }, 10s))
+      << http_get(kMetricsPort, "/metrics");
+}
+
 TEST_F(Daemon, StatusAndEventsCommands) {
   start_daemon();
   auto cg = cgroup::Cgroup::create(root_, root_, "ac-daemon-cli-" + std::to_string(::getpid()));

@@ -595,6 +595,8 @@ TEST(Metrics, ExportsTheContractNames) {
   m.map_fill({{"ac_pins", 12, 65536}});
   m.policy_states({{"p", true, 1700000000, "enforce"}, {"q", false, 0, ""}});
   m.process();
+  m.daemon_drops(4, 0);
+  m.daemon_drops(6, 1);
   const std::string text = m.text();
   for (const char* series :
        {"agentcage_decisions_total{decision=\"deny\",hook=\"file_open\",policy=\"p\"} 3",
@@ -612,7 +614,8 @@ TEST(Metrics, ExportsTheContractNames) {
         "agentcage_bpf_map_capacity{map=\"ac_pins\"} 65536", "agentcage_policy_valid{policy=\"p\"} 1",
         "agentcage_policy_valid{policy=\"q\"} 0", "agentcage_policy_last_load_timestamp_seconds{policy=\"p\"} 1700000000",
         "agentcage_policy_info{mode=\"enforce\",policy=\"p\"} 1", "process_cpu_seconds_total ",
-        "process_resident_memory_bytes ", "process_open_fds ", "process_max_fds ", "process_start_time_seconds "})
+        "process_resident_memory_bytes ", "process_open_fds ", "process_max_fds ", "process_start_time_seconds ",
+        "agentcage_daemon_dropped_total{what=\"audit_log\"} 6", "agentcage_daemon_dropped_total{what=\"event_stream\"} 1"})
     EXPECT_NE(text.find(series), std::string::npos) << series << "\n" << text;
   EXPECT_EQ(text.find("policy=\"q\",mode"), std::string::npos);  // q enforces nothing: no info series
   EXPECT_EQ(text.find("agentcage_policy_info{mode=\"enforce\",policy=\"q\"}"), std::string::npos);

@@ -54,6 +54,7 @@ int main_entry(int argc, char** argv);
 void add_policy(CLI::App& app, const Globals& globals, Commands& commands);  // policy.cpp
 void add_attach(CLI::App& app, const Globals& globals, Commands& commands);  // attach.cpp: attach, detach
 void add_daemon(CLI::App& app, const Globals& globals, Commands& commands);  // daemon.cpp
+void add_reload(CLI::App& app, const Globals& globals, Commands& commands);  // daemon.cpp
 void add_status(CLI::App& app, const Globals& globals, Commands& commands);  // status.cpp
 void add_events(CLI::App& app, const Globals& globals, Commands& commands);  // events.cpp
 void add_doctor(CLI::App& app, const Globals& globals, Commands& commands);  // doctor.cpp

@@ -1,11 +1,15 @@
 // SPDX-License-Identifier: Apache-2.0
-// `agentcage daemon`: the host agent.
+// `agentcage daemon`: the host agent; `agentcage reload`: its policy directory read again.
+#include <iostream>
 #include <memory>
 #include <string>
 #include <vector>
 
+#include <nlohmann/json.hpp>
+
 #include "cli/command.h"
 #include "cli/help.h"
+#include "control/client.h"
 #include "daemon/daemon.h"
 #include "util/log.h"
 
@@ -49,6 +53,68 @@ Exit status: 0 stopped by a signal, 1 could not start.)"));
       argv.push_back(nullptr);
       return main_entry(static_cast<int>(words.size()), argv.data());
     });
+  });
+}
+
+namespace {
+
+// The daemon's answer to the reload op: every file of the policy directory and its state.
+int reload_command(bool json_out, const std::string& socket_path) {
+  using nlohmann::json;
+  auto answer = control::call(socket_path, json{{"op", "reload"}}, 30000);
+  if (!answer) {
+    std::cerr << "agentcage reload: " << answer.error().message
+              << "\nagentcage reload: is the daemon running? (systemctl status agentcage)\n";
+    return 1;
+  }
+  if (!answer->value("ok", false)) {
+    std::cerr << "agentcage reload: " << answer->value("error", std::string("the daemon refused")) << "\n";
+    return 1;
+  }
+  const json files = answer->value("status", json::array());
+  if (json_out) {
+    std::cout << files.dump(2) << "\n";
+  } else {
+    for (const auto& f : files) {
+      std::cout << f.value("policy", std::string()) << ": " << f.value("state", std::string());
+      if (f.contains("error") && f["error"].is_string()) std::cout << "\n  " << f["error"].get<std::string>();
+      std::cout << "\n";
+    }
+    if (files.empty()) std::cout << "no policy files\n";
+  }
+  for (const auto& f : files)
+    if (f.value("state", std::string()) != "loaded") return 1;
+  return 0;
+}
+
+}  // namespace
+
+void add_reload(CLI::App& app, const Globals& globals, Commands& commands) {
+  struct Args {
+    bool json = false;
+    std::string socket = control::default_control_socket();
+  };
+  auto args = std::make_shared<Args>();
+  auto* reload = app.add_subcommand("reload", "Make the daemon read its policy directory again");
+  reload->footer(with_defaults(
+      R"(Asks the running daemon (root only) to read every file of its policy
+directory again, as SIGHUP and `systemctl reload agentcage` do, including
+files that look unchanged and the files they include, and prints each
+policy's state: loaded, rejected (nothing of it enforces) or
+rejected_previous_enforcing (its previous version still enforces), with the
+error as FILE:LINE:COL.
+
+Exit status: 0 every policy file is loaded, 1 a file is rejected or the
+daemon could not be asked.)"));
+  reload->add_flag("--json", args->json, "Print the files' states as JSON");
+  reload
+      ->add_option("--socket", args->socket,
+                   with_defaults(
+                       "The daemon's control socket (default $AGENTCAGE_CONTROL_SOCKET or @CONTROL_SOCKET@)"))
+      ->type_name("PATH");
+  commands.add(reload, [args, &globals] {
+    if (globals.verbosity == 0) log::set_level(log::Level::error);
+    return reload_command(args->json, args->socket);
   });
 }
 

@@ -81,6 +81,7 @@ int agentcage::cli::main_entry(int argc, char** argv) {
     cli::add_attach(app, globals, commands);
     cli::add_run(app, globals, commands, std::move(run_command));
     cli::add_daemon(app, globals, commands);
+    cli::add_reload(app, globals, commands);
     cli::add_status(app, globals, commands);
     cli::add_events(app, globals, commands);
     cli::add_help(app, globals, commands);

@@ -295,6 +295,7 @@ void Daemon::tick() {
   server_.tick();
   metrics_.process();
   metrics_.policy_states(policy_states());
+  metrics_.daemon_drops(sink_.audit_dropped(), server_.stream_dropped());
   if (!enf_) {
     if (ticks_ % kEnforcerRetryTicks == 0 && ensure_enforcer()) {
       dir_.adopt_named_slots();

@@ -149,6 +149,11 @@ Metrics::Metrics() : registry_(std::make_shared<prometheus::Registry>()) {
                       .Name("agentcage_policy_info")
                       .Help("A policy of the daemon's directory that enforces, with its mode (always 1)")
                       .Register(*registry_);
+  drops_ = &BuildCounter()
+                .Name("agentcage_daemon_dropped_total")
+                .Help("What the daemon itself dropped: audit lines (its buffer full), lines a slow event stream missed")
+                .Register(*registry_);
+  for (const char* what : {"audit_log", "event_stream"}) drops_->Add({{"what", what}});
   cpu_seconds_ = &BuildCounter()
                       .Name("process_cpu_seconds_total")
                       .Help("User and system CPU time of the daemon")
@@ -282,6 +287,15 @@ void Metrics::policy_states(const std::vector<PolicyState>& policies) {
     if (!p.mode.empty()) policy_info_->Add({{"policy", p.name}, {"mode", p.mode}}).Set(1);
   }
   policy_modes_ = std::move(now);
+}
+
+void Metrics::daemon_drops(uint64_t audit_log, uint64_t event_streams) {
+  if (audit_log > audit_drops_seen_)
+    drops_->Add({{"what", "audit_log"}}).Increment(static_cast<double>(audit_log - audit_drops_seen_));
+  if (event_streams > stream_drops_seen_)
+    drops_->Add({{"what", "event_stream"}}).Increment(static_cast<double>(event_streams - stream_drops_seen_));
+  audit_drops_seen_ = audit_log;
+  stream_drops_seen_ = event_streams;
 }
 
 void Metrics::process() {

@@ -101,6 +101,9 @@ class Metrics {
   void map_fill(const std::vector<bpf::MapFill>& maps);
   // The per-policy gauges; policies not listed lose their series.
   void policy_states(const std::vector<PolicyState>& policies);
+  // The daemon's own drops so far (absolute counts): audit lines its full
+  // buffer could not take, lines a slow `agentcage events` stream missed.
+  void daemon_drops(uint64_t audit_log, uint64_t event_streams);
   // process_* of this process (start time, CPU, memory, descriptors), from /proc/self.
   void process();
 
@@ -128,6 +131,8 @@ class Metrics {
   prometheus::Family<prometheus::Gauge>* policy_loaded_at_;
   prometheus::Family<prometheus::Gauge>* policy_info_;
   std::map<std::string, std::string> policy_modes_;  // the info series each policy has now
+  prometheus::Family<prometheus::Counter>* drops_;
+  uint64_t audit_drops_seen_ = 0, stream_drops_seen_ = 0;
   prometheus::Counter* cpu_seconds_;
   double cpu_seen_ = 0;
   prometheus::Gauge* resident_bytes_;
