@@ -651,6 +651,26 @@ TEST_F(Daemon, ReloadCommandSaysEachPolicysState) {
       << http_get(kMetricsPort, "/metrics");
 }
 
+// ring_buffer_size: a set already pinned keeps its size and the daemon says
+// the setting waits for the next load; a load takes the size.
+TEST_F(Daemon, RingBufferSizeWaitsForTheNextLoadAndALoadTakesIt) {
+  auto pinned = bpf::Enforcer::open_shared();  // the host's set, pinned by now
+  ASSERT_TRUE(pinned) << pinned.error().message;
+  const uint32_t ring = (*pinned)->ring_buffer_bytes();
+  ASSERT_EQ(ring, 1u << 20) << "the pinned set has another size than the default";
+  std::ofstream(dir_ / "daemon.yaml", std::ios::app) << "ring_buffer_size: 2Mi\n";
+  start_daemon();
+  EXPECT_NE(log().find("has a ring buffer of 1048576 bytes, not ring_buffer_size's 2097152"), std::string::npos)
+      << log();
+  EXPECT_EQ((*pinned)->ring_buffer_bytes(), 1u << 20);  // unchanged
+  // What the daemon asks of a load (LoadOptions::ringbuf_bytes) is what a load gets.
+  bpf::LoadOptions opts;
+  opts.ringbuf_bytes = 2u << 20;
+  auto loaded = bpf::Enforcer::load(opts);
+  ASSERT_TRUE(loaded) << loaded.error().message;
+  EXPECT_EQ((*loaded)->ring_buffer_bytes(), 2u << 20);
+}
+
 TEST_F(Daemon, StatusAndEventsCommands) {
   start_daemon();
   auto cg = cgroup::Cgroup::create(root_, root_, "ac-daemon-cli-" + std::to_string(::getpid()));

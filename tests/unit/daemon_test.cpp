@@ -51,7 +51,7 @@ TEST(DaemonConfig, EverySetting) {
       "control_group: agentcage\naudit_log: /var/log/agentcage/audit.jsonl\ncgroup_parent: "
       "system.slice/runs\n"
       "pin_root: /sys/fs/bpf/ac\nstate_dir: /run/ac\nrecent_events: 10\nclient_buffer_bytes: "
-      "65536\nmax_clients: 8\n",
+      "65536\nmax_clients: 8\nring_buffer_size: 8Mi\n",
       "d.yaml");
   ASSERT_TRUE(r.ok()) << r.errors.front().format();
   EXPECT_EQ(r.config->policy_dir, "/srv/policies");
@@ -62,6 +62,7 @@ TEST(DaemonConfig, EverySetting) {
   EXPECT_EQ(r.config->recent_events, 10u);
   EXPECT_EQ(r.config->client_buffer_bytes, 65536u);
   EXPECT_EQ(r.config->max_clients, 8u);
+  EXPECT_EQ(r.config->ring_buffer_bytes, 8u << 20);
 }
 
 TEST(DaemonConfig, ShippedExampleIsValid) {
@@ -98,6 +99,10 @@ TEST(DaemonConfig, ErrorsAreLocated) {
   EXPECT_EQ(first_error("max_clients: 0\n"),
             "d.yaml:1:14: max_clients: expected a whole number from 1 to 1024, got '0'");
   EXPECT_EQ(first_error("policy_dir: [/a]\n"), "d.yaml:1:13: policy_dir: expected a single value");
+  for (const char* bad : {"3Mi", "32Ki", "2Gi", "lots", "0"})
+    EXPECT_EQ(first_error(std::string("ring_buffer_size: ") + bad + "\n"),
+              std::string("d.yaml:1:19: ring_buffer_size: expected a power of two from 64Ki to 1Gi (e.g. 4Mi), got '") +
+                  bad + "'");
   EXPECT_EQ(first_error("control_group: \"a b\"\n"),
             "d.yaml:1:16: control_group: expected a group name or number, got 'a b'");
   EXPECT_EQ(first_error("- a\n"),

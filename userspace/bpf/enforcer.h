@@ -179,6 +179,8 @@ class Enforcer {
   // pins): entries against capacity. A walk of each map (batched where the
   // kernel allows): for a periodic gauge, not per event.
   std::vector<MapFill> map_fill() const;
+  // The size of the set's ring buffer (ac_events), as it was loaded; 0 when unknown.
+  uint32_t ring_buffer_bytes() const;
   // The digest of the BPF object this binary carries, which names its pinned set's directory.
   static std::string object_digest();
   // How many places (address, port, protocol) hold a socket of scope

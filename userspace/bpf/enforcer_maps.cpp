@@ -79,6 +79,13 @@ std::vector<MapFill> Enforcer::map_fill() const {
   return out;
 }
 
+uint32_t Enforcer::ring_buffer_bytes() const {
+  bpf_map_info info{};
+  uint32_t len = sizeof info;
+  if (maps_.events < 0 || bpf_obj_get_info_by_fd(maps_.events, &info, &len) != 0) return 0;
+  return info.max_entries;
+}
+
 using detail::all_keys;
 using detail::bpf_error;
 using detail::cpu_count;

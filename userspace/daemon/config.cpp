@@ -186,6 +186,18 @@ ConfigResult parse_config(std::string_view text, const std::string& filename) {
            cfg.cgroup_parent = *s;
        }},
       {"recent_events", count_setting(cfg.recent_events, 0, 65536)},
+      {"ring_buffer_size",
+       [&](const YAML::Node& v, const std::string& key) {
+         auto s = scalar(v, key);
+         if (!s) return;
+         auto bytes = policy::parse_size(*s);
+         const bool power_of_two = bytes && *bytes && (*bytes & (*bytes - 1)) == 0;
+         if (!bytes || !power_of_two || *bytes < (64u << 10) || *bytes > (1u << 30))
+           rep.error(pos_of(v.Mark()),
+                     key + ": expected a power of two from 64Ki to 1Gi (e.g. 4Mi), got " + quote(*s));
+         else
+           cfg.ring_buffer_bytes = static_cast<uint32_t>(*bytes);
+       }},
       {"client_buffer_bytes", count_setting(cfg.client_buffer_bytes, 4096, 64u << 20)},
       {"max_clients", count_setting(cfg.max_clients, 1, 1024)},
       {"max_clients_per_uid", count_setting(cfg.max_clients_per_uid, 1, 1024)},

@@ -38,6 +38,10 @@ struct Config {
   // Events kept for `agentcage events` (without --follow) and bytes queued
   // per streaming client before events are dropped (and counted).
   size_t recent_events = 256;
+  // The ring buffer the kernel hands decision records to the daemon through
+  // (bytes, a power of two from 64 KiB to 1 GiB), used when this daemon loads
+  // the program set; an adopted set keeps the size it was loaded with.
+  uint32_t ring_buffer_bytes = 1u << 20;
   size_t client_buffer_bytes = 1u << 20;
   size_t max_clients = 64;
   // Connections at once per uid other than root.

@@ -215,6 +215,7 @@ bool Daemon::ensure_enforcer() {
   if (enf_) return true;
   bpf::SharedOptions opts;
   opts.pin_root = cfg_.pin_root;
+  opts.load.ringbuf_bytes = cfg_.ring_buffer_bytes;
   auto e = bpf::Enforcer::open_shared(opts);
   if (!e) {
     metrics_.fail_closed(bpf::unavailable_reason(bpf::read_lsm_state()), telemetry::FailClosedSource::daemon);
@@ -227,6 +228,12 @@ bool Daemon::ensure_enforcer() {
   }
   enforcer_error_.clear();
   enf_ = std::move(*e);
+  if (const uint32_t ring = enf_->ring_buffer_bytes(); ring && ring != cfg_.ring_buffer_bytes)
+    log::warn("the pinned program set in " + enf_->pin_dir() + " has a ring buffer of " + std::to_string(ring) +
+              " bytes, not ring_buffer_size's " + std::to_string(cfg_.ring_buffer_bytes) +
+              ": it was loaded by another agentcage process or an earlier configuration; the setting takes "
+              "effect when the set is next loaded (after a reboot, or once no runs are active: stop the "
+              "daemon, remove " + enf_->pin_dir() + ", start it)");
   named_slots_ = std::make_unique<EnforcerNamedSlots>(*enf_);
   dir_.set_slots(named_slots_.get());
   if (int fd = sink_.attach(*enf_); fd >= 0)
