@@ -700,6 +700,29 @@ TEST_F(DnsTest, RefusedNameIsShownAsPrintableAscii) {
   EXPECT_TRUE(upstream_.seen().empty());
 }
 
+// A query for the root name (`dig . NS`): refused, and shown as ".", never as
+// an empty name (which the daemon's run_end would refuse).
+TEST_F(DnsTest, TheRootNameIsRefusedAndShownAsADot) {
+  auto r = open(options());
+  ASSERT_TRUE(r);
+  PktPtr pkt(ldns_pkt_new());
+  ldns_pkt_set_id(pkt.get(), 4);
+  ldns_pkt_set_rd(pkt.get(), true);
+  const uint8_t root[] = {0};
+  ldns_rr* q = ldns_rr_new();
+  ldns_rr_set_question(q, true);
+  ldns_rr_set_owner(q, ldns_rdf_new_frm_data(LDNS_RDF_TYPE_DNAME, sizeof root, root));
+  ldns_rr_set_type(q, LDNS_RR_TYPE_A);
+  ldns_rr_set_class(q, LDNS_RR_CLASS_IN);
+  ldns_pkt_push_rr(pkt.get(), LDNS_SECTION_QUESTION, q);
+  PktPtr a = ask_udp(*r, to_wire(pkt.get()));
+  ASSERT_TRUE(a);
+  EXPECT_EQ(ldns_pkt_get_rcode(a.get()), LDNS_RCODE_NXDOMAIN);
+  ASSERT_EQ(refused_.size(), 1u);
+  EXPECT_EQ(refused_[0].name, ".");
+  EXPECT_TRUE(upstream_.seen().empty());
+}
+
 TEST_F(DnsTest, WildcardEndToEnd) {
   auto r = open(options({{"pkg.example.org", true}}));
   ASSERT_TRUE(r);

@@ -90,8 +90,17 @@ void notify_run_end(const RunEnd& end) {
   r.fail_closed = end.fail_closed;
   r.syscalls_denied = std::min(end.syscalls_denied, kMaxSyscallsDenied);  // the daemon refuses more
   r.dns_refused.total = std::min(end.dns_refused.total, kMaxSyscallsDenied);
-  for (const auto& [name, n] : end.dns_refused.by_name)
-    if (r.dns_refused.by_name.size() < kMaxRefusedNames) r.dns_refused.by_name[name] = std::min(n, r.dns_refused.total);
+  // Only names the daemon takes (1..253 bytes of printable ASCII): one it
+  // refused would lose the whole notice. Others stay counted in the total.
+  uint64_t listed = 0;
+  for (const auto& [name, n] : end.dns_refused.by_name) {
+    const bool printable = std::all_of(name.begin(), name.end(), [](char c) { return c >= 0x20 && c < 0x7f; });
+    if (name.empty() || name.size() > 253 || !printable || r.dns_refused.by_name.size() >= kMaxRefusedNames ||
+        n == 0 || listed + n > r.dns_refused.total)
+      continue;
+    r.dns_refused.by_name[name] = n;
+    listed += n;
+  }
   send(r);
 }
 

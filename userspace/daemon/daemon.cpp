@@ -153,7 +153,10 @@ class Daemon final : private PolicyDirListener, private ControlHandler {
       st.name = pf.name;
       st.valid = pf.loaded;
       st.loaded_at = static_cast<double>(pf.loaded_at);
-      if (dir_.named_slot(pf.name)) st.mode = pf.compiled.flags & AC_POLICY_F_AUDIT ? "audit" : "enforce";
+      // The mode of what enforces, when this daemon knows it (not for a slot
+      // adopted from an earlier daemon whose file it has rejected since).
+      if (dir_.named_slot(pf.name) && pf.loaded_at != 0)
+        st.mode = pf.compiled.flags & AC_POLICY_F_AUDIT ? "audit" : "enforce";
       out.push_back(std::move(st));
     }
     return out;
@@ -232,8 +235,9 @@ bool Daemon::ensure_enforcer() {
     log::warn("the pinned program set in " + enf_->pin_dir() + " has a ring buffer of " + std::to_string(ring) +
               " bytes, not ring_buffer_size's " + std::to_string(cfg_.ring_buffer_bytes) +
               ": it was loaded by another agentcage process or an earlier configuration; the setting takes "
-              "effect when the set is next loaded (after a reboot, or once no runs are active: stop the "
-              "daemon, remove " + enf_->pin_dir() + ", start it)");
+              "effect when the set is next loaded (after a reboot, or once no runs are active and every "
+              "attached cgroup is detached -- `agentcage status` lists none -- stop the daemon, remove " +
+              enf_->pin_dir() + ", start it: removing it while a cgroup is confined leaves that cgroup unconfined)");
   named_slots_ = std::make_unique<EnforcerNamedSlots>(*enf_);
   dir_.set_slots(named_slots_.get());
   if (int fd = sink_.attach(*enf_); fd >= 0)
@@ -377,6 +381,7 @@ json Daemon::handle(const Request& req, const Peer& peer) {
       note_run(req);
       return {{"ok", true}};
     case Op::reload:
+      if (!enf_) return {{"ok", false}, {"error", "cannot enforce: " + enforcer_error_ + " (no policy is installed)"}};
       dir_.rescan_all();
       return {{"ok", true}, {"status", dir_.status_json()}};
     case Op::events:

@@ -225,6 +225,8 @@ void PolicyDirectory::install(PolicyFile& pf, const std::string& path) {
     return r.space == bpf::RuleSpace::workspace;
   });
   const bool had_slot = pf.slot.has_value();
+  // Whether the kernel gets these rules now (not an unchanged file read again).
+  const bool installs = !(pf.loaded && pf.digest == digest);
   uint32_t slot = 0;
   if (pf.slot) {
     slot = *pf.slot;
@@ -267,7 +269,7 @@ void PolicyDirectory::install(PolicyFile& pf, const std::string& path) {
   pf.slot = slot;
   pf.digest = digest;
   pf.loaded = true;
-  pf.loaded_at = std::time(nullptr);
+  if (installs || !had_slot) pf.loaded_at = std::time(nullptr);
   pf.compiled = std::move(*compiled);
   pf.error.clear();
   named_slots_[pf.name] = slot;

@@ -87,6 +87,7 @@ NameText name_text(const ldns_rdf* dname) {
     i += 1 + len;
   }
   out.clean = clean && !out.text.empty();
+  if (out.shown.empty()) out.shown = ".";  // the root: shown, never an empty name
   if (out.shown.size() > 253) out.shown.resize(253);
   return out;
 }

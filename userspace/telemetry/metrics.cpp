@@ -322,7 +322,7 @@ void Metrics::process() {
   for (auto it = std::filesystem::directory_iterator("/proc/self/fd", ec); !ec && it != std::filesystem::directory_iterator();
        it.increment(ec))
     ++fds;
-  open_fds_->Set(static_cast<double>(fds));
+  open_fds_->Set(static_cast<double>(fds > 0 ? fds - 1 : 0));  // not the directory's own descriptor
   rlimit lim{};
   if (::getrlimit(RLIMIT_NOFILE, &lim) == 0) max_fds_->Set(static_cast<double>(lim.rlim_cur));
 }
