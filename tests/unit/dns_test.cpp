@@ -677,22 +677,28 @@ TEST_F(DnsTest, NotAllowedNameIsNxdomainAndNeverAskedUpstream) {
   EXPECT_EQ(seen[0].name, "api.example.com.");
 }
 
+// An A query (RD set) for a name given in wire form, built field by field:
+// for names ldns's text parser would not make.
+PktPtr a_query_for(const uint8_t* wire_name, size_t size, uint16_t id) {
+  PktPtr pkt(ldns_pkt_new());
+  ldns_pkt_set_id(pkt.get(), id);
+  ldns_pkt_set_rd(pkt.get(), true);
+  ldns_rr* q = ldns_rr_new();
+  ldns_rr_set_question(q, true);
+  ldns_rr_set_owner(q, ldns_rdf_new_frm_data(LDNS_RDF_TYPE_DNAME, size, wire_name));
+  ldns_rr_set_type(q, LDNS_RR_TYPE_A);
+  ldns_rr_set_class(q, LDNS_RR_CLASS_IN);
+  ldns_pkt_push_rr(pkt.get(), LDNS_SECTION_QUESTION, q);
+  return pkt;
+}
+
 TEST_F(DnsTest, RefusedNameIsShownAsPrintableAscii) {
   auto r = open(options());
   ASSERT_TRUE(r);
   // a label "a.b\x01" (a dot and a control byte inside it) under example.com
-  PktPtr pkt(ldns_pkt_new());
-  ldns_pkt_set_id(pkt.get(), 3);
-  ldns_pkt_set_rd(pkt.get(), true);
   const uint8_t wire_name[] = {4,   'a', '.', 'B', 1,   3,   'a', 'p', 'i', 7,   'e',
                                'x', 'a', 'm', 'p', 'l', 'e', 3,   'c', 'o', 'm', 0};
-  ldns_rr* q = ldns_rr_new();
-  ldns_rr_set_question(q, true);
-  ldns_rr_set_owner(q, ldns_rdf_new_frm_data(LDNS_RDF_TYPE_DNAME, sizeof wire_name, wire_name));
-  ldns_rr_set_type(q, LDNS_RR_TYPE_A);
-  ldns_rr_set_class(q, LDNS_RR_CLASS_IN);
-  ldns_pkt_push_rr(pkt.get(), LDNS_SECTION_QUESTION, q);
-  PktPtr a = ask_udp(*r, to_wire(pkt.get()));
+  PktPtr a = ask_udp(*r, to_wire(a_query_for(wire_name, sizeof wire_name, 3).get()));
   ASSERT_TRUE(a);
   EXPECT_EQ(ldns_pkt_get_rcode(a.get()), LDNS_RCODE_NXDOMAIN);
   ASSERT_EQ(refused_.size(), 1u);
@@ -705,17 +711,8 @@ TEST_F(DnsTest, RefusedNameIsShownAsPrintableAscii) {
 TEST_F(DnsTest, TheRootNameIsRefusedAndShownAsADot) {
   auto r = open(options());
   ASSERT_TRUE(r);
-  PktPtr pkt(ldns_pkt_new());
-  ldns_pkt_set_id(pkt.get(), 4);
-  ldns_pkt_set_rd(pkt.get(), true);
   const uint8_t root[] = {0};
-  ldns_rr* q = ldns_rr_new();
-  ldns_rr_set_question(q, true);
-  ldns_rr_set_owner(q, ldns_rdf_new_frm_data(LDNS_RDF_TYPE_DNAME, sizeof root, root));
-  ldns_rr_set_type(q, LDNS_RR_TYPE_A);
-  ldns_rr_set_class(q, LDNS_RR_CLASS_IN);
-  ldns_pkt_push_rr(pkt.get(), LDNS_SECTION_QUESTION, q);
-  PktPtr a = ask_udp(*r, to_wire(pkt.get()));
+  PktPtr a = ask_udp(*r, to_wire(a_query_for(root, sizeof root, 4).get()));
   ASSERT_TRUE(a);
   EXPECT_EQ(ldns_pkt_get_rcode(a.get()), LDNS_RCODE_NXDOMAIN);
   ASSERT_EQ(refused_.size(), 1u);
