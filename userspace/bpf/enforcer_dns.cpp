@@ -108,7 +108,8 @@ std::vector<ac_pin_key> pin_keys_of(int fd, uint64_t scope_id) {
   std::vector<ac_pin_key> keys(kBatch);
   std::vector<ac_pin> values(kBatch);
   ac_pin_key in{}, out{};  // the batch position (a bucket index for a hash map; a key's room suffices)
-  LIBBPF_OPTS(bpf_map_batch_opts, opts);
+  bpf_map_batch_opts opts{};
+  opts.sz = sizeof opts;
   for (bool first = true;; first = false) {
     uint32_t count = kBatch;
     const int err = bpf_map_lookup_batch(fd, first ? nullptr : &in, &out, keys.data(), values.data(), &count, &opts);

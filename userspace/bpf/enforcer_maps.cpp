@@ -42,7 +42,8 @@ uint64_t count_entries(int fd, const bpf_map_info& info) {
   constexpr uint32_t kBatch = 4096;
   std::vector<unsigned char> keys(size_t{kBatch} * info.key_size), values(size_t{kBatch} * info.value_size);
   std::vector<unsigned char> in(std::max<uint32_t>(info.key_size, 8)), out(in.size());
-  LIBBPF_OPTS(bpf_map_batch_opts, opts);
+  bpf_map_batch_opts opts{};
+  opts.sz = sizeof opts;
   uint64_t n = 0;
   for (bool first = true;; first = false) {
     uint32_t count = kBatch;
