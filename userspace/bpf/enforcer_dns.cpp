@@ -5,6 +5,7 @@
 
 #include <cerrno>
 #include <cstdint>
+#include <cstring>
 #include <string>
 #include <vector>
 
@@ -14,7 +15,6 @@
 
 namespace agentcage::bpf {
 
-using detail::all_keys;
 using detail::bpf_error;
 using detail::kDnsPrograms;
 
@@ -99,30 +99,14 @@ void Enforcer::delete_pin(const ac_pin_key& key) {
 namespace {
 
 // The keys of ac_pins that belong to `scope_id`. The map holds every run's
-// pins (up to AC_MAX_PINS), and each run's end looks for its own: read in
-// batches, a few system calls for the whole map instead of one per key; a
-// kernel that refuses batches, or a batch that fails midway, gets the key walk.
+// pins (up to AC_MAX_PINS), and each run's end looks for its own.
 std::vector<ac_pin_key> pin_keys_of(int fd, uint64_t scope_id) {
   std::vector<ac_pin_key> mine;
-  constexpr uint32_t kBatch = 4096;
-  std::vector<ac_pin_key> keys(kBatch);
-  std::vector<ac_pin> values(kBatch);
-  ac_pin_key in{}, out{};  // the batch position (a bucket index for a hash map; a key's room suffices)
-  bpf_map_batch_opts opts{};
-  opts.sz = sizeof opts;
-  for (bool first = true;; first = false) {
-    uint32_t count = kBatch;
-    const int err = bpf_map_lookup_batch(fd, first ? nullptr : &in, &out, keys.data(), values.data(), &count, &opts);
-    if (err < 0 && err != -ENOENT) {
-      mine.clear();
-      for (const auto& key : all_keys<ac_pin_key>(fd))
-        if (key.scope_id == scope_id) mine.push_back(key);
-      return mine;
-    }
-    for (uint32_t i = 0; i < count && i < kBatch; ++i)
-      if (keys[i].scope_id == scope_id) mine.push_back(keys[i]);
-    if (err == -ENOENT) break;  // the end of the map
-    in = out;
+  const std::vector<unsigned char> keys = detail::all_key_bytes(fd, sizeof(ac_pin_key), sizeof(ac_pin));
+  for (size_t at = 0; at + sizeof(ac_pin_key) <= keys.size(); at += sizeof(ac_pin_key)) {
+    ac_pin_key key;
+    std::memcpy(&key, keys.data() + at, sizeof key);
+    if (key.scope_id == scope_id) mine.push_back(key);
   }
   return mine;
 }

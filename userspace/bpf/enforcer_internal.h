@@ -68,6 +68,14 @@ std::vector<Key> all_keys(int fd) {
   return keys;
 }
 
+// Every key of a map (`key_size` bytes each, one after another), read in
+// batches where the map type allows them (hash maps: a few system calls for
+// the whole map instead of one per key); other maps (LPM tries), a kernel
+// that refuses batches and a batch that fails midway get the key walk.
+// `value_size` is the map's. For big maps read outside the hot path (a
+// run's pins at its end, map fill every few seconds).
+std::vector<unsigned char> all_key_bytes(int fd, uint32_t key_size, uint32_t value_size);
+
 inline uint32_t rules_id_of(uint32_t rules_id_be) { return ntohl(rules_id_be) & AC_RULES_ID_MASK; }
 
 }  // namespace agentcage::bpf::detail

@@ -36,33 +36,6 @@ std::vector<ac_listener_key> listener_keys_of(int listeners_fd, uint64_t scope_i
   return out;
 }
 
-// Entries of a map: batched reads where the map type allows them (hash
-// maps), else a key walk (LPM tries). Per-CPU maps are not counted here.
-uint64_t count_entries(int fd, const bpf_map_info& info) {
-  constexpr uint32_t kBatch = 4096;
-  std::vector<unsigned char> keys(size_t{kBatch} * info.key_size), values(size_t{kBatch} * info.value_size);
-  std::vector<unsigned char> in(std::max<uint32_t>(info.key_size, 8)), out(in.size());
-  bpf_map_batch_opts opts{};
-  opts.sz = sizeof opts;
-  uint64_t n = 0;
-  for (bool first = true;; first = false) {
-    uint32_t count = kBatch;
-    const int err =
-        bpf_map_lookup_batch(fd, first ? nullptr : in.data(), out.data(), keys.data(), values.data(), &count, &opts);
-    if (err < 0 && err != -ENOENT) break;  // not batchable, or changed midway: walk the keys
-    n += count;
-    if (err == -ENOENT) return n;
-    in = out;
-  }
-  n = 0;
-  std::vector<unsigned char> cur(info.key_size), next(info.key_size);
-  for (const void* prev = nullptr; bpf_map_get_next_key(fd, prev, next.data()) == 0; prev = cur.data()) {
-    cur = next;
-    ++n;
-  }
-  return n;
-}
-
 }  // namespace
 
 std::vector<MapFill> Enforcer::map_fill() const {
@@ -75,10 +48,40 @@ std::vector<MapFill> Enforcer::map_fill() const {
     bpf_map_info info{};
     uint32_t len = sizeof info;
     if (fd < 0 || bpf_obj_get_info_by_fd(fd, &info, &len) != 0) continue;
-    out.push_back({name, count_entries(fd, info), info.max_entries});
+    out.push_back({name, detail::all_key_bytes(fd, info.key_size, info.value_size).size() / info.key_size,
+                   info.max_entries});
   }
   return out;
 }
+
+namespace detail {
+
+std::vector<unsigned char> all_key_bytes(int fd, uint32_t key_size, uint32_t value_size) {
+  constexpr uint32_t kBatch = 4096;
+  std::vector<unsigned char> all, keys(size_t{kBatch} * key_size), values(size_t{kBatch} * value_size);
+  // The batch position: a bucket index for a hash map; a key's room (at least 8 bytes) suffices.
+  std::vector<unsigned char> in(std::max<uint32_t>(key_size, 8)), out(in.size());
+  bpf_map_batch_opts opts{};
+  opts.sz = sizeof opts;
+  for (bool first = true;; first = false) {
+    uint32_t count = kBatch;
+    const int err =
+        bpf_map_lookup_batch(fd, first ? nullptr : in.data(), out.data(), keys.data(), values.data(), &count, &opts);
+    if (err < 0 && err != -ENOENT) break;
+    all.insert(all.end(), keys.begin(), keys.begin() + static_cast<long>(size_t{std::min(count, kBatch)} * key_size));
+    if (err == -ENOENT) return all;  // the end of the map
+    in = out;
+  }
+  all.clear();
+  std::vector<unsigned char> cur(key_size), next(key_size);
+  for (const void* prev = nullptr; bpf_map_get_next_key(fd, prev, next.data()) == 0; prev = cur.data()) {
+    cur = next;
+    all.insert(all.end(), next.begin(), next.end());
+  }
+  return all;
+}
+
+}  // namespace detail
 
 uint32_t Enforcer::ring_buffer_bytes() const {
   bpf_map_info info{};
