@@ -8,6 +8,7 @@
 #include <cstdarg>
 #include <cstdio>
 #include <cstdlib>
+#include <iterator>
 #include <string>
 
 namespace agentcage::log {
@@ -16,36 +17,17 @@ namespace {
 std::atomic<Level> g_level{Level::warn};
 std::atomic<bool> g_journal{false};
 
-// sd-daemon(3)'s priority prefixes: LOG_DEBUG, LOG_INFO, LOG_WARNING, LOG_ERR.
-const char* journal_priority(Level level) {
-  switch (level) {
-    case Level::debug:
-      return "<7>";
-    case Level::info:
-      return "<6>";
-    case Level::warn:
-      return "<4>";
-    case Level::error:
-    case Level::off:
-      break;
-  }
-  return "<3>";
-}
+// Each level's word and its sd-daemon(3) priority prefix (LOG_DEBUG,
+// LOG_INFO, LOG_WARNING, LOG_ERR), by Level's value.
+struct LevelText {
+  const char* word;
+  const char* journal;
+};
+constexpr LevelText kLevels[] = {{"debug", "<7>"}, {"info", "<6>"}, {"warning", "<4>"}, {"error", "<3>"}};
 
-const char* prefix(Level level) {
-  switch (level) {
-    case Level::debug:
-      return "debug";
-    case Level::info:
-      return "info";
-    case Level::warn:
-      return "warning";
-    case Level::error:
-      return "error";
-    case Level::off:
-      break;
-  }
-  return "";
+const LevelText& text_of(Level level) {
+  const auto i = static_cast<size_t>(level);
+  return kLevels[i < std::size(kLevels) ? i : std::size(kLevels) - 1];
 }
 
 int libbpf_print(enum libbpf_print_level lvl, const char* fmt, va_list args) {
@@ -73,7 +55,7 @@ Level level() { return g_level.load(std::memory_order_relaxed); }
 void write(Level lvl, std::string_view message) {
   if (lvl < g_level.load(std::memory_order_relaxed)) return;
   if (!g_journal.load(std::memory_order_relaxed)) {
-    std::fprintf(stderr, "agentcage: %s: %.*s\n", prefix(lvl), static_cast<int>(message.size()),
+    std::fprintf(stderr, "agentcage: %s: %.*s\n", text_of(lvl).word, static_cast<int>(message.size()),
                  message.data());
     return;
   }
@@ -83,9 +65,9 @@ void write(Level lvl, std::string_view message) {
   do {
     size_t end = message.find('\n', start);
     if (end == std::string_view::npos) end = message.size();
-    out += journal_priority(lvl);
+    out += text_of(lvl).journal;
     out += "agentcage: ";
-    out += prefix(lvl);
+    out += text_of(lvl).word;
     out += ": ";
     out.append(message.substr(start, end - start));
     out += '\n';
