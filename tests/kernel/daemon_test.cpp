@@ -23,6 +23,7 @@
 #include <functional>
 #include <set>
 #include <sstream>
+#include <regex>
 #include <string>
 #include <thread>
 #include <vector>
@@ -342,6 +343,113 @@ TEST_F(Daemon, AttachRefusesACgroupThatIsAlreadyConfined) {
 
   det = control({{"op", "detach"}, {"cgroup", cg->path().string()}});
   EXPECT_TRUE(det && det->value("ok", false)) << (det ? det->dump() : det.error().message);
+  EXPECT_TRUE(cg->remove());
+}
+
+// The slot that confines cgroup `id`, per the daemon's status.
+std::optional<uint32_t> scope_slot(const json& st, uint64_t id) {
+  for (const auto& s : st.value("scopes", json::array()))
+    if (s.value("cgroup_id", uint64_t{0}) == id) return s.value("policy_slot", uint32_t{0});
+  return std::nullopt;
+}
+
+TEST_F(Daemon, CliAttachGoesThroughTheDaemonSoReloadsAndRestartsApply) {
+  start_daemon();
+  auto cg = cgroup::Cgroup::create(root_, root_, "ac-daemon-cli-" + std::to_string(::getpid()));
+  ASSERT_TRUE(cg) << cg.error().message;
+  const std::string policies = (dir_ / "policies").string();
+  auto cli = [&](const std::vector<std::string>& args, const std::string& tag) {
+    std::vector<std::string> argv = {agentcage_bin()};
+    argv.insert(argv.end(), args.begin(), args.end());
+    return wait_exit(spawn(argv, dir_ / (tag + ".out")).pid);
+  };
+
+  // A NAME of the daemon's directory: the daemon's named slot.
+  ASSERT_EQ(cli({"attach", "--cgroup", cg->path().string(), "--policy", "dtest", "--policy-dir", policies,
+                 "--workspace", "/tmp"},
+                "attach"),
+            0)
+      << slurp(dir_ / "attach.out");
+  const std::string out = slurp(dir_ / "attach.out");
+  EXPECT_NE(out.find("confined by policy dtest (enforce, from " + policies + "/dtest.yaml)"), std::string::npos)
+      << out;
+  EXPECT_NE(out.find("the daemon's named policy: its reloads apply"), std::string::npos) << out;
+  const uint32_t slot = *named_slot(status(), "dtest");
+  EXPECT_EQ(scope_slot(status(), cg->id()), slot);
+  EXPECT_EQ(open_in(*cg, "/etc/hostname"), 0);
+  EXPECT_EQ(open_in(*cg, "/etc/passwd"), EACCES);
+
+  // A reload of the file reaches the attached cgroup.
+  write_file(dir_ / "policies" / "dtest.yaml", dtest_policy(true));
+  ASSERT_TRUE(wait_until([&] { return open_in(*cg, "/etc/passwd") == 0; }, 30s)) << log();
+
+  // The daemon stops: the cgroup stays confined (the maps are pinned) ...
+  stop_daemon(SIGTERM);
+  EXPECT_EQ(open_in(*cg, "/etc/passwd"), 0);
+  EXPECT_EQ(open_in(*cg, "/etc/group"), EACCES);
+  // ... and after a restart the daemon's reloads still reach it.
+  start_daemon();
+  EXPECT_EQ(named_slot(status(), "dtest"), slot);
+  write_file(dir_ / "policies" / "dtest.yaml", dtest_policy(false));
+  ASSERT_TRUE(wait_until([&] { return open_in(*cg, "/etc/passwd") == EACCES; }, 30s)) << log();
+  EXPECT_EQ(open_in(*cg, "/etc/hostname"), 0);
+
+  // `agentcage detach` through the daemon: what was decided while attached.
+  ASSERT_EQ(cli({"detach", "--cgroup", cg->path().string()}, "detach"), 0) << slurp(dir_ / "detach.out");
+  const std::string det = slurp(dir_ / "detach.out");
+  // At least the three denials above (the waits for a reload may add some).
+  std::smatch m;
+  ASSERT_TRUE(std::regex_search(
+      det, m, std::regex(R"(is no longer confined \(was policy dtest\); while attached: (\d+) denied, 0 audited \(file_open (\d+)\))")))
+      << det;
+  EXPECT_GE(std::stoi(m[1]), 3) << det;
+  EXPECT_EQ(m[1], m[2]) << det;
+  EXPECT_FALSE(scope_slot(status(), cg->id()).has_value());
+  EXPECT_EQ(open_in(*cg, "/etc/passwd"), 0);
+
+  // A file the daemon rejected: refused with the daemon's reason; nothing is
+  // attached (no quiet fallback to the file as it is on disk).
+  write_file(dir_ / "policies" / "broken.yaml",
+             "apiVersion: agentcage/v1\nkind: Policy\nmetadata: {name: broken}\nspec:\n  files:\n    raed: [/]\n");
+  ASSERT_TRUE(wait_until([&] { return log().find("broken.yaml:6:5: unknown key 'raed'") != std::string::npos; }, 30s))
+      << log();
+  EXPECT_EQ(cli({"attach", "--cgroup", cg->path().string(), "--policy", "broken", "--policy-dir", policies},
+                "broken"),
+            1);
+  EXPECT_NE(slurp(dir_ / "broken.out").find("the daemon refused: no policy named 'broken' is loaded"),
+            std::string::npos)
+      << slurp(dir_ / "broken.out");
+  EXPECT_FALSE(scope_slot(status(), cg->id()).has_value());
+  EXPECT_EQ(open_in(*cg, "/etc/passwd"), 0);
+
+  // What only a direct attachment does (--mode, --direct): a slot of its
+  // own, said so; detach works through the daemon for it too.
+  ASSERT_EQ(cli({"attach", "--cgroup", cg->path().string(), "--policy", "dtest", "--policy-dir", policies,
+                 "--workspace", "/tmp", "--mode", "audit"},
+                "audit"),
+            0)
+      << slurp(dir_ / "audit.out");
+  const std::string audit = slurp(dir_ / "audit.out");
+  EXPECT_NE(audit.find("note: attaching directly, not through the daemon: --mode"), std::string::npos) << audit;
+  EXPECT_NE(audit.find("a policy slot of its own: the daemon's reloads do not apply"), std::string::npos) << audit;
+  const auto audit_slot = scope_slot(status(), cg->id());
+  ASSERT_TRUE(audit_slot.has_value());
+  EXPECT_NE(*audit_slot, slot);
+  EXPECT_EQ(open_in(*cg, "/etc/passwd"), 0) << "audit mode denies nothing";
+  ASSERT_EQ(cli({"detach", "--cgroup", cg->path().string()}, "detach2"), 0) << slurp(dir_ / "detach2.out");
+  EXPECT_TRUE(std::regex_search(slurp(dir_ / "detach2.out"),
+                                std::regex(R"(while attached: 0 denied, [1-9]\d* audited \(file_open [1-9]\d*\))")))
+      << slurp(dir_ / "detach2.out");
+
+  ASSERT_EQ(cli({"attach", "--direct", "--cgroup", cg->path().string(), "--policy", "dtest", "--policy-dir",
+                 policies, "--workspace", "/tmp"},
+                "direct"),
+            0)
+      << slurp(dir_ / "direct.out");
+  EXPECT_NE(scope_slot(status(), cg->id()), std::optional<uint32_t>(slot));
+  EXPECT_EQ(open_in(*cg, "/etc/passwd"), EACCES);
+  ASSERT_EQ(cli({"detach", "--direct", "--cgroup", cg->path().string()}, "detach3"), 0) << slurp(dir_ / "detach3.out");
+  EXPECT_FALSE(scope_slot(status(), cg->id()).has_value());
   EXPECT_TRUE(cg->remove());
 }
 

@@ -461,11 +461,18 @@ json Daemon::attach(const Request& r) {
   auto confined = scope::confine(*enf_, *cg, scope::NamedPolicy{r.policy, *slot}, workspace);
   if (!confined) return {{"ok", false}, {"error", confined.error().message}};
   log::info("attached " + cg->path.string() + " to policy " + r.policy);
-  return {{"ok", true},
-          {"cgroup", cg->path.string()},
-          {"cgroup_id", cg->id},
-          {"policy", r.policy},
-          {"slot", *slot}};
+  json reply = {{"ok", true},
+                {"cgroup", cg->path.string()},
+                {"cgroup_id", cg->id},
+                {"policy", r.policy},
+                {"slot", *slot}};
+  // The file and mode of what enforces (this daemon installed it).
+  for (const auto& [file, pf] : dir_.files())
+    if (pf.name == r.policy && pf.loaded_at != 0) {
+      reply["policy_file"] = (fs::path(cfg_.policy_dir) / file).string();
+      reply["mode"] = pf.compiled.flags & AC_POLICY_F_AUDIT ? "audit" : "enforce";
+    }
+  return reply;
 }
 
 json Daemon::detach(const Request& r) {

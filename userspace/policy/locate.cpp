@@ -17,11 +17,11 @@ bool ends_with(const std::string& s, const std::string& suffix) {
   return s.size() >= suffix.size() && s.compare(s.size() - suffix.size(), suffix.size(), suffix) == 0;
 }
 
+}  // namespace
+
 bool is_file_ref(const std::string& ref) {
   return ref.find('/') != std::string::npos || ends_with(ref, ".yaml") || ends_with(ref, ".yml");
 }
-
-}  // namespace
 
 std::string default_policy_dir() {
   const char* env = std::getenv("AGENTCAGE_POLICY_DIR");

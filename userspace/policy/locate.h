@@ -16,6 +16,9 @@ namespace agentcage::policy {
 // $AGENTCAGE_POLICY_DIR if set and non-empty, else core::kDefaultPolicyDir.
 std::string default_policy_dir();
 
+// Whether `ref` is a FILE (a '/' or a .yaml/.yml ending) rather than a NAME.
+bool is_file_ref(const std::string& ref);
+
 // The file `ref` names, without touching the file system.
 Result<std::string> resolve_policy(const std::string& ref, const std::string& policy_dir);
 
