@@ -22,8 +22,8 @@
 #include <fstream>
 #include <functional>
 #include <set>
-#include <sstream>
 #include <regex>
+#include <sstream>
 #include <string>
 #include <thread>
 #include <vector>
@@ -744,11 +744,14 @@ TEST_F(Daemon, ReloadCommandSaysEachPolicysState) {
   start_daemon();
   Proc ok = spawn({agentcage_bin(), "reload"}, dir_ / "reload-ok.out");
   EXPECT_EQ(wait_exit(ok.pid), 0) << slurp(ok.out);
-  EXPECT_EQ(slurp(ok.out), "dtest: loaded\n");
+  EXPECT_EQ(slurp(ok.out), "configuration " + (dir_ / "daemon.yaml").string() + ": unchanged\ndtest: loaded\n");
   write_file(dir_ / "policies" / "dtest.yaml", dtest_policy(false) + "  bogus: 1\n");
   Proc bad = spawn({agentcage_bin(), "reload", "--json"}, dir_ / "reload-bad.out");
   EXPECT_EQ(wait_exit(bad.pid), 1) << slurp(bad.out);
-  json files = json::parse(slurp(bad.out), nullptr, false);
+  json answer = json::parse(slurp(bad.out), nullptr, false);
+  ASSERT_TRUE(answer.is_object()) << slurp(bad.out);
+  EXPECT_TRUE(answer["config"]["errors"].empty()) << answer.dump(2);
+  const json files = answer["policies"];
   ASSERT_TRUE(files.is_array() && files.size() == 1) << slurp(bad.out);
   EXPECT_EQ(files[0]["policy"], "dtest");
   EXPECT_EQ(files[0]["state"], "rejected_previous_enforcing");
@@ -757,6 +760,88 @@ TEST_F(Daemon, ReloadCommandSaysEachPolicysState) {
   EXPECT_TRUE(named_slot(status(), "dtest").has_value());
   EXPECT_TRUE(wait_until([] { return scrape("agentcage_policy_valid{policy=\"dtest\"}") == 0; }, 10s))
       << http_get(kMetricsPort, "/metrics");
+}
+
+// The configuration read again (`agentcage reload`, SIGHUP): what can change
+// while running applies at once (a new audit log, a new control group whose
+// old members lose their connections), what cannot waits for a restart and
+// is named, and an invalid file changes nothing.
+TEST_F(Daemon, ReloadAppliesTheConfigurationItCanAndNamesWhatWaits) {
+  std::ofstream(dir_ / "daemon.yaml", std::ios::app) << "control_group: \"4242\"\n";
+  start_daemon();
+  const std::string base = "policy_dir: " + (dir_ / "policies").string() + "\nmetrics_address: 127.0.0.1:" +
+                           std::to_string(kMetricsPort) + "\n";
+
+  // A member of group 4242 follows the event stream; it is told nothing
+  // more once the group is no longer the control group: its connection ends.
+  int ready[2];
+  ASSERT_EQ(::pipe2(ready, O_CLOEXEC), 0);
+  pid_t member = ::fork();
+  if (member == 0) {
+    gid_t groups[] = {4242};
+    if (::setgroups(1, groups) != 0 || ::setgid(65534) != 0 || ::setuid(65534) != 0) ::_exit(2);
+    auto stream = control::open_stream(kSocket, {{"op", "events"}, {"follow", true}}, 10000);
+    if (!stream) ::_exit(3);
+    (void)!::write(ready[1], "x", 1);
+    for (;;) {
+      auto line = control::read_line(stream->fd.get(), stream->buffer, 60000);
+      if (!line) ::_exit(4);               // timed out: still connected
+      if (line->empty()) ::_exit(0);       // EOF: the daemon closed it
+    }
+  }
+  ::close(ready[1]);
+  char c;
+  ASSERT_EQ(::read(ready[0], &c, 1), 1) << "the group member could not follow events";
+  ::close(ready[0]);
+
+  // A new audit log and no control group apply now; a new state_dir waits.
+  std::ofstream(dir_ / "daemon.yaml", std::ios::trunc)
+      << base << "audit_log: " << (dir_ / "audit2.jsonl").string() << "\nstate_dir: /run/agentcage-elsewhere\n";
+  Proc ok = spawn({agentcage_bin(), "reload"}, dir_ / "reload.out");
+  EXPECT_EQ(wait_exit(ok.pid), 0) << slurp(ok.out);
+  EXPECT_EQ(slurp(ok.out), "configuration " + (dir_ / "daemon.yaml").string() +
+                               ": applied audit_log, control_group; changed, applied when the daemon "
+                               "restarts: state_dir\ndtest: loaded\n");
+  EXPECT_EQ(wait_exit(member), 0) << "the former member's stream was not closed";
+  struct stat st {};
+  ASSERT_EQ(::stat(kSocket.c_str(), &st), 0);
+  EXPECT_EQ(st.st_mode & 0777, 0600u);
+  EXPECT_EQ(st.st_gid, 0u);
+  EXPECT_NE(log().find("state_dir changed: takes effect when the daemon restarts"), std::string::npos) << log();
+  EXPECT_EQ(status()["daemon"].value("audit_log", std::string()), (dir_ / "audit2.jsonl").string());
+  EXPECT_EQ(scrape("agentcage_config_reloads_total{result=\"success\"}"), 1);
+
+  // Decisions now go to the new audit log.
+  auto cg = cgroup::Cgroup::create(root_, root_, "ac-daemon-config-" + std::to_string(::getpid()));
+  ASSERT_TRUE(cg) << cg.error().message;
+  auto att = control(
+      {{"op", "attach"}, {"cgroup", cg->path().string()}, {"policy", "dtest"}, {"workspace", "/tmp"}});
+  ASSERT_TRUE(att && att->value("ok", false)) << (att ? att->dump() : att.error().message);
+  EXPECT_EQ(open_in(*cg, "/etc/passwd"), EACCES);
+  EXPECT_TRUE(wait_until(
+      [&] { return slurp(dir_ / "audit2.jsonl").find("\"/etc/passwd\"") != std::string::npos; }, 30s))
+      << slurp(dir_ / "audit2.jsonl");
+  auto det = control({{"op", "detach"}, {"cgroup", cg->path().string()}});
+  EXPECT_TRUE(det && det->value("ok", false));
+  EXPECT_TRUE(cg->remove());
+
+  // An invalid file (SIGHUP, as systemctl reload sends): located errors,
+  // nothing applied, the gauge says so; the audit log stays the new one.
+  std::ofstream(dir_ / "daemon.yaml", std::ios::trunc)
+      << base << "audit_log: " << (dir_ / "audit3.jsonl").string() << "\nmax_runs: lots\n";
+  ::kill(daemon_.pid, SIGHUP);
+  const std::string where = (dir_ / "daemon.yaml").string() + ":4:11: max_runs: expected a whole number";
+  ASSERT_TRUE(wait_until([&] { return log().find(where) != std::string::npos; }, 30s)) << log();
+  EXPECT_NE(log().find("is not valid: not applied"), std::string::npos) << log();
+  EXPECT_TRUE(wait_until([] { return scrape("agentcage_config_last_reload_successful") == 0; }, 10s));
+  EXPECT_EQ(status()["daemon"].value("audit_log", std::string()), (dir_ / "audit2.jsonl").string());
+  Proc bad = spawn({agentcage_bin(), "reload", "--json"}, dir_ / "reload-bad.out");
+  EXPECT_EQ(wait_exit(bad.pid), 1) << slurp(bad.out);
+  json answer = json::parse(slurp(bad.out), nullptr, false);
+  ASSERT_TRUE(answer.is_object()) << slurp(bad.out);
+  ASSERT_EQ(answer["config"]["errors"].size(), 1u) << answer.dump(2);
+  EXPECT_NE(answer["config"]["errors"][0].get<std::string>().find(where), std::string::npos) << answer.dump(2);
+  EXPECT_TRUE(answer["config"]["applied"].empty());
 }
 
 // ring_buffer_size: a set already pinned keeps its size and the daemon says

@@ -33,8 +33,10 @@ Enforcement does not depend on it: the programs stay pinned while it is down
 or restarting.
 
 FILE is YAML (see docs/daemon.md); without --config the defaults apply.
-Signals: SIGTERM/SIGINT stop it (enforcement continues), SIGHUP rescans the
-policy directory, SIGUSR1 reopens the audit log (log rotation).
+Signals: SIGTERM/SIGINT stop it (enforcement continues), SIGHUP reads FILE
+again (what can change while running applies at once, the rest is logged as
+waiting for a restart) and rescans the policy directory, SIGUSR1 reopens the
+audit log (log rotation).
 Under systemd (Type=notify) it reports READY=1 once it enforces with the
 policy directory loaded, STATUS= lines and watchdog keep-alives
 (WatchdogSec=), and each log line carries its journald priority.
@@ -72,9 +74,32 @@ int reload_command(bool json_out, const std::string& socket_path) {
     return 1;
   }
   const json files = answer->value("status", json::array());
+  const json config = answer->value("config", json::object());
+  const json errors = config.value("errors", json::array());
   if (json_out) {
-    std::cout << files.dump(2) << "\n";
+    std::cout << json{{"config", config}, {"policies", files}}.dump(2) << "\n";
   } else {
+    // The configuration file: what changed and applies now, what waits for
+    // a restart, or why the file was not taken.
+    if (config.contains("file") && config["file"].is_string()) {
+      auto words = [](const json& list) {
+        std::string out;
+        for (const auto& k : list) out += (out.empty() ? "" : ", ") + k.get<std::string>();
+        return out;
+      };
+      std::cout << "configuration " << config["file"].get<std::string>() << ": ";
+      const json applied = config.value("applied", json::array()), restart = config.value("restart", json::array());
+      if (!errors.empty())
+        std::cout << "not all applied";
+      else if (applied.empty() && restart.empty())
+        std::cout << "unchanged";
+      else
+        std::cout << (applied.empty() ? "" : "applied " + words(applied))
+                  << (!applied.empty() && !restart.empty() ? "; " : "")
+                  << (restart.empty() ? "" : "changed, applied when the daemon restarts: " + words(restart));
+      std::cout << "\n";
+      for (const auto& e : errors) std::cout << "  " << e.get<std::string>() << "\n";
+    }
     for (const auto& f : files) {
       std::cout << f.value("policy", std::string()) << ": " << f.value("state", std::string());
       if (f.contains("error") && f["error"].is_string()) std::cout << "\n  " << f["error"].get<std::string>();
@@ -82,6 +107,7 @@ int reload_command(bool json_out, const std::string& socket_path) {
     }
     if (files.empty()) std::cout << "no policy files\n";
   }
+  if (!errors.empty()) return 1;
   for (const auto& f : files)
     if (f.value("state", std::string()) != "loaded") return 1;
   return 0;
@@ -95,18 +121,24 @@ void add_reload(CLI::App& app, const Globals& globals, Commands& commands) {
     std::string socket = control::default_control_socket();
   };
   auto args = std::make_shared<Args>();
-  auto* reload = app.add_subcommand("reload", "Make the daemon read its policy directory again");
+  auto* reload = app.add_subcommand("reload", "Make the daemon read its configuration and policy directory again");
   reload->footer(with_defaults(
-      R"(Asks the running daemon (root only) to read every file of its policy
-directory again, as SIGHUP and `systemctl reload agentcage` do, including
-files that look unchanged and the files they include, and prints each
-policy's state: loaded, rejected (nothing of it enforces) or
+      R"(Asks the running daemon (root only) to do what SIGHUP and `systemctl
+reload agentcage` do: read its configuration file (--config) again, and
+every file of its policy directory, including files that look unchanged and
+the files they include. It prints what the configuration changed (settings
+applied at once; settings that wait for a restart, such as policy_dir,
+control_socket, pin_root, state_dir, cgroup_parent, ring_buffer_size; an
+invalid file is not taken at all and its errors are shown as FILE:LINE:COL),
+then each policy's state: loaded, rejected (nothing of it enforces) or
 rejected_previous_enforcing (its previous version still enforces), with the
 error as FILE:LINE:COL.
 
-Exit status: 0 every policy file is loaded, 1 a file is rejected or the
-daemon could not be asked.)"));
-  reload->add_flag("--json", args->json, "Print the files' states as JSON");
+Exit status: 0 the configuration and every policy file are in force, 1 the
+configuration or a policy file was rejected, or the daemon could not be
+asked.)"));
+  reload->add_flag("--json", args->json,
+                   "Print {\"config\": {file, applied, restart, errors}, \"policies\": [states]} as JSON");
   reload
       ->add_option("--socket", args->socket,
                    with_defaults(

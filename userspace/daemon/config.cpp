@@ -222,6 +222,41 @@ ConfigResult parse_config(std::string_view text, const std::string& filename) {
   return out;
 }
 
+std::vector<ConfigChange> config_changes(const Config& a, const Config& b) {
+  struct Setting {
+    const char* key;
+    bool live;
+    bool same;
+  };
+  const policy::Limits &ca = a.run_caps, &cb = b.run_caps;
+  const Setting settings[] = {
+      {"policy_dir", false, a.policy_dir == b.policy_dir},
+      {"control_socket", false, a.control_socket == b.control_socket},
+      {"pin_root", false, a.pin_root == b.pin_root},
+      {"state_dir", false, a.state_dir == b.state_dir},
+      {"cgroup_parent", false, a.cgroup_parent == b.cgroup_parent},
+      {"ring_buffer_size", false, a.ring_buffer_bytes == b.ring_buffer_bytes},
+      {"metrics_address", true, a.metrics_address == b.metrics_address},
+      {"control_group", true, a.control_group == b.control_group},
+      {"audit_log", true, a.audit_log == b.audit_log},
+      {"recent_events", true, a.recent_events == b.recent_events},
+      {"client_buffer_bytes", true, a.client_buffer_bytes == b.client_buffer_bytes},
+      {"max_clients", true, a.max_clients == b.max_clients},
+      {"max_clients_per_uid", true, a.max_clients_per_uid == b.max_clients_per_uid},
+      {"max_runs", true, a.max_runs == b.max_runs},
+      {"max_runs_per_client", true, a.max_runs_per_client == b.max_runs_per_client},
+      {"run_max_memory", true, ca.memory_bytes == cb.memory_bytes},
+      {"run_max_pids", true, ca.pids == cb.pids},
+      {"run_max_cpu", true, ca.cpus == cb.cpus},
+      {"run_max_timeout", true, ca.timeout == cb.timeout},
+      {"run_max_disk", true, ca.disk_bytes == cb.disk_bytes},
+  };
+  std::vector<ConfigChange> out;
+  for (const Setting& s : settings)
+    if (!s.same) out.push_back({s.key, s.live});
+  return out;
+}
+
 ConfigResult load_config(const std::string& path) {
   std::ifstream in(path, std::ios::binary);
   if (!in) {

@@ -63,6 +63,17 @@ struct ConfigResult {
   bool ok() const { return config.has_value() && errors.empty(); }
 };
 
+// A setting whose value differs between the configuration the daemon runs
+// with and the file read again (SIGHUP, `agentcage reload`). `live`: the
+// daemon applies it at once; otherwise it waits for the next start (the
+// paths the daemon and other agentcage processes share, and what is fixed
+// when the program set is loaded). docs/daemon.md lists which is which.
+struct ConfigChange {
+  std::string setting;  // its key in the file
+  bool live = false;
+};
+std::vector<ConfigChange> config_changes(const Config& running, const Config& next);
+
 // Parses a config document; `filename` is used in diagnostics only.
 ConfigResult parse_config(std::string_view text, const std::string& filename);
 // Reads and parses FILE (at most 64 KiB).

@@ -85,6 +85,46 @@ Status ControlServer::listen() {
   return {};
 }
 
+// Whether the peer of `fd` (primary group `peer_gid`) is in `group`: its
+// groups as of connect time (SO_PEERGROUPS, Linux 4.13).
+bool ControlServer::in_group(int fd, gid_t peer_gid, const std::optional<gid_t>& group) {
+  if (!group) return false;
+  if (peer_gid == *group) return true;
+  std::vector<gid_t> groups(256);
+  socklen_t glen = static_cast<socklen_t>(groups.size() * sizeof(gid_t));
+  if (::getsockopt(fd, SOL_SOCKET, SO_PEERGROUPS, groups.data(), &glen) != 0) return false;
+  groups.resize(glen / sizeof(gid_t));
+  return std::find(groups.begin(), groups.end(), *group) != groups.end();
+}
+
+Status ControlServer::reconfigure(const ControlOptions& next) {
+  if (next.path != opt_.path)
+    return Error{"control socket: the path cannot change while the daemon runs (restart it)", EINVAL};
+  auto group = control_gid(next.group);
+  if (!group) return group.error();
+  if (*group != gid_) {
+    const char* path = opt_.path.c_str();
+    // Never wider than either setting on the way: 0600 first, then the new
+    // group, then 0660 if there is one.
+    if (::chmod(path, 0600) != 0) return Error::from_errno("control socket: chmod " + opt_.path);
+    if (::chown(path, 0, group->value_or(0)) != 0) return Error::from_errno("control socket: chown " + opt_.path);
+    if (*group && ::chmod(path, 0660) != 0) return Error::from_errno("control socket: chmod " + opt_.path);
+    gid_ = *group;
+    // Connections whose right came from the old group lose it now (their
+    // runs end as on any hang-up).
+    std::vector<int> revoked;
+    for (const auto& [fd, c] : clients_)
+      if (!c.peer.root && !in_group(fd, c.peer.gid, gid_)) revoked.push_back(fd);
+    for (int fd : revoked) {
+      log::warn("control socket: closing the connection of uid " + std::to_string(clients_.at(fd).peer.uid) +
+                ": no longer in the control group");
+      close(fd);
+    }
+  }
+  opt_ = next;
+  return {};
+}
+
 void ControlServer::accept_clients() {
   for (;;) {
     UniqueFd fd(::accept4(listen_fd_.get(), nullptr, nullptr, SOCK_NONBLOCK | SOCK_CLOEXEC));
@@ -93,17 +133,7 @@ void ControlServer::accept_clients() {
     socklen_t len = sizeof cred;
     if (::getsockopt(fd.get(), SOL_SOCKET, SO_PEERCRED, &cred, &len) != 0) continue;
     bool root = cred.uid == 0;
-    bool member = root;
-    if (!member && gid_) {
-      member = cred.gid == *gid_;
-      // Supplementary groups as of connect time (SO_PEERGROUPS, Linux 4.13).
-      std::vector<gid_t> groups(256);
-      socklen_t glen = static_cast<socklen_t>(groups.size() * sizeof(gid_t));
-      if (!member && ::getsockopt(fd.get(), SOL_SOCKET, SO_PEERGROUPS, groups.data(), &glen) == 0) {
-        groups.resize(glen / sizeof(gid_t));
-        member = std::find(groups.begin(), groups.end(), *gid_) != groups.end();
-      }
-    }
+    bool member = root || in_group(fd.get(), cred.gid, gid_);
     auto refuse = [&](const std::string& why) {
       std::string msg = json{{"ok", false}, {"error", why}}.dump() + "\n";
       (void)!::send(fd.get(), msg.data(), msg.size(), MSG_NOSIGNAL | MSG_DONTWAIT);

@@ -71,6 +71,12 @@ class ControlServer {
   // Binds and listens (replacing a socket a dead daemon left), and registers
   // with the loop.
   Status listen();
+  // New options while listening (the daemon's configuration read again):
+  // the limits apply to new connections; a new control_group changes the
+  // socket's group and mode, and closes the connections of peers that are
+  // no longer allowed. The path cannot change. An error leaves the old
+  // options, and the socket no wider than before (root-only at worst).
+  Status reconfigure(const ControlOptions& next);
   // One audit line to every streaming client; a client whose buffer is full
   // misses it, and is told how many it missed before its next line.
   void stream(const std::string& line);
@@ -98,6 +104,7 @@ class ControlServer {
     uint64_t dropped = 0;   // events not queued since the last notice
   };
 
+  static bool in_group(int fd, gid_t peer_gid, const std::optional<gid_t>& group);
   void accept_clients();
   void on_client(int fd, uint32_t events);
   void handle_line(Client& c, const std::string& line);

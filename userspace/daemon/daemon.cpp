@@ -71,8 +71,9 @@ constexpr int kStopGraceMs = 10000;
 
 class Daemon final : private PolicyDirListener, private ControlHandler {
  public:
-  Daemon(Config cfg, RunForker* forker)
+  Daemon(Config cfg, std::string config_file, RunForker* forker)
       : cfg_(std::move(cfg)),
+        config_file_(std::move(config_file)),
         runs_(cfg_.state_dir),
         sink_(cfg_.audit_log, cfg_.recent_events, metrics_, runs_),
         dir_(cfg_.policy_dir, cfg_.state_dir, *this),
@@ -90,6 +91,9 @@ class Daemon final : private PolicyDirListener, private ControlHandler {
   bool ensure_enforcer();
   Status watch_policy_dir();
   void on_signal(int signo);
+  // Reads the configuration file again and applies what can change while
+  // running; the answer's "config" part (reload op).
+  json reload_config();
   void tick();
   void reap_stale_runs();
   json status_json();
@@ -126,6 +130,7 @@ class Daemon final : private PolicyDirListener, private ControlHandler {
   // the Enforcer (slots, sink's reader) go before it, the loop's users before
   // the loop.
   Config cfg_;
+  std::string config_file_;
   UniqueFd instance_lock_;
   EventLoop loop_;
   telemetry::Metrics metrics_;
@@ -281,8 +286,10 @@ void Daemon::reap_stale_runs() {
 
 void Daemon::on_signal(int signo) {
   if (signo == SIGHUP) {
-    log::info("SIGHUP: rescanning " + cfg_.policy_dir);
-    service_.reloading("reloading policies from " + cfg_.policy_dir);
+    log::info("SIGHUP: reading " + (config_file_.empty() ? std::string("no configuration file") : config_file_) +
+              " and rescanning " + cfg_.policy_dir);
+    service_.reloading("reloading the configuration and the policies from " + cfg_.policy_dir);
+    reload_config();
     dir_.rescan_all();
     tell_service_manager();
     return;
@@ -298,6 +305,91 @@ void Daemon::on_signal(int signo) {
             " (enforcement continues: the programs stay pinned)");
   service_.stopping("stopping on signal " + std::to_string(signo) + "; enforcement continues");
   loop_.stop();
+}
+
+json Daemon::reload_config() {
+  json out = {{"file", config_file_.empty() ? json(nullptr) : json(config_file_)},
+              {"applied", json::array()},
+              {"restart", json::array()},
+              {"errors", json::array()}};
+  if (config_file_.empty()) return out;  // the defaults: nothing to read
+  ConfigResult r = load_config(config_file_);
+  if (!r.ok()) {
+    for (const auto& d : r.errors) {
+      log::error(d.format());
+      out["errors"].push_back(d.format());
+    }
+    log::error(config_file_ + " is not valid: not applied; the daemon goes on with the configuration it had");
+    metrics_.config_reload(false);
+    return out;
+  }
+  const Config& next = *r.config;
+  bool failed = false;
+  auto fail = [&](const std::string& setting, const Error& e) {
+    log::error(config_file_ + ": " + setting + ": " + e.message + " (the previous value stays)");
+    out["errors"].push_back(setting + ": " + e.message);
+    failed = true;
+  };
+  const std::vector<ConfigChange> changes = config_changes(cfg_, next);
+  std::vector<std::string> control_changes;
+  for (const ConfigChange& c : changes) {
+    if (!c.live) {
+      log::warn(config_file_ + ": " + c.setting + " changed: takes effect when the daemon restarts");
+      out["restart"].push_back(c.setting);
+      continue;
+    }
+    const std::string& k = c.setting;
+    if (k == "audit_log") {
+      if (Status st = sink_.move_audit_log(next.audit_log); !st) {
+        fail(k, st.error());
+        continue;
+      }
+      cfg_.audit_log = next.audit_log;
+    } else if (k == "metrics_address") {
+      metrics_.stop_listening();
+      Status st = next.metrics_address.empty() ? Status{} : metrics_.listen(next.metrics_address);
+      if (!st) {
+        fail(k, st.error());
+        if (!cfg_.metrics_address.empty())
+          if (Status back = metrics_.listen(cfg_.metrics_address); !back)
+            log::error("metrics: cannot listen on " + cfg_.metrics_address + " again either: " +
+                       back.error().message);
+        continue;
+      }
+      cfg_.metrics_address = next.metrics_address;
+    } else if (k == "recent_events") {
+      sink_.set_recent_events(next.recent_events);
+      cfg_.recent_events = next.recent_events;
+    } else if (k == "control_group" || k == "max_clients" || k == "max_clients_per_uid" ||
+               k == "client_buffer_bytes") {
+      control_changes.push_back(k);
+      continue;  // together, below
+    } else if (k == "max_runs") {
+      cfg_.max_runs = next.max_runs;
+    } else if (k == "max_runs_per_client") {
+      cfg_.max_runs_per_client = next.max_runs_per_client;
+    } else if (k.rfind("run_max_", 0) == 0) {
+      cfg_.run_caps = next.run_caps;  // the run service reads cfg_ for each new run
+    }
+    out["applied"].push_back(k);
+  }
+  if (!control_changes.empty()) {
+    ControlOptions opt{cfg_.control_socket, next.control_group, next.max_clients, next.max_clients_per_uid,
+                       next.client_buffer_bytes};
+    if (Status st = server_.reconfigure(opt); !st) {
+      for (const auto& k : control_changes) fail(k, st.error());
+    } else {
+      for (const auto& k : control_changes) out["applied"].push_back(k);
+      cfg_.control_group = next.control_group;
+      cfg_.max_clients = next.max_clients;
+      cfg_.max_clients_per_uid = next.max_clients_per_uid;
+      cfg_.client_buffer_bytes = next.client_buffer_bytes;
+    }
+  }
+  if (!out["applied"].empty())
+    log::info(config_file_ + ": applied " + out["applied"].dump());
+  metrics_.config_reload(!failed);
+  return out;
 }
 
 void Daemon::tick() {
@@ -382,8 +474,11 @@ json Daemon::handle(const Request& req, const Peer& peer) {
       return {{"ok", true}};
     case Op::reload:
       if (!enf_) return {{"ok", false}, {"error", "cannot enforce: " + enforcer_error_ + " (no policy is installed)"}};
-      dir_.rescan_all();
-      return {{"ok", true}, {"status", dir_.status_json()}};
+      {
+        json config = reload_config();
+        dir_.rescan_all();
+        return {{"ok", true}, {"status", dir_.status_json()}, {"config", config}};
+      }
     case Op::events:
       break;  // the control server's own
   }
@@ -501,7 +596,7 @@ json Daemon::detach(const Request& r) {
 
 }  // namespace
 
-int run_daemon(const Config& config, const CommandLine& command_line) {
+int run_daemon(const Config& config, const std::string& config_file, const CommandLine& command_line) {
   // First, while this process has one thread: the fork server runs' start
   // from (daemon/run_forker.h). Without it runs are exec'd.
   RunForker forker;
@@ -509,7 +604,7 @@ int run_daemon(const Config& config, const CommandLine& command_line) {
     if (Status st = forker.start(command_line); !st)
       log::warn("no fork server (" + st.error().message + "): runs start with fork + exec");
   }
-  Daemon d(config, &forker);
+  Daemon d(config, config_file, &forker);
   if (Status st = d.start(); !st) {
     log::error("daemon: " + st.error().message);
     return 1;
@@ -535,7 +630,7 @@ int daemon_command(const std::string& config_file, const CommandLine& command_li
     std::cerr << "agentcage daemon: needs root (BPF LSM programs, cgroups, the control socket)\n";
     return 1;
   }
-  return run_daemon(cfg, command_line);
+  return run_daemon(cfg, config_file, command_line);
 }
 
 }  // namespace agentcage::daemon

@@ -21,7 +21,9 @@ namespace agentcage::daemon {
 // the daemon are `command_line` called with `agentcage run ...` words in a
 // runner forked from the fork server (daemon/run_forker.h); without it (or
 // once the server is gone), runners are exec'd.
-int run_daemon(const Config& config, const CommandLine& command_line);
+// `config_file` ("" : none, the defaults) is read again on SIGHUP and by
+// the reload op (config_changes: what applies at once, what waits).
+int run_daemon(const Config& config, const std::string& config_file, const CommandLine& command_line);
 
 // `agentcage daemon [--config FILE]`: loads the configuration (defaults
 // without FILE) and runs the daemon.

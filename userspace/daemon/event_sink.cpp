@@ -43,6 +43,22 @@ Status EventSink::open_audit_log() {
   return {};
 }
 
+Status EventSink::move_audit_log(const std::string& audit_log) {
+  flush_audit();
+  std::string old = std::move(audit_log_);
+  audit_log_ = audit_log;
+  if (Status st = open_audit_log(); !st) {
+    audit_log_ = std::move(old);
+    return st;
+  }
+  return {};
+}
+
+void EventSink::set_recent_events(size_t n) {
+  recent_max_ = n;
+  while (recent_.size() > recent_max_) recent_.pop_front();
+}
+
 int EventSink::attach(bpf::Enforcer& enforcer) {
   enf_ = &enforcer;
   auto reader =

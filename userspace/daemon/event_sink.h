@@ -39,8 +39,14 @@ class EventSink {
   // the ring of recent events keeps (0: none).
   EventSink(std::string audit_log, size_t recent_events, telemetry::Metrics& metrics, RunIndex& runs);
 
-  // Opens (or, on SIGHUP, reopens) the audit log.
+  // Opens (or, on SIGUSR1, reopens) the audit log.
   Status open_audit_log();
+  // Another audit log (the configuration read again): what is buffered
+  // goes to the old one first; if the new one cannot be opened, the old one
+  // stays in use and the error says why.
+  Status move_audit_log(const std::string& audit_log);
+  // How many lines the ring of recent events keeps from now on.
+  void set_recent_events(size_t n);
   // Starts consuming `enforcer`'s ring buffer. Returns the fd to wait on
   // (-1: no reader; the error is logged).
   int attach(bpf::Enforcer& enforcer);

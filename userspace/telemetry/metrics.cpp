@@ -100,6 +100,18 @@ Metrics::Metrics() : registry_(std::make_shared<prometheus::Registry>()) {
                   .Name("agentcage_policy_reloads_total")
                   .Help("Policy file loads and reloads by result (success, failure)")
                   .Register(*registry_);
+  config_reloads_ = &BuildCounter()
+                         .Name("agentcage_config_reloads_total")
+                         .Help("The daemon's configuration file read again (SIGHUP, agentcage reload) by result")
+                         .Register(*registry_);
+  for (const char* r : {"success", "failure"}) config_reloads_->Add({{"result", r}});
+  config_last_reload_ok_ = &BuildGauge()
+                                .Name("agentcage_config_last_reload_successful")
+                                .Help("1 when the daemon runs with its configuration file as it is now, 0 when "
+                                      "the last read of it was rejected")
+                                .Register(*registry_)
+                                .Add({});
+  config_last_reload_ok_->Set(1);
   policies_loaded_ = &BuildGauge()
                           .Name("agentcage_policies_loaded")
                           .Help("Policies from the policy directory installed in the kernel")
@@ -207,6 +219,8 @@ Status Metrics::listen(const std::string& address) {
   return {};
 }
 
+void Metrics::stop_listening() { exposer_.reset(); }
+
 int Metrics::port() const {
   if (!exposer_) return 0;
   auto ports = exposer_->GetListeningPorts();
@@ -247,6 +261,10 @@ void Metrics::run_finished(const std::string& policy, core::RunOutcome outcome, 
 void Metrics::runs_active(double n) { runs_active_->Set(n); }
 void Metrics::policy_reload(bool success) {
   reloads_->Add({{"result", success ? "success" : "failure"}}).Increment();
+}
+void Metrics::config_reload(bool success) {
+  config_reloads_->Add({{"result", success ? "success" : "failure"}}).Increment();
+  config_last_reload_ok_->Set(success ? 1 : 0);
 }
 void Metrics::policies_loaded(double n) { policies_loaded_->Set(n); }
 void Metrics::scopes_active(double n) { scopes_active_->Set(n); }

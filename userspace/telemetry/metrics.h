@@ -79,6 +79,8 @@ class Metrics {
 
   // Serve /metrics on address ("127.0.0.1:9477"; port 0 picks one).
   Status listen(const std::string& address);
+  // Stops serving /metrics (listen() may be called again).
+  void stop_listening();
   // The port actually bound (0 when not listening).
   int port() const;
 
@@ -93,6 +95,9 @@ class Metrics {
   void run_finished(const std::string& policy, core::RunOutcome outcome, double seconds);
   void runs_active(double n);
   void policy_reload(bool success);
+  // The daemon's configuration file read again: counted, and whether it now
+  // runs with the file as it is (agentcage_config_last_reload_successful).
+  void config_reload(bool success);
   void policies_loaded(double n);
   void scopes_active(double n);
   void enforcement_ready(bool ready);
@@ -118,6 +123,8 @@ class Metrics {
   prometheus::Counter* events_lost_;
   prometheus::Counter* events_suppressed_;
   prometheus::Family<prometheus::Counter>* runs_;
+  prometheus::Family<prometheus::Counter>* config_reloads_;
+  prometheus::Gauge* config_last_reload_ok_;
   prometheus::Family<prometheus::Histogram>* run_duration_;
   prometheus::Gauge* runs_active_;
   prometheus::Family<prometheus::Counter>* reloads_;
