@@ -180,12 +180,20 @@ class DaemonEnv : public ::testing::Test {
       ::kill(prometheus_, SIGKILL);
       wait_exit(prometheus_);
     }
-    // The daemon's named slot stays pinned by design; tests leave none.
+    // The daemon's named slot stays pinned by design, and a direct
+    // attachment's transient slot stays cached for reuse: tests leave
+    // neither (a slot a scope still points at stays, rule 1 of scope/slots.h).
     if (auto e = bpf::Enforcer::open_shared())
-      if (auto pols = (*e)->policies())
-        for (const auto& p : *pols)
-          if (p.owner == AC_POLICY_OWNER_NAMED && (p.name == "dtest" || p.name == "daudit"))
-            (void)(*e)->remove_policy(p.slot);
+      if (auto pols = (*e)->policies()) {
+        auto scopes = (*e)->scopes();
+        for (const auto& p : *pols) {
+          if (p.name != "dtest" && p.name != "daudit") continue;
+          bool used = !scopes;
+          if (scopes)
+            for (const auto& sc : *scopes) used |= sc.policy_slot == p.slot;
+          if (!used) (void)(*e)->remove_policy(p.slot);
+        }
+      }
     std::error_code ec;
     std::filesystem::remove(dir_ / "daemon.log", ec);
     std::filesystem::remove_all(dir_, ec);
