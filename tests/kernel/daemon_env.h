@@ -13,7 +13,9 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <cctype>
 #include <chrono>
+#include <cstdio>
 #include <filesystem>
 #include <fstream>
 #include <functional>
@@ -71,6 +73,32 @@ inline double scrape(const std::string& series) {
   for (std::string line; std::getline(in, line);)
     if (line.rfind(series + " ", 0) == 0) return std::stod(line.substr(series.size() + 1));
   return -1;
+}
+
+inline constexpr int kPrometheusPort = 19090;
+
+inline std::string url_encode(const std::string& s) {
+  std::string out;
+  char hex[4];
+  for (unsigned char c : s) {
+    if (std::isalnum(c) || c == '_' || c == '-' || c == '.') {
+      out += static_cast<char>(c);
+    } else {
+      std::snprintf(hex, sizeof hex, "%%%02X", c);
+      out += hex;
+    }
+  }
+  return out;
+}
+
+// The value of a one-element PromQL vector result of the test's Prometheus, or -1.
+inline double promql(const std::string& query) {
+  nlohmann::json j = nlohmann::json::parse(
+      http_get(kPrometheusPort, "/api/v1/query?query=" + url_encode(query)), nullptr, false);
+  if (!j.is_object() || j.value("status", "") != "success") return -1;
+  const auto& result = j["data"]["result"];
+  if (!result.is_array() || result.size() != 1) return -1;
+  return std::stod(result[0]["value"][1].get<std::string>());
 }
 
 inline void write_file(const std::filesystem::path& p, const std::string& text) {
@@ -215,6 +243,20 @@ class DaemonEnv : public ::testing::Test {
   }
 
   std::string log() { return slurp(dir_ / "daemon.log"); }
+
+  // A real Prometheus server on kPrometheusPort scraping every second, with
+  // SCRAPE_CONFIGS (YAML list items under scrape_configs:); TearDown stops it.
+  void start_prometheus(const std::string& scrape_configs) {
+    std::filesystem::create_directories(dir_ / "tsdb");
+    std::ofstream(dir_ / "prometheus.yml") << "global: {scrape_interval: 1s, evaluation_interval: 1s}\n"
+                                              "scrape_configs:\n"
+                                           << scrape_configs;
+    Proc prom = spawn({"/usr/bin/prometheus", "--config.file=" + (dir_ / "prometheus.yml").string(),
+                       "--storage.tsdb.path=" + (dir_ / "tsdb").string(),
+                       "--web.listen-address=127.0.0.1:" + std::to_string(kPrometheusPort)},
+                      dir_ / "prometheus.log");
+    prometheus_ = prom.pid;
+  }
 
   // `agentcage run --policy dtest` with the test policy directory.
   Proc start_run(const std::vector<std::string>& cmd, const std::string& tag,

@@ -50,31 +50,6 @@ using nlohmann::json;
 using Clock = std::chrono::steady_clock;
 using namespace std::chrono_literals;
 
-constexpr int kPrometheusPort = 19090;
-
-std::string url_encode(const std::string& s) {
-  std::string out;
-  char hex[4];
-  for (unsigned char c : s) {
-    if (std::isalnum(c) || c == '_' || c == '-' || c == '.') {
-      out += static_cast<char>(c);
-    } else {
-      std::snprintf(hex, sizeof hex, "%%%02X", c);
-      out += hex;
-    }
-  }
-  return out;
-}
-
-// The value of a one-element PromQL vector result, or -1.
-double promql(const std::string& query) {
-  json j = json::parse(http_get(kPrometheusPort, "/api/v1/query?query=" + url_encode(query)), nullptr, false);
-  if (!j.is_object() || j.value("status", "") != "success") return -1;
-  const auto& result = j["data"]["result"];
-  if (!result.is_array() || result.size() != 1) return -1;
-  return std::stod(result[0]["value"][1].get<std::string>());
-}
-
 // An operation in a process started inside `cg`: open(path) for reading.
 // Returns 0 or the errno.
 int open_in(const cgroup::Cgroup& cg, const std::string& path) {
@@ -95,17 +70,9 @@ class Daemon : public DaemonEnv {};
 
 TEST_F(Daemon, PrometheusScrapesDecisionsAfterADeniedRun) {
   start_daemon();
-  fs::create_directories(dir_ / "tsdb");
-  std::ofstream(dir_ / "prometheus.yml") << "global: {scrape_interval: 1s, evaluation_interval: 1s}\n"
-                                            "scrape_configs:\n"
-                                            "  - job_name: agentcage\n"
-                                            "    static_configs: [{targets: ['127.0.0.1:"
-                                         << kMetricsPort << "']}]\n";
-  Proc prom = spawn({"/usr/bin/prometheus", "--config.file=" + (dir_ / "prometheus.yml").string(),
-                     "--storage.tsdb.path=" + (dir_ / "tsdb").string(),
-                     "--web.listen-address=127.0.0.1:" + std::to_string(kPrometheusPort)},
-                    dir_ / "prometheus.log");
-  prometheus_ = prom.pid;
+  start_prometheus("  - job_name: agentcage\n"
+                   "    static_configs: [{targets: ['127.0.0.1:" +
+                   std::to_string(kMetricsPort) + "']}]\n");
   ASSERT_TRUE(wait_until([] { return promql("up{job=\"agentcage\"}") == 1; }, 180s))
       << "Prometheus never scraped the daemon:\n"
       << slurp(dir_ / "prometheus.log");

@@ -81,6 +81,8 @@ TEST(DaemonConfig, ChangesSayWhatAppliesNowAndWhatWaits) {
       {"cgroup_parent: x/runs", "cgroup_parent", false},
       {"ring_buffer_size: 4Mi", "ring_buffer_size", false},
       {"metrics_address: 127.0.0.1:1", "metrics_address", true},
+      {"metrics_tls: {cert_file: /m.crt, key_file: /m.key}", "metrics_tls", true},
+      {"metrics_basic_auth: {users_file: /m.users}", "metrics_basic_auth", true},
       {"control_group: agentcage", "control_group", true},
       {"audit_log: /var/log/x.jsonl", "audit_log", true},
       {"recent_events: 3", "recent_events", true},

@@ -26,9 +26,10 @@ It adopts (or loads and pins) the BPF LSM programs, installs every *.yaml of
 the policy directory as a named policy and hot-reloads it on change (an
 invalid file is rejected with FILE:LINE:COL and the previous version keeps
 enforcing), writes every denial as a JSON line to the audit log, serves
-Prometheus metrics (default http://127.0.0.1:9477/metrics) and the control
-socket (default @CONTROL_SOCKET@) used by `agentcage status`,
-`agentcage events` and `agentcage run`, and reaps runs whose agentcage died.
+Prometheus metrics (default http://127.0.0.1:9477/metrics; HTTPS and basic
+auth with metrics_tls and metrics_basic_auth) and the control socket
+(default @CONTROL_SOCKET@) used by `agentcage status`, `agentcage events`
+and `agentcage run`, and reaps runs whose agentcage died.
 Enforcement does not depend on it: the programs stay pinned while it is down
 or restarting.
 

@@ -3,11 +3,13 @@
 
 #include <yaml-cpp/yaml.h>
 
+#include <array>
 #include <charconv>
 #include <cstring>
 #include <fstream>
 #include <functional>
 #include <map>
+#include <span>
 #include <vector>
 
 #include "policy/values.h"
@@ -37,6 +39,9 @@ bool parse_port(std::string_view text) {
 
 // Absolute, no NUL, bounded.
 bool absolute_path(const std::string& s) { return !s.empty() && s.front() == '/' && s.size() < 4096; }
+
+constexpr std::array<std::string_view, 3> kTlsKeys = {"cert_file", "key_file", "client_ca_file"};
+constexpr std::array<std::string_view, 1> kBasicAuthKeys = {"users_file"};
 
 }  // namespace
 
@@ -114,6 +119,37 @@ ConfigResult parse_config(std::string_view text, const std::string& filename) {
     };
   };
 
+  // A mapping of absolute paths (metrics_tls, metrics_basic_auth): the
+  // first `required` of `keys` must be there. The paths by key; empty on error.
+  auto path_mapping = [&](const YAML::Node& v, const std::string& key, std::span<const std::string_view> keys,
+                          size_t required) -> std::map<std::string_view, std::string> {
+    std::map<std::string_view, std::string> paths;
+    if (!v.IsMap()) {
+      std::string shape;
+      for (size_t i = 0; i < required; ++i) shape += (i ? ", " : "") + std::string(keys[i]) + ": /path";
+      rep.error(pos_of(v.Mark()), key + ": expected a mapping {" + shape + "}");
+      return paths;
+    }
+    const size_t errors = rep.count();
+    const yaml::Fields fields = yaml::mapping_fields(v, {keys, "setting", "in " + key}, rep);
+    for (size_t i = 0; i < keys.size(); ++i) {
+      const yaml::Field* f = yaml::find(fields, keys[i]);
+      if (!f) {
+        if (i < required) rep.error(pos_of(v.Mark()), key + ": " + std::string(keys[i]) + " is required");
+        continue;
+      }
+      const std::string name = key + "." + std::string(keys[i]);
+      if (auto s = scalar(f->value, name)) {
+        if (!absolute_path(*s))
+          rep.error(pos_of(f->value.Mark()), name + ": expected an absolute path, got " + quote(*s));
+        else
+          paths[keys[i]] = *s;
+      }
+    }
+    if (rep.count() != errors) paths.clear();
+    return paths;
+  };
+
   // A cap on runs through the daemon: a limit as a policy writes it, or
   // "unlimited" for none.
   auto cap_setting = [&](auto& field, auto parse) {
@@ -149,6 +185,19 @@ ConfigResult parse_config(std::string_view text, const std::string& filename) {
                      key + ": expected HOST:PORT (e.g. 127.0.0.1:9477) or \"off\", got " + quote(*s));
          else
            cfg.metrics_address = *s;
+       }},
+      {"metrics_tls",
+       [&](const YAML::Node& v, const std::string& key) {
+         auto files = path_mapping(v, key, kTlsKeys, 2);
+         if (!files.empty())
+           cfg.metrics_tls = telemetry::TlsFiles{.cert_file = files["cert_file"],
+                                                 .key_file = files["key_file"],
+                                                 .client_ca_file = files["client_ca_file"]};
+       }},
+      {"metrics_basic_auth",
+       [&](const YAML::Node& v, const std::string& key) {
+         auto files = path_mapping(v, key, kBasicAuthKeys, 1);
+         if (!files.empty()) cfg.metrics_users_file = files["users_file"];
        }},
       {"control_group",
        [&](const YAML::Node& v, const std::string& key) {
@@ -214,6 +263,14 @@ ConfigResult parse_config(std::string_view text, const std::string& filename) {
   for (const auto& [key, field] : yaml::mapping_fields(*root, {known, "setting"}, rep)) {
     handlers.at(key)(field.value, key);
   }
+  // TLS or basic auth for an endpoint that is off would protect nothing:
+  // likely a mistake that would leave the operator believing it is on.
+  if (cfg.metrics_address.empty() && (cfg.metrics_tls || cfg.metrics_users_file)) {
+    const std::string key = cfg.metrics_tls ? "metrics_tls" : "metrics_basic_auth";
+    rep.error(
+        pos_of((*root)[key].Mark()),
+        key + ": set, but metrics_address is \"off\"; give metrics_address a HOST:PORT or remove " + key);
+  }
   if (rep.has_errors()) {
     out.errors = rep.take();
     return out;
@@ -237,6 +294,8 @@ std::vector<ConfigChange> config_changes(const Config& a, const Config& b) {
       {"cgroup_parent", false, a.cgroup_parent == b.cgroup_parent},
       {"ring_buffer_size", false, a.ring_buffer_bytes == b.ring_buffer_bytes},
       {"metrics_address", true, a.metrics_address == b.metrics_address},
+      {"metrics_tls", true, a.metrics_tls == b.metrics_tls},
+      {"metrics_basic_auth", true, a.metrics_users_file == b.metrics_users_file},
       {"control_group", true, a.control_group == b.control_group},
       {"audit_log", true, a.audit_log == b.audit_log},
       {"recent_events", true, a.recent_events == b.recent_events},

@@ -16,14 +16,21 @@
 
 #include "core/paths.h"
 #include "policy/model.h"
+#include "telemetry/metrics_server.h"
 #include "yaml/diagnostic.h"
 
 namespace agentcage::daemon {
 
 struct Config {
   std::string policy_dir = core::kDefaultPolicyDir;
-  // host:port for the Prometheus exposer; "" disables it. Port 0 picks one.
+  // host:port for /metrics; "" disables it. Port 0 picks one.
   std::string metrics_address = "127.0.0.1:9477";
+  // metrics_tls: {cert_file, key_file[, client_ca_file]}: /metrics over HTTPS
+  // only (client certificates too with client_ca_file); unset: HTTP.
+  std::optional<telemetry::TlsFiles> metrics_tls;
+  // metrics_basic_auth: {users_file}: NAME:HASH lines (telemetry/basic_auth.h)
+  // a scraper must match; unset: no authentication.
+  std::optional<std::string> metrics_users_file;
   std::string control_socket = core::kDefaultControlSocket;
   // Group (name or number) allowed to use the control socket besides root;
   // unset: root only.

@@ -41,6 +41,7 @@
 #include "run/state.h"
 #include "scope/attach.h"
 #include "scope/scope.h"
+#include "telemetry/basic_auth.h"
 #include "telemetry/metrics.h"
 #include "util/log.h"
 #include "util/unique_fd.h"
@@ -88,6 +89,7 @@ class Daemon final : private PolicyDirListener, private ControlHandler {
   int run();
 
  private:
+  Status serve_metrics(const Config& c);
   bool ensure_enforcer();
   Status watch_policy_dir();
   void on_signal(int signo);
@@ -171,6 +173,37 @@ class Daemon final : private PolicyDirListener, private ControlHandler {
 // ---------------------------------------------------------------------------
 // startup
 
+// "https://ADDRESS/metrics" as C says ("" when off).
+std::string metrics_url(const Config& c) {
+  if (c.metrics_address.empty()) return "";
+  return (c.metrics_tls ? "https://" : "http://") + c.metrics_address + "/metrics";
+}
+
+// /metrics as C says. Fails closed: a TLS or users-file problem is an
+// error (the daemon does not start, a reload keeps what ran), never plain or
+// open metrics instead.
+Status Daemon::serve_metrics(const Config& c) {
+  if (c.metrics_address.empty()) return {};
+  telemetry::ServeOptions options{.address = c.metrics_address, .tls = c.metrics_tls, .auth = nullptr};
+  if (c.metrics_users_file) {
+    auto auth = telemetry::BasicAuth::load_file(*c.metrics_users_file);
+    if (!auth) return auth.error().wrap("metrics_basic_auth");
+    options.auth = *auth;
+    if (!c.metrics_tls)
+      log::warn(
+          "metrics: basic auth over plain HTTP: scrapers' passwords cross the network in clear; "
+          "set metrics_tls too (docs/daemon.md)");
+  }
+  if (Status st = metrics_.listen(options); !st) return st;
+  std::string auth;
+  if (options.auth) {
+    const size_t n = options.auth->users();
+    auth = ", basic auth: " + std::to_string(n) + (n == 1 ? " user" : " users");
+  }
+  log::info("metrics on " + metrics_url(c) + " (port " + std::to_string(metrics_.port()) + auth + ")");
+  return {};
+}
+
 Status Daemon::start() {
   if (Status st = run::make_private_dir(cfg_.state_dir, 0755); !st) return st.error().wrap("state directory");
   const std::string lock = cfg_.state_dir + "/daemon.lock";
@@ -184,11 +217,7 @@ Status Daemon::start() {
       !st)
     return st;
   if (Status st = sink_.open_audit_log(); !st) return st;
-  if (!cfg_.metrics_address.empty()) {
-    if (Status st = metrics_.listen(cfg_.metrics_address); !st) return st;
-    log::info("metrics on http://" + cfg_.metrics_address + "/metrics (port " +
-              std::to_string(metrics_.port()) + ")");
-  }
+  if (Status st = serve_metrics(cfg_); !st) return st;
   sink_.set_stream([this](const std::string& line) { server_.stream(line); });
   dir_.load_state_file();
   ensure_enforcer();
@@ -331,7 +360,7 @@ json Daemon::reload_config() {
     failed = true;
   };
   const std::vector<ConfigChange> changes = config_changes(cfg_, next);
-  std::vector<std::string> control_changes;
+  std::vector<std::string> control_changes, metrics_changes;
   for (const ConfigChange& c : changes) {
     if (!c.live) {
       log::warn(config_file_ + ": " + c.setting + " changed: takes effect when the daemon restarts");
@@ -345,18 +374,9 @@ json Daemon::reload_config() {
         continue;
       }
       cfg_.audit_log = next.audit_log;
-    } else if (k == "metrics_address") {
-      metrics_.stop_listening();
-      Status st = next.metrics_address.empty() ? Status{} : metrics_.listen(next.metrics_address);
-      if (!st) {
-        fail(k, st.error());
-        if (!cfg_.metrics_address.empty())
-          if (Status back = metrics_.listen(cfg_.metrics_address); !back)
-            log::error("metrics: cannot listen on " + cfg_.metrics_address + " again either: " +
-                       back.error().message);
-        continue;
-      }
-      cfg_.metrics_address = next.metrics_address;
+    } else if (k == "metrics_address" || k == "metrics_tls" || k == "metrics_basic_auth") {
+      metrics_changes.push_back(k);
+      continue;  // together, below
     } else if (k == "recent_events") {
       sink_.set_recent_events(next.recent_events);
       cfg_.recent_events = next.recent_events;
@@ -372,6 +392,26 @@ json Daemon::reload_config() {
       cfg_.run_caps = next.run_caps;  // the run service reads cfg_ for each new run
     }
     out["applied"].push_back(k);
+  }
+  // Protected metrics are opened anew on every reload, changed or not: how
+  // a renewed certificate or an edited users file is taken.
+  const bool reread = metrics_changes.empty() && !next.metrics_address.empty() &&
+                      (next.metrics_tls || next.metrics_users_file);
+  if (!metrics_changes.empty() || reread) {
+    std::vector<std::string> blamed = metrics_changes;
+    if (reread) blamed.push_back(next.metrics_tls ? "metrics_tls" : "metrics_basic_auth");
+    metrics_.stop_listening();
+    if (Status st = serve_metrics(next); !st) {
+      for (const auto& k : blamed) fail(k, st.error());
+      // Back to what ran before, with its own TLS and users (or nothing).
+      if (Status back = serve_metrics(cfg_); !back)
+        log::error("metrics: cannot serve as before either: " + back.error().message);
+    } else {
+      for (const auto& k : metrics_changes) out["applied"].push_back(k);
+      cfg_.metrics_address = next.metrics_address;
+      cfg_.metrics_tls = next.metrics_tls;
+      cfg_.metrics_users_file = next.metrics_users_file;
+    }
   }
   if (!control_changes.empty()) {
     ControlOptions opt{cfg_.control_socket, next.control_group, next.max_clients, next.max_clients_per_uid,
@@ -514,6 +554,8 @@ json Daemon::status_json() {
                  {"policy_dir", cfg_.policy_dir},
                  {"metrics_address", cfg_.metrics_address},
                  {"metrics_port", metrics_.port()},
+                 {"metrics_url", metrics_url(cfg_)},
+                 {"metrics_auth", cfg_.metrics_users_file ? "basic" : "none"},
                  {"control_socket", cfg_.control_socket},
                  {"audit_log", cfg_.audit_log},
                  {"enforcer_error", enforcer_error_.empty() ? json(nullptr) : json(enforcer_error_)},

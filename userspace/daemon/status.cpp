@@ -126,9 +126,12 @@ std::string format_status_text(const json& s) {
   if (d.value("running", false)) {
     o << "daemon:      running (pid " << str(d.value("pid", json())) << ", version "
       << str(d.value("version", json())) << ")\n";
+    // metrics_url is absent from an older daemon's answer: its address then.
+    const std::string url = d.value("metrics_url", d.value("metrics_address", std::string()));
+    const std::string auth = d.value("metrics_auth", std::string("none"));
     o << "  policy dir " << str(d.value("policy_dir", json())) << ", metrics "
-      << str(d.value("metrics_address", json())) << ", audit log " << str(d.value("audit_log", json()))
-      << "\n";
+      << (url.empty() ? std::string("off") : url + (auth == "none" ? "" : " (" + auth + " auth)"))
+      << ", audit log " << str(d.value("audit_log", json())) << "\n";
     o << "  events delivered " << str(d.value("events_delivered", json())) << ", runs active "
       << str(d.value("runs_active", json())) << "\n";
   } else {

@@ -14,6 +14,7 @@
 
 #include "policy/name.h"
 #include "policy/policy.h"
+#include "util/file.h"
 #include "util/unique_fd.h"
 
 namespace agentcage::policy {
@@ -44,16 +45,8 @@ Result<std::string> read_policy_text(const std::string& path, const ParseOptions
   }
   // Read at most one byte more than allowed, whatever the size said: the
   // file may grow while we read, and parse_policy reports the overflow.
-  std::string text(options.max_bytes + 1, '\0');
-  size_t used = 0;
-  while (used < text.size()) {
-    const ssize_t n = ::read(fd.get(), text.data() + used, text.size() - used);
-    if (n < 0 && errno == EINTR) continue;
-    if (n < 0) return Error{std::string("cannot read: ") + std::strerror(errno), errno};
-    if (n == 0) break;
-    used += static_cast<size_t>(n);
-  }
-  text.resize(used);
+  auto text = read_up_to(fd.get(), options.max_bytes + 1);
+  if (!text) return Error{std::string("cannot read: ") + std::strerror(text.error().code), text.error().code};
   return text;
 }
 

@@ -2,7 +2,6 @@
 #include "telemetry/metrics.h"
 
 #include <prometheus/counter.h>
-#include <prometheus/exposer.h>
 #include <prometheus/gauge.h>
 #include <prometheus/histogram.h>
 #include <prometheus/registry.h>
@@ -208,24 +207,16 @@ Metrics::Metrics() : registry_(std::make_shared<prometheus::Registry>()) {
 
 Metrics::~Metrics() = default;
 
-Status Metrics::listen(const std::string& address) {
-  try {
-    exposer_ = std::make_unique<prometheus::Exposer>(address, 2);
-    exposer_->RegisterCollectable(registry_);
-  } catch (const std::exception& e) {
-    exposer_.reset();
-    return Error{"metrics: cannot listen on " + address + ": " + e.what(), EADDRINUSE};
-  }
+Status Metrics::listen(const ServeOptions& options) {
+  auto server = MetricsServer::start(options, [this] { return text(); });
+  if (!server) return server.error();
+  server_ = std::move(*server);
   return {};
 }
 
-void Metrics::stop_listening() { exposer_.reset(); }
+void Metrics::stop_listening() { server_.reset(); }
 
-int Metrics::port() const {
-  if (!exposer_) return 0;
-  auto ports = exposer_->GetListeningPorts();
-  return ports.empty() ? 0 : ports.front();
-}
+int Metrics::port() const { return server_ ? server_->port() : 0; }
 
 void Metrics::decisions(const std::string& policy, uint32_t hook, uint32_t decision, uint64_t n) {
   decisions_

@@ -17,11 +17,11 @@
 #include "bpf/enforcer.h"
 #include "core/fail_closed.h"
 #include "core/run_outcome.h"
+#include "telemetry/metrics_server.h"
 #include "util/result.h"
 
 namespace prometheus {
 class Registry;
-class Exposer;
 class Counter;
 class Gauge;
 class Histogram;
@@ -77,8 +77,8 @@ class Metrics {
   Metrics(const Metrics&) = delete;
   Metrics& operator=(const Metrics&) = delete;
 
-  // Serve /metrics on address ("127.0.0.1:9477"; port 0 picks one).
-  Status listen(const std::string& address);
+  // Serve /metrics as OPTIONS say (telemetry/metrics_server.h).
+  Status listen(const ServeOptions& options);
   // Stops serving /metrics (listen() may be called again).
   void stop_listening();
   // The port actually bound (0 when not listening).
@@ -117,7 +117,7 @@ class Metrics {
 
  private:
   std::shared_ptr<prometheus::Registry> registry_;
-  std::unique_ptr<prometheus::Exposer> exposer_;
+  std::unique_ptr<MetricsServer> server_;
   prometheus::Family<prometheus::Counter>* decisions_;
   prometheus::Family<prometheus::Counter>* events_;
   prometheus::Counter* events_lost_;
