@@ -67,6 +67,7 @@
 #include "ipc.bpf.h"
 #include "native.bpf.h"
 #include "proc.bpf.h"
+#include "binding.bpf.h"
 
 char LICENSE[] SEC("license") = "GPL";
 
@@ -647,6 +648,11 @@ int BPF_PROG(ac_socket_post_create, struct socket *sock, int family, int type, i
 		return 0;
 	if (ac_current_scope(&c, AC_HOOK_SOCKET_CREATE) != AC_SCOPE_POLICY)
 		return 0;
+	/* A scope the kernel registered at its cgroup's mkdir has no receive
+	 * filter until the daemon attaches it: a UDP client would hear from
+	 * anyone. */
+	if (udp && (c.scope_flags & AC_SCOPE_F_INCOMPLETE))
+		return ac_decide_on_hook(&c, AC_HOOK_SOCKET_CREATE, 0, AC_REASON_INCOMPLETE);
 	if (udp ? !ac_udp_client_start(&c, sock->sk) : !ac_sock_own(&c, sock->sk, AC_SOCK_F_PRIVATE))
 		return ac_decide_on_hook(&c, AC_HOOK_SOCKET_CREATE, 0, AC_REASON_INTERNAL);
 	return 0;

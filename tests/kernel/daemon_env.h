@@ -32,6 +32,7 @@
 #include "cgroup/cgroup.h"
 #include "control/client.h"
 #include "kernel_env.h"
+#include "probes.h"
 #include "run_helpers.h"
 
 namespace agentcage::kt {
@@ -133,6 +134,17 @@ inline bool wait_until(const std::function<bool()>& cond, std::chrono::seconds l
     std::this_thread::sleep_for(200ms);
   }
   return cond();
+}
+
+// The first operation of a process started inside `cg` (clone3 +
+// CLONE_INTO_CGROUP): open(path) for reading. Returns 0 or the errno.
+inline int open_in(const cgroup::Cgroup& cg, const std::string& path) {
+  return run_in_cgroup(cg.fd(), [&]() -> int {
+    int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+    if (fd < 0) return errno;
+    ::close(fd);
+    return 0;
+  });
 }
 
 struct Proc {

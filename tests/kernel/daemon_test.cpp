@@ -50,20 +50,6 @@ using nlohmann::json;
 using Clock = std::chrono::steady_clock;
 using namespace std::chrono_literals;
 
-// An operation in a process started inside `cg`: open(path) for reading.
-// Returns 0 or the errno.
-int open_in(const cgroup::Cgroup& cg, const std::string& path) {
-  auto pid = cgroup::spawn_in_cgroup(cg.fd(), [&]() -> int {
-    int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
-    if (fd < 0) return errno;
-    ::close(fd);
-    return 0;
-  });
-  if (!pid) return -1;
-  auto st = cgroup::wait_for(*pid);
-  return st && WIFEXITED(*st) ? WEXITSTATUS(*st) : -1;
-}
-
 class Daemon : public DaemonEnv {};
 
 // ---- metrics through a real Prometheus server -----------------------------

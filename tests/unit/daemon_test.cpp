@@ -96,6 +96,7 @@ TEST(DaemonConfig, ChangesSayWhatAppliesNowAndWhatWaits) {
       {"run_max_cpu: 1", "run_max_cpu", true},
       {"run_max_timeout: 1m", "run_max_timeout", true},
       {"run_max_disk: unlimited", "run_max_disk", true},
+      {"attach: [{unit: a.service, policy: p}]", "attach", true},
   };
   const daemon::Config defaults;
   for (const Case& c : cases) {
@@ -159,6 +160,86 @@ TEST(DaemonConfig, ErrorsAreLocated) {
   // Likewise for a key that is not a string: say what it is (the config's
   // copy said "setting names must be plain words").
   EXPECT_EQ(first_error("[a]: 1\n"), "d.yaml:1:1: keys must be strings, got a list");
+}
+
+TEST(DaemonConfig, AttachBindsUnitsAndCgroups) {
+  auto r = daemon::parse_config(
+      "attach:\n"
+      "  - {unit: agent-runner.service, policy: python-sandbox, workspace: /var/lib/agent}\n"
+      "  - {unit: tool@1.service, slice: agent-tools.slice, policy: net-off}\n"
+      "  - {unit: agent-batch.slice, policy: net-off}\n"
+      "  - {cgroup: vm/runner, policy: net-off}\n"
+      "  - {cgroup: /vm/other, policy: net-off}\n",
+      "d.yaml");
+  ASSERT_TRUE(r.ok()) << r.errors.front().format();
+  const auto& a = r.config->attach;
+  ASSERT_EQ(a.size(), 5u);
+  EXPECT_EQ(a[0].name, "agent-runner.service");
+  EXPECT_EQ(a[0].cgroup, "/system.slice/agent-runner.service");
+  EXPECT_EQ(a[0].policy, "python-sandbox");
+  EXPECT_EQ(a[0].workspace, "/var/lib/agent");
+  EXPECT_EQ(a[1].cgroup, "/agent.slice/agent-tools.slice/tool@1.service");
+  EXPECT_EQ(a[2].cgroup, "/agent.slice/agent-batch.slice");
+  EXPECT_EQ(a[3].name, "vm/runner");
+  EXPECT_EQ(a[3].cgroup, "/vm/runner");
+  EXPECT_EQ(a[4].cgroup, "/vm/other");
+  EXPECT_EQ(a[3].pos.line, 5);
+  EXPECT_TRUE(daemon::parse_config("attach: []\n", "d.yaml").ok());
+}
+
+TEST(DaemonConfig, AttachRefusesWhatCannotBeBound) {
+  EXPECT_EQ(first_error("attach:\n  - {unit: a.service, policy: p, wrkspace: /w}\n"),
+            "d.yaml:2:34: unknown key 'wrkspace' in an attach entry (did you mean 'workspace'?)");
+  EXPECT_EQ(first_error("attach:\n  - {unit: a.service, cgroup: x, policy: p}\n"),
+            "d.yaml:2:5: attach: an entry names exactly one of unit: (a systemd unit) or cgroup: (a path below "
+            "the cgroup2 mount, for hosts without systemd)");
+  EXPECT_EQ(first_error("attach:\n  - {unit: a.service}\n"),
+            "d.yaml:2:5: attach: the entry needs policy: NAME (a policy of policy_dir)");
+  EXPECT_EQ(first_error("attach:\n  - {unit: a.socket, policy: p}\n"),
+            "d.yaml:2:12: unit 'a.socket': only services, scopes and slices have cgroups of their own (a .socket "
+            "unit has none to bind)");
+  EXPECT_EQ(first_error("attach:\n  - {unit: a@.service, policy: p}\n"),
+            "d.yaml:2:12: unit 'a@.service': a template has no cgroup; bind an instance (e.g. a@1.service)");
+  EXPECT_EQ(first_error("attach:\n  - {unit: \"a b.service\", policy: p}\n"),
+            "d.yaml:2:12: unit 'a b.service': ' ' is not allowed in a unit name (letters, digits, \":-_.\\\" "
+            "and @)");
+  EXPECT_EQ(first_error("attach:\n  - {unit: -.slice, policy: p}\n"),
+            "d.yaml:2:12: unit '-.slice': the root slice is the whole host; bind a slice below it");
+  EXPECT_EQ(first_error("attach:\n  - {unit: a--b.slice, policy: p}\n"),
+            "d.yaml:2:12: unit 'a--b.slice': a slice name's '-'-separated parts are not empty");
+  EXPECT_EQ(first_error("attach:\n  - {unit: a.service, slice: b.service, policy: p}\n"),
+            "d.yaml:2:30: slice 'b.service': expected a slice unit (NAME.slice)");
+  EXPECT_EQ(first_error("attach:\n  - {cgroup: a/../b, policy: p}\n"),
+            "d.yaml:2:14: cgroup: expected a path below the cgroup2 mount (e.g. agents/runner), with no empty, "
+            "'.' or '..' component, got 'a/../b'");
+  EXPECT_EQ(first_error("attach:\n  - {cgroup: a, policy: My_Policy}\n"),
+            "d.yaml:2:25: policy: 'My_Policy' is not a policy name (1 to 63 lowercase letters, digits and '-', "
+            "starting and ending with a letter or digit) (did you mean 'my-policy'?)");
+  EXPECT_EQ(first_error("attach:\n  - {cgroup: a, policy: p, workspace: rel}\n"),
+            "d.yaml:2:39: workspace: expected an absolute directory other than /, got 'rel'");
+  EXPECT_EQ(first_error("attach:\n  - {cgroup: a, policy: p}\n  - {cgroup: a/b, policy: q}\n"),
+            "d.yaml:3:5: attach: /a/b and /a nest (line 2); scopes do not nest: bind the outer one only");
+  EXPECT_EQ(first_error("attach:\n  - {cgroup: a, policy: p}\n  - {cgroup: /a, policy: q}\n"),
+            "d.yaml:3:5: attach: /a is bound already (line 2); scopes do not nest: bind the outer one only");
+  EXPECT_EQ(first_error("attach: {unit: a.service}\n"),
+            "d.yaml:1:9: attach: expected a list of {unit: NAME, policy: NAME} or {cgroup: PATH, policy: NAME} "
+            "entries (each with an optional workspace: DIR)");
+  EXPECT_NE(first_error("attach:\n  - {cgroup: " + std::string(300, 'x') + ", policy: p}\n").find("longer than 254"),
+            std::string::npos);
+}
+
+TEST(DaemonConfig, UnitCgroupPaths) {
+  EXPECT_EQ(*daemon::unit_cgroup_path("sshd.service", ""), "/system.slice/sshd.service");
+  EXPECT_EQ(*daemon::unit_cgroup_path("run-u1.scope", "user.slice"), "/user.slice/run-u1.scope");
+  EXPECT_EQ(*daemon::unit_cgroup_path("a-b-c.slice", ""), "/a.slice/a-b.slice/a-b-c.slice");
+  EXPECT_EQ(*daemon::unit_cgroup_path("x.service", "a-b.slice"), "/a.slice/a-b.slice/x.service");
+  for (const char* bad : {"", ".service", "x", "x.mount", "x@y@z.service", "@x.service", "x@.slice", "a@1.slice",
+                          "-a.slice", "a-.slice"})
+    EXPECT_FALSE(daemon::unit_cgroup_path(bad, "").ok()) << bad;
+  EXPECT_FALSE(daemon::unit_cgroup_path(std::string(256, 'a') + ".service", "").ok());
+  // The longest path a binding takes, and one byte more.
+  EXPECT_TRUE(daemon::parse_config("attach: [{cgroup: " + std::string(253, 'x') + ", policy: p}]\n", "d.yaml").ok());
+  EXPECT_FALSE(daemon::parse_config("attach: [{cgroup: " + std::string(254, 'x') + ", policy: p}]\n", "d.yaml").ok());
 }
 
 // The whole YAML input guard (yaml/input_guard.h), as for policies, with
@@ -651,6 +732,8 @@ TEST(Metrics, ExportsTheContractNames) {
   m.process();
   m.daemon_drops(4, 0);
   m.daemon_drops(6, 1);
+  m.bindings({{"agent.service", true, 0, 2}});
+  m.bindings({{"agent.service", false, 1, 3}});
   const std::string text = m.text();
   for (const char* series :
        {"agentcage_decisions_total{decision=\"deny\",hook=\"file_open\",policy=\"p\"} 3",
@@ -669,12 +752,17 @@ TEST(Metrics, ExportsTheContractNames) {
         "agentcage_policy_valid{policy=\"q\"} 0", "agentcage_policy_last_load_timestamp_seconds{policy=\"p\"} 1700000000",
         "agentcage_policy_info{mode=\"enforce\",policy=\"p\"} 1", "process_cpu_seconds_total ",
         "process_resident_memory_bytes ", "process_open_fds ", "process_max_fds ", "process_start_time_seconds ",
-        "agentcage_daemon_dropped_total{what=\"audit_log\"} 6", "agentcage_daemon_dropped_total{what=\"event_stream\"} 1"})
+        "agentcage_daemon_dropped_total{what=\"audit_log\"} 6", "agentcage_daemon_dropped_total{what=\"event_stream\"} 1",
+        "agentcage_binding_unconfined{binding=\"agent.service\"} 0",
+        "agentcage_binding_late_total{binding=\"agent.service\"} 1",
+        "agentcage_binding_confined_total{binding=\"agent.service\"} 3"})
     EXPECT_NE(text.find(series), std::string::npos) << series << "\n" << text;
   EXPECT_EQ(text.find("agentcage_policy_info{mode=\"enforce\",policy=\"q\"}"), std::string::npos);
   // A policy whose mode changes keeps one info series; one that goes loses all of its series.
   m.policy_states({{"p", true, 1700000100, "audit"}});
+  m.bindings({});
   const std::string after = m.text();
+  EXPECT_EQ(after.find("binding=\"agent.service\""), std::string::npos) << after;
   EXPECT_NE(after.find("agentcage_policy_info{mode=\"audit\",policy=\"p\"} 1"), std::string::npos) << after;
   EXPECT_EQ(after.find("agentcage_policy_info{mode=\"enforce\""), std::string::npos) << after;
   EXPECT_EQ(after.find("policy=\"q\""), std::string::npos) << after;

@@ -28,8 +28,8 @@ static_assert(sizeof(ac_path_rule) == 8);
 static_assert(sizeof(ac_counters) == 8 * (int{AC_DECISION_COUNT} + int{AC_REASON_COUNT}));
 // Reasons are metric labels and event fields: existing values never move.
 static_assert(AC_REASON_PROTECTED == 7 && AC_REASON_PATH_TOO_LONG == 8 && AC_REASON_PATH_DETACHED == 9 &&
-              AC_REASON_SCRATCH == 10);
-static_assert(AC_REASON_COUNT == 11 && sizeof(ac_counters) == 8 * 14);
+              AC_REASON_SCRATCH == 10 && AC_REASON_INCOMPLETE == 11);
+static_assert(AC_REASON_COUNT == 12 && sizeof(ac_counters) == 8 * 15);
 // Hooks are metric labels and event fields: existing values never move.
 static_assert(AC_HOOK_SCOPE_ESCAPE == 8 && AC_HOOK_SOCKET_BIND == 9 && AC_HOOK_SOCKET_LISTEN == 10 &&
               AC_HOOK_NETLINK_SEND == 11 && AC_HOOK_IPC == 12 && AC_HOOK_KEY == 13 &&
@@ -39,7 +39,11 @@ static_assert(AC_HOOK_SCOPE_ESCAPE == 8 && AC_HOOK_SOCKET_BIND == 9 && AC_HOOK_S
 static_assert(offsetof(ac_scope, dns_port) == 20);
 static_assert(sizeof(ac_pin_key) == 32 && offsetof(ac_pin_key, port) == 24 && sizeof(ac_pin) == 8);
 static_assert(sizeof(ac_dns_origin) == 24);
-static_assert(AC_ABI_VERSION == 14, "the layout above is ABI version 14");
+static_assert(sizeof(ac_binding_key) == AC_BINDING_PATH_MAX && AC_BINDING_PATH_MAX <= 512,
+              "a hash key is at most 512 bytes");
+static_assert(sizeof(ac_binding) == 32 && offsetof(ac_binding, level) == 8 && offsetof(ac_binding, confined) == 16);
+static_assert(AC_SLOT_NONE >= AC_MAX_POLICIES, "no policy is ever installed in AC_SLOT_NONE");
+static_assert(AC_ABI_VERSION == 15, "the layout above is ABI version 15");
 // The lengths entry of name rules is an ac_path_rule-sized value of the same trie.
 static_assert(sizeof(ac_name_lengths) == sizeof(ac_path_rule));
 static_assert(2 + AC_NAME_RULE_MAX <= AC_PATH_KEY_MAX, "a name entry fits a path key");

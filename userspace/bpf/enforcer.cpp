@@ -65,7 +65,8 @@ Result<std::unique_ptr<Enforcer>> Enforcer::load_skeleton(const LoadOptions& opt
       bpf_map__fd(m.ac_scopes),          bpf_map__fd(m.ac_policies),   bpf_map__fd(m.ac_settings),
       bpf_map__fd(m.ac_path_rules),      bpf_map__fd(m.ac_workspaces), bpf_map__fd(m.ac_net_rules),
       bpf_map__fd(m.ac_decision_counts), bpf_map__fd(m.ac_stats),      bpf_map__fd(m.ac_events),
-      bpf_map__fd(m.ac_scope_reports),   bpf_map__fd(m.ac_listeners),  bpf_map__fd(m.ac_scope_rings)};
+      bpf_map__fd(m.ac_scope_reports),   bpf_map__fd(m.ac_listeners),  bpf_map__fd(m.ac_scope_rings),
+      bpf_map__fd(m.ac_bindings)};
   bpf_program* prog = nullptr;
   bpf_object__for_each_program(prog, self->skel_->obj) {
     if (program_skipped(prog)) continue;
@@ -128,6 +129,13 @@ Status Enforcer::write_levels() {
     ac_scope scope{};
     if (bpf_map_lookup_elem(maps_.scopes, &cgid, &scope) != 0) continue;
     cfg->scope_levels |= 1ULL << scope.level;
+  }
+  // A binding's level too: the kernel registers scopes there at any mkdir,
+  // without writing the settings.
+  for (const auto& key : all_keys<ac_binding_key>(maps_.bindings)) {
+    ac_binding b{};
+    if (bpf_map_lookup_elem(maps_.bindings, &key, &b) == 0 && b.level <= AC_MAX_SCOPE_LEVEL)
+      cfg->scope_levels |= 1ULL << b.level;
   }
   if (cfg->scope_levels) {
     cfg->min_level = static_cast<uint32_t>(__builtin_ctzll(cfg->scope_levels));

@@ -17,6 +17,7 @@
 #include <cerrno>
 #include <cstdint>
 #include <functional>
+#include <map>
 #include <memory>
 #include <span>
 #include <string>
@@ -70,6 +71,18 @@ struct ScopeInfo {
   uint32_t policy_slot = 0;
   unsigned level = 0;
   std::string workspace;  // what its ${workspace} rules mean ("": none)
+  uint16_t flags = 0;     // AC_SCOPE_F_*
+};
+
+// A binding (ac_bindings, abi.h): the cgroup path the kernel confines at its
+// mkdir, and how.
+struct BindingInfo {
+  std::string path;  // below the cgroup2 root, as the kernel writes it: "/system.slice/x.service"
+  uint32_t policy_slot = AC_SLOT_NONE;
+  unsigned level = 0;
+  std::string workspace;  // "" : none
+  uint64_t confined = 0;  // cgroups the kernel registered at their mkdir
+  uint64_t failed = 0;    // ... and could not
 };
 
 struct PolicyInfo {
@@ -151,6 +164,24 @@ class Enforcer {
   // The scope, then its filter. A scope not registered counts as success:
   // removing twice is not an error. The scope's report goes with it.
   Status remove_scope(const ScopeCgroup& cgroup);
+  // Finish a scope the kernel registered at its cgroup's mkdir (a binding's,
+  // AC_SCOPE_F_INCOMPLETE): attach the UDP receive filter, then clear the
+  // flag, so its processes may create UDP sockets. A complete scope: nothing.
+  Status complete_scope(const ScopeCgroup& cgroup);
+  // Point the scope of cgroup `cgroup_id` at `policy_slot` (AC_SLOT_NONE:
+  // deny all): a bound scope follows its binding's policy.
+  Status set_scope_slot(uint64_t cgroup_id, uint32_t policy_slot);
+
+  // Bindings (ac_bindings, abi.h). From put_binding on, a cgroup made at
+  // `path` (below the cgroup2 root, starting with '/') is a scope under
+  // `policy_slot` (AC_SLOT_NONE: deny all) from its mkdir on, with
+  // `workspace` ("" : none) for its ${workspace} rules. Replaces an existing
+  // binding of the path; scopes already made keep what they had (set_scope_slot).
+  Status put_binding(const std::string& path, uint32_t policy_slot, const std::string& workspace);
+  // No binding at `path` any more (none: success). Its scopes stay.
+  Status remove_binding(const std::string& path);
+  Result<std::vector<BindingInfo>> bindings() const;
+
   // The deny/audit report of a live scope, by scope id.
   Result<ScopeReport> scope_report(uint64_t scope_id) const;
   // Record every decision record of scope `scope_id` from now on into a
@@ -226,6 +257,15 @@ class Enforcer {
   void purge_unreferenced();
   void reset_counters(uint32_t slot);
   void delete_workspace(uint32_t tag);
+  // A workspace's entries under a fresh tag (the directory and the ones above
+  // it); nothing stays on failure.
+  Result<uint32_t> add_workspace(const std::string& workspace);
+  // The workspace tags bindings hold (their entries stay while they do).
+  std::vector<uint32_t> binding_tags() const;
+  // Each workspace tag's directory.
+  std::map<uint32_t, std::string> workspace_paths() const;
+  // Delete the entries of `tag` unless a scope or a binding still uses it.
+  void release_workspace(uint32_t tag);
 
   struct SkelDeleter {
     void operator()(agentcage_bpf* skel) const;
@@ -233,7 +273,8 @@ class Enforcer {
   std::unique_ptr<agentcage_bpf, SkelDeleter> skel_;  // null when adopted
   struct MapFds {
     int scopes = -1, policies = -1, settings = -1, path_rules = -1, workspaces = -1, net_rules = -1,
-        decision_counts = -1, stats = -1, events = -1, scope_reports = -1, listeners = -1, scope_rings = -1;
+        decision_counts = -1, stats = -1, events = -1, scope_reports = -1, listeners = -1, scope_rings = -1,
+        bindings = -1;
   } maps_;
   int receive_filter_ = -1;  // ac_udp_client_filter (owned by skel_ or owned_fds_)
   // Opened when first needed (a run with domain rules), not at adoption.

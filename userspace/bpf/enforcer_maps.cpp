@@ -115,6 +115,7 @@ void Enforcer::purge_unreferenced() {
     tags.push_back(scope.workspace_tag);
     scope_ids.push_back(scope.scope_id);
   }
+  for (uint32_t tag : binding_tags()) tags.push_back(tag);
   for (const auto& key : all_keys<ac_path_key>(maps_.workspaces))
     if (std::find(tags.begin(), tags.end(), ntohl(key.rules_id_be) & ~AC_WORKSPACE_ANCESTOR) == tags.end())
       bpf_map_delete_elem(maps_.workspaces, &key);
@@ -320,7 +321,8 @@ Status Enforcer::add_scope(const ScopeCgroup& cgroup, uint64_t scope_id, uint32_
     return Error{"bpf: a scope must be a non-root cgroup at level 1.." + std::to_string(AC_MAX_SCOPE_LEVEL) +
                      " (got level " + std::to_string(level) + ")",
                  EINVAL};
-  if (policy_slot >= AC_MAX_POLICIES)
+  // (AC_SLOT_NONE: a binding whose policy is not loaded; denies all.)
+  if (policy_slot > AC_SLOT_NONE)
     return Error{"bpf: policy slot " + std::to_string(policy_slot) + " out of range", EINVAL};
   // The descriptor is the cgroup's (a cgroup2 directory's inode number is
   // its id): the filter goes where the scope is.
@@ -362,34 +364,10 @@ Status Enforcer::add_scope(const ScopeCgroup& cgroup, uint64_t scope_id, uint32_
     scope.level = static_cast<uint16_t>(level);
     scope.flags = flags;
     scope.dns_port = dns ? dns_port : 0;
-    ac_path_key ws_key{};
     if (!workspace.empty()) {
-      if (workspace == "/") return fail(Error{"bpf: the workspace cannot be /", EINVAL});
-      auto key = make_path_key(0, workspace);
-      if (!key) return fail(key.error().wrap("workspace"));
-      auto tag = next_id(&ac_config::next_workspace_tag, AC_WORKSPACE_ANCESTOR - 1);
+      auto tag = add_workspace(workspace);
       if (!tag) return fail(tag.error());
       scope.workspace_tag = *tag;
-      key->rules_id_be = htonl(*tag);
-      ws_key = *key;
-      ac_workspace ws{static_cast<uint32_t>(workspace.size()), 0};
-      if (int err = bpf_map_update_elem(maps_.workspaces, &ws_key, &ws, BPF_ANY))
-        return fail(bpf_error("registering workspace " + workspace, err));
-      // The directories down to the workspace, and the workspace itself, may
-      // be stat'ed (exact entries: see AC_WORKSPACE_ANCESTOR).
-      auto dirs = ancestors_of(workspace);
-      dirs.push_back(workspace);
-      for (const auto& dir : dirs) {
-        PathRule rule{dir, 0, RuleSpace::absolute};
-        auto akey = make_path_key(0, rule);
-        if (!akey) return fail(akey.error().wrap("workspace"));
-        akey->rules_id_be = htonl(*tag | AC_WORKSPACE_ANCESTOR);
-        ac_workspace anc{static_cast<uint32_t>(path_key_bytes(rule)), 0};
-        if (int err = bpf_map_update_elem(maps_.workspaces, &*akey, &anc, BPF_ANY)) {
-          delete_workspace(*tag);
-          return fail(bpf_error("registering the directories above workspace " + workspace, err));
-        }
-      }
     }
     auto undo = [&] {
       bpf_map_delete_elem(maps_.scopes, &cgroup_id);
@@ -446,7 +424,7 @@ Status Enforcer::remove_scope(const ScopeCgroup& cgroup) {
     // the policy, which other scopes may use).
     bpf_map_delete_elem(maps_.scope_reports, &scope.scope_id);
     bpf_map_delete_elem(maps_.scope_rings, &scope.scope_id);
-    if (scope.workspace_tag) delete_workspace(scope.workspace_tag);
+    if (scope.workspace_tag) release_workspace(scope.workspace_tag);
     // And the addresses its resolver pinned.
     dns = scope.flags & AC_SCOPE_F_DNS;
     if (dns) delete_pins_of(scope.scope_id);
@@ -460,10 +438,212 @@ Status Enforcer::remove_scope(const ScopeCgroup& cgroup) {
   });
 }
 
+Status Enforcer::complete_scope(const ScopeCgroup& cgroup) {
+  struct stat cg_stat {};
+  if (cgroup.fd < 0 || ::fstat(cgroup.fd, &cg_stat) != 0 || cg_stat.st_ino != cgroup.id)
+    return Error{"bpf: the descriptor given is not that of cgroup " + std::to_string(cgroup.id), EBADF};
+  return with_lock([&]() -> Status {
+    ac_scope scope{};
+    if (int err = bpf_map_lookup_elem(maps_.scopes, &cgroup.id, &scope))
+      return bpf_error("reading scope of cgroup " + std::to_string(cgroup.id), err);
+    if (!(scope.flags & AC_SCOPE_F_INCOMPLETE)) return {};
+    // The filter first: the flag keeps UDP sockets out until it is there.
+    if (Status st = attach_receive_filter(cgroup.fd); !st) return st;
+    scope.flags &= static_cast<uint16_t>(~AC_SCOPE_F_INCOMPLETE);
+    if (int err = bpf_map_update_elem(maps_.scopes, &cgroup.id, &scope, BPF_EXIST))
+      return bpf_error("completing scope of cgroup " + std::to_string(cgroup.id), err);
+    if (!shared_) filtered_.emplace_back(cgroup.id, UniqueFd(::fcntl(cgroup.fd, F_DUPFD_CLOEXEC, 0)));
+    return {};
+  });
+}
+
+Status Enforcer::set_scope_slot(uint64_t cgroup_id, uint32_t policy_slot) {
+  if (policy_slot > AC_SLOT_NONE)
+    return Error{"bpf: policy slot " + std::to_string(policy_slot) + " out of range", EINVAL};
+  return with_lock([&]() -> Status {
+    ac_scope scope{};
+    if (int err = bpf_map_lookup_elem(maps_.scopes, &cgroup_id, &scope))
+      return bpf_error("reading scope of cgroup " + std::to_string(cgroup_id), err);
+    if (scope.policy_slot == policy_slot) return {};
+    scope.policy_slot = policy_slot;
+    // One element update: the scope's next decision is on the new slot.
+    if (int err = bpf_map_update_elem(maps_.scopes, &cgroup_id, &scope, BPF_EXIST))
+      return bpf_error("moving scope of cgroup " + std::to_string(cgroup_id) + " to slot " +
+                           std::to_string(policy_slot),
+                       err);
+    return {};
+  });
+}
+
+namespace {
+
+// The map key of a binding's path, or why the path cannot be one.
+Result<ac_binding_key> binding_key(const std::string& path, unsigned* level) {
+  if (path.size() < 2 || path.front() != '/' || path.back() == '/')
+    return Error{"bpf: a binding's cgroup path starts with '/' below the cgroup2 root and does not end "
+                 "with '/' (got \"" + path + "\")",
+                 EINVAL};
+  // The kernel reads at most AC_BINDING_PATH_MAX - 1 bytes and a NUL, so a
+  // path of that length cannot be told from a longer one cut off there.
+  if (path.size() > AC_BINDING_PATH_MAX - 2)
+    return Error{"bpf: a binding's cgroup path is at most " + std::to_string(AC_BINDING_PATH_MAX - 2) +
+                     " bytes (got " + std::to_string(path.size()) + ")",
+                 ENAMETOOLONG};
+  unsigned components = 0;
+  for (size_t at = 0; at < path.size();) {
+    size_t end = path.find('/', at + 1);
+    if (end == std::string::npos) end = path.size();
+    std::string_view part(path.data() + at + 1, end - at - 1);
+    if (part.empty() || part == "." || part == "..")
+      return Error{"bpf: binding path " + path + " has an empty, '.' or '..' component", EINVAL};
+    ++components;
+    at = end;
+  }
+  if (components > AC_MAX_SCOPE_LEVEL)
+    return Error{"bpf: binding path " + path + " is deeper than level " + std::to_string(AC_MAX_SCOPE_LEVEL),
+                 EINVAL};
+  *level = components;
+  ac_binding_key key{};
+  std::memcpy(key.path, path.data(), path.size());
+  return key;
+}
+
+}  // namespace
+
+Status Enforcer::put_binding(const std::string& path, uint32_t policy_slot, const std::string& workspace) {
+  unsigned level = 0;
+  auto key = binding_key(path, &level);
+  if (!key) return key.error();
+  if (policy_slot > AC_SLOT_NONE)
+    return Error{"bpf: policy slot " + std::to_string(policy_slot) + " out of range", EINVAL};
+  return with_lock([&]() -> Status {
+    ac_binding value{};
+    const bool existed = bpf_map_lookup_elem(maps_.bindings, &*key, &value) == 0;
+    const uint32_t old_tag = existed ? value.workspace_tag : 0;
+    // The same workspace keeps its tag (and the scopes made meanwhile theirs).
+    std::string old_workspace;
+    if (old_tag) {
+      const auto paths = workspace_paths();
+      if (auto it = paths.find(old_tag); it != paths.end()) old_workspace = it->second;
+    }
+    uint32_t tag = old_tag;
+    if (workspace != old_workspace || (!workspace.empty() && !old_tag)) {
+      tag = 0;
+      if (!workspace.empty()) {
+        auto made = add_workspace(workspace);
+        if (!made) return made.error();
+        tag = *made;
+      }
+    }
+    // Unchanged (the daemon's every-second pass): no write.
+    if (existed && tag == old_tag && value.policy_slot == policy_slot && value.level == level) return {};
+    value.policy_slot = policy_slot;
+    value.workspace_tag = tag;
+    value.level = static_cast<uint16_t>(level);
+    if (int err = bpf_map_update_elem(maps_.bindings, &*key, &value, BPF_ANY)) {
+      if (tag != old_tag) delete_workspace(tag);
+      return bpf_error("writing the binding of " + path, err);
+    }
+    // The level before any mkdir there can matter: a scope the kernel
+    // registers at an unmarked level would not apply.
+    if (Status st = write_levels(); !st) {
+      if (existed) {
+        value.workspace_tag = old_tag;
+        bpf_map_update_elem(maps_.bindings, &*key, &value, BPF_ANY);
+      } else {
+        bpf_map_delete_elem(maps_.bindings, &*key);
+      }
+      if (tag != old_tag) delete_workspace(tag);
+      return st;
+    }
+    if (old_tag && old_tag != tag) release_workspace(old_tag);
+    return {};
+  });
+}
+
+Status Enforcer::remove_binding(const std::string& path) {
+  unsigned level = 0;
+  auto key = binding_key(path, &level);
+  if (!key) return key.error();
+  return with_lock([&]() -> Status {
+    ac_binding value{};
+    if (bpf_map_lookup_elem(maps_.bindings, &*key, &value) != 0) return {};
+    if (int err = bpf_map_delete_elem(maps_.bindings, &*key); err && err != -ENOENT)
+      return bpf_error("removing the binding of " + path, err);
+    if (value.workspace_tag) release_workspace(value.workspace_tag);
+    return write_levels();
+  });
+}
+
+Result<std::vector<BindingInfo>> Enforcer::bindings() const {
+  std::map<uint32_t, std::string> workspaces = workspace_paths();
+  std::vector<BindingInfo> out;
+  for (const auto& key : all_keys<ac_binding_key>(maps_.bindings)) {
+    ac_binding b{};
+    if (bpf_map_lookup_elem(maps_.bindings, &key, &b) != 0) continue;
+    const auto ws = b.workspace_tag ? workspaces.find(b.workspace_tag) : workspaces.end();
+    out.push_back({std::string(key.path, strnlen(key.path, sizeof key.path)), b.policy_slot, b.level,
+                   ws == workspaces.end() ? "" : ws->second, b.confined, b.failed});
+  }
+  std::sort(out.begin(), out.end(), [](const BindingInfo& a, const BindingInfo& b) { return a.path < b.path; });
+  return out;
+}
+
 // A workspace's entry and its ancestor entries.
 void Enforcer::delete_workspace(uint32_t tag) {
   for (const auto& key : all_keys<ac_path_key>(maps_.workspaces))
     if ((ntohl(key.rules_id_be) & ~AC_WORKSPACE_ANCESTOR) == tag) bpf_map_delete_elem(maps_.workspaces, &key);
+}
+
+Result<uint32_t> Enforcer::add_workspace(const std::string& workspace) {
+  if (workspace == "/") return Error{"bpf: the workspace cannot be /", EINVAL};
+  auto key = make_path_key(0, workspace);
+  if (!key) return key.error().wrap("workspace");
+  auto tag = next_id(&ac_config::next_workspace_tag, AC_WORKSPACE_ANCESTOR - 1);
+  if (!tag) return tag.error();
+  key->rules_id_be = htonl(*tag);
+  ac_workspace ws{static_cast<uint32_t>(workspace.size()), 0};
+  if (int err = bpf_map_update_elem(maps_.workspaces, &*key, &ws, BPF_ANY))
+    return bpf_error("registering workspace " + workspace, err);
+  // The directories down to the workspace, and the workspace itself, may
+  // be stat'ed (exact entries: see AC_WORKSPACE_ANCESTOR).
+  auto dirs = ancestors_of(workspace);
+  dirs.push_back(workspace);
+  for (const auto& dir : dirs) {
+    PathRule rule{dir, 0, RuleSpace::absolute};
+    auto akey = make_path_key(0, rule);
+    if (!akey) {
+      delete_workspace(*tag);
+      return akey.error().wrap("workspace");
+    }
+    akey->rules_id_be = htonl(*tag | AC_WORKSPACE_ANCESTOR);
+    ac_workspace anc{static_cast<uint32_t>(path_key_bytes(rule)), 0};
+    if (int err = bpf_map_update_elem(maps_.workspaces, &*akey, &anc, BPF_ANY)) {
+      delete_workspace(*tag);
+      return bpf_error("registering the directories above workspace " + workspace, err);
+    }
+  }
+  return *tag;
+}
+
+std::vector<uint32_t> Enforcer::binding_tags() const {
+  std::vector<uint32_t> tags;
+  for (const auto& key : all_keys<ac_binding_key>(maps_.bindings)) {
+    ac_binding b{};
+    if (bpf_map_lookup_elem(maps_.bindings, &key, &b) == 0 && b.workspace_tag) tags.push_back(b.workspace_tag);
+  }
+  return tags;
+}
+
+// A binding's scopes share its tag with it and with each other.
+void Enforcer::release_workspace(uint32_t tag) {
+  auto tags = binding_tags();
+  if (std::find(tags.begin(), tags.end(), tag) != tags.end()) return;
+  for (uint64_t cgid : all_keys<uint64_t>(maps_.scopes)) {
+    ac_scope scope{};
+    if (bpf_map_lookup_elem(maps_.scopes, &cgid, &scope) == 0 && scope.workspace_tag == tag) return;
+  }
+  delete_workspace(tag);
 }
 
 Result<UniqueFd> Enforcer::record_scope(uint64_t scope_id) {
@@ -494,9 +674,8 @@ Result<ScopeReport> Enforcer::scope_report(uint64_t scope_id) const {
   return out;
 }
 
-Result<std::vector<ScopeInfo>> Enforcer::scopes() const {
-  // Each scope's workspace: the entry under its tag (not an ancestor's),
-  // the path with its trailing '/'.
+std::map<uint32_t, std::string> Enforcer::workspace_paths() const {
+  // The entry under each tag (not an ancestor's): the path with its trailing '/'.
   std::map<uint32_t, std::string> workspaces;
   for (const auto& key : all_keys<ac_path_key>(maps_.workspaces)) {
     const uint32_t tag = ntohl(key.rules_id_be);
@@ -504,13 +683,18 @@ Result<std::vector<ScopeInfo>> Enforcer::scopes() const {
     if ((tag & AC_WORKSPACE_ANCESTOR) || bytes < 2 || bytes > AC_PATH_KEY_MAX) continue;
     workspaces[tag] = std::string(reinterpret_cast<const char*>(key.path), bytes - 1);
   }
+  return workspaces;
+}
+
+Result<std::vector<ScopeInfo>> Enforcer::scopes() const {
+  std::map<uint32_t, std::string> workspaces = workspace_paths();
   std::vector<ScopeInfo> out;
   for (uint64_t cgid : all_keys<uint64_t>(maps_.scopes)) {
     ac_scope scope{};
     if (bpf_map_lookup_elem(maps_.scopes, &cgid, &scope) != 0) continue;
     const auto ws = scope.workspace_tag ? workspaces.find(scope.workspace_tag) : workspaces.end();
-    out.push_back(
-        {cgid, scope.scope_id, scope.policy_slot, scope.level, ws == workspaces.end() ? "" : ws->second});
+    out.push_back({cgid, scope.scope_id, scope.policy_slot, scope.level, ws == workspaces.end() ? "" : ws->second,
+                   scope.flags});
   }
   return out;
 }

@@ -169,7 +169,7 @@ Status Enforcer::pin_all(const std::string& dir) {
 }
 
 Status Enforcer::adopt_pinned(const std::string& dir) {
-  // Adoption is on every run's start-up path: open the ten maps by their
+  // Adoption is on every run's start-up path: open the maps by their
   // pinned names and check the links, without parsing the BPF object.
   auto get = [&](const std::string& name, int* out) -> Status {
     std::string path = dir + "/maps/" + name;
@@ -190,7 +190,8 @@ Status Enforcer::adopt_pinned(const std::string& dir) {
                                                  {"ac_events", &maps_.events},
                                                  {"ac_scope_reports", &maps_.scope_reports},
                                                  {"ac_listeners", &maps_.listeners},
-                                                 {"ac_scope_rings", &maps_.scope_rings}};
+                                                 {"ac_scope_rings", &maps_.scope_rings},
+                                                 {"ac_bindings", &maps_.bindings}};
   for (const auto& [name, out] : wanted)
     if (Status st = get(name, out); !st) return st;
   const std::string filter = dir + "/programs/" + kReceiveFilter;

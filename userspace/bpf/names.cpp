@@ -22,7 +22,7 @@ std::string_view decision_name(uint32_t decision) {
 std::string_view reason_name(uint32_t reason) {
   static constexpr std::string_view kNames[AC_REASON_COUNT] = {
       "rule_allow", "default_deny", "rule_deny",     "no_policy",     "path_too_deep",      "path_unreadable",
-      "internal",   "protected",    "path_too_long", "path_detached", "scratch_unavailable"};
+      "internal",   "protected",    "path_too_long", "path_detached", "scratch_unavailable", "scope_incomplete"};
   return reason < AC_REASON_COUNT ? kNames[reason] : "unknown";
 }
 

@@ -3,6 +3,7 @@
 
 #include <yaml-cpp/yaml.h>
 
+#include <algorithm>
 #include <array>
 #include <charconv>
 #include <cstring>
@@ -12,6 +13,9 @@
 #include <span>
 #include <vector>
 
+#include <agentcage/abi.h>
+
+#include "policy/name.h"
 #include "policy/values.h"
 #include "util/text.h"
 #include "yaml/document.h"
@@ -23,6 +27,7 @@ using yaml::pos_of;
 using yaml::Reporter;
 
 constexpr size_t kMaxConfigBytes = 64 * 1024;
+static_assert(kMaxBindingPath == AC_BINDING_PATH_MAX - 2, "what the kernel's binding key can tell apart");
 // The same input guard as policies; an empty file (or only comments) is
 // valid and means "all defaults".
 constexpr yaml::InputKind kConfigInput{.noun = "configuration",
@@ -42,6 +47,115 @@ bool absolute_path(const std::string& s) { return !s.empty() && s.front() == '/'
 
 constexpr std::array<std::string_view, 3> kTlsKeys = {"cert_file", "key_file", "client_ca_file"};
 constexpr std::array<std::string_view, 1> kBasicAuthKeys = {"users_file"};
+// A binding's cgroup path as written (`cgroup:`): below the cgroup2 root,
+// with or without a leading '/', plain components. Normalised to "/a/b".
+std::optional<std::string> cgroup_key_path(const std::string& text) {
+  std::string out;
+  size_t at = text.starts_with('/') ? 1 : 0;
+  if (at >= text.size()) return std::nullopt;
+  while (at <= text.size()) {
+    size_t end = text.find('/', at);
+    if (end == std::string::npos) end = text.size();
+    const std::string part = text.substr(at, end - at);
+    if (part.empty() || part == "." || part == "..") return std::nullopt;
+    for (char c : part)
+      if (static_cast<unsigned char>(c) < 0x20 || c == 0x7f) return std::nullopt;
+    out += "/" + part;
+    at = end + 1;
+  }
+  return out;
+}
+
+// `attach:`, a list of {unit: NAME [, slice: NAME] | cgroup: PATH, policy:
+// NAME [, workspace: DIR]}.
+void parse_bindings(const YAML::Node& list, const std::string& key, Reporter& rep,
+                    std::vector<BindingConfig>& out) {
+  if (list.IsNull()) return;
+  if (!list.IsSequence()) {
+    rep.error(pos_of(list.Mark()), key + ": expected a list of {unit: NAME, policy: NAME} or {cgroup: PATH, "
+                                         "policy: NAME} entries (each with an optional workspace: DIR)");
+    return;
+  }
+  static constexpr std::string_view kKeys[] = {"unit", "slice", "cgroup", "policy", "workspace"};
+  for (const auto& entry : list) {
+    const auto pos = pos_of(entry.Mark());
+    if (!entry.IsMap()) {
+      rep.error(pos, key + ": each entry is a mapping {unit: NAME, policy: NAME}");
+      continue;
+    }
+    const auto fields = yaml::mapping_fields(entry, {kKeys, "key", "in an attach entry"}, rep);
+    auto text = [&](std::string_view k) -> std::optional<std::string> {
+      const yaml::Field* f = yaml::find(fields, k);
+      if (!f) return std::nullopt;
+      if (!f->value.IsScalar() || f->value.Scalar().empty()) {
+        rep.error(pos_of(f->value.Mark()), std::string(k) + ": expected a single value");
+        return std::nullopt;
+      }
+      return f->value.Scalar();
+    };
+    auto at = [&](std::string_view k) { return pos_of(yaml::find(fields, k)->value.Mark()); };
+    BindingConfig b;
+    b.pos = pos;
+    const auto unit = text("unit"), slice = text("slice"), cgroup = text("cgroup"), policy = text("policy"),
+               workspace = text("workspace");
+    if (unit.has_value() == cgroup.has_value()) {
+      rep.error(pos, key + ": an entry names exactly one of unit: (a systemd unit) or cgroup: (a path below the "
+                           "cgroup2 mount, for hosts without systemd)");
+    } else if (unit) {
+      if (auto path = unit_cgroup_path(*unit, slice.value_or("")); !path) {
+        rep.error(at(slice && !path.error().message.starts_with("unit") ? "slice" : "unit"),
+                  path.error().message);
+      } else {
+        b.name = *unit;
+        b.cgroup = *path;
+      }
+    } else {
+      if (slice) rep.error(at("slice"), "slice: goes with unit:, not with cgroup: (write the whole path)");
+      if (auto path = cgroup_key_path(*cgroup); !path) {
+        rep.error(at("cgroup"), "cgroup: expected a path below the cgroup2 mount (e.g. agents/runner), with no "
+                                "empty, '.' or '..' component, got " + quote(*cgroup));
+      } else {
+        b.name = *cgroup;
+        b.cgroup = *path;
+      }
+    }
+    if (!b.cgroup.empty() && b.cgroup.size() > kMaxBindingPath)
+      rep.error(pos, "the cgroup path " + b.cgroup + " is longer than " + std::to_string(kMaxBindingPath) +
+                         " bytes, the most a binding takes");
+    if (!policy) {
+      rep.error(pos, key + ": the entry needs policy: NAME (a policy of policy_dir)");
+    } else if (!policy::valid_policy_name(*policy)) {
+      rep.error(at("policy"), "policy: " + quote(*policy) + " is not a policy name (" +
+                                  std::string(policy::kPolicyNameRule) + ")" +
+                                  policy::did_you_mean_policy_name(*policy));
+    } else {
+      b.policy = *policy;
+    }
+    if (workspace) {
+      if (!absolute_path(*workspace) || *workspace == "/")
+        rep.error(at("workspace"), "workspace: expected an absolute directory other than /, got " + quote(*workspace));
+      else
+        b.workspace = *workspace;
+    }
+    if (b.cgroup.empty() || b.policy.empty()) continue;
+    // One binding per cgroup, and none inside another's: scopes do not nest.
+    bool clash = false;
+    for (const auto& other : out) {
+      auto inside = [](const std::string& inner, const std::string& outer) {
+        return inner == outer ||
+               (inner.size() > outer.size() && inner.starts_with(outer) && inner[outer.size()] == '/');
+      };
+      if (inside(b.cgroup, other.cgroup) || inside(other.cgroup, b.cgroup)) {
+        rep.error(pos, key + ": " + b.cgroup + (b.cgroup == other.cgroup ? " is bound already" : " and " + other.cgroup +
+                       " nest") + " (line " + std::to_string(other.pos.line) +
+                       "); scopes do not nest: bind the outer one only");
+        clash = true;
+        break;
+      }
+    }
+    if (!clash) out.push_back(std::move(b));
+  }
+}
 
 }  // namespace
 
@@ -52,6 +166,57 @@ policy::Limits Config::default_run_caps() {
   caps.timeout = std::chrono::hours(1);
   caps.disk_bytes = uint64_t{4} << 30;  // 4Gi
   return caps;
+}
+
+Result<std::string> unit_cgroup_path(std::string_view unit, std::string_view slice) {
+  // systemd's unit name rules (systemd.unit(5)): at most 255 bytes of
+  // letters, digits and ":-_.\\", an "@" before an instance, a type suffix.
+  auto bad = [&](const std::string& why) {
+    return Error{"unit " + quote(std::string(unit)) + ": " + why, EINVAL};
+  };
+  if (unit.empty() || unit.size() > 255) return bad("a unit name is 1 to 255 bytes");
+  const size_t dot = unit.rfind('.');
+  if (dot == std::string_view::npos || dot == 0) return bad("expected NAME.service, NAME.scope or NAME.slice");
+  const std::string_view type = unit.substr(dot + 1), prefix = unit.substr(0, dot);
+  if (type != "service" && type != "scope" && type != "slice")
+    return bad("only services, scopes and slices have cgroups of their own (a ." + std::string(type) +
+               " unit has none to bind)");
+  size_t ats = 0;
+  for (char c : prefix) {
+    const bool ok = (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == ':' ||
+                    c == '-' || c == '_' || c == '.' || c == '\\' || c == '@';
+    if (!ok) return bad("'" + std::string(1, c) + "' is not allowed in a unit name (letters, digits, \":-_.\\\" and @)");
+    ats += c == '@';
+  }
+  if (ats > 1 || prefix.front() == '@') return bad("a unit name has at most one '@', after its name");
+  if (ats && prefix.back() == '@')
+    return bad("a template has no cgroup; bind an instance (e.g. " + std::string(prefix) + "1." +
+               std::string(type) + ")");
+  if (type == "slice") {
+    if (ats) return bad("a slice has no instances");
+    if (prefix == "-") return bad("the root slice is the whole host; bind a slice below it");
+    // "a-b-c.slice" lives in "a.slice/a-b.slice/a-b-c.slice".
+    std::string path;
+    for (size_t at = 0;;) {
+      size_t dash = prefix.find('-', at);
+      if (dash == at || (dash == std::string_view::npos && at == prefix.size()))
+        return bad("a slice name's '-'-separated parts are not empty");
+      if (dash == std::string_view::npos) break;
+      path += "/" + std::string(prefix.substr(0, dash)) + ".slice";
+      at = dash + 1;
+    }
+    return path + "/" + std::string(unit);
+  }
+  std::string parent = "/system.slice";
+  if (!slice.empty()) {
+    auto slice_path = unit_cgroup_path(slice, "");
+    if (!slice_path || !slice.ends_with(".slice"))
+      return Error{"slice " + quote(std::string(slice)) + ": expected a slice unit (NAME.slice)" +
+                       (slice_path ? std::string() : ": " + slice_path.error().message),
+                   EINVAL};
+    parent = *slice_path;
+  }
+  return parent + "/" + std::string(unit);
 }
 
 bool valid_listen_address(std::string_view a) {
@@ -257,6 +422,7 @@ ConfigResult parse_config(std::string_view text, const std::string& filename) {
       {"run_max_cpu", cap_setting(cfg.run_caps.cpus, policy::parse_cpus)},
       {"run_max_timeout", cap_setting(cfg.run_caps.timeout, policy::parse_duration)},
       {"run_max_disk", cap_setting(cfg.run_caps.disk_bytes, policy::parse_size)},
+      {"attach", [&](const YAML::Node& v, const std::string& key) { parse_bindings(v, key, rep, cfg.attach); }},
   };
   std::vector<std::string_view> known;
   for (const auto& [k, h] : handlers) known.push_back(k);
@@ -309,6 +475,12 @@ std::vector<ConfigChange> config_changes(const Config& a, const Config& b) {
       {"run_max_cpu", true, ca.cpus == cb.cpus},
       {"run_max_timeout", true, ca.timeout == cb.timeout},
       {"run_max_disk", true, ca.disk_bytes == cb.disk_bytes},
+      {"attach", true,
+       std::equal(a.attach.begin(), a.attach.end(), b.attach.begin(), b.attach.end(),
+                  [](const BindingConfig& x, const BindingConfig& y) {
+                    return x.name == y.name && x.cgroup == y.cgroup && x.policy == y.policy &&
+                           x.workspace == y.workspace;
+                  })},
   };
   std::vector<ConfigChange> out;
   for (const Setting& s : settings)

@@ -17,9 +17,27 @@
 #include "core/paths.h"
 #include "policy/model.h"
 #include "telemetry/metrics_server.h"
+#include "util/result.h"
 #include "yaml/diagnostic.h"
 
 namespace agentcage::daemon {
+
+// The longest cgroup path a binding takes (the kernel's key holds one byte
+// more and a NUL: AC_BINDING_PATH_MAX).
+inline constexpr size_t kMaxBindingPath = 254;
+
+// One entry of `attach:`: a cgroup kept under a policy whenever it exists
+// (scope/bind.h).
+struct BindingConfig {
+  // How the configuration names it (the unit name, or the cgroup path as
+  // written): the binding's name in logs and its metric label.
+  std::string name;
+  // Below the cgroup2 root, with a leading '/': "/system.slice/agent.service".
+  std::string cgroup;
+  std::string policy;     // a policy of policy_dir, by name
+  std::string workspace;  // absolute ("" : none)
+  yaml::Position pos;     // where the entry is, for messages
+};
 
 struct Config {
   std::string policy_dir = core::kDefaultPolicyDir;
@@ -62,6 +80,8 @@ struct Config {
   // unlimited) limit is lowered to the cap. Unset: no cap ("unlimited").
   policy::Limits run_caps = default_run_caps();
   static policy::Limits default_run_caps();
+  // `attach:` (docs/daemon.md, "Bindings").
+  std::vector<BindingConfig> attach;
 };
 
 struct ConfigResult {
@@ -85,6 +105,14 @@ std::vector<ConfigChange> config_changes(const Config& running, const Config& ne
 ConfigResult parse_config(std::string_view text, const std::string& filename);
 // Reads and parses FILE (at most 64 KiB).
 ConfigResult load_config(const std::string& path);
+
+// The cgroup path (below the cgroup2 root) systemd gives unit `unit`: a
+// service or scope under `slice` ("" : system.slice, where system units
+// live), a slice at its place in the slice tree ("a-b.slice" is
+// "/a.slice/a-b.slice"). An Error saying what is wrong with a name that is
+// not a valid instance of a service, scope or slice (systemd's unit name
+// rules; a template "x@.service" has no cgroup of its own).
+Result<std::string> unit_cgroup_path(std::string_view unit, std::string_view slice);
 
 // "127.0.0.1:9477", "[::1]:9477", ":9477"; the port must be 0..65535.
 bool valid_listen_address(std::string_view address);

@@ -29,6 +29,7 @@
 #include "control/protocol.h"
 #include "daemon/control_server.h"
 #include "daemon/event_sink.h"
+#include "daemon/bindings.h"
 #include "daemon/loop.h"
 #include "daemon/named_slots.h"
 #include "daemon/policy_dir.h"
@@ -78,6 +79,7 @@ class Daemon final : private PolicyDirListener, private ControlHandler {
         runs_(cfg_.state_dir),
         sink_(cfg_.audit_log, cfg_.recent_events, metrics_, runs_),
         dir_(cfg_.policy_dir, cfg_.state_dir, *this),
+        bindings_(cfg_.attach, metrics_),
         watch_(cfg_.policy_dir),
         server_({cfg_.control_socket, cfg_.control_group, cfg_.max_clients, cfg_.max_clients_per_uid,
                  cfg_.client_buffer_bytes},
@@ -98,6 +100,10 @@ class Daemon final : private PolicyDirListener, private ControlHandler {
   json reload_config();
   void tick();
   void reap_stale_runs();
+  // The bindings after any change of the policies (and every tick).
+  void bind() {
+    if (enf_ && !bindings_.empty()) bindings_.reconcile(*enf_, dir_);
+  }
   json status_json();
   json attach(const Request& r);
   json detach(const Request& r);
@@ -142,6 +148,7 @@ class Daemon final : private PolicyDirListener, private ControlHandler {
   RunIndex runs_;
   EventSink sink_;
   PolicyDirectory dir_;
+  Bindings bindings_;
   PolicyWatch watch_;
   bool watch_registered_ = false;
   ControlServer server_;
@@ -229,7 +236,7 @@ Status Daemon::start() {
     dir_.full_scan();
     reap_stale_runs();
   }
-  tick();
+  tick();  // binds too
   log::info(std::string("started (version ") + AGENTCAGE_VERSION + ", policy dir " + cfg_.policy_dir +
             ", control socket " + cfg_.control_socket + ")");
   if (service_.watchdog_interval().count())
@@ -295,6 +302,7 @@ Status Daemon::watch_policy_dir() {
       if (changes.rescan) dir_.full_scan();
       for (const auto& name : changes.files) dir_.apply_file(name);
       if (!changes.files.empty()) dir_.save_state_file();
+      bind();
     });
   }
   return st;
@@ -320,6 +328,7 @@ void Daemon::on_signal(int signo) {
     service_.reloading("reloading the configuration and the policies from " + cfg_.policy_dir);
     reload_config();
     dir_.rescan_all();
+    bind();
     tell_service_manager();
     return;
   }
@@ -390,6 +399,9 @@ json Daemon::reload_config() {
       cfg_.max_runs_per_client = next.max_runs_per_client;
     } else if (k.rfind("run_max_", 0) == 0) {
       cfg_.run_caps = next.run_caps;  // the run service reads cfg_ for each new run
+    } else if (k == "attach") {
+      cfg_.attach = next.attach;
+      bindings_.configure(next.attach);  // applied by the bind() that follows every reload
     }
     out["applied"].push_back(k);
   }
@@ -454,6 +466,7 @@ void Daemon::tick() {
   }
   sink_.collect_counters();
   sink_.count_lost();
+  bind();
   if (auto sc = enf_->scopes()) metrics_.scopes_active(static_cast<double>(sc->size()));
   Readiness r = check_ready(*enf_);
   metrics_.enforcement_ready(r.ready);
@@ -517,6 +530,7 @@ json Daemon::handle(const Request& req, const Peer& peer) {
       {
         json config = reload_config();
         dir_.rescan_all();
+        bind();
         return {{"ok", true}, {"status", dir_.status_json()}, {"config", config}};
       }
     case Op::events:
@@ -548,6 +562,7 @@ json Daemon::status_json() {
   json s = enf_ ? kernel_status(*enf_, runs_.ids())
                 : json{{"enforcement", {{"ready", false}, {"detail", "cannot enforce: " + enforcer_error_}}}};
   s["policy_files"] = dir_.status_json();
+  s["bindings"] = bindings_.status_json();
   s["daemon"] = {{"running", true},
                  {"pid", ::getpid()},
                  {"version", AGENTCAGE_VERSION},

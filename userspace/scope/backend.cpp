@@ -14,6 +14,14 @@ Result<std::vector<bpf::PolicyInfo>> EnforcerBackend::policies() { return enf_.p
 
 Result<std::vector<bpf::ScopeInfo>> EnforcerBackend::scopes() { return enf_.scopes(); }
 
+Result<std::vector<uint32_t>> EnforcerBackend::binding_slots() {
+  auto bindings = enf_.bindings();
+  if (!bindings) return bindings.error();
+  std::vector<uint32_t> out;
+  for (const auto& b : *bindings) out.push_back(b.policy_slot);
+  return out;
+}
+
 Status EnforcerBackend::put_transient_policy(uint32_t slot, const std::string& name,
                                              const bpf::CompiledPolicy& policy) {
   return enf_.put_transient_policy(slot, name, policy);

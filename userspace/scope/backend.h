@@ -24,6 +24,8 @@ class Backend {
   virtual Status with_lock(const std::function<Status()>& fn) = 0;
   virtual Result<std::vector<bpf::PolicyInfo>> policies() = 0;
   virtual Result<std::vector<bpf::ScopeInfo>> scopes() = 0;
+  // The slots bindings point at (slots.h, rule 1). None unless overridden.
+  virtual Result<std::vector<uint32_t>> binding_slots() { return std::vector<uint32_t>{}; }
   virtual Status put_transient_policy(uint32_t slot, const std::string& name,
                                       const bpf::CompiledPolicy& policy) = 0;
   virtual Status remove_policy(uint32_t slot) = 0;
@@ -51,6 +53,7 @@ class EnforcerBackend final : public Backend {
   Status with_lock(const std::function<Status()>& fn) override;
   Result<std::vector<bpf::PolicyInfo>> policies() override;
   Result<std::vector<bpf::ScopeInfo>> scopes() override;
+  Result<std::vector<uint32_t>> binding_slots() override;
   Status put_transient_policy(uint32_t slot, const std::string& name,
                               const bpf::CompiledPolicy& policy) override;
   Status remove_policy(uint32_t slot) override;

@@ -16,6 +16,11 @@ Result<SlotView> snapshot(Backend& b) {
   if (!policies) return policies.error();
   auto scopes = b.scopes();
   if (!scopes) return scopes.error();
+  // A binding points the next cgroup made at its path at its slot: for the
+  // slot rules it is a scope on that slot (cgroup id 0: no cgroup's).
+  auto bound = b.binding_slots();
+  if (!bound) return bound.error();
+  for (uint32_t slot : *bound) scopes->push_back(bpf::ScopeInfo{0, 0, slot, 0, "", 0});
   return SlotView{std::move(*policies), std::move(*scopes)};
 }
 
@@ -128,6 +133,8 @@ Result<Confinement> confine(Backend& b, const CgroupRef& cg, const PolicyRef& po
             ENOENT};
       choice = SlotChoice{named->slot, false, false};
       out.policy_name = named->name;
+    } else if (std::holds_alternative<DenyAll>(policy)) {
+      choice = SlotChoice{AC_SLOT_NONE, false, false};
     } else {
       const auto& transient = std::get<TransientPolicy>(policy);
       auto acquired = acquire_slot(b, transient);
@@ -137,6 +144,7 @@ Result<Confinement> confine(Backend& b, const CgroupRef& cg, const PolicyRef& po
     }
     uint16_t flags = cg.own_ipc_namespace ? AC_SCOPE_F_OWN_IPC : 0;
     if (cg.dns_port) flags |= AC_SCOPE_F_DNS | (cg.dns_ipv6 ? AC_SCOPE_F_DNS6 : 0);
+    if (cg.bound) flags |= AC_SCOPE_F_BOUND;
     if (Status s = b.add_scope(cg.path, cg.id, cg.level, cg.id, choice.slot, workspace, flags, cg.dns_port);
         !s) {
       if (choice.transient) static_cast<void>(release_slot(b, choice.slot));

@@ -51,6 +51,9 @@ struct CgroupRef {
   // domain rules (AC_SCOPE_F_DNS, dns.bpf.h). 0: none.
   uint16_t dns_port = 0;
   bool dns_ipv6 = false;
+  // A binding's cgroup (AC_SCOPE_F_BOUND, scope/bind.h): the daemon removes
+  // the scope once the cgroup is no longer at the bound path.
+  bool bound = false;
 };
 
 // A policy the daemon installed in a named slot (attach through the daemon).
@@ -69,7 +72,11 @@ struct TransientPolicy {
   bool share_named = false;
 };
 
-using PolicyRef = std::variant<NamedPolicy, TransientPolicy>;
+// No policy at all (AC_SLOT_NONE): every operation of the scope is denied
+// (no_policy). A binding whose policy is not loaded confines this way.
+struct DenyAll {};
+
+using PolicyRef = std::variant<NamedPolicy, TransientPolicy, DenyAll>;
 
 // What confine() set up.
 struct Confinement {

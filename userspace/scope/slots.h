@@ -6,7 +6,9 @@
 // The rules, for every caller (runs, attach, the daemon):
 //   1. A slot some scope points at is never handed to another policy, even
 //      when its policy was removed: that scope fails closed (no_policy) and
-//      must keep failing closed, not inherit someone else's rules.
+//      must keep failing closed, not inherit someone else's rules. A
+//      binding (scope/bind.h) counts as such a scope: the kernel points the
+//      next cgroup made at its path at its slot.
 //   2. A named slot (the daemon's, AC_POLICY_OWNER_NAMED) is never replaced
 //      or evicted here; the daemon alone installs and removes named policies.
 //   3. A transient policy (a run's, an `agentcage attach`'s) is shared by

@@ -165,6 +165,20 @@ Metrics::Metrics() : registry_(std::make_shared<prometheus::Registry>()) {
                 .Help("What the daemon itself dropped: audit lines (its buffer full), lines a slow event stream missed")
                 .Register(*registry_);
   for (const char* what : {"audit_log", "event_stream"}) drops_->Add({{"what", what}});
+  binding_unconfined_ =
+      &BuildGauge()
+           .Name("agentcage_binding_unconfined")
+           .Help("1 while a cgroup exists at a binding's path (attach: in the daemon's configuration) and is not "
+                 "confined by it")
+           .Register(*registry_);
+  binding_late_ = &BuildCounter()
+                       .Name("agentcage_binding_late_total")
+                       .Help("Bound cgroups confined late, with processes already running in them unconfined")
+                       .Register(*registry_);
+  binding_confined_ = &BuildCounter()
+                           .Name("agentcage_binding_confined_total")
+                           .Help("Bound cgroups the kernel confined as they were created")
+                           .Register(*registry_);
   cpu_seconds_ = &BuildCounter()
                       .Name("process_cpu_seconds_total")
                       .Help("User and system CPU time of the daemon")
@@ -296,6 +310,28 @@ void Metrics::policy_states(const std::vector<PolicyState>& policies) {
     if (!p.mode.empty()) policy_info_->Add({{"policy", p.name}, {"mode", p.mode}}).Set(1);
   }
   policy_modes_ = std::move(now);
+}
+
+void Metrics::bindings(const std::vector<BindingMetric>& bindings) {
+  std::map<std::string, std::pair<uint64_t, uint64_t>> now;
+  for (const auto& b : bindings) {
+    binding_unconfined_->Add({{"binding", b.name}}).Set(b.unconfined ? 1 : 0);
+    auto& [late_seen, confined_seen] = bindings_seen_[b.name];
+    if (b.confined < confined_seen) confined_seen = 0;
+    auto& late = binding_late_->Add({{"binding", b.name}});
+    auto& confined = binding_confined_->Add({{"binding", b.name}});
+    if (b.late > late_seen) late.Increment(static_cast<double>(b.late - late_seen));
+    // The kernel's count starts again when the program set is loaded anew.
+    if (b.confined > confined_seen) confined.Increment(static_cast<double>(b.confined - confined_seen));
+    now[b.name] = {b.late, b.confined};
+  }
+  for (const auto& [name, seen] : bindings_seen_)
+    if (!now.count(name)) {
+      binding_unconfined_->Remove(&binding_unconfined_->Add({{"binding", name}}));
+      binding_late_->Remove(&binding_late_->Add({{"binding", name}}));
+      binding_confined_->Remove(&binding_confined_->Add({{"binding", name}}));
+    }
+  bindings_seen_ = std::move(now);
 }
 
 void Metrics::daemon_drops(uint64_t audit_log, uint64_t event_streams) {

@@ -2,7 +2,8 @@
 // The daemon's Prometheus metrics (prometheus-cpp, pulled from /metrics).
 // Names and labels are a contract shared with dashboards/ and alert rules:
 // never rename one. Labels are bounded: policy, hook, decision, outcome,
-// result, reason -- never pids, paths, run ids or cgroup ids.
+// result, reason, binding (names the configuration gives) -- never pids,
+// paths, run ids or cgroup ids.
 #pragma once
 
 #include <agentcage/abi.h>
@@ -70,6 +71,14 @@ struct PolicyState {
   std::string mode;             // "enforce" or "audit" (of the enforcing content; "" when none)
 };
 
+// A binding of the daemon's `attach:` (scope/bind.h), as its metrics show it.
+struct BindingMetric {
+  std::string name;        // as the configuration names it (bounded by the configuration)
+  bool unconfined = false;  // a cgroup exists at its path and its binding does not confine it
+  uint64_t late = 0;        // times a cgroup was confined late with processes already in it (absolute)
+  uint64_t confined = 0;    // cgroups confined at their creation, kernel count (absolute)
+};
+
 class Metrics {
  public:
   Metrics();
@@ -109,6 +118,9 @@ class Metrics {
   // The daemon's own drops so far (absolute counts): audit lines its full
   // buffer could not take, lines a slow `agentcage events` stream missed.
   void daemon_drops(uint64_t audit_log, uint64_t event_streams);
+  // agentcage_binding_unconfined{binding}, agentcage_binding_late_total and
+  // agentcage_binding_confined_total; bindings not listed lose their series.
+  void bindings(const std::vector<BindingMetric>& bindings);
   // process_* of this process (start time, CPU, memory, descriptors), from /proc/self.
   void process();
 
@@ -139,6 +151,10 @@ class Metrics {
   prometheus::Family<prometheus::Gauge>* policy_info_;
   std::map<std::string, std::string> policy_modes_;  // the info series each policy has now
   prometheus::Family<prometheus::Counter>* drops_;
+  prometheus::Family<prometheus::Gauge>* binding_unconfined_;
+  prometheus::Family<prometheus::Counter>* binding_late_;
+  prometheus::Family<prometheus::Counter>* binding_confined_;
+  std::map<std::string, std::pair<uint64_t, uint64_t>> bindings_seen_;  // name -> (late, confined) counted
   uint64_t audit_drops_seen_ = 0, stream_drops_seen_ = 0;
   prometheus::Counter* cpu_seconds_;
   double cpu_seen_ = 0;

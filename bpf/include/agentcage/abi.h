@@ -19,7 +19,7 @@
 #include <linux/types.h>
 #endif
 
-#define AC_ABI_VERSION 14
+#define AC_ABI_VERSION 15
 
 /* ---- capacities ------------------------------------------------------- */
 
@@ -121,7 +121,11 @@ enum ac_reason {
 	/* The deciding task's scratch could not be had (no memory for it, or
 	 * in use by an interrupt on the same task): denied without looking. */
 	AC_REASON_SCRATCH = 10,
-	AC_REASON_COUNT = 11,
+	/* The scope was registered by the kernel when its cgroup was made (a
+	 * binding, AC_SCOPE_F_INCOMPLETE) and the daemon has not yet attached
+	 * its UDP receive filter: a UDP socket is not created until it has. */
+	AC_REASON_INCOMPLETE = 11,
+	AC_REASON_COUNT = 12,
 };
 
 /* Access bits in a path rule and in a request. */
@@ -204,6 +208,15 @@ struct ac_name_lengths {
  * (without it a query to an IPv6 server is refused). */
 #define AC_SCOPE_F_DNS (1u << 1)
 #define AC_SCOPE_F_DNS6 (1u << 2)
+/* The scope belongs to a binding (ac_bindings): registered by the kernel when
+ * the bound cgroup was made, or by the daemon for a bound cgroup that already
+ * existed. The daemon removes it once that cgroup is gone. */
+#define AC_SCOPE_F_BOUND (1u << 3)
+/* Registered by the kernel at the cgroup's mkdir (ac_cgroup_mkdir): what only
+ * userspace can attach, the UDP receive filter, is not on the cgroup yet, so
+ * the scope's processes may not create a UDP socket (AC_REASON_INCOMPLETE)
+ * until the daemon has attached it and cleared the flag. */
+#define AC_SCOPE_F_INCOMPLETE (1u << 4)
 struct ac_scope {
 	__u64 scope_id;    /* userspace's id for the run/attachment; in events */
 	__u32 policy_slot; /* key into the policies map */
@@ -212,6 +225,34 @@ struct ac_scope {
 	__u32 workspace_tag; /* key of this scope's entry in ac_workspaces; 0: none */
 	__u16 dns_port;    /* AC_SCOPE_F_DNS: the resolver's port (host order) */
 	__u16 pad;
+};
+
+/* A slot no policy ever holds (one past the last): a scope on it is denied
+ * everything (AC_REASON_NO_POLICY), uncounted. A binding whose policy is not
+ * loaded points here, so its cgroup is confined, never left open. */
+#define AC_SLOT_NONE AC_MAX_POLICIES
+
+/* ac_bindings: HASH, key struct ac_binding_key: a cgroup's path below the
+ * cgroup v2 root as the kernel writes it ("/system.slice/agent.service"),
+ * NUL-padded. Written by the daemon from its configuration (`attach:`).
+ * When a cgroup is made at that path (systemd starting the unit), the
+ * cgroup_mkdir tracepoint program registers it as a scope right there, in
+ * the mkdir, before anything can run in it: scope id = cgroup id,
+ * AC_SCOPE_F_BOUND | AC_SCOPE_F_INCOMPLETE, the binding's slot, level and
+ * workspace tag (whose ac_workspaces entries the daemon keeps while the
+ * binding exists). */
+#define AC_MAX_BINDINGS 256
+#define AC_BINDING_PATH_MAX 256
+struct ac_binding_key {
+	char path[AC_BINDING_PATH_MAX];
+};
+struct ac_binding {
+	__u32 policy_slot;   /* the scope's slot (AC_SLOT_NONE: deny all) */
+	__u32 workspace_tag; /* 0: none */
+	__u16 level;         /* cgroup level of the path (the root is 0) */
+	__u16 pad[3];
+	__u64 confined; /* cgroups the kernel registered at their mkdir */
+	__u64 failed;   /* ... and could not (ac_scopes full): the daemon confines them late */
 };
 
 /* ac_pins: HASH, one entry per address a scope's resolver answered for an
@@ -292,7 +333,9 @@ struct ac_policy {
 
 /* ac_settings: ARRAY of one. Written by userspace only. */
 struct ac_config {
-	/* Bit L set: at least one scope is registered at cgroup level L.
+	/* Bit L set: at least one scope is registered at cgroup level L,
+	 * or a binding (ac_bindings) is at that level: the kernel registers
+	 * its scopes at mkdir without writing this.
 	 * The hooks only look up ancestors at these levels, so a process
 	 * outside every scope costs one lookup per distinct scope level
 	 * (normally one: all runs live at the same depth). */
