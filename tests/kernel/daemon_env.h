@@ -227,7 +227,7 @@ class DaemonEnv : public ::testing::Test {
       if (auto pols = (*e)->policies()) {
         auto scopes = (*e)->scopes();
         for (const auto& p : *pols) {
-          if (p.name != "dtest" && p.name != "daudit") continue;
+          if (p.name != "dtest" && p.name != "daudit" && p.name != "dextra" && p.name != "dnew") continue;
           bool used = !scopes;
           if (scopes)
             for (const auto& sc : *scopes) used |= sc.policy_slot == p.slot;

@@ -30,6 +30,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "../common/configmap_volume.h"
 #include "bpf/enforcer.h"
 #include "cgroup/cgroup.h"
 #include "control/client.h"
@@ -246,6 +247,66 @@ TEST_F(Daemon, HotReloadAppliesValidChangesRejectsInvalidOnesAndFailsClosedOnDel
   auto det = control({{"op", "detach"}, {"cgroup", cg->path().string()}});
   EXPECT_TRUE(det && det->value("ok", false)) << (det ? det->dump() : det.error().message);
   EXPECT_EQ(open_in(*cg, "/etc/passwd"), 0);
+  EXPECT_TRUE(cg->remove());
+}
+
+// The policy directory as a Kubernetes ConfigMap volume
+// (deploy/kubernetes/daemonset.yaml): every file a link through ..data, an
+// update the kubelet's ..data swap (tests/common/configmap_volume.h). The
+// daemon loads the policies through their links and nothing of the ..
+// entries; the swap changes one policy in its slot, adds one and removes
+// one; an attached cgroup and a new run both follow the new content.
+TEST_F(Daemon, AConfigMapVolumeSwapChangesAddsAndRemovesPolicies) {
+  const fs::path dir = dir_ / "policies";
+  fs::remove(dir / "dtest.yaml");
+  auto policy = [](const std::string& name) {
+    return "apiVersion: agentcage/v1\nkind: Policy\nmetadata: {name: " + name +
+           "}\nspec:\n  exec: {allow: [/usr/bin/true]}\n";
+  };
+  test_support::ConfigMapVolume volume(dir);
+  volume.write({{"dtest.yaml", dtest_policy(false)}, {"dextra.yaml", policy("dextra")}});
+  ASSERT_TRUE(fs::is_symlink(dir / "dtest.yaml") && fs::is_symlink(dir / "..data"));
+  start_daemon();
+  auto reload = [&](const std::string& tag) {
+    Proc p = spawn({agentcage_bin(), "reload"}, dir_ / ("reload-" + tag + ".out"));
+    EXPECT_EQ(wait_exit(p.pid), 0) << slurp(p.out);
+    return slurp(p.out);
+  };
+  const std::string config = "configuration " + (dir_ / "daemon.yaml").string() + ": unchanged\n";
+  // Exactly the two keys (in file-name order): no ..data, ..data_tmp or
+  // ..TIMESTAMP entry.
+  EXPECT_EQ(reload("before"), config + "dextra: loaded\ndtest: loaded\n") << log();
+  const std::optional<uint32_t> slot = named_slot(status(), "dtest");
+  ASSERT_TRUE(slot && named_slot(status(), "dextra"));
+
+  auto cg = cgroup::Cgroup::create(root_, root_, "ac-daemon-configmap-" + std::to_string(::getpid()));
+  ASSERT_TRUE(cg) << cg.error().message;
+  auto att = control(
+      {{"op", "attach"}, {"cgroup", cg->path().string()}, {"policy", "dtest"}, {"workspace", "/tmp"}});
+  ASSERT_TRUE(att && att->value("ok", false)) << (att ? att->dump() : att.error().message);
+  EXPECT_EQ(open_in(*cg, "/etc/passwd"), EACCES);
+  Proc denied = start_run({"cat", "/etc/passwd"}, "configmap-before");
+  EXPECT_EQ(wait_exit(denied.pid), 1) << slurp(denied.out);  // cat: /etc/passwd: Permission denied
+
+  // The update, as the kubelet makes it: dtest changed, dextra gone, dnew new.
+  volume.write({{"dtest.yaml", dtest_policy(true)}, {"dnew.yaml", policy("dnew")}});
+  ASSERT_TRUE(wait_until(
+      [&] {
+        const json st = status();
+        return named_slot(st, "dnew") && !named_slot(st, "dextra") && open_in(*cg, "/etc/passwd") == 0;
+      },
+      30s))
+      << log();
+  EXPECT_EQ(named_slot(status(), "dtest"), slot);  // swapped in place
+  EXPECT_EQ(reload("after"), config + "dnew: loaded\ndtest: loaded\n") << log();
+  Proc allowed = start_run({"cat", "/etc/passwd"}, "configmap-after");
+  EXPECT_EQ(wait_exit(allowed.pid), 0) << slurp(allowed.out);
+  // No .. entry was ever taken for a policy file (it would have been
+  // rejected by its name, and logged).
+  EXPECT_EQ(log().find("'.."), std::string::npos) << log();
+
+  auto det = control({{"op", "detach"}, {"cgroup", cg->path().string()}});
+  EXPECT_TRUE(det && det->value("ok", false)) << (det ? det->dump() : det.error().message);
   EXPECT_TRUE(cg->remove());
 }
 

@@ -116,6 +116,17 @@ TEST(DaemonConfig, ShippedExampleIsValid) {
   EXPECT_EQ(r.config->audit_log, "/var/log/agentcage/audit.jsonl");
 }
 
+// The DaemonSet's configuration (deploy/kubernetes/daemon.yaml): the real
+// parser takes it, and it says what the pod needs (deploy/kubernetes/check
+// compares its paths with the DaemonSet's volumes).
+TEST(DaemonConfig, KubernetesConfigIsValid) {
+  auto r = daemon::load_config(std::string(AGENTCAGE_SOURCE_DIR) + "/deploy/kubernetes/daemon.yaml");
+  ASSERT_TRUE(r.ok()) << r.errors.front().format();
+  EXPECT_EQ(r.config->metrics_address, "0.0.0.0:9477");
+  EXPECT_EQ(r.config->max_runs, 0u);
+  EXPECT_EQ(r.config->policy_dir, "/etc/agentcage/policies");
+}
+
 TEST(DaemonConfig, MetricsOff) {
   auto r = daemon::parse_config("metrics_address: \"off\"\n", "d.yaml");
   ASSERT_TRUE(r.ok());

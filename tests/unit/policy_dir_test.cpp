@@ -15,13 +15,16 @@
 #include <fstream>
 #include <map>
 #include <optional>
+#include <set>
 #include <sstream>
 #include <string>
 #include <vector>
 
 #include <nlohmann/json.hpp>
 
+#include "../common/configmap_volume.h"
 #include "daemon/policy_dir.h"
+#include "daemon/policy_watch.h"
 #include "scope/slots.h"
 #include "util/log.h"
 
@@ -462,6 +465,75 @@ TEST_F(PolicyDirReload, AFileWhoseNameIsNotAPolicyNameIsRejected) {
       << error;
   EXPECT_NE(error.find("(rename it to 'bad-name.yaml')"), std::string::npos) << error;
   EXPECT_EQ(listener_.fail_closed, (std::vector<std::string>{"policy_invalid"}));
+}
+
+// A Kubernetes ConfigMap mounted as the policy directory: every NAME.yaml is
+// a symbolic link through ..data into a ..TIMESTAMP directory, and an update
+// renames a new ..data into place. Driven as the daemon drives it (policy
+// watch events -> full_scan / apply_file), looking after every step of the
+// kubelet's update, in both orders kubelets link new keys.
+TEST_F(PolicyDirReload, AConfigMapSwapUpdatesAddsAndRemovesPoliciesAndItsDotEntriesAreNoPolicies) {
+  using Volume = test_support::ConfigMapVolume;
+  using Step = Volume::Step;
+  for (const bool links_first : {false, true}) {
+    SCOPED_TRACE(links_first ? "new keys linked before the switch" : "new keys linked after the switch");
+    fs::remove_all(root_ / "policies");
+    fs::remove_all(root_ / "state");
+    fs::create_directories(root_ / "state");
+    slots_.installed.clear();
+    Volume volume(root_ / "policies");
+    volume.write({{"web.yaml", policy_text("web")}, {"db.yaml", policy_text("db")}});
+    auto d = make_dir();
+    d->full_scan();
+    // The links are followed: both load, and only they are files of the directory.
+    ASSERT_TRUE(d->named_slot("web") && d->named_slot("db"));
+    std::set<std::string> listed;
+    for (const auto& f : d->status_json()) listed.insert(fs::path(f["file"].get<std::string>()).filename());
+    EXPECT_EQ(listed, (std::set<std::string>{"db.yaml", "web.yaml"}));
+    const uint32_t web = *d->named_slot("web");
+    EXPECT_EQ(slots_.installed.at(web).path_rules, 1u);
+    take_log();
+
+    PolicyWatch watch(dir());
+    ASSERT_TRUE(watch.watch());
+    std::map<Step, PolicyDirChanges> seen;
+    std::map<Step, std::set<std::string>> loaded;
+    volume.write(
+        {{"web.yaml", policy_text("web", "/etc/hostname, /etc/passwd")}, {"api.yaml", policy_text("api")}},
+        [&](Step step) {
+          PolicyDirChanges changes = watch.read();  // what the daemon's loop does with them
+          if (changes.rescan) d->full_scan();
+          for (const auto& name : changes.files) d->apply_file(name);
+          seen[step] = changes;
+          for (const auto& [slot, name] : listener_.names)
+            if (d->named_slot(name) == slot) loaded[step].insert(name);
+        },
+        links_first);
+
+    // Nothing happens before the switch: the new directory and ..data_tmp
+    // are no policies, and a link that dangles is nothing to load.
+    EXPECT_FALSE(seen[Step::wrote_data_dir].rescan);
+    EXPECT_EQ(loaded[Step::wrote_data_dir], (std::set<std::string>{"db", "web"}));
+    // The ..data rename is one rescan: web takes its new rules in its slot,
+    // db (its link dangles now) goes, and api loads when it is linked.
+    EXPECT_TRUE(seen[Step::switched].rescan);
+    EXPECT_EQ(d->named_slot("web"), web);
+    EXPECT_EQ(slots_.installed.at(web).path_rules, 2u);
+    EXPECT_EQ(loaded[Step::switched],
+              (links_first ? std::set<std::string>{"api", "web"} : std::set<std::string>{"web"}));
+    EXPECT_EQ(loaded[Step::linked_new_keys], (std::set<std::string>{"api", "web"}));
+    if (!links_first) {
+      EXPECT_EQ(seen[Step::linked_new_keys].files, (std::set<std::string>{"api.yaml"}));
+    }
+    EXPECT_EQ(seen[Step::unlinked_old_keys].files, (std::set<std::string>{"db.yaml"}));
+    EXPECT_TRUE(seen[Step::removed_old_dir].rescan);
+    EXPECT_EQ(loaded[Step::removed_old_dir], (std::set<std::string>{"api", "web"}));
+    EXPECT_FALSE(d->named_slot("db"));
+    listed.clear();
+    for (const auto& f : d->status_json()) listed.insert(fs::path(f["file"].get<std::string>()).filename());
+    EXPECT_EQ(listed, (std::set<std::string>{"api.yaml", "web.yaml"}));
+    EXPECT_EQ(state_file(), (json{{"api", *d->named_slot("api")}, {"web", web}}));
+  }
 }
 
 TEST_F(PolicyDirReload, NothingIsInstalledBeforeTheKernelSideIsThere) {

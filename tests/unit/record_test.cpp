@@ -3,12 +3,16 @@
 // target as text, and the one JSON shape the audit log and the run result
 // share.
 #include <gtest/gtest.h>
+#include <netinet/in.h>
 #include <signal.h>
 #include <sys/socket.h>
 
 #include <cerrno>
 #include <climits>
+#include <cstdlib>
 #include <cstring>
+#include <fstream>
+#include <sstream>
 #include <string>
 
 #include <nlohmann/json.hpp>
@@ -155,6 +159,49 @@ TEST(DecisionRecord, OneShapeInTheAuditLogAndTheResult) {
   EXPECT_EQ(j["decision"], "audit");
   EXPECT_EQ(j["errno"], 0);
   EXPECT_TRUE(j["errno_name"].is_null());
+}
+
+// dashboards/audit-sample.jsonl is what the daemon writes, one line of each
+// shape (a path with its access, an address with its protocol, an abstract
+// unix name in audit mode outside a run, a run's labels, a refused name):
+// dashboards/check reads the fields the Loki dashboard's queries extract and
+// the shipping configuration's labels from it, so they are the code's. A
+// change here that adds a field: AGENTCAGE_UPDATE_AUDIT_SAMPLE=1 rewrites it.
+TEST(AuditLine, TheDashboardsSampleIsWhatTheDaemonWrites) {
+  const int64_t t = 1735787045123456789LL;
+  ac_event_decision open = record(AC_TARGET_PATH, "/etc/passwd");
+  open.access = AC_ACCESS_READ;
+  ac_event_decision connect = record(AC_TARGET_PATH, "");
+  connect.hook = AC_HOOK_SOCKET_CONNECT;
+  connect.target_kind = AC_TARGET_INET;
+  connect.target_len = 0;
+  connect.family = AF_INET;
+  connect.port = 443;
+  connect.protocol = IPPROTO_TCP;
+  const uint8_t addr[4] = {203, 0, 113, 7};
+  std::memcpy(connect.addr, addr, sizeof addr);
+  ac_event_decision audited = record(AC_TARGET_UNIX_ABSTRACT, "llm/proxy");
+  audited.decision = AC_DECISION_AUDIT;
+  audited.error = 0;
+  ac_event_decision exec = record(AC_TARGET_PATH, "/workspace/a.out");
+  exec.hook = AC_HOOK_EXEC;
+  exec.access = AC_ACCESS_EXEC;
+  const std::string run = "0123456789abcdef";
+  const std::string lines =
+      telemetry::event_line(open, {t, "python-sandbox", run, {{"task", "t-1"}}}) +
+      telemetry::event_line(connect, {t + 1000, "python-sandbox", run, {}}) +
+      telemetry::event_line(audited, {t + 2000, "llm-proxy-only", "", {}}) +
+      telemetry::event_line(exec, {t + 3000, "python-sandbox", run, {}}) +
+      telemetry::refused_name_line("exfil.example.net", 3, {t + 4000, "python-sandbox", run, {}});
+  const std::string path = std::string(AGENTCAGE_SOURCE_DIR) + "/dashboards/audit-sample.jsonl";
+  if (const char* update = std::getenv("AGENTCAGE_UPDATE_AUDIT_SAMPLE"); update && std::string(update) == "1")
+    std::ofstream(path, std::ios::trunc) << lines;
+  std::ifstream in(path);
+  std::stringstream have;
+  have << in.rdbuf();
+  EXPECT_EQ(have.str(), lines) << path
+                               << " is not what the daemon writes: rerun this test with "
+                                  "AGENTCAGE_UPDATE_AUDIT_SAMPLE=1, then dashboards/check";
 }
 
 // The record's bytes come from the kernel but its strings from the confined

@@ -2,6 +2,7 @@
 #include "daemon/policy_watch.h"
 
 #include <sys/inotify.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include "daemon/policy_dir.h"
@@ -17,12 +18,19 @@ Status PolicyWatch::watch() {
   if (watch_ >= 0) return {};
   // Whole writes (close after write, rename into place), removals, and the
   // directory itself going away. No IN_MODIFY: a half-written file is never
-  // read.
+  // read. IN_CREATE only for symbolic links (read() checks): a link is
+  // whole when it appears, and a kubelet links a ConfigMap's new key after
+  // its ..data switch.
   watch_ = ::inotify_add_watch(fd_.get(), dir_.c_str(),
                                IN_CLOSE_WRITE | IN_MOVED_TO | IN_MOVED_FROM | IN_DELETE | IN_DELETE_SELF |
-                                   IN_MOVE_SELF | IN_ATTRIB | IN_ONLYDIR);
+                                   IN_MOVE_SELF | IN_ATTRIB | IN_CREATE | IN_ONLYDIR);
   if (watch_ < 0) return Error::from_errno("policy directory " + dir_);
   return {};
+}
+
+bool PolicyWatch::is_created_link(const std::string& name) const {
+  struct stat st {};
+  return is_policy_file_name(name) && ::lstat((dir_ + "/" + name).c_str(), &st) == 0 && S_ISLNK(st.st_mode);
 }
 
 PolicyDirChanges PolicyWatch::read() {
@@ -43,6 +51,7 @@ PolicyDirChanges PolicyWatch::read() {
       }
       if (ev->mask & IN_Q_OVERFLOW) out.rescan = true;
       std::string name = ev->len ? std::string(ev->name) : std::string();
+      if ((ev->mask & IN_CREATE) && !is_created_link(name)) continue;  // its IN_CLOSE_WRITE follows
       if (is_policy_file_name(name))
         out.files.insert(name);
       else if (!name.empty() && name[0] == '.')

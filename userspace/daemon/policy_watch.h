@@ -1,7 +1,8 @@
 // SPDX-License-Identifier: Apache-2.0
 // The inotify watch on the policy directory: which policy files were written
-// whole, renamed or removed (policy_dir.h applies them), and whether the
-// directory must be rescanned (queue overflow, a ConfigMap's ..data swap).
+// whole, renamed, linked or removed (policy_dir.h applies them), and whether
+// the directory must be rescanned (queue overflow, a ConfigMap's ..data swap:
+// the rename of a dot-entry).
 // The directory may not exist yet, or go away: then nothing is watched until
 // watch() succeeds again.
 #pragma once
@@ -32,6 +33,10 @@ class PolicyWatch {
   PolicyDirChanges read();
 
  private:
+  // A policy file name that is a symbolic link now (an IN_CREATE worth
+  // applying: a regular file's creation is followed by its IN_CLOSE_WRITE).
+  bool is_created_link(const std::string& name) const;
+
   std::string dir_;
   UniqueFd fd_;
   int watch_ = -1;
