@@ -142,6 +142,53 @@ TEST_F(DaemonDelegation, RunsLiveInTheDelegatedCgroupAndNothingAboveIsWritten) {
   expect_above_untouched();
 }
 
+// The unit dies whole with a run in flight (a crash, then systemd's final
+// SIGKILL of what is left: KillMode=mixed): the runner is killed before it
+// can end its run, then the daemon. systemd then removes the unit's cgroup
+// and (Restart=on-failure) starts the daemon in a fresh one. The new daemon
+// reaps what the run left outside the cgroup (its record, scope and
+// workspace) and runs again in <unit>/runs.
+TEST_F(DaemonDelegation, ARestartedDaemonReapsWhatThePreviousOneLeft) {
+  emulate_systemd("cpu memory pids", true);
+  start(in_unit());
+  Proc crash = client_run("crash", {}, {"sleep", "300"});
+  ASSERT_TRUE(
+      wait_until([&] { return runs_in_unit().size() == 1 && !processes_of_dynamic_uids().empty(); }, 30s))
+      << out("crash") << log();
+  const fs::path run_cg = runs_in_unit().front();
+  const std::string run_id = run_cg.filename().string();
+  auto scope_id = cgroup::cgroup_id(run_cg);
+  ASSERT_TRUE(scope_id.ok());
+  const fs::path record = fs::path("/run/agentcage/runs") / (run_id + ".json");
+  ASSERT_TRUE(fs::exists(record));
+  pid_t runner = 0;
+  for (const auto& [pid, comm] : children_of(daemon_.pid))
+    if (comm == "agentcage") runner = pid;
+  ASSERT_GT(runner, 0) << log();
+  ASSERT_EQ(::kill(runner, SIGKILL), 0);
+  stop_daemon(SIGKILL);
+  wait_exit(crash.pid);  // its connection closed
+  // The fork server and the run's sandbox follow (PR_SET_PDEATHSIG); the
+  // run's record, cgroup and scope stay.
+  ASSERT_TRUE(wait_until([&] { return slurp(unit_ / "daemon" / "cgroup.procs").empty(); }, 30s));
+  EXPECT_TRUE(fs::exists(record));
+  EXPECT_TRUE(fs::exists(run_cg));
+  // systemd's part: the rest of the unit killed, its cgroup removed, a fresh one.
+  Status gone = cgroup::remove_tree(unit_);
+  ASSERT_TRUE(gone.ok()) << gone.error().message;
+  fs::create_directories(unit_);
+  ASSERT_EQ(::setxattr(unit_.c_str(), "trusted.delegate", "1", 1, 0), 0) << std::strerror(errno);
+  start(in_unit());
+  EXPECT_NE(log().find("reaped stale run " + run_id), std::string::npos) << log();
+  EXPECT_FALSE(fs::exists(record));
+  for (const auto& sc : status().value("scopes", json::array()))
+    EXPECT_NE(sc.value("scope_id", uint64_t{0}), *scope_id) << sc.dump();
+  Proc next = client_run("next", {}, {"cat", "/etc/hostname"});
+  EXPECT_EQ(wait_exit(next.pid), 0) << out("next") << log();
+  EXPECT_EQ(result("next")["cgroup"].get<std::string>().rfind((unit_ / "runs").string() + "/", 0), 0u);
+  expect_above_untouched();
+}
+
 TEST_F(DaemonDelegation, AControllerNotDelegatedRefusesTheRunWithTheUnitSetting) {
   // Delegate=pids: the unit's cgroup offers pids only; the run policy has a
   // memory limit.
