@@ -239,9 +239,11 @@ class DaemonEnv : public ::testing::Test {
     std::filesystem::remove_all(dir_, ec);
   }
 
-  void start_daemon() {
-    daemon_ =
-        spawn({agentcage_bin(), "daemon", "--config", (dir_ / "daemon.yaml").string()}, dir_ / "daemon.log");
+  // `in_child` runs in the daemon's process before its exec (e.g. to place
+  // it in a cgroup, as a service manager does).
+  void start_daemon(const std::function<void()>& in_child = {}) {
+    daemon_ = spawn({agentcage_bin(), "daemon", "--config", (dir_ / "daemon.yaml").string()},
+                    dir_ / "daemon.log", {}, in_child);
     ASSERT_TRUE(wait_until([&] { return named_slot(status(), "dtest").has_value(); }, 120s))
         << "daemon did not come up with policy dtest:\n"
         << slurp(dir_ / "daemon.log");

@@ -17,7 +17,7 @@
 #include <vector>
 
 #include "control/protocol.h"
-#include "daemon_env.h"
+#include "daemon_run_env.h"
 #include "util/fd_passing.h"
 
 namespace agentcage::kt {
@@ -25,87 +25,6 @@ namespace {
 
 namespace fs = std::filesystem;
 using nlohmann::json;
-
-constexpr uid_t kClientUid = 65534;
-constexpr gid_t kClientGid = 65534;
-constexpr gid_t kControlGid = 4242;
-
-// sh, cat, sleep and true may run; the workspace may be read and written; /etc/hostname
-// read; nothing else (/etc/passwd is denied).
-const char* kRunPolicy =
-    "apiVersion: agentcage/v1\n"
-    "kind: Policy\n"
-    "metadata: {name: drun}\n"
-    "spec:\n"
-    "  exec: {allow: [/usr/bin/cat, /usr/bin/sleep, /usr/bin/sh, /usr/bin/true]}\n"
-    "  files:\n"
-    "    read: [/usr/lib, /usr/lib64, /etc/ld.so.cache, /etc/locale.alias, /etc/hostname, \"${workspace}\"]\n"
-    "    write: [\"${workspace}\"]\n"
-    "  limits: {memory: 256Mi, timeout: 2m}\n";
-
-// Becomes the client: uid/gid 65534, in the control group when `member`.
-std::function<void()> become_client(bool member) {
-  return [member] {
-    gid_t groups[] = {kControlGid};
-    if (::setgroups(member ? 1 : 0, groups) != 0 || ::setgid(kClientGid) != 0 || ::setuid(kClientUid) != 0)
-      ::_exit(98);
-  };
-}
-
-class DaemonRun : public DaemonEnv {
- protected:
-  void SetUp() override {
-    DaemonEnv::SetUp();
-    if (HasFatalFailure() || IsSkipped()) return;
-    write_file(dir_ / "policies" / "drun.yaml", kRunPolicy);
-    std::ofstream(dir_ / "daemon.yaml", std::ios::app)
-        << "control_group: \"" << kControlGid << "\"\n"
-        << "max_runs: 24\nmax_runs_per_client: 22\nmax_clients_per_uid: 32\n"
-        << "run_max_memory: 512Mi\n";
-    // The client's own directory (its results and workspaces).
-    client_ = dir_ / "client";
-    fs::create_directories(client_);
-    ASSERT_EQ(::chown(client_.c_str(), kClientUid, kClientGid), 0);
-    ::chmod(dir_.c_str(), 0755);
-  }
-
-  void TearDown() override {
-    DaemonEnv::TearDown();
-    if (auto e = bpf::Enforcer::open_shared())
-      if (auto pols = (*e)->policies())
-        for (const auto& p : *pols)
-          if (p.owner == AC_POLICY_OWNER_NAMED && (p.name == "drun" || p.name == "python-sandbox"))
-            (void)(*e)->remove_policy(p.slot);
-  }
-
-  void start() {
-    start_daemon();
-    ASSERT_TRUE(wait_until([&] { return named_slot(status(), "drun").has_value(); }, 60s)) << log();
-  }
-
-  // `agentcage run --policy drun ARGS... -- CMD` as the client; output in
-  // client/TAG.out, the result in client/TAG.json.
-  Proc client_run(const std::string& tag, const std::vector<std::string>& args,
-                  const std::vector<std::string>& cmd, bool member = true,
-                  const std::string& policy = "drun") {
-    std::vector<std::string> argv = {agentcage_bin(), "run",      "--policy",
-                                     policy,          "--result", (client_ / (tag + ".json")).string()};
-    argv.insert(argv.end(), args.begin(), args.end());
-    argv.push_back("--");
-    argv.insert(argv.end(), cmd.begin(), cmd.end());
-    return spawn(argv, client_ / (tag + ".out"), {}, become_client(member));
-  }
-
-  json result(const std::string& tag) {
-    return json::parse(slurp(client_ / (tag + ".json")), nullptr, false);
-  }
-  std::string out(const std::string& tag) { return slurp(client_ / (tag + ".out")); }
-
-  // Nothing of any run is left: no run cgroup, no process of a sandbox uid.
-  bool nothing_left() { return run_cgroups().empty() && processes_of_dynamic_uids().empty(); }
-
-  fs::path client_;
-};
 
 TEST_F(DaemonRun, AGroupMemberRunsUnderANamedPolicyWithItsLabelsAndDenialsReported) {
   start();
@@ -258,23 +177,6 @@ TEST_F(DaemonRun, AClientKilledMidRunLeavesNothing) {
   // The daemon serves the next client as before.
   Proc next = client_run("next", {}, {"cat", "/etc/hostname"});
   EXPECT_EQ(wait_exit(next.pid), 0) << out("next");
-}
-
-// The processes whose parent is `parent`, with their command name.
-std::vector<std::pair<pid_t, std::string>> children_of(pid_t parent) {
-  std::vector<std::pair<pid_t, std::string>> out;
-  for (const auto& e : fs::directory_iterator("/proc")) {
-    const std::string name = e.path().filename();
-    if (name.find_first_not_of("0123456789") != std::string::npos) continue;
-    const std::string stat = slurp(e.path() / "stat");
-    const size_t open = stat.find('('), close = stat.rfind(')');
-    if (open == std::string::npos || close == std::string::npos) continue;
-    int ppid = 0;
-    char state = 0;
-    if (std::sscanf(stat.c_str() + close + 1, " %c %d", &state, &ppid) != 2 || ppid != parent) continue;
-    out.emplace_back(std::stoi(name), stat.substr(open + 1, close - open - 1));
-  }
-  return out;
 }
 
 std::vector<std::string> cmdline_of(pid_t pid) {

@@ -41,6 +41,7 @@ TEST(DaemonConfig, EmptyFileGivesDefaults) {
   EXPECT_EQ(r.config->control_socket, "/run/agentcage/control.sock");
   EXPECT_EQ(r.config->audit_log, "-");
   EXPECT_EQ(r.config->cgroup_parent, "agentcage/runs");
+  EXPECT_EQ(r.config->cgroup_layout, cgroup::LayoutSetting::automatic);
   EXPECT_EQ(r.config->pin_root, "/sys/fs/bpf/agentcage");
   EXPECT_FALSE(r.config->control_group);
 }
@@ -51,7 +52,7 @@ TEST(DaemonConfig, EverySetting) {
       "control_group: agentcage\naudit_log: /var/log/agentcage/audit.jsonl\ncgroup_parent: "
       "system.slice/runs\n"
       "pin_root: /sys/fs/bpf/ac\nstate_dir: /run/ac\nrecent_events: 10\nclient_buffer_bytes: "
-      "65536\nmax_clients: 8\nring_buffer_size: 8Mi\n",
+      "65536\nmax_clients: 8\nring_buffer_size: 8Mi\ncgroup_layout: fixed\n",
       "d.yaml");
   ASSERT_TRUE(r.ok()) << r.errors.front().format();
   EXPECT_EQ(r.config->policy_dir, "/srv/policies");
@@ -59,6 +60,7 @@ TEST(DaemonConfig, EverySetting) {
   EXPECT_EQ(*r.config->control_group, "agentcage");
   EXPECT_EQ(r.config->audit_log, "/var/log/agentcage/audit.jsonl");
   EXPECT_EQ(r.config->cgroup_parent, "system.slice/runs");
+  EXPECT_EQ(r.config->cgroup_layout, cgroup::LayoutSetting::fixed);
   EXPECT_EQ(r.config->recent_events, 10u);
   EXPECT_EQ(r.config->client_buffer_bytes, 65536u);
   EXPECT_EQ(r.config->max_clients, 8u);
@@ -79,6 +81,7 @@ TEST(DaemonConfig, ChangesSayWhatAppliesNowAndWhatWaits) {
       {"pin_root: /sys/fs/bpf/x", "pin_root", false},
       {"state_dir: /run/x", "state_dir", false},
       {"cgroup_parent: x/runs", "cgroup_parent", false},
+      {"cgroup_layout: fixed", "cgroup_layout", false},
       {"ring_buffer_size: 4Mi", "ring_buffer_size", false},
       {"metrics_address: 127.0.0.1:1", "metrics_address", true},
       {"metrics_tls: {cert_file: /m.crt, key_file: /m.key}", "metrics_tls", true},
@@ -108,12 +111,20 @@ TEST(DaemonConfig, ChangesSayWhatAppliesNowAndWhatWaits) {
     EXPECT_EQ(changes[0].live, c.live) << c.key;
     EXPECT_TRUE(daemon::config_changes(*r.config, *r.config).empty()) << c.line;
   }
+  // Where the daemon's runs live was settled at start (cgroup/delegation.h):
+  // the same file read again is no change.
+  daemon::Config settled;
+  settled.settled_run_parent = "system.slice/agentcage.service/runs";
+  EXPECT_EQ(settled.run_parent(), "system.slice/agentcage.service/runs");
+  EXPECT_EQ(defaults.run_parent(), "agentcage/runs");
+  EXPECT_TRUE(daemon::config_changes(settled, defaults).empty());
 }
 
 TEST(DaemonConfig, ShippedExampleIsValid) {
   auto r = daemon::load_config(std::string(AGENTCAGE_SOURCE_DIR) + "/packaging/systemd/daemon.yaml");
   ASSERT_TRUE(r.ok()) << r.errors.front().format();
   EXPECT_EQ(r.config->audit_log, "/var/log/agentcage/audit.jsonl");
+  EXPECT_EQ(r.config->cgroup_layout, cgroup::LayoutSetting::automatic);
 }
 
 // The DaemonSet's configuration (deploy/kubernetes/daemon.yaml): the real
@@ -152,6 +163,8 @@ TEST(DaemonConfig, ErrorsAreLocated) {
   EXPECT_EQ(first_error("cgroup_parent: ../escape\n"),
             "d.yaml:1:16: cgroup_parent: expected a path relative to the cgroup2 mount (e.g. "
             "agentcage/runs), got '../escape'");
+  EXPECT_EQ(first_error("cgroup_layout: systemd\n"),
+            "d.yaml:1:16: cgroup_layout: expected auto, delegated or fixed, got 'systemd'");
   EXPECT_EQ(first_error("max_clients: 0\n"),
             "d.yaml:1:14: max_clients: expected a whole number from 1 to 1024, got '0'");
   EXPECT_EQ(first_error("policy_dir: [/a]\n"), "d.yaml:1:13: policy_dir: expected a single value");

@@ -41,6 +41,11 @@ audit log (log rotation).
 Under systemd (Type=notify) it reports READY=1 once it enforces with the
 policy directory loaded, STATUS= lines and watchdog keep-alives
 (WatchdogSec=), and each log line carries its journald priority.
+When systemd delegated its cgroup (the unit's Delegate=yes), it moves itself
+into <its cgroup>/daemon and the runs it starts live in <its cgroup>/runs,
+never writing above its cgroup; otherwise (no systemd) they live under
+cgroup_parent (default @CGROUP_PARENT@). The setting cgroup_layout
+(auto, delegated, fixed) chooses.
 
 Exit status: 0 stopped by a signal, 1 could not start.)"));
   auto config = std::make_shared<std::string>();

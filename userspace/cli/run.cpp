@@ -157,7 +157,9 @@ ENVIRONMENT
   AGENTCAGE_WORKSPACE_ROOT  parent of generated workspaces;
                             default @WORKSPACE_ROOT@
   AGENTCAGE_CGROUP_PARENT   run cgroups' parent, relative to the cgroup2 mount;
-                            default @CGROUP_PARENT@ (under /sys/fs/cgroup)
+                            default @CGROUP_PARENT@ (under /sys/fs/cgroup);
+                            nothing above a cgroup on the way that systemd
+                            marked delegated (trusted.delegate) is written
   AGENTCAGE_STATE_DIR       run records and uid leases; default @STATE_DIR@
   AGENTCAGE_RESOLV_CONF     the upstream DNS servers (nameserver lines) a run's
                             resolver forwards the names its policy allows to

@@ -399,6 +399,15 @@ ConfigResult parse_config(std::string_view text, const std::string& filename) {
          else
            cfg.cgroup_parent = *s;
        }},
+      {"cgroup_layout",
+       [&](const YAML::Node& v, const std::string& key) {
+         auto s = scalar(v, key);
+         if (!s) return;
+         if (auto layout = cgroup::parse_layout_setting(*s))
+           cfg.cgroup_layout = *layout;
+         else
+           rep.error(pos_of(v.Mark()), key + ": expected auto, delegated or fixed, got " + quote(*s));
+       }},
       {"recent_events", count_setting(cfg.recent_events, 0, 65536)},
       {"ring_buffer_size",
        [&](const YAML::Node& v, const std::string& key) {
@@ -457,6 +466,7 @@ std::vector<ConfigChange> config_changes(const Config& a, const Config& b) {
       {"control_socket", false, a.control_socket == b.control_socket},
       {"pin_root", false, a.pin_root == b.pin_root},
       {"state_dir", false, a.state_dir == b.state_dir},
+      {"cgroup_layout", false, a.cgroup_layout == b.cgroup_layout},
       {"cgroup_parent", false, a.cgroup_parent == b.cgroup_parent},
       {"ring_buffer_size", false, a.ring_buffer_bytes == b.ring_buffer_bytes},
       {"metrics_address", true, a.metrics_address == b.metrics_address},

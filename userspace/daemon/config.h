@@ -14,6 +14,7 @@
 #include <string_view>
 #include <vector>
 
+#include "cgroup/delegation.h"
 #include "core/paths.h"
 #include "policy/model.h"
 #include "telemetry/metrics_server.h"
@@ -55,9 +56,17 @@ struct Config {
   std::optional<std::string> control_group;
   // JSON lines audit log: a file path (appended to) or "-" for stdout.
   std::string audit_log = "-";
-  // Where run cgroups live (relative to the cgroup2 mount); also the
-  // subtree stale runs are reaped from.
+  // Where runs through the daemon live (cgroup/delegation.h): in the
+  // daemon's own delegated cgroup, or (the fixed layout) under
+  // cgroup_parent, relative to the cgroup2 mount.
+  cgroup::LayoutSetting cgroup_layout = cgroup::LayoutSetting::automatic;
   std::string cgroup_parent = core::kDefaultCgroupParent;
+  // Not a setting of the file: the runs' parent the daemon settled at start
+  // from the two above (run_daemon); a reload never changes it.
+  std::string settled_run_parent;
+  const std::string& run_parent() const {
+    return settled_run_parent.empty() ? cgroup_parent : settled_run_parent;
+  }
   std::string pin_root = core::kDefaultPinRoot;
   std::string state_dir = core::kDefaultStateDir;
   // Events kept for `agentcage events` (without --follow) and bytes queued

@@ -26,6 +26,7 @@
 #include "bpf/enforcer.h"
 #include "bpf/lsm.h"
 #include "bpf/names.h"
+#include "cgroup/delegation.h"
 #include "control/protocol.h"
 #include "daemon/control_server.h"
 #include "daemon/event_sink.h"
@@ -312,7 +313,7 @@ void Daemon::reap_stale_runs() {
   std::ostringstream reaped;
   run::Paths paths;
   paths.policy_dir = cfg_.policy_dir;
-  paths.cgroup_parent = cfg_.cgroup_parent;
+  paths.cgroup_parent = cfg_.run_parent();
   paths.state_dir = cfg_.state_dir;
   run::reap_stale_runs(*enf_, paths, reaped);
   if (!reaped.str().empty()) log::warn(reaped.str());
@@ -654,14 +655,27 @@ json Daemon::detach(const Request& r) {
 }  // namespace
 
 int run_daemon(const Config& config, const std::string& config_file, const CommandLine& command_line) {
-  // First, while this process has one thread: the fork server runs' start
+  // Where runs live, settled before any child exists: in the delegated
+  // layout this process moves into its leaf first (cgroup/delegation.h), so
+  // the fork server and every runner start there.
+  Config cfg = config;
+  auto layout = cgroup::settle_daemon_layout(cfg.cgroup_layout, cfg.cgroup_parent);
+  if (!layout) {
+    log::error("daemon: " + layout.error().message);
+    return 1;
+  }
+  cfg.settled_run_parent = layout->parent;
+  log::info("runs through the daemon live in " + layout->parent + " below the cgroup2 root (" +
+            layout->reason + ")");
+  if (!layout->warning.empty()) log::warn(layout->warning);
+  // Then, while this process has one thread: the fork server runs' start
   // from (daemon/run_forker.h). Without it runs are exec'd.
   RunForker forker;
   if (command_line) {
     if (Status st = forker.start(command_line); !st)
       log::warn("no fork server (" + st.error().message + "): runs start with fork + exec");
   }
-  Daemon d(config, config_file, &forker);
+  Daemon d(std::move(cfg), config_file, &forker);
   if (Status st = d.start(); !st) {
     log::error("daemon: " + st.error().message);
     return 1;

@@ -222,7 +222,7 @@ std::optional<json> RunService::start(const control::Request& req, const Peer& p
   args.insert(args.end(), req.argv.begin(), req.argv.end());
   std::vector<std::string> env = {"PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin",
                                   "AGENTCAGE_POLICY_DIR=" + cfg_.policy_dir,
-                                  "AGENTCAGE_CGROUP_PARENT=" + cfg_.cgroup_parent,
+                                  "AGENTCAGE_CGROUP_PARENT=" + cfg_.run_parent(),
                                   "AGENTCAGE_STATE_DIR=" + cfg_.state_dir,
                                   "AGENTCAGE_CONTROL_SOCKET=" + cfg_.control_socket,
                                   "AGENTCAGE_NOTIFY_FD=" + std::to_string(kRunnerFds - 1)};

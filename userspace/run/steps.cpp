@@ -14,6 +14,7 @@
 
 #include "bpf/compile.h"
 #include "bpf/lsm.h"
+#include "cgroup/delegation.h"
 #include "policy/locate.h"
 #include "run/policy_cache.h"
 #include "run/runner.h"
@@ -72,50 +73,6 @@ Step save_record(Run& run, FailClosedReason why) {
   if (Status st = run.resources.lease->write(run.resources.record); !st)
     return refused(why, st.error().message);
   return {};
-}
-
-// The controllers a run's cgroup gets, when the hierarchy offers them.
-const std::vector<std::string> kControllers = {"memory", "pids", "cpu"};
-
-// Creates <root>/<rel> (each level) and enables the controllers each level
-// offers for its children. A controller in `required` that cannot be enabled
-// is an error (its limit could not be enforced).
-Result<fs::path> prepare_cgroup_parent(const fs::path& root, const std::string& rel,
-                                       const std::vector<std::string>& required) {
-  fs::path relp = fs::path(rel).lexically_normal();
-  if (rel.empty() || relp.is_absolute() || (!relp.empty() && *relp.begin() == ".."))
-    return Error{
-        "AGENTCAGE_CGROUP_PARENT must be a relative path below the cgroup2 root, not \"" + rel + "\"",
-        EINVAL};
-  fs::path cur = root;
-  auto enable_here = [&](const fs::path& dir) -> Status {
-    auto available = cgroup::read_controllers(dir / "cgroup.controllers");
-    auto enabled = cgroup::read_controllers(dir / "cgroup.subtree_control");
-    if (!available || !enabled) return (!available ? available.error() : enabled.error()).wrap("cgroup");
-    for (const auto& c : kControllers) {
-      bool is_required = std::find(required.begin(), required.end(), c) != required.end();
-      if (std::find(enabled->begin(), enabled->end(), c) != enabled->end()) continue;
-      if (std::find(available->begin(), available->end(), c) == available->end()) {
-        if (is_required)
-          return Error{"cgroup: the " + c + " controller is not available in " + dir.string() +
-                           " (needed for the " + c + " limit)",
-                       ENOTSUP};
-        continue;
-      }
-      Status st = cgroup::write_file(dir / "cgroup.subtree_control", "+" + c);
-      if (!st && is_required) return st;
-    }
-    return {};
-  };
-  for (const auto& part : relp) {
-    if (part.empty() || part == ".") continue;
-    if (Status st = enable_here(cur); !st) return st.error();
-    cur /= part;
-    if (::mkdir(cur.c_str(), 0755) != 0 && errno != EEXIST)
-      return Error::from_errno("cgroup: creating " + cur.string());
-  }
-  if (Status st = enable_here(cur); !st) return st.error();
-  return cur;
 }
 
 Status write_limits(const cgroup::Cgroup& cg, const policy::Limits& limits) {
@@ -371,11 +328,10 @@ Step create_cgroup(Run& run) {
   if (limits.memory_bytes) required.push_back("memory");
   if (limits.pids) required.push_back("pids");
   if (limits.cpus) required.push_back("cpu");
-  auto parent = prepare_cgroup_parent(*root, run.opts.paths.cgroup_parent, required);
+  // Nothing above a delegated cgroup on the way is written (cgroup/delegation.h).
+  auto parent = cgroup::prepare_parent(*root, run.opts.paths.cgroup_parent, required);
   if (!parent)
-    return refused(why, parent.error().message,
-                   "enable the controller for " + root->string() +
-                       "'s children (echo +memory +pids +cpu > cgroup.subtree_control), or drop the limit",
+    return refused(why, parent.error().message, cgroup::controller_fix(*root, run.opts.paths.cgroup_parent),
                    parent.error().code);
   r.record.cgroup = (*parent / res.run_id).string();
   if (Step st = save_record(run, why); !st) return st;
