@@ -58,6 +58,16 @@ Result<DaemonView> ask_daemon(const std::string& socket) {
   return v;
 }
 
+// One request to the daemon: its answer, or why there is none (it could not
+// be asked, or it refused).
+Result<json> ask(const std::string& socket, const json& request) {
+  auto answer = control::call(socket, request, kDaemonTimeoutMs);
+  if (!answer) return answer.error();
+  if (!answer->value("ok", false))
+    return Error{"the daemon refused: " + answer->value("error", std::string("(no reason given)")), EPERM};
+  return answer;
+}
+
 bool same_directory(const std::string& a, const std::string& b) {
   std::error_code ea, eb;
   const fs::path ca = fs::canonical(a, ea), cb = fs::canonical(b, eb);
@@ -94,14 +104,9 @@ int attach_via_daemon(const scope::AttachRequest& req, const std::string& socket
     fs::path ws = fs::absolute(req.workspace, ec);
     request["workspace"] = ec ? req.workspace : ws.lexically_normal().string();
   }
-  auto answer = control::call(socket, request, kDaemonTimeoutMs);
+  auto answer = ask(socket, request);
   if (!answer) {
     std::cerr << "agentcage attach: " << answer.error().message << '\n';
-    return 1;
-  }
-  if (!answer->value("ok", false)) {
-    std::cerr << "agentcage attach: the daemon refused: " << answer->value("error", std::string("(no reason given)"))
-              << '\n';
     return 1;
   }
   const auto mode = policy::parse_mode(answer->value("mode", std::string("enforce")));
@@ -174,14 +179,9 @@ int detach_direct(const std::string& cgroup) {
 }
 
 int detach_via_daemon(const std::string& cgroup, const std::string& socket) {
-  auto answer = control::call(socket, json{{"op", "detach"}, {"cgroup", cgroup}}, kDaemonTimeoutMs);
+  auto answer = ask(socket, json{{"op", "detach"}, {"cgroup", cgroup}});
   if (!answer) {
     std::cerr << "agentcage detach: " << answer.error().message << '\n';
-    return 1;
-  }
-  if (!answer->value("ok", false)) {
-    std::cerr << "agentcage detach: the daemon refused: " << answer->value("error", std::string("(no reason given)"))
-              << '\n';
     return 1;
   }
   // The hooks in their closed order, each with what it denied and audited.
