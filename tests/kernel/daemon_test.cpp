@@ -752,6 +752,57 @@ TEST_F(Daemon, TellsItsServiceManagerAndTheJournal) {
   daemon_.pid = -1;
 }
 
+// Under journald, a message that carries fields is one structured entry:
+// MESSAGE, PRIORITY, SYSLOG_IDENTIFIER and AGENTCAGE_* (what `journalctl
+// AGENTCAGE_POLICY=NAME` finds). journald is stood in for by a datagram socket
+// at its native path (the VM has no systemd); without it the message goes to
+// stderr with its priority, as every other line.
+TEST_F(Daemon, ErrorsReachTheJournalWithFieldsThatNameThem) {
+  const fs::path journal = "/run/systemd/journal/socket";
+  ASSERT_FALSE(fs::exists(journal)) << "a journald runs here: this test stands in for it only where none does";
+  fs::create_directories(journal.parent_path());
+  UniqueFd jd(::socket(AF_UNIX, SOCK_DGRAM | SOCK_CLOEXEC, 0));
+  sockaddr_un a{};
+  a.sun_family = AF_UNIX;
+  journal.string().copy(a.sun_path, sizeof a.sun_path - 1);
+  ASSERT_EQ(::bind(jd.get(), reinterpret_cast<sockaddr*>(&a), sizeof a), 0);
+  timeval tv{1, 0};
+  ::setsockopt(jd.get(), SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
+
+  { std::ofstream(dir_ / "daemon.log"); }
+  struct stat st {};
+  ASSERT_EQ(::stat((dir_ / "daemon.log").c_str(), &st), 0);
+  daemon_ = spawn({agentcage_bin(), "daemon", "--config", (dir_ / "daemon.yaml").string()}, dir_ / "daemon.log",
+                  {"JOURNAL_STREAM=" + std::to_string(st.st_dev) + ":" + std::to_string(st.st_ino)});
+  ASSERT_TRUE(wait_until([&] { return named_slot(status(), "dtest").has_value(); }, 120s)) << log();
+
+  const std::string file = (dir_ / "policies" / "broken.yaml").string();
+  write_file(file, "apiVersion: agentcage/v1\nkind: Policy\nmetadata: {name: broken}\nspec:\n  files:\n    raed: [/]\n");
+  std::string entry;
+  const auto deadline = Clock::now() + 30s;
+  while (Clock::now() < deadline && entry.find("raed") == std::string::npos) {
+    char buf[65536];
+    ssize_t n = ::recv(jd.get(), buf, sizeof buf, 0);
+    if (n > 0) entry.assign(buf, static_cast<size_t>(n));
+  }
+  // One entry, in journald's native form (KEY=VALUE lines).
+  EXPECT_NE(entry.find("MESSAGE=agentcage: error: " + file + ":6:5: unknown key 'raed'"), std::string::npos) << entry;
+  EXPECT_NE(entry.find("\nPRIORITY=3\n"), std::string::npos) << entry;
+  EXPECT_NE(entry.find("\nSYSLOG_IDENTIFIER=agentcage\n"), std::string::npos) << entry;
+  EXPECT_NE(entry.find("\nAGENTCAGE_POLICY=broken\n"), std::string::npos) << entry;
+  EXPECT_NE(entry.find("\nAGENTCAGE_POLICY_FILE=" + file), std::string::npos) << entry;
+  EXPECT_EQ(log().find("unknown key 'raed'"), std::string::npos) << "sent twice:\n" << log();
+
+  // No journal to take it: the same message on stderr, with its priority.
+  jd.reset();
+  fs::remove(journal);
+  write_file(file, "apiVersion: agentcage/v1\nkind: Policy\nmetadata: {name: broken}\nspec:\n  files:\n    riad: [/]\n");
+  EXPECT_TRUE(wait_until(
+      [&] { return log().find("<3>agentcage: error: " + file + ":6:5: unknown key 'riad'") != std::string::npos; },
+      30s))
+      << log();
+}
+
 // `agentcage reload`: the daemon reads the directory again and says each
 // file's state; a rejected file makes it exit 1 with the located error.
 TEST_F(Daemon, ReloadCommandSaysEachPolicysState) {

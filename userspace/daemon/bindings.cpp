@@ -61,10 +61,16 @@ void Bindings::reconcile(bpf::Enforcer& enf, const PolicyDirectory& dir) {
     const BindingConfig& b = config_[i];
     const scope::BindingStatus& now = done->bindings[i];
     Seen& seen = seen_[b.name];
-    const std::string where = "binding " + b.name + " (" + fs::path(root->string() + b.cgroup).string() + ")";
+    const std::string cgroup_path = fs::path(root->string() + b.cgroup).string();
+    const std::string where = "binding " + b.name + " (" + cgroup_path + ")";
+    const std::string cgroup_id = std::to_string(now.cgroup_id);
+    // What journalctl AGENTCAGE_BINDING=NAME finds.
+    const std::initializer_list<log::Field> fields = {
+        {"BINDING", b.name}, {"CGROUP", cgroup_path}, {"CGROUP_ID", cgroup_id}, {"POLICY", b.policy}};
     if (why[i] != seen.why_no_policy && !why[i].empty())
       log::error(where + ": " + why[i] + "; its cgroup is confined with NO policy: every operation in it is "
-                 "denied until that is fixed");
+                 "denied until that is fixed",
+                 fields);
     else if (why[i] != seen.why_no_policy)
       log::info(where + ": policy " + b.policy + " applies");
     seen.why_no_policy = why[i];
@@ -73,24 +79,26 @@ void Bindings::reconcile(bpf::Enforcer& enf, const PolicyDirectory& dir) {
         ++seen.late;
         log::error(where + ": cgroup " + std::to_string(now.cgroup_id) + " was confined LATE: processes were "
                    "already running in it unconfined (it existed before the binding, or the daemon was not "
-                   "there when it was made); restart the unit to run it confined from its start");
+                   "there when it was made); restart the unit to run it confined from its start",
+                   fields);
       } else {
         log::warn(where + ": cgroup " + std::to_string(now.cgroup_id) +
-                  " existed before its binding and was confined now (no process had run in it)");
+                  " existed before its binding and was confined now (no process had run in it)", fields);
       }
     }
     if (now.state == scope::BindingState::refused &&
         (seen.status.state != now.state || seen.status.detail != now.detail || seen.status.cgroup_id != now.cgroup_id))
       log::error(where + ": cgroup " + std::to_string(now.cgroup_id) + " is NOT confined by its binding: " +
-                 now.detail);
+                 now.detail, fields);
     else if (now.state == scope::BindingState::confined && !now.late && now.cgroup_id != seen.status.cgroup_id)
       log::info(where + ": cgroup " + std::to_string(now.cgroup_id) + " confined since its creation");
     if (now.kernel_failed > seen.status.kernel_failed)
       log::error(where + ": the kernel could not register " +
                  std::to_string(now.kernel_failed - seen.status.kernel_failed) +
-                 " cgroup(s) at their creation (scope map full?); the daemon confines them late");
+                 " cgroup(s) at their creation (scope map full?); the daemon confines them late",
+                 fields);
     if (!now.detail.empty() && now.state == scope::BindingState::confined && now.detail != seen.status.detail)
-      log::warn(where + ": " + now.detail);
+      log::warn(where + ": " + now.detail, fields);
     seen.status = now;
     metrics.push_back({b.name, now.state == scope::BindingState::refused, seen.late, now.kernel_confined});
   }

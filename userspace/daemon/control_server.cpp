@@ -139,8 +139,9 @@ void ControlServer::accept_clients() {
       (void)!::send(fd.get(), msg.data(), msg.size(), MSG_NOSIGNAL | MSG_DONTWAIT);
     };
     if (!member) {
-      log::warn("control socket: refused uid " + std::to_string(cred.uid) + " (pid " +
-                std::to_string(cred.pid) + "): not root and not in the control group");
+      log::warn("control socket: refused uid " + std::to_string(cred.uid) + " (pid " + std::to_string(cred.pid) +
+                    "): not root and not in the control group",
+                {{"PEER_UID", std::to_string(cred.uid)}, {"PEER_PID", std::to_string(cred.pid)}});
       refuse("permission denied: root or the control group only");
       continue;
     }

@@ -355,7 +355,7 @@ json Daemon::reload_config() {
   ConfigResult r = load_config(config_file_);
   if (!r.ok()) {
     for (const auto& d : r.errors) {
-      log::error(d.format());
+      log::error(d.format(), {{"CONFIG_FILE", config_file_}});
       out["errors"].push_back(d.format());
     }
     log::error(config_file_ + " is not valid: not applied; the daemon goes on with the configuration it had");

@@ -152,7 +152,8 @@ void PolicyDirectory::full_scan() {
 
 void PolicyDirectory::reject(PolicyFile& pf, const std::vector<std::string>& messages,
                              core::FailClosedReason fail_reason) {
-  for (const auto& m : messages) log::error(m);
+  const std::string file = dir_ + "/" + pf.name + ".yaml";
+  for (const auto& m : messages) log::error(m, {{"POLICY", pf.name}, {"POLICY_FILE", file}});
   pf.error = messages.empty() ? "rejected" : messages.front();
   if (messages.size() > 1) pf.error += " (and " + std::to_string(messages.size() - 1) + " more)";
   pf.loaded = false;
@@ -160,9 +161,11 @@ void PolicyDirectory::reject(PolicyFile& pf, const std::vector<std::string>& mes
   listener_.rejected(fail_reason);
   if (pf.slot)
     log::warn("policy " + pf.name + ": the change was rejected; the previous version keeps enforcing (slot " +
-              std::to_string(*pf.slot) + ")");
+                  std::to_string(*pf.slot) + ")",
+              {{"POLICY", pf.name}, {"POLICY_FILE", file}});
   else
-    log::warn("policy " + pf.name + " is not loaded: runs and attachments naming it fail");
+    log::warn("policy " + pf.name + " is not loaded: runs and attachments naming it fail",
+              {{"POLICY", pf.name}, {"POLICY_FILE", file}});
 }
 
 void PolicyDirectory::apply_file(const std::string& fname) {

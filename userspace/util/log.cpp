@@ -3,6 +3,9 @@
 
 #include <bpf/libbpf.h>
 #include <sys/stat.h>
+#include <sys/uio.h>
+#include <unistd.h>
+#include <systemd/sd-journal.h>
 
 #include <atomic>
 #include <cstdarg>
@@ -10,6 +13,7 @@
 #include <cstdlib>
 #include <iterator>
 #include <string>
+#include <vector>
 
 namespace agentcage::log {
 namespace {
@@ -28,6 +32,33 @@ constexpr LevelText kLevels[] = {{"debug", "<7>"}, {"info", "<6>"}, {"warning", 
 const LevelText& text_of(Level level) {
   const auto i = static_cast<size_t>(level);
   return kLevels[i < std::size(kLevels) ? i : std::size(kLevels) - 1];
+}
+
+// A field name journald takes after the AGENTCAGE_ in front of it: upper
+// case letters, digits and '_'.
+bool valid_field_name(std::string_view name) {
+  if (name.empty() || name.size() > 48) return false;
+  for (char c : name)
+    if (!((c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '_')) return false;
+  return true;
+}
+
+// One structured journal entry; false when the journal is not there to take
+// it. (sd_journal_sendv reports success when journald's socket is missing:
+// "fail silently", so ask first, or the message would be lost.)
+bool send_to_journal(Level lvl, std::string_view message, std::initializer_list<Field> fields) {
+  if (::access("/run/systemd/journal/socket", F_OK) != 0) return false;
+  std::vector<std::string> items;
+  items.reserve(fields.size() + 3);
+  items.push_back("MESSAGE=agentcage: " + std::string(text_of(lvl).word) + ": " + std::string(message));
+  items.push_back("PRIORITY=" + std::string(1, text_of(lvl).journal[1]));
+  items.push_back("SYSLOG_IDENTIFIER=agentcage");
+  for (const Field& f : fields)
+    if (valid_field_name(f.name)) items.push_back("AGENTCAGE_" + std::string(f.name) + "=" + std::string(f.value));
+  std::vector<iovec> iov;
+  iov.reserve(items.size());
+  for (auto& item : items) iov.push_back({item.data(), item.size()});
+  return sd_journal_sendv(iov.data(), static_cast<int>(iov.size())) >= 0;
 }
 
 int libbpf_print(enum libbpf_print_level lvl, const char* fmt, va_list args) {
@@ -52,13 +83,14 @@ int libbpf_print(enum libbpf_print_level lvl, const char* fmt, va_list args) {
 void set_level(Level level) { g_level.store(level, std::memory_order_relaxed); }
 Level level() { return g_level.load(std::memory_order_relaxed); }
 
-void write(Level lvl, std::string_view message) {
+void write(Level lvl, std::string_view message, std::initializer_list<Field> fields) {
   if (lvl < g_level.load(std::memory_order_relaxed)) return;
   if (!g_journal.load(std::memory_order_relaxed)) {
     std::fprintf(stderr, "agentcage: %s: %.*s\n", text_of(lvl).word, static_cast<int>(message.size()),
                  message.data());
     return;
   }
+  if (fields.size() != 0 && send_to_journal(lvl, message, fields)) return;
   // journald takes each line as an entry of its own: every line carries the priority.
   std::string out;
   size_t start = 0;
