@@ -48,6 +48,8 @@ Result<DaemonView> ask_daemon(const std::string& socket) {
   auto answer = control::call(socket, json{{"op", "status"}}, kDaemonTimeoutMs);
   if (!answer) {
     if (answer.error().code == ENOENT || answer.error().code == ECONNREFUSED) return DaemonView{};
+    if (answer.error().code == EACCES)
+      return Error{answer.error().message + " (attach and detach need root)", EACCES};
     return Error{answer.error().message + " (the daemon did not answer; fix it, or pass --direct)", answer.error().code};
   }
   DaemonView v;
