@@ -34,6 +34,10 @@ class RequestSchemaTest(unittest.TestCase):
             {"op": "hello", "protocol": 1, "client": "agentcage-client-py/0.1.0"},
             {"op": "status"},
             {"op": "events", "follow": True},
+            {"op": "attach", "cgroup": "/machine.slice/libpod-ab12.scope", "policy": "python-sandbox",
+             "workspace": "/workspace", "container_id": "ab12", "arm_pid": 4242, "labels": {"container.name": "web"}},
+            {"op": "detach", "container_id": "ab12"},
+            {"op": "detach", "cgroup": "system.slice/x.service"},
         ):
             self.assertEqual(schemas.errors("control-request", req), [], req)
 
@@ -49,6 +53,10 @@ class RequestSchemaTest(unittest.TestCase):
             {"op": "run", "policy": "p", "argv": ["true"], "labels": {"t": "a\nb"}},
             {"op": "hello"},
             {"op": "nope"},
+            {"op": "detach", "cgroup": "a", "container_id": "ab"},
+            {"op": "detach"},
+            {"op": "attach", "cgroup": "a", "policy": "p", "container_id": "../x"},
+            {"op": "attach", "cgroup": "a", "policy": "p", "arm_pid": 0},
             {"op": "run_start", "run_id": "0123456789ABCDEF", "policy": "p", "scope_id": 1},
         ):
             self.assertNotEqual(schemas.errors("control-request", req), [], req)

@@ -87,8 +87,8 @@ bool contains(const std::string& text, const std::string& part) {
   return text.find(part) != std::string::npos;
 }
 
-const std::vector<std::string> kCommands = {"doctor", "policy", "attach", "detach", "run",
-                                            "daemon", "status", "events", "help",   "version"};
+const std::vector<std::string> kCommands = {"doctor", "policy", "attach", "detach",   "run",    "daemon",
+                                            "status", "events", "help",   "version", "oci-hook"};
 
 TEST(Cli, HelpListsEveryCommand) {
   Output help = agentcage({"help"});
@@ -174,7 +174,8 @@ TEST(Cli, EveryOptionHasAMetavariable) {
       {{"attach"},
        {"--cgroup CGROUP REQUIRED", "--policy NAME|FILE REQUIRED", "--policy-dir DIR ", "--workspace DIR ",
         "--mode MODE "}},
-      {{"detach"}, {"--cgroup CGROUP REQUIRED"}},
+      {{"detach"}, {"--cgroup CGROUP ", "--container ID "}},
+      {{"oci-hook"}, {"--stage STAGE REQUIRED", "--socket PATH ", "--result-dir DIR "}},
       {{"daemon"}, {"--config FILE "}},
       {{"status"}, {"--socket PATH ", "--json "}},
       {{"events"}, {"--socket PATH ", "-f,--follow "}},
@@ -270,6 +271,10 @@ TEST(Cli, OtherUsageErrorsExit2) {
        std::vector<std::vector<std::string>>{{"policy", "check"},
                                              {"attach", "--policy", "x"},
                                              {"detach"},
+                                             {"detach", "--cgroup", "a", "--container", "b"},
+                                             {"detach", "--container", "b", "--direct"},
+                                             {"oci-hook"},
+                                             {"oci-hook", "--stage", "prestart"},
                                              {"status", "--socket"},
                                              {"doctor", "--bogus"}}) {
     Output usage = agentcage(args);

@@ -355,6 +355,44 @@ TEST(ControlRequest, ValidRequests) {
   EXPECT_EQ(start->scope_id, UINT64_MAX);
 }
 
+// A container's attach (the OCI hook's): its id, the process whose exec arms
+// the scope, its labels; its detach by id once the cgroup may be gone.
+TEST(ControlRequest, ContainerAttachAndDetach) {
+  auto a = control::parse_request(
+      R"({"op":"attach","cgroup":"/machine.slice/libpod-ab12.scope","policy":"python-sandbox",)"
+      R"("workspace":"/workspace","container_id":"ab12","arm_pid":4242,"labels":{"container.name":"web"}})");
+  ASSERT_TRUE(a.ok()) << a.error().message;
+  EXPECT_EQ(a->container_id, "ab12");
+  EXPECT_EQ(a->arm_pid, 4242);
+  EXPECT_EQ(a->labels.at("container.name"), "web");
+  auto again = control::parse_request(control::to_json(*a).dump());
+  ASSERT_TRUE(again.ok()) << again.error().message;
+  EXPECT_EQ(control::to_json(*again), control::to_json(*a));
+  auto d = control::parse_request(R"({"op":"detach","container_id":"ab12"})");
+  ASSERT_TRUE(d.ok()) << d.error().message;
+  EXPECT_EQ(d->container_id, "ab12");
+  EXPECT_TRUE(d->cgroup.empty());
+  EXPECT_EQ(control::to_json(*d), nlohmann::json::parse(R"({"op":"detach","container_id":"ab12"})"));
+
+  const std::string att = R"({"op":"attach","cgroup":"a","policy":"p",)";
+  EXPECT_EQ(rejection(att + R"("arm_pid":0})"), "request: \"arm_pid\" must be a process id 1..4194304");
+  EXPECT_EQ(rejection(att + R"("arm_pid":-3})"), "request: \"arm_pid\" must be a process id 1..4194304");
+  EXPECT_EQ(rejection(att + R"("arm_pid":4194305})"), "request: \"arm_pid\" must be a process id 1..4194304");
+  EXPECT_EQ(rejection(att + R"("arm_pid":"12"})"), "request: \"arm_pid\" must be a process id 1..4194304");
+  EXPECT_NE(rejection(att + R"("container_id":"../etc"})").find("\"container_id\": a container id must"),
+            std::string::npos);
+  EXPECT_NE(rejection(att + R"("container_id":"a/b"})").find("\"container_id\""), std::string::npos);
+  EXPECT_NE(rejection(att + R"("container_id":")" + std::string(129, 'a') + "\"}").find("\"container_id\""),
+            std::string::npos);
+  EXPECT_EQ(rejection(att + R"("container_id":7})"), "request: \"container_id\" must be a string");
+  EXPECT_NE(rejection(att + R"("labels":{"Bad":"x"}})").find("request: "), std::string::npos);
+  EXPECT_EQ(rejection(R"({"op":"detach","cgroup":"a","container_id":"ab"})"),
+            "request: detach takes \"cgroup\" or \"container_id\", not both");
+  EXPECT_EQ(rejection(R"({"op":"detach"})"), "request: missing \"cgroup\"");
+  EXPECT_EQ(rejection(R"({"op":"detach","cgroup":"a","arm_pid":3})"),
+            "request: unknown field \"arm_pid\" for op detach");
+}
+
 TEST(ControlRequest, InvalidRequests) {
   EXPECT_EQ(rejection(""), "request: not valid JSON (one JSON object per line)");
   EXPECT_EQ(rejection("{\"op\":\"status\"} trailing"), "request: not valid JSON (one JSON object per line)");

@@ -169,6 +169,20 @@ Result<std::string> read_file(const fs::path& file) {
   return ss.str();
 }
 
+Result<std::vector<pid_t>> cgroup_procs(const fs::path& cgroup_dir) {
+  auto text = read_file(cgroup_dir / "cgroup.procs");
+  if (!text) return text.error();
+  std::vector<pid_t> out;
+  std::istringstream in(*text);
+  long long pid = 0;
+  while (in >> pid) {
+    if (pid <= 0 || pid > INT32_MAX) return Error{"cgroup: " + cgroup_dir.string() + "/cgroup.procs: bad pid", EIO};
+    out.push_back(static_cast<pid_t>(pid));
+  }
+  if (!in.eof()) return Error{"cgroup: " + cgroup_dir.string() + "/cgroup.procs: not a list of pids", EIO};
+  return out;
+}
+
 // ---- Cgroup -----------------------------------------------------------------
 
 Result<Cgroup> Cgroup::create(const fs::path& root, const fs::path& parent, const std::string& name) {

@@ -52,6 +52,10 @@ Result<std::vector<std::string>> read_controllers(const fs::path& file);
 Status write_file(const fs::path& file, std::string_view content);
 Result<std::string> read_file(const fs::path& file);
 
+// The processes of the cgroup (cgroup.procs: in the reader's pid namespace;
+// processes it cannot see are not listed).
+Result<std::vector<pid_t>> cgroup_procs(const fs::path& cgroup_dir);
+
 // A cgroup directory this process created and removes again. Movable.
 class Cgroup {
  public:

@@ -180,8 +180,10 @@ int detach_direct(const std::string& cgroup) {
   return 0;
 }
 
-int detach_via_daemon(const std::string& cgroup, const std::string& socket) {
-  auto answer = ask(socket, json{{"op", "detach"}, {"cgroup", cgroup}});
+// `cgroup` or, when `container` is set, the container of that id.
+int detach_via_daemon(const std::string& cgroup, const std::string& container, const std::string& socket) {
+  auto answer = ask(socket, container.empty() ? json{{"op", "detach"}, {"cgroup", cgroup}}
+                                              : json{{"op", "detach"}, {"container_id", container}});
   if (!answer) {
     std::cerr << "agentcage detach: " << answer.error().message << '\n';
     return 1;
@@ -201,8 +203,17 @@ int detach_via_daemon(const std::string& cgroup, const std::string& socket) {
   return 0;
 }
 
-// Exit status 0 detached, 1 failed.
-int detach_command(const std::string& cgroup, bool direct) {
+// Exit status 0 detached, 1 failed, 2 usage error.
+int detach_command(const std::string& cgroup, const std::string& container, bool direct) {
+  if (cgroup.empty() == container.empty()) {
+    std::cerr << "agentcage detach: give --cgroup or --container\n";
+    return 2;
+  }
+  if (!container.empty() && direct) {
+    std::cerr << "agentcage detach: --container goes through the daemon (it confined the container); "
+                 "--direct takes --cgroup\n";
+    return 2;
+  }
   if (direct) return detach_direct(cgroup);
   const std::string socket = control::default_control_socket();
   auto daemon = ask_daemon(socket);
@@ -210,7 +221,12 @@ int detach_command(const std::string& cgroup, bool direct) {
     std::cerr << "agentcage detach: " << daemon.error().message << '\n';
     return 1;
   }
-  return daemon->running ? detach_via_daemon(cgroup, socket) : detach_direct(cgroup);
+  if (!container.empty() && !daemon->running) {
+    std::cerr << "agentcage detach: --container needs the daemon (" << socket
+              << " does not answer); it releases containers whose cgroup is gone when it starts\n";
+    return 1;
+  }
+  return daemon->running ? detach_via_daemon(cgroup, container, socket) : detach_direct(cgroup);
 }
 
 }  // namespace
@@ -283,13 +299,20 @@ void add_attach(CLI::App& app, const Globals& /*globals*/, Commands& commands) {
   detach->footer(
       "Remove the scope `agentcage attach` registered for the cgroup and print what was denied\n"
       "while it was attached. The processes keep running, unconfined. With the daemon running\n"
-      "this goes through it (whichever way the cgroup was attached); --direct does it here.\n\n"
+      "this goes through it (whichever way the cgroup was attached); --direct does it here.\n"
+      "--container ID releases a container `agentcage oci-hook` confined, even once its cgroup\n"
+      "is gone (through the daemon; docs/containers.md).\n\n"
       "Exit status: 0 detached, 1 failed (e.g. the cgroup was not attached), 2 usage error.");
   auto cgroup = std::make_shared<std::string>();
-  detach->add_option("--cgroup", *cgroup, "The cgroup, as given to attach")->type_name("CGROUP")->required();
+  detach->add_option("--cgroup", *cgroup, "The cgroup, as given to attach")->type_name("CGROUP");
+  auto container = std::make_shared<std::string>();
+  detach->add_option("--container", *container, "A container confined by agentcage oci-hook: its id")
+      ->type_name("ID");
   auto detach_direct_flag = std::make_shared<bool>(false);
   detach->add_flag("--direct", *detach_direct_flag, "Do not go through the daemon");
-  commands.add(detach, [cgroup, detach_direct_flag] { return detach_command(*cgroup, *detach_direct_flag); });
+  commands.add(detach, [cgroup, container, detach_direct_flag] {
+    return detach_command(*cgroup, *container, *detach_direct_flag);
+  });
 }
 
 }  // namespace agentcage::cli

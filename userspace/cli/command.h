@@ -58,6 +58,7 @@ void add_reload(CLI::App& app, const Globals& globals, Commands& commands);  // 
 void add_status(CLI::App& app, const Globals& globals, Commands& commands);  // status.cpp
 void add_events(CLI::App& app, const Globals& globals, Commands& commands);  // events.cpp
 void add_doctor(CLI::App& app, const Globals& globals, Commands& commands);  // doctor.cpp
+void add_oci_hook(CLI::App& app, const Globals& globals, Commands& commands);  // oci_hook.cpp
 // help.cpp: `agentcage help [COMMAND...]` and `agentcage version`.
 void add_help(CLI::App& app, const Globals& globals, Commands& commands);
 void add_version(CLI::App& app, const Globals& globals, Commands& commands);

@@ -61,6 +61,7 @@ int agentcage::cli::main_entry(int argc, char** argv) {
                                                  {"daemon", cli::add_daemon},
                                                  {"status", cli::add_status},
                                                  {"events", cli::add_events},
+                                                 {"oci-hook", cli::add_oci_hook},
                                                  {"version", cli::add_version}};
   const char* word = nullptr;
   for (int i = 1; i < argc && !word; ++i)
@@ -84,6 +85,7 @@ int agentcage::cli::main_entry(int argc, char** argv) {
     cli::add_reload(app, globals, commands);
     cli::add_status(app, globals, commands);
     cli::add_events(app, globals, commands);
+    cli::add_oci_hook(app, globals, commands);
     cli::add_help(app, globals, commands);
     cli::add_version(app, globals, commands);
   }

@@ -5,6 +5,7 @@
 #include <cmath>
 #include <set>
 
+#include "core/container_id.h"
 #include "policy/name.h"
 
 namespace agentcage::control {
@@ -55,6 +56,16 @@ Status parse_labels(const json& v, core::Labels& out) {
       return bad(why + " (label " + key + ")");
     out.emplace(key, text);
   }
+  return {};
+}
+
+// "container_id" (optional): core/container_id.h's rule.
+Status parse_container_id(const json& j, std::string& out) {
+  if (!j.contains("container_id")) return {};
+  if (!j["container_id"].is_string()) return bad("\"container_id\" must be a string");
+  std::string id = j["container_id"].get<std::string>();
+  if (std::string why = core::container_id_error(id); !why.empty()) return bad("\"container_id\": " + why);
+  out = std::move(id);
   return {};
 }
 
@@ -193,9 +204,9 @@ Result<Request> parse_request(std::string_view line) {
   else if (op == "events")
     r.op = Op::events, allowed = {"op", "follow"};
   else if (op == "attach")
-    r.op = Op::attach, allowed = {"op", "cgroup", "policy", "workspace"};
+    r.op = Op::attach, allowed = {"op", "cgroup", "policy", "workspace", "container_id", "arm_pid", "labels"};
   else if (op == "detach")
-    r.op = Op::detach, allowed = {"op", "cgroup"};
+    r.op = Op::detach, allowed = {"op", "cgroup", "container_id"};
   else if (op == "run_start")
     r.op = Op::run_start, allowed = {"op", "run_id", "policy", "scope_id", "labels"};
   else if (op == "run_end")
@@ -243,10 +254,25 @@ Result<Request> parse_request(std::string_view line) {
         return bad("\"workspace\" must be an absolute path");
       if (Status s = need_string("policy", r.policy, true); !s) return s.error();
       if (!policy::valid_policy_name(r.policy)) return bad_policy_name();
-      [[fallthrough]];
-    case Op::detach:
+      if (j.contains("arm_pid")) {
+        const json& n = j["arm_pid"];
+        if (!n.is_number_unsigned() || n.get<uint64_t>() == 0 || n.get<uint64_t>() > kMaxPid)
+          return bad("\"arm_pid\" must be a process id 1.." + std::to_string(kMaxPid));
+        r.arm_pid = static_cast<int>(n.get<uint64_t>());
+      }
+      if (j.contains("labels"))
+        if (Status s = parse_labels(j["labels"], r.labels); !s) return s.error();
+      if (Status s = parse_container_id(j, r.container_id); !s) return s.error();
       if (Status s = need_string("cgroup", r.cgroup, true); !s) return s.error();
       if (!valid_path_text(r.cgroup, false))
+        return bad("\"cgroup\" must be a cgroup path (under 4096 bytes)");
+      break;
+    case Op::detach:
+      if (Status s = parse_container_id(j, r.container_id); !s) return s.error();
+      if (Status s = need_string("cgroup", r.cgroup, r.container_id.empty()); !s) return s.error();
+      if (!r.container_id.empty() && j.contains("cgroup"))
+        return bad("detach takes \"cgroup\" or \"container_id\", not both");
+      if (r.container_id.empty() && !valid_path_text(r.cgroup, false))
         return bad("\"cgroup\" must be a cgroup path (under 4096 bytes)");
       break;
     case Op::run_start:
@@ -340,9 +366,15 @@ json to_json(const Request& r) {
       j["cgroup"] = r.cgroup;
       j["policy"] = r.policy;
       if (!r.workspace.empty()) j["workspace"] = r.workspace;
+      if (!r.container_id.empty()) j["container_id"] = r.container_id;
+      if (r.arm_pid) j["arm_pid"] = r.arm_pid;
+      if (!r.labels.empty()) j["labels"] = r.labels;
       break;
     case Op::detach:
-      j["cgroup"] = r.cgroup;
+      if (r.container_id.empty())
+        j["cgroup"] = r.cgroup;
+      else
+        j["container_id"] = r.container_id;
       break;
     case Op::run_start:
       j["run_id"] = r.run_id;

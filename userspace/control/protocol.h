@@ -52,6 +52,9 @@ struct RefusedNames {
   std::map<std::string, uint64_t> by_name;
 };
 
+// The largest process id Linux hands out (PID_MAX_LIMIT on 64-bit).
+inline constexpr uint64_t kMaxPid = 4194304;
+
 enum class Op { hello, status, events, attach, detach, run, run_start, run_end, reload };
 inline constexpr Op kOps[] = {Op::hello,  Op::status,    Op::events,  Op::attach, Op::detach,
                               Op::run,    Op::run_start, Op::run_end, Op::reload};
@@ -72,7 +75,17 @@ struct Request {
   Op op = Op::status;
   int protocol = kProtocolVersion;                    // hello
   bool follow = false;                                // events
-  std::string cgroup;                                 // attach, detach
+  std::string cgroup;                                 // attach; detach (or container_id)
+  // attach (optional): the cgroup is a container's (core/container_id.h); its
+  // workspace is then a path as the container sees it, checked as text.
+  // detach: the container to release instead of a cgroup (its cgroup may be
+  // gone already: an OCI poststop hook runs after the runtime removed it).
+  std::string container_id;
+  // attach (optional): the scope stays pending until this process (its pid
+  // in the daemon's pid namespace, which must be the host's) execs, and only
+  // then confines; it must be the cgroup's one process. A container's init,
+  // parked by its runtime at the createRuntime hook.
+  int arm_pid = 0;
   std::string policy;                                 // attach, run, run_start, run_end: a policy name
   std::string workspace;                              // attach, run (optional)
   std::string run_id;                                 // run_start, run_end
@@ -86,7 +99,7 @@ struct Request {
   std::vector<std::string> argv;                      // run: COMMAND [ARGS...]
   std::vector<std::string> env;                       // run (optional): KEY=VALUE
   RunLimits limits;                                   // run (optional)
-  core::Labels labels;                                // run, run_start (optional)
+  core::Labels labels;                                // run, run_start, attach (optional)
 };
 
 // Parses and validates one request line (without its '\n').

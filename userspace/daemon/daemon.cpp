@@ -26,11 +26,14 @@
 #include "bpf/enforcer.h"
 #include "bpf/lsm.h"
 #include "bpf/names.h"
+#include "bpf/record.h"
+#include "cgroup/cgroup.h"
 #include "cgroup/delegation.h"
 #include "control/protocol.h"
 #include "daemon/control_server.h"
 #include "daemon/event_sink.h"
 #include "daemon/bindings.h"
+#include "daemon/containers.h"
 #include "daemon/loop.h"
 #include "daemon/named_slots.h"
 #include "daemon/policy_dir.h"
@@ -43,6 +46,7 @@
 #include "run/state.h"
 #include "scope/attach.h"
 #include "scope/scope.h"
+#include "telemetry/audit.h"
 #include "telemetry/basic_auth.h"
 #include "telemetry/metrics.h"
 #include "util/log.h"
@@ -66,6 +70,9 @@ using nlohmann::json;
 constexpr int kTickMs = 1000;
 constexpr int kEnforcerRetryTicks = 10;
 constexpr int kReapTicks = 60;
+// Containers whose cgroup is gone without a poststop hook are released this
+// often: a stat per recorded container.
+constexpr int kContainerSweepTicks = 5;
 // Map fill is a walk of each map (batched): every 15 s is enough for a gauge.
 constexpr int kMapFillTicks = 15;
 // How long a stopping daemon waits for its runs to end (each runner kills
@@ -78,7 +85,8 @@ class Daemon final : private PolicyDirListener, private ControlHandler {
       : cfg_(std::move(cfg)),
         config_file_(std::move(config_file)),
         runs_(cfg_.state_dir),
-        sink_(cfg_.audit_log, cfg_.recent_events, metrics_, runs_),
+        containers_(cfg_.state_dir),
+        sink_(cfg_.audit_log, cfg_.recent_events, metrics_, runs_, containers_),
         dir_(cfg_.policy_dir, cfg_.state_dir, *this),
         bindings_(cfg_.attach, metrics_),
         watch_(cfg_.policy_dir),
@@ -108,6 +116,11 @@ class Daemon final : private PolicyDirListener, private ControlHandler {
   json status_json();
   json attach(const Request& r);
   json detach(const Request& r);
+  // detach by container_id: the container's record says what to release.
+  json detach_container(const std::string& id);
+  // Releases the scopes of recorded containers whose cgroup is gone (a
+  // runtime that died before its poststop hook).
+  void sweep_containers();
   // A run_start or run_end notice, from the control socket or a runner's channel.
   void note_run(const Request& notice);
 
@@ -147,6 +160,7 @@ class Daemon final : private PolicyDirListener, private ControlHandler {
   std::string enforcer_error_;
   std::unique_ptr<EnforcerNamedSlots> named_slots_;
   RunIndex runs_;
+  ContainerIndex containers_;
   EventSink sink_;
   PolicyDirectory dir_;
   Bindings bindings_;
@@ -228,6 +242,7 @@ Status Daemon::start() {
   if (Status st = serve_metrics(cfg_); !st) return st;
   sink_.set_stream([this](const std::string& line) { server_.stream(line); });
   dir_.load_state_file();
+  for (const std::string& w : containers_.load()) log::warn("container records: " + w);
   ensure_enforcer();
   if (Status st = server_.listen(); !st) return st;
   if (Status st = watch_policy_dir(); !st)
@@ -473,6 +488,7 @@ void Daemon::tick() {
   metrics_.enforcement_ready(r.ready);
   if (!r.ready && ticks_ % 60 == 1) log::error("enforcement is NOT ready: " + r.detail);
   if (ticks_ % kReapTicks == 0) reap_stale_runs();
+  if (ticks_ % kContainerSweepTicks == 0) sweep_containers();
   if (ticks_ % kMapFillTicks == 1) metrics_.map_fill(enf_->map_fill());
   sink_.flush_audit();
   tell_service_manager();
@@ -581,6 +597,16 @@ json Daemon::status_json() {
                  {"stream_dropped", server_.stream_dropped()},
                  {"clients", server_.clients()},
                  {"runs_active", runs_active_}};
+  json containers = json::array();
+  for (const auto& [id, c] : containers_.all())
+    containers.push_back({{"container_id", id},
+                          {"cgroup", c.cgroup},
+                          {"cgroup_id", c.cgroup_id},
+                          {"policy", c.policy},
+                          {"workspace", c.workspace.empty() ? json(nullptr) : json(c.workspace)},
+                          {"labels", c.labels},
+                          {"attached", telemetry::rfc3339_ns(c.attached_ns)}});
+  s["containers"] = containers;
   return s;
 }
 
@@ -600,7 +626,23 @@ json Daemon::attach(const Request& r) {
   if (!cg) return {{"ok", false}, {"error", cg.error().message}};
   const bool uses_ws = dir_.uses_workspace(r.policy);
   std::string workspace;
-  if (!r.workspace.empty()) {
+  const bool container = !r.container_id.empty();
+  if (container) {
+    if (const ContainerScope* known = containers_.find(r.container_id))
+      return {{"ok", false},
+              {"error", "container " + r.container_id + " is confined already (cgroup " + known->cgroup +
+                            ", policy " + known->policy + "): detach it first"}};
+  }
+  if (!r.workspace.empty() && container) {
+    // The container's own view (its mount namespace after pivot_root):
+    // the kernel's paths are the container's, so the text is what counts.
+    if (fs::path(r.workspace).lexically_normal().string() != r.workspace || r.workspace == "/")
+      return {{"ok", false},
+              {"error", "workspace " + r.workspace +
+                            ": a container's workspace must be a normalised absolute path other than /, as the "
+                            "container sees it"}};
+    workspace = r.workspace;
+  } else if (!r.workspace.empty()) {
     std::error_code ec;
     fs::path ws = fs::canonical(r.workspace, ec);
     if (ec || !fs::is_directory(ws) || ws == "/")
@@ -611,14 +653,41 @@ json Daemon::attach(const Request& r) {
     return {{"ok", false}, {"error", "policy " + r.policy + " has ${workspace} rules: pass a workspace"}};
   }
   if (auto problem = dir_.workspace_problem(r.policy, workspace)) return {{"ok", false}, {"error", *problem}};
-  auto confined = scope::confine(*enf_, *cg, scope::NamedPolicy{r.policy, *slot}, workspace);
+  if (r.arm_pid)
+    if (Status st = scope::check_arm_pid(*cg, r.arm_pid); !st) return {{"ok", false}, {"error", st.error().message}};
+  auto confined = scope::confine(*enf_, *cg, scope::NamedPolicy{r.policy, *slot}, workspace,
+                                 static_cast<uint32_t>(r.arm_pid));
   if (!confined) return {{"ok", false}, {"error", confined.error().message}};
-  log::info("attached " + cg->path.string() + " to policy " + r.policy);
+  if (container) {
+    ContainerScope c;
+    c.id = r.container_id;
+    c.cgroup_id = cg->id;
+    c.cgroup = cg->path.string();
+    c.policy = r.policy;
+    c.slot = *slot;
+    c.workspace = workspace;
+    c.labels = r.labels;
+    timespec now{};
+    ::clock_gettime(CLOCK_REALTIME, &now);
+    c.attached_ns = static_cast<int64_t>(now.tv_sec) * 1000000000 + now.tv_nsec;
+    if (Status st = containers_.add(c); !st) {
+      // Unrecorded, it could never be released by id: undo it, and refuse.
+      if (auto undone = scope::release(*enf_, *confined, scope::Ending::detach); !undone)
+        log::error("container " + c.id + ": " + undone.error().message);
+      return {{"ok", false}, {"error", "container " + c.id + ": " + st.error().message}};
+    }
+  }
+  log::info("attached " + cg->path.string() + " to policy " + r.policy +
+                (container ? ", container " + r.container_id : std::string()) +
+                (r.arm_pid ? ", armed at the exec of pid " + std::to_string(r.arm_pid) : std::string()),
+            {{"CGROUP", cg->path.string()}, {"POLICY", r.policy}});
   json reply = {{"ok", true},
                 {"cgroup", cg->path.string()},
                 {"cgroup_id", cg->id},
                 {"policy", r.policy},
                 {"slot", *slot}};
+  if (container) reply["container_id"] = r.container_id;
+  if (r.arm_pid) reply["arm_pid"] = r.arm_pid;
   // The file and mode of what enforces (this daemon installed it).
   for (const auto& [file, pf] : dir_.files())
     if (pf.name == r.policy && pf.loaded_at != 0) {
@@ -628,28 +697,82 @@ json Daemon::attach(const Request& r) {
   return reply;
 }
 
-json Daemon::detach(const Request& r) {
-  auto cg = scope::find_cgroup(r.cgroup);
-  if (!cg) return {{"ok", false}, {"error", cg.error().message}};
-  auto released = scope::release(*enf_, *cg, scope::Ending::detach);
-  if (!released) return {{"ok", false}, {"error", released.error().message}};
-  log::info("detached " + cg->path.string());
-  // What `agentcage detach` prints: the policy, and what it decided while
-  // the cgroup was attached, in total and per hook.
-  const bpf::ScopeReport report = released->report.value_or(bpf::ScopeReport{});
+// What `agentcage detach` prints: the policy, and what it decided while the
+// cgroup was attached, in total and per hook; for a container, also the
+// first decision records (its result).
+json released_json(const std::string& cgroup, const scope::Released& released, bool with_records) {
+  const bpf::ScopeReport report = released.report.value_or(bpf::ScopeReport{});
   json denied_by_hook = json::object(), audited_by_hook = json::object();
   for (uint32_t h = 0; h < AC_HOOK_COUNT; ++h) {
     if (report.denied[h]) denied_by_hook[std::string(bpf::hook_name(h))] = report.denied[h];
     if (report.audited[h]) audited_by_hook[std::string(bpf::hook_name(h))] = report.audited[h];
   }
-  return {{"ok", true},
-          {"cgroup", cg->path.string()},
-          {"policy", released->policy_name.empty() ? json(nullptr) : json(released->policy_name)},
-          {"reported", released->report.has_value()},
-          {"denied", report.denied_total()},
-          {"audited", report.audited_total()},
-          {"denied_by_hook", denied_by_hook},
-          {"audited_by_hook", audited_by_hook}};
+  json out = {{"ok", true},
+              {"cgroup", cgroup},
+              {"policy", released.policy_name.empty() ? json(nullptr) : json(released.policy_name)},
+              {"reported", released.report.has_value()},
+              {"denied", report.denied_total()},
+              {"audited", report.audited_total()},
+              {"denied_by_hook", denied_by_hook},
+              {"audited_by_hook", audited_by_hook}};
+  if (with_records) {
+    json records = json::array();
+    for (const auto& ev : report.records) records.push_back(bpf::record_json(ev));
+    out["records"] = records;
+    out["records_taken"] = report.records_taken;
+  }
+  return out;
+}
+
+json Daemon::detach(const Request& r) {
+  if (!r.container_id.empty()) return detach_container(r.container_id);
+  auto cg = scope::find_cgroup(r.cgroup);
+  if (!cg) return {{"ok", false}, {"error", cg.error().message}};
+  const std::string container = containers_.id_of_scope(cg->id);
+  if (!container.empty()) return detach_container(container);
+  auto released = scope::release(*enf_, *cg, scope::Ending::detach);
+  if (!released) return {{"ok", false}, {"error", released.error().message}};
+  log::info("detached " + cg->path.string());
+  return released_json(cg->path.string(), *released, false);
+}
+
+json Daemon::detach_container(const std::string& id) {
+  const ContainerScope* c = containers_.find(id);
+  if (!c) return {{"ok", false}, {"error", "container " + id + " is not confined by this daemon"}};
+  scope::Confinement confinement;
+  confinement.cgroup_id = c->cgroup_id;
+  confinement.cgroup = c->cgroup;
+  confinement.slot = c->slot;
+  confinement.policy_name = c->policy;
+  auto released = scope::release(*enf_, confinement, scope::Ending::detach);
+  if (!released) return {{"ok", false}, {"error", "container " + id + ": " + released.error().message}};
+  json out = released_json(c->cgroup, *released, true);
+  out["container_id"] = id;
+  out["labels"] = c->labels;
+  log::info("released container " + id + " (cgroup " + c->cgroup + ", policy " + c->policy + ", " +
+                std::to_string(out["denied"].get<uint64_t>()) + " denied)",
+            {{"CGROUP", c->cgroup}, {"POLICY", c->policy}});
+  if (Status st = containers_.remove(id); !st) log::warn("container " + id + ": " + st.error().message);
+  return out;
+}
+
+void Daemon::sweep_containers() {
+  std::vector<std::string> gone;
+  for (const auto& [id, c] : containers_.all()) {
+    // Cgroup ids are never reused and v2 cgroups never renamed: the cgroup
+    // at the recorded path with another id (or none) is not this one.
+    auto now = cgroup::cgroup_id(c.cgroup);
+    if (!now && now.error().code != ENOENT) continue;  // unknown: leave it
+    if (now && *now == c.cgroup_id) continue;
+    gone.push_back(id);
+  }
+  for (const std::string& id : gone) {
+    json out = detach_container(id);
+    if (out.value("ok", false))
+      log::warn("container " + id + ": its cgroup is gone without a poststop hook; its scope was released");
+    else
+      log::warn(out.value("error", std::string()));
+  }
 }
 
 }  // namespace

@@ -22,11 +22,13 @@ constexpr size_t kMaxAuditBuffer = 8u << 20;
 
 }  // namespace
 
-EventSink::EventSink(std::string audit_log, size_t recent_events, telemetry::Metrics& metrics, RunIndex& runs)
+EventSink::EventSink(std::string audit_log, size_t recent_events, telemetry::Metrics& metrics, RunIndex& runs,
+                     const ContainerIndex& containers)
     : audit_log_(std::move(audit_log)),
       recent_max_(recent_events),
       metrics_(metrics),
       runs_(runs),
+      containers_(containers),
       boot_offset_ns_(telemetry::boot_to_realtime_offset_ns()) {}
 
 Status EventSink::open_audit_log() {
@@ -96,6 +98,9 @@ void EventSink::on_event(const ac_event_decision& ev) {
   if (std::optional<std::string> run = runs_.run_id(ev.scope_id)) {
     ctx.run_id = *run;
     ctx.labels = runs_.labels(ev.scope_id);
+  } else if (std::string container = containers_.id_of_scope(ev.scope_id); !container.empty()) {
+    ctx.container_id = std::move(container);
+    if (const ContainerScope* c = containers_.find(ctx.container_id)) ctx.labels = c->labels;
   }
   emit(telemetry::event_line(ev, ctx));
 }

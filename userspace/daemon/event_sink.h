@@ -26,6 +26,7 @@
 
 #include "bpf/enforcer.h"
 #include "bpf/event_reader.h"
+#include "daemon/containers.h"
 #include "daemon/runs.h"
 #include "telemetry/metrics.h"
 #include "util/result.h"
@@ -37,7 +38,8 @@ class EventSink {
  public:
   // `audit_log`: a file, or "-" for stdout. `recent_events`: how many lines
   // the ring of recent events keeps (0: none).
-  EventSink(std::string audit_log, size_t recent_events, telemetry::Metrics& metrics, RunIndex& runs);
+  EventSink(std::string audit_log, size_t recent_events, telemetry::Metrics& metrics, RunIndex& runs,
+            const ContainerIndex& containers);
 
   // Opens (or, on SIGUSR1, reopens) the audit log.
   Status open_audit_log();
@@ -84,6 +86,7 @@ class EventSink {
   size_t recent_max_;
   telemetry::Metrics& metrics_;
   RunIndex& runs_;
+  const ContainerIndex& containers_;
   bpf::Enforcer* enf_ = nullptr;
   std::unique_ptr<bpf::EventReader> reader_;
   std::function<void(const std::string&)> stream_;

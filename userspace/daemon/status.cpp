@@ -160,6 +160,15 @@ std::string format_status_text(const json& s) {
               ? "  events suppressed " + std::to_string(sc["events_suppressed"].get<uint64_t>())
               : std::string())
       << "\n";
+  if (!s.value("containers", json::array()).empty()) {
+    o << "containers: " << s["containers"].size() << "\n";
+    for (const auto& c : s["containers"])
+      o << "  " << str(c.value("container_id", json())) << "  cgroup " << c.value("cgroup_id", uint64_t{0})
+        << "  policy " << str(c.value("policy", json()))
+        << (c.value("workspace", json()).is_string() ? "  workspace " + c["workspace"].get<std::string>()
+                                                      : std::string())
+        << "  since " << str(c.value("attached", json())) << "\n";
+  }
   o << "decisions (allow/deny/audit):\n";
   for (const auto& c : s.value("counters", json::array()))
     o << "  " << str(c.value("policy", json())) << " " << str(c.value("hook", json())) << ": "

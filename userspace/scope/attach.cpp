@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <cerrno>
+#include <sstream>
 
 #include "bpf/compile.h"
 #include "bpf/enforcer.h"
@@ -35,6 +36,44 @@ Result<fs::path> resolve_cgroup(const fs::path& root, const std::string& arg) {
   if (::stat((canon / "cgroup.procs").c_str(), &st) != 0)
     return Error{"--cgroup: " + canon.string() + " is not a cgroup (no cgroup.procs)", ENOTDIR};
   return canon;
+}
+
+namespace {
+
+// Whether this process is in the initial pid namespace: its status's NSpid
+// line has one id (one per namespace level).
+Result<bool> in_initial_pid_namespace() {
+  auto text = cgroup::read_file("/proc/self/status");
+  if (!text) return text.error();
+  const size_t at = text->find("\nNSpid:");
+  if (at == std::string::npos) return true;  // kernels before 4.1 have no NSpid: no nesting to see
+  const size_t end = text->find('\n', at + 1);
+  std::istringstream ids(text->substr(at + 7, end == std::string::npos ? std::string::npos : end - at - 7));
+  size_t n = 0;
+  for (std::string id; ids >> id;) ++n;
+  return n == 1;
+}
+
+}  // namespace
+
+Status check_arm_pid(const CgroupRef& cgroup, pid_t pid) {
+  auto initial = in_initial_pid_namespace();
+  if (!initial) return initial.error();
+  if (!*initial)
+    return Error{"this agentcage runs in a pid namespace of its own, so it cannot name the process whose exec "
+                 "arms a scope (the kernel compares the host's pids): run it in the host's pid namespace "
+                 "(hostPID: true in Kubernetes)",
+                 EINVAL};
+  auto procs = cgroup::cgroup_procs(cgroup.path);
+  if (!procs) return procs.error();
+  if (procs->size() != 1 || procs->front() != pid) {
+    std::string listed;
+    for (pid_t p : *procs) listed += (listed.empty() ? "" : " ") + std::to_string(p);
+    return Error{"process " + std::to_string(pid) + " must be the one process of cgroup " + cgroup.path.string() +
+                     " to arm its scope at exec, and the cgroup holds [" + listed + "]",
+                 EBUSY};
+  }
+  return {};
 }
 
 Result<CgroupRef> find_cgroup(const std::string& arg) {

@@ -28,6 +28,13 @@ Result<std::filesystem::path> resolve_cgroup(const std::filesystem::path& root, 
 // cgroup's id and level.
 Result<CgroupRef> find_cgroup(const std::string& arg);
 
+// Whether `pid` may arm a scope on `cgroup` at its exec (a container's init,
+// parked by its runtime): this process sees the host's pids (it is in the
+// initial pid namespace: the kernel compares global ids), and `pid` is the
+// cgroup's one process, so nothing else in it runs unconfined while the
+// scope is pending. Else an error that says which.
+Status check_arm_pid(const CgroupRef& cgroup, pid_t pid);
+
 struct AttachRequest {
   std::string cgroup;                // as given (see resolve_cgroup)
   std::string policy;                // NAME or FILE (policy/locate.h)

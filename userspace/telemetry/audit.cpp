@@ -38,6 +38,7 @@ nlohmann::json event_json(const ac_event_decision& ev, const EventContext& ctx) 
   j["run_id"] = ctx.run_id.empty() ? nlohmann::json(nullptr) : nlohmann::json(ctx.run_id);
   j["policy"] = ctx.policy.empty() ? nlohmann::json(nullptr) : nlohmann::json(ctx.policy);
   if (!ctx.labels.empty()) j["labels"] = ctx.labels;
+  if (!ctx.container_id.empty()) j["container_id"] = ctx.container_id;
   return j;
 }
 

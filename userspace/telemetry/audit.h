@@ -27,6 +27,7 @@ struct EventContext {
   std::string policy;       // the slot's policy name ("" when unknown)
   std::string run_id;       // "" when the scope is not a known run
   core::Labels labels;      // the run's caller-supplied labels ("labels", when any)
+  std::string container_id;  // the container the scope confines ("container_id", when one)
 };
 
 // RFC 3339 UTC with nanoseconds: "2025-01-02T03:04:05.123456789Z".

@@ -40,4 +40,33 @@ Result<std::string> read_regular_file(const std::string& path, size_t max, int f
   return text;
 }
 
+Status write_all_to(int fd, std::string_view text) {
+  while (!text.empty()) {
+    ssize_t n = ::write(fd, text.data(), text.size());
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0) return Error::from_errno("write");
+    if (n == 0) return Error{"write: no progress", EIO};
+    text.remove_prefix(static_cast<size_t>(n));
+  }
+  return {};
+}
+
+Status replace_file(const std::string& path, std::string_view text, mode_t mode) {
+  const size_t slash = path.rfind('/');
+  const std::string dir = slash == std::string::npos ? "." : path.substr(0, slash + 1);
+  const std::string name = slash == std::string::npos ? path : path.substr(slash + 1);
+  const std::string tmp = dir + (slash == std::string::npos ? "/." : ".") + name + ".tmp";
+  UniqueFd fd(::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC | O_NOFOLLOW, mode));
+  if (!fd) return Error::from_errno("create " + tmp);
+  Status st = write_all_to(fd.get(), text);
+  if (st && ::fchmod(fd.get(), mode) != 0) st = Error::from_errno("chmod");
+  if (st && ::fsync(fd.get()) != 0) st = Error::from_errno("fsync");
+  if (st && ::rename(tmp.c_str(), path.c_str()) != 0) st = Error::from_errno("rename");
+  if (!st) {
+    ::unlink(tmp.c_str());
+    return st.error().wrap("writing " + path);
+  }
+  return {};
+}
+
 }  // namespace agentcage

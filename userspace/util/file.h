@@ -1,5 +1,6 @@
 // SPDX-License-Identifier: Apache-2.0
-// Reading small files whole: what a file must be before its bytes are taken.
+// Reading small files whole: what a file must be before its bytes are taken;
+// and writing one whole, so a reader sees the old bytes or the new, never part.
 #pragma once
 
 #include <sys/stat.h>
@@ -7,6 +8,7 @@
 #include <cstddef>
 #include <functional>
 #include <string>
+#include <string_view>
 
 #include "util/result.h"
 
@@ -22,5 +24,13 @@ Result<std::string> read_up_to(int fd, size_t max);
 // and keep the errno as their code.
 Result<std::string> read_regular_file(const std::string& path, size_t max, int flags = 0,
                                       const std::function<Status(const struct stat&)>& check = {});
+
+// All of TEXT to FD (retried on EINTR and short writes).
+Status write_all_to(int fd, std::string_view text);
+
+// PATH's content becomes TEXT at once: written to a temporary file beside it
+// (".NAME.tmp", MODE, not following a link), synced, renamed over PATH. On
+// error PATH is unchanged and the temporary file is gone.
+Status replace_file(const std::string& path, std::string_view text, mode_t mode);
 
 }  // namespace agentcage
