@@ -137,9 +137,15 @@ TEST(DecisionRecord, OneShapeInTheAuditLogAndTheResult) {
     EXPECT_EQ(expected["errno"], 13);
     EXPECT_EQ(expected["errno_name"], "EACCES");
 
-    json audit = telemetry::event_json(rec, {1735787045123456789LL, "python-sandbox", "0123456789abcdef", {}});
-    EXPECT_FALSE(audit.contains("labels"));  // only a run with labels has them
-    EXPECT_EQ(telemetry::event_json(rec, {0, "p", "0123456789abcdef", {{"task", "t-1"}}})["labels"]["task"], "t-1");
+    json audit = telemetry::event_json(rec, {1735787045123456789LL, "python-sandbox", "0123456789abcdef", {}, ""});
+    EXPECT_FALSE(audit.contains("labels"));        // only a run with labels has them
+    EXPECT_FALSE(audit.contains("container_id"));  // only a container's scope has one
+    EXPECT_EQ(telemetry::event_json(rec, {0, "p", "0123456789abcdef", {{"task", "t-1"}}, ""})["labels"]["task"],
+              "t-1");
+    json container = telemetry::event_json(rec, {0, "p", "", {{"k8s.pod", "agent-7"}}, "3f9a0c1d2e"});
+    EXPECT_EQ(container["container_id"], "3f9a0c1d2e");
+    EXPECT_TRUE(container["run_id"].is_null());
+    EXPECT_EQ(container["labels"]["k8s.pod"], "agent-7");
     EXPECT_EQ(audit["time"], "2025-01-02T03:04:05.123456789Z");
     EXPECT_EQ(audit["policy"], "python-sandbox");
     EXPECT_EQ(audit["run_id"], "0123456789abcdef");
@@ -188,11 +194,12 @@ TEST(AuditLine, TheDashboardsSampleIsWhatTheDaemonWrites) {
   exec.access = AC_ACCESS_EXEC;
   const std::string run = "0123456789abcdef";
   const std::string lines =
-      telemetry::event_line(open, {t, "python-sandbox", run, {{"task", "t-1"}}}) +
-      telemetry::event_line(connect, {t + 1000, "python-sandbox", run, {}}) +
-      telemetry::event_line(audited, {t + 2000, "llm-proxy-only", "", {}}) +
-      telemetry::event_line(exec, {t + 3000, "python-sandbox", run, {}}) +
-      telemetry::refused_name_line("exfil.example.net", 3, {t + 4000, "python-sandbox", run, {}});
+      telemetry::event_line(open, {t, "python-sandbox", run, {{"task", "t-1"}}, ""}) +
+      telemetry::event_line(connect, {t + 1000, "python-sandbox", run, {}, ""}) +
+      telemetry::event_line(audited, {t + 2000, "llm-proxy-only", "", {}, ""}) +
+      telemetry::event_line(exec, {t + 3000, "python-sandbox", run, {}, ""}) +
+      telemetry::refused_name_line("exfil.example.net", 3, {t + 4000, "python-sandbox", run, {}, ""}) +
+      telemetry::event_line(open, {t + 5000, "python-sandbox", "", {{"k8s.pod", "agent-7"}}, "3f9a0c1d2e"});
   const std::string path = std::string(AGENTCAGE_SOURCE_DIR) + "/dashboards/audit-sample.jsonl";
   if (const char* update = std::getenv("AGENTCAGE_UPDATE_AUDIT_SAMPLE"); update && std::string(update) == "1")
     std::ofstream(path, std::ios::trunc) << lines;
@@ -298,6 +305,16 @@ TEST(DecisionRecord, DenialLineOnStderrIsEscaped) {
   const std::string cut = run::denial_summary(result);
   EXPECT_NE(cut.find("/" + std::string(159, 'a') + "..."), std::string::npos) << cut;
   EXPECT_EQ(cut.find(std::string(160, 'a')), std::string::npos) << cut;
+}
+
+TEST(Text, NormalAbsolutePaths) {
+  for (const char* ok : {"/workspace", "/a/b.c/d", "/srv/agent-1/ws", "/..a/b..", "/.x"})
+    EXPECT_TRUE(normal_absolute_path(ok)) << ok;
+  for (const std::string& bad : {std::string(), std::string("/"), std::string("rel"), std::string("/a/"),
+                                std::string("//a"), std::string("/a//b"), std::string("/a/./b"), std::string("/a/.."),
+                                std::string("/.."), std::string("/a/../etc"), "/" + std::string(4095, 'a'),
+                                std::string("/a\0b", 4)})
+    EXPECT_FALSE(normal_absolute_path(bad)) << bad;
 }
 
 TEST(Text, EscapeLeavesOrdinaryTextAlone) {

@@ -10,12 +10,12 @@
 #include <filesystem>
 
 #include "cgroup/delegation.h"
-#include "core/container_id.h"
 #include "core/labels.h"
 #include "oci/annotations.h"
 #include "oci/bundle.h"
 #include "policy/name.h"
 #include "util/file.h"
+#include "util/text.h"
 #include "util/unique_fd.h"
 
 namespace agentcage::container {
@@ -42,8 +42,8 @@ constexpr std::pair<const char*, const char*> kLabelAnnotations[] = {
     {"io.container.manager", "container.manager"},
 };
 
-std::string annotation(const oci::State& state, const char* key) {
-  auto it = state.annotations.find(key);
+std::string annotation(const oci::State& state, std::string_view key) {
+  auto it = state.annotations.find(std::string(key));
   return it == state.annotations.end() ? std::string() : it->second;
 }
 
@@ -64,11 +64,11 @@ Result<std::string> find_workspace(const oci::State& state, const oci::Bundle& b
     if (!oci::bind_mount_at(bundle, kDefaultWorkspace)) return std::string();
     ws = kDefaultWorkspace;
   }
-  if (ws.front() != '/' || fs::path(ws).lexically_normal().string() != ws || ws == "/" || ws.size() > 4095)
-    return refuse(state, std::string(oci::kWorkspaceAnnotation) + "=" + ws +
+  if (!normal_absolute_path(ws))
+    return refuse(state, std::string(std::string(oci::kWorkspaceAnnotation)) + "=" + ws +
                              ": not a normalised absolute path other than /");
   if (!oci::bind_mount_at(bundle, ws))
-    return refuse(state, std::string(oci::kWorkspaceAnnotation) + "=" + ws +
+    return refuse(state, std::string(std::string(oci::kWorkspaceAnnotation)) + "=" + ws +
                              ": the container has no bind mount there; mount a host directory at " + ws +
                              " (e.g. -v DIR:" + ws + ")");
   // The init is parked before pivot_root: its root is still the runtime's,
@@ -109,8 +109,7 @@ Result<json> attach_request(const oci::State& state, const HookEnv& env) {
     return refuse(state, std::string(oci::kPolicyAnnotation) + "=" + policy.substr(0, 80) +
                              ": not a policy name (" + std::string(policy::kPolicyNameRule) +
                              "); a container names a policy of the daemon's policy directory, never a file");
-  if (std::string why = core::container_id_error(state.id); !why.empty())
-    return Error{"the runtime's container id " + state.id.substr(0, 80) + ": " + why, EINVAL};
+  if (Status s = oci::check_container_id(state.id); !s) return s.error();
   if (state.pid <= 0)
     return refuse(state, "the runtime's state names no process (pid " + std::to_string(state.pid) +
                              "): run agentcage oci-hook at the createRuntime stage");
@@ -142,7 +141,7 @@ Result<HookOutcome> run_hook(Stage stage, const oci::State& state, const HookEnv
     auto req = attach_request(state, env);
     if (!req) return req.error();
     if (req->is_null()) {
-      out.message = "container " + state.id + ": no " + oci::kPolicyAnnotation + " annotation; left alone";
+      out.message = "container " + state.id + ": no " + std::string(oci::kPolicyAnnotation) + " annotation; left alone";
       return out;
     }
     auto answer = env.ask_daemon(*req);
@@ -161,8 +160,7 @@ Result<HookOutcome> run_hook(Stage stage, const oci::State& state, const HookEnv
     out.message = "container " + state.id + ": not confined by agentcage; nothing to release";
     return out;
   }
-  if (std::string why = core::container_id_error(state.id); !why.empty())
-    return Error{"the runtime's container id " + state.id.substr(0, 80) + ": " + why, EINVAL};
+  if (Status s = oci::check_container_id(state.id); !s) return s.error();
   auto answer = env.ask_daemon(json{{"op", "detach"}, {"container_id", state.id}});
   if (!answer)
     return Error{"container " + state.id + ": the agentcage daemon cannot be asked (" + answer.error().message +

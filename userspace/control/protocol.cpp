@@ -5,7 +5,7 @@
 #include <cmath>
 #include <set>
 
-#include "core/container_id.h"
+#include "oci/annotations.h"
 #include "policy/name.h"
 
 namespace agentcage::control {
@@ -59,12 +59,12 @@ Status parse_labels(const json& v, core::Labels& out) {
   return {};
 }
 
-// "container_id" (optional): core/container_id.h's rule.
+// "container_id" (optional): oci/annotations.h's rule.
 Status parse_container_id(const json& j, std::string& out) {
   if (!j.contains("container_id")) return {};
   if (!j["container_id"].is_string()) return bad("\"container_id\" must be a string");
   std::string id = j["container_id"].get<std::string>();
-  if (std::string why = core::container_id_error(id); !why.empty()) return bad("\"container_id\": " + why);
+  if (Status s = oci::check_container_id(id); !s) return bad("\"container_id\": " + s.error().message);
   out = std::move(id);
   return {};
 }

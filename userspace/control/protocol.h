@@ -76,7 +76,7 @@ struct Request {
   int protocol = kProtocolVersion;                    // hello
   bool follow = false;                                // events
   std::string cgroup;                                 // attach; detach (or container_id)
-  // attach (optional): the cgroup is a container's (core/container_id.h); its
+  // attach (optional): the cgroup is a container's (oci/annotations.h); its
   // workspace is then a path as the container sees it, checked as text.
   // detach: the container to release instead of a cgroup (its cgroup may be
   // gone already: an OCI poststop hook runs after the runtime removed it).

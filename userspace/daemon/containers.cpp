@@ -11,7 +11,7 @@
 
 #include <nlohmann/json.hpp>
 
-#include "core/container_id.h"
+#include "oci/annotations.h"
 #include "util/file.h"
 
 namespace agentcage::daemon {
@@ -44,7 +44,7 @@ Result<ContainerScope> parse_record_json(const std::string& text) {
   };
   ContainerScope c;
   if (Status s = str("container_id", c.id); !s) return s.error();
-  if (std::string why = core::container_id_error(c.id); !why.empty()) return bad(why);
+  if (Status s = oci::check_container_id(c.id); !s) return bad(s.error().message);
   if (Status s = str("cgroup", c.cgroup); !s) return s.error();
   if (Status s = str("policy", c.policy); !s) return s.error();
   if (Status s = str("workspace", c.workspace); !s) return s.error();
@@ -101,7 +101,7 @@ std::vector<std::string> ContainerIndex::load() {
 }
 
 Status ContainerIndex::add(const ContainerScope& c) {
-  if (std::string why = core::container_id_error(c.id); !why.empty()) return bad(why);
+  if (Status s = oci::check_container_id(c.id); !s) return bad(s.error().message);
   if (::mkdir(dir_.c_str(), 0700) != 0 && errno != EEXIST) return Error::from_errno("mkdir " + dir_);
   if (Status s = replace_file(dir_ + "/" + c.id + kSuffix, to_record_json(c), 0600); !s) return s;
   by_scope_[c.cgroup_id] = c.id;

@@ -20,7 +20,7 @@
 namespace agentcage::daemon {
 
 struct ContainerScope {
-  std::string id;         // core/container_id.h
+  std::string id;          // oci::check_container_id
   uint64_t cgroup_id = 0;  // also the scope id
   std::string cgroup;      // absolute path of the cgroup when it was confined
   std::string policy;

@@ -50,6 +50,7 @@
 #include "telemetry/basic_auth.h"
 #include "telemetry/metrics.h"
 #include "util/log.h"
+#include "util/text.h"
 #include "util/unique_fd.h"
 
 #ifndef AGENTCAGE_VERSION
@@ -636,7 +637,7 @@ json Daemon::attach(const Request& r) {
   if (!r.workspace.empty() && container) {
     // The container's own view (its mount namespace after pivot_root):
     // the kernel's paths are the container's, so the text is what counts.
-    if (fs::path(r.workspace).lexically_normal().string() != r.workspace || r.workspace == "/")
+    if (!normal_absolute_path(r.workspace))
       return {{"ok", false},
               {"error", "workspace " + r.workspace +
                             ": a container's workspace must be a normalised absolute path other than /, as the "

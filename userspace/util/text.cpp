@@ -103,4 +103,17 @@ std::string valid_utf8(std::string_view bytes) {
   return out;
 }
 
+bool normal_absolute_path(std::string_view path) {
+  if (path.size() < 2 || path.size() >= 4096 || path.front() != '/' || path.back() == '/') return false;
+  size_t start = 1;
+  while (start <= path.size()) {
+    size_t end = path.find('/', start);
+    if (end == std::string_view::npos) end = path.size();
+    const std::string_view part = path.substr(start, end - start);
+    if (part.empty() || part == "." || part == "..") return false;
+    start = end + 1;
+  }
+  return path.find('\0') == std::string_view::npos;
+}
+
 }  // namespace agentcage

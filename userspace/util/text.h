@@ -33,4 +33,9 @@ std::string escape(std::string_view text, size_t max);
 // cut after `max` bytes with "...".
 std::string quote(std::string_view text, size_t max = 64);
 
+// Whether `path` is an absolute path in normal form other than "/": no
+// empty, "." or ".." component, no trailing '/', under 4096 bytes. A path
+// checked as text, where nothing on this host resolves it (a container's).
+bool normal_absolute_path(std::string_view path);
+
 }  // namespace agentcage
