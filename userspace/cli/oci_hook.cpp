@@ -17,6 +17,7 @@
 #include "control/client.h"
 #include "oci/state.h"
 #include "util/file.h"
+#include "util/log.h"
 
 namespace agentcage::cli {
 namespace {
@@ -65,6 +66,9 @@ int oci_hook_command(const HookArgs& args) {
   auto outcome = container::run_hook(stage, *state, env);
   if (!outcome) {
     std::cerr << "agentcage oci-hook: " << outcome.error().message << '\n';
+    // crun shows only the hook's exit code: the journal keeps the reason.
+    log::also_to_journal(log::Level::error, "oci-hook: " + outcome.error().message,
+                         {{"CONTAINER", state->id}, {"STAGE", args.stage}});
     // A failed createRuntime keeps the container from starting; a poststop
     // that could not release says so, and the daemon's sweep finishes it.
     return 1;
@@ -95,7 +99,8 @@ void add_oci_hook(CLI::App& app, const Globals& /*globals*/, Commands& commands)
       "The daemon must run (agentcage daemon): it holds the policies by name and writes the\n"
       "container's decisions to the audit log with its container_id. See docs/containers.md.\n\n"
       "Exit status: 0 done (or nothing to do), 1 failed (createRuntime: the container must not\n"
-      "start), 2 usage error."));
+      "start), 2 usage error. crun shows only a failed hook's exit code: the reason is also sent to\n"
+      "the journal (journalctl SYSLOG_IDENTIFIER=agentcage AGENTCAGE_CONTAINER=ID)."));
   auto args = std::make_shared<HookArgs>();
   hook->add_option("--stage", args->stage, "createRuntime or poststop")->type_name("STAGE")->required();
   hook->add_option("--socket", args->socket,

@@ -120,6 +120,10 @@ void detect_journal() {
 
 bool to_journal() { return g_journal.load(std::memory_order_relaxed); }
 
+bool also_to_journal(Level lvl, std::string_view message, std::initializer_list<Field> fields) {
+  return send_to_journal(lvl, message, fields);
+}
+
 void route_libbpf() { libbpf_set_print(libbpf_print); }
 
 }  // namespace agentcage::log

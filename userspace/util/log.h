@@ -37,6 +37,12 @@ inline void error(std::string_view m, std::initializer_list<Field> f = {}) { wri
 void detect_journal();
 bool to_journal();
 
+// The message also goes to the journal as a structured entry when journald
+// runs, whatever stderr is: for a process whose stderr its caller may drop
+// (an OCI hook: crun does not show a failed hook's output). False when the
+// journal did not take it.
+bool also_to_journal(Level level, std::string_view message, std::initializer_list<Field> fields = {});
+
 // Route libbpf's messages through this logger (warnings at warn, debug
 // output only at debug level). libbpf's print hook is process-wide by design.
 void route_libbpf();
