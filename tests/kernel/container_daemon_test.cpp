@@ -155,6 +155,9 @@ TEST_F(ContainerDaemon, PendingUntilTheInitExecsThenConfinedAuditedAndReleasedBy
   auto again = control({{"op", "detach"}, {"container_id", id}});
   ASSERT_TRUE(again);
   EXPECT_EQ(again->value("error", std::string()), "container " + id + " is not confined by this daemon");
+  EXPECT_EQ(scrape("agentcage_container_operations_total{op=\"confine\",result=\"success\"}"), 1);
+  EXPECT_EQ(scrape("agentcage_container_operations_total{op=\"release\",result=\"success\"}"), 1);
+  EXPECT_EQ(scrape("agentcage_container_operations_total{op=\"release\",result=\"failure\"}"), 1);
 }
 
 TEST_F(ContainerDaemon, WhatTheDaemonRefusesChangesNothing) {
@@ -200,6 +203,9 @@ TEST_F(ContainerDaemon, WhatTheDaemonRefusesChangesNothing) {
   EXPECT_NE(second->value("error", std::string()).find("is confined already"), std::string::npos) << second->dump();
   EXPECT_FALSE(has_scope(status(), cg2.id()));
   EXPECT_TRUE(has_scope(status(), cg.id()));
+  EXPECT_EQ(scrape("agentcage_container_operations_total{op=\"confine\",result=\"failure\"}"), 3);
+  EXPECT_EQ(scrape("agentcage_container_operations_total{op=\"confine\",result=\"success\"}"), 1);
+  ASSERT_TRUE(wait_until([&] { return scrape("agentcage_containers_active") == 1; }, 10s));
 }
 
 TEST_F(ContainerDaemon, AContainerWhoseCgroupVanishedWithoutPoststopIsSwept) {
@@ -228,6 +234,7 @@ TEST_F(ContainerDaemon, AContainerWhoseCgroupVanishedWithoutPoststopIsSwept) {
   EXPECT_NE(log().find("container " + id + ": its cgroup is gone without a poststop hook"), std::string::npos)
       << log();
   EXPECT_FALSE(fs::exists("/run/agentcage/containers/" + id + ".json"));
+  EXPECT_EQ(scrape("agentcage_container_operations_total{op=\"sweep\",result=\"success\"}"), 1);
 }
 
 }  // namespace

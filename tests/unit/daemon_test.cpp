@@ -795,6 +795,11 @@ TEST(Metrics, ExportsTheContractNames) {
   m.process();
   m.daemon_drops(4, 0);
   m.daemon_drops(6, 1);
+  m.containers_active(3);
+  m.container_operation(telemetry::Metrics::ContainerOp::confine, true);
+  m.container_operation(telemetry::Metrics::ContainerOp::confine, false);
+  m.container_operation(telemetry::Metrics::ContainerOp::confine, false);
+  m.container_operation(telemetry::Metrics::ContainerOp::sweep, true);
   m.bindings({{"agent.service", true, 0, 2}});
   m.bindings({{"agent.service", false, 1, 3}});
   const std::string text = m.text();
@@ -818,7 +823,11 @@ TEST(Metrics, ExportsTheContractNames) {
         "agentcage_daemon_dropped_total{what=\"audit_log\"} 6", "agentcage_daemon_dropped_total{what=\"event_stream\"} 1",
         "agentcage_binding_unconfined{binding=\"agent.service\"} 0",
         "agentcage_binding_late_total{binding=\"agent.service\"} 1",
-        "agentcage_binding_confined_total{binding=\"agent.service\"} 3"})
+        "agentcage_binding_confined_total{binding=\"agent.service\"} 3", "agentcage_containers_active 3",
+        "agentcage_container_operations_total{op=\"confine\",result=\"success\"} 1",
+        "agentcage_container_operations_total{op=\"confine\",result=\"failure\"} 2",
+        "agentcage_container_operations_total{op=\"sweep\",result=\"success\"} 1",
+        "agentcage_container_operations_total{op=\"release\",result=\"failure\"} 0"})
     EXPECT_NE(text.find(series), std::string::npos) << series << "\n" << text;
   EXPECT_EQ(text.find("agentcage_policy_info{mode=\"enforce\",policy=\"q\"}"), std::string::npos);
   // A policy whose mode changes keeps one info series; one that goes loses all of its series.

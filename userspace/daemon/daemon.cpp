@@ -485,6 +485,7 @@ void Daemon::tick() {
   sink_.count_lost();
   bind();
   if (auto sc = enf_->scopes()) metrics_.scopes_active(static_cast<double>(sc->size()));
+  metrics_.containers_active(static_cast<double>(containers_.all().size()));
   Readiness r = check_ready(*enf_);
   metrics_.enforcement_ready(r.ready);
   if (!r.ready && ticks_ % 60 == 1) log::error("enforcement is NOT ready: " + r.detail);
@@ -535,10 +536,18 @@ json Daemon::handle(const Request& req, const Peer& peer) {
       break;  // start_run
     case Op::status:
       return {{"ok", true}, {"status", status_json()}};
-    case Op::attach:
-      return attach(req);
-    case Op::detach:
-      return detach(req);
+    case Op::attach: {
+      json reply = attach(req);
+      if (!req.container_id.empty())
+        metrics_.container_operation(telemetry::Metrics::ContainerOp::confine, reply.value("ok", false));
+      return reply;
+    }
+    case Op::detach: {
+      json reply = detach(req);
+      if (!req.container_id.empty() || reply.contains("container_id"))
+        metrics_.container_operation(telemetry::Metrics::ContainerOp::release, reply.value("ok", false));
+      return reply;
+    }
     case Op::run_start:
     case Op::run_end:
       note_run(req);
@@ -651,7 +660,11 @@ json Daemon::attach(const Request& r) {
               {"error", "workspace " + r.workspace + ": not an existing directory other than /"}};
     workspace = ws.string();
   } else if (uses_ws) {
-    return {{"ok", false}, {"error", "policy " + r.policy + " has ${workspace} rules: pass a workspace"}};
+    return {{"ok", false},
+            {"error", "policy " + r.policy + " has ${workspace} rules: " +
+                          (container ? std::string("give the container a workspace (a bind mount at /workspace, or "
+                                                   "one named by the io.agentcage.workspace annotation)")
+                                     : std::string("pass a workspace"))}};
   }
   if (auto problem = dir_.workspace_problem(r.policy, workspace)) return {{"ok", false}, {"error", *problem}};
   if (r.arm_pid)
@@ -769,6 +782,7 @@ void Daemon::sweep_containers() {
   }
   for (const std::string& id : gone) {
     json out = detach_container(id);
+    metrics_.container_operation(telemetry::Metrics::ContainerOp::sweep, out.value("ok", false));
     if (out.value("ok", false))
       log::warn("container " + id + ": its cgroup is gone without a poststop hook; its scope was released");
     else

@@ -121,6 +121,19 @@ Metrics::Metrics() : registry_(std::make_shared<prometheus::Registry>()) {
                         .Help("Cgroups currently confined (runs and attachments)")
                         .Register(*registry_)
                         .Add({});
+  containers_active_ = &BuildGauge()
+                            .Name("agentcage_containers_active")
+                            .Help("Containers confined through agentcage oci-hook, not yet released")
+                            .Register(*registry_)
+                            .Add({});
+  container_ops_ = &BuildCounter()
+                        .Name("agentcage_container_operations_total")
+                        .Help("Containers confined (their createRuntime hook), released (poststop) or swept "
+                              "(cgroup gone without poststop), by result; a failed confine kept a container "
+                              "from starting")
+                        .Register(*registry_);
+  for (const char* op : {"confine", "release", "sweep"})
+    for (const char* result : {"success", "failure"}) container_ops_->Add({{"op", op}, {"result", result}});
   enforcement_ready_ =
       &BuildGauge()
            .Name("agentcage_enforcement_ready")
@@ -273,6 +286,11 @@ void Metrics::config_reload(bool success) {
 }
 void Metrics::policies_loaded(double n) { policies_loaded_->Set(n); }
 void Metrics::scopes_active(double n) { scopes_active_->Set(n); }
+void Metrics::containers_active(double n) { containers_active_->Set(n); }
+void Metrics::container_operation(ContainerOp op, bool success) {
+  const char* name = op == ContainerOp::confine ? "confine" : op == ContainerOp::release ? "release" : "sweep";
+  container_ops_->Add({{"op", name}, {"result", success ? "success" : "failure"}}).Increment();
+}
 void Metrics::enforcement_ready(bool ready) { enforcement_ready_->Set(ready ? 1 : 0); }
 void Metrics::fail_closed(core::FailClosedReason reason, FailClosedSource source) {
   const char* where = source == FailClosedSource::run           ? "run"

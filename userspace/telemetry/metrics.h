@@ -109,6 +109,15 @@ class Metrics {
   void config_reload(bool success);
   void policies_loaded(double n);
   void scopes_active(double n);
+  // agentcage_containers_active: the containers the daemon confines now.
+  void containers_active(double n);
+  // agentcage_container_operations_total{op,result}: a container confined
+  // (op "confine": its createRuntime hook's attach), released (op "release":
+  // its poststop hook's detach) or swept (op "sweep": its cgroup went without
+  // a poststop), each a success or a failure (a refused confine keeps the
+  // container from starting).
+  enum class ContainerOp { confine, release, sweep };
+  void container_operation(ContainerOp op, bool success);
   void enforcement_ready(bool ready);
   void fail_closed(core::FailClosedReason reason, FailClosedSource source);
   // agentcage_bpf_map_entries / _capacity{map}.
@@ -142,6 +151,8 @@ class Metrics {
   prometheus::Family<prometheus::Counter>* reloads_;
   prometheus::Gauge* policies_loaded_;
   prometheus::Gauge* scopes_active_;
+  prometheus::Gauge* containers_active_;
+  prometheus::Family<prometheus::Counter>* container_ops_;
   prometheus::Gauge* enforcement_ready_;
   prometheus::Family<prometheus::Counter>* fail_closed_;
   prometheus::Family<prometheus::Gauge>* map_entries_;
