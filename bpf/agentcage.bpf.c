@@ -226,7 +226,8 @@ int BPF_PROG(ac_bprm_check, struct linux_binprm *bprm, int ret)
 
 	if (ret)
 		return ret;
-	scoped = ac_current_scope(&c, AC_HOOK_EXEC);
+	/* The exec a pending scope waits for arms it, and is decided in it. */
+	scoped = ac_current_scope_arming(&c, AC_HOOK_EXEC);
 	if (scoped == AC_SCOPE_NONE)
 		return 0;
 	struct file *f = BPF_CORE_READ(bprm, file);

@@ -75,6 +75,7 @@ int BPF_PROG(ac_cgroup_mkdir, struct cgroup *cgrp, const char *path)
 		.level = b->level,
 		.flags = AC_SCOPE_F_BOUND | AC_SCOPE_F_INCOMPLETE,
 		.workspace_tag = b->workspace_tag,
+		.arm_tgid = 0, /* armed: confined from the mkdir on */
 	};
 	/* The report first, as Enforcer::add_scope does: no decision on the
 	 * scope can miss it. */

@@ -97,7 +97,7 @@ static __always_inline int ac_dns_allowed(const struct ac_ctx *c, const __u8 *ad
 __noinline int ac_dns_reply_from(__u64 scope, __u64 hi, __u64 lo, __u32 port)
 {
 	struct ac_scope *s = bpf_map_lookup_elem(&ac_scopes, &scope);
-	if (!s || !(s->flags & AC_SCOPE_F_DNS) || port != s->dns_port || hi != 0)
+	if (!s || s->arm_tgid || !(s->flags & AC_SCOPE_F_DNS) || port != s->dns_port || hi != 0)
 		return 0;
 	return lo == (((__u64)bpf_htonl(0x7f000001) << 32) | AC_V4_MAPPED_TAG) ||
 	       lo == ((__u64)bpf_htonl(1) << 32);

@@ -39,15 +39,35 @@ enum ac_scope_state {
  * someone outside it: a host task reaching in, or no task at all (softirq).
  * c->cgroup_id is the scope's own; a caller with a task sets its own.
  * AC_SCOPE_NONE when no scope is registered there (it ended, and its
- * processes with it). ac_current_scope fills *c for a task inside a scope
+ * processes with it) or it is pending (not a scope yet). ac_current_scope fills *c for a task inside a scope
  * with the same fields in its own loop: its constant returns keep the
  * verifier's state count down in every program (returning this function's
  * state from there made inode_readlink exceed the instruction limit).
  */
+/*
+ * Is scope s pending (struct ac_scope, arm_tgid): not a scope yet, for any
+ * program? With `arm` (bprm_check_security, for a task inside s's cgroup:
+ * that is where it was found), the exec of the task group s waits for arms
+ * it, and s is a scope from that exec on, the exec included. Every writer
+ * writes 0, and only after reading its own tgid there, so threads of that
+ * process exec'ing at once agree: the plain aligned store is the
+ * compare-and-swap (the BPF ISA we target has none on 32 bits).
+ */
+static __always_inline int ac_scope_pending(struct ac_scope *s, int arm)
+{
+	__u32 tgid = *(volatile __u32 *)&s->arm_tgid;
+	if (!tgid)
+		return 0;
+	if (!arm || (__u32)(bpf_get_current_pid_tgid() >> 32) != tgid)
+		return 1;
+	*(volatile __u32 *)&s->arm_tgid = 0;
+	return 0;
+}
+
 static __always_inline enum ac_scope_state ac_scope_at(struct ac_ctx *c, __u64 cg, __u8 hook)
 {
 	struct ac_scope *s = bpf_map_lookup_elem(&ac_scopes, &cg);
-	if (!s)
+	if (!s || ac_scope_pending(s, 0))
 		return AC_SCOPE_NONE;
 	c->scope_id = s->scope_id;
 	c->policy_slot = s->policy_slot;
@@ -79,9 +99,10 @@ static __always_inline enum ac_scope_state ac_scope_at(struct ac_ctx *c, __u64 c
  * lookup per occupied level.
  *
  * Outermost scope wins: a nested registration can never loosen what an
- * enclosing scope imposes.
+ * enclosing scope imposes. A pending scope is skipped as if it were not
+ * registered (ac_scope_pending); `arm` lets this task arm one.
  */
-static __always_inline enum ac_scope_state ac_current_scope(struct ac_ctx *c, __u8 hook)
+static __always_inline enum ac_scope_state ac_task_scope(struct ac_ctx *c, __u8 hook, int arm)
 {
 	__u32 zero = 0;
 	struct ac_config *cfg = bpf_map_lookup_elem(&ac_settings, &zero);
@@ -101,7 +122,7 @@ static __always_inline enum ac_scope_state ac_current_scope(struct ac_ctx *c, __
 		if (!id)
 			return AC_SCOPE_NONE;
 		struct ac_scope *s = bpf_map_lookup_elem(&ac_scopes, &id);
-		if (!s)
+		if (!s || ac_scope_pending(s, arm))
 			continue;
 		c->scope_id = s->scope_id;
 		c->policy_slot = s->policy_slot;
@@ -127,6 +148,19 @@ static __always_inline enum ac_scope_state ac_current_scope(struct ac_ctx *c, __
 		return AC_SCOPE_POLICY;
 	}
 	return AC_SCOPE_NONE;
+}
+
+static __always_inline enum ac_scope_state ac_current_scope(struct ac_ctx *c, __u8 hook)
+{
+	return ac_task_scope(c, hook, 0);
+}
+
+/* ac_current_scope for an exec (bprm_check_security): a pending scope
+ * waiting for the current task group's exec is armed first, so this exec
+ * is the first act decided in it. */
+static __always_inline enum ac_scope_state ac_current_scope_arming(struct ac_ctx *c, __u8 hook)
+{
+	return ac_task_scope(c, hook, 1);
 }
 
 static __always_inline void ac_stat_inc(__u32 stat)

@@ -702,7 +702,7 @@ static __always_inline struct ac_sock_owner *ac_unix_owner(struct sock *other)
 	if (!o)
 		return NULL;
 	struct ac_scope *s = bpf_map_lookup_elem(&ac_scopes, &o->scope_cgroup);
-	return s && s->scope_id == o->scope_id ? o : NULL;
+	return s && !s->arm_tgid && s->scope_id == o->scope_id ? o : NULL;
 }
 
 /* Whose is the unix socket scope c connects or sends to? */

@@ -21,6 +21,7 @@
 #include "core/labels.h"
 #include "daemon/config.h"
 #include "daemon/run_service.h"
+#include "daemon/status.h"
 #include "in_child.h"
 #include "telemetry/audit.h"
 #include "telemetry/metrics.h"
@@ -31,6 +32,18 @@ namespace {
 using nlohmann::json;
 
 // ---- config -------------------------------------------------------------------
+
+// A scope registered pending (a container's init before its entrypoint's
+// exec) says so, and which process arms it; an armed one says nothing more.
+TEST(StatusText, APendingScopeSaysWhichExecArmsIt) {
+  nlohmann::json s = {{"enforcement", {{"ready", true}}},
+                      {"scopes",
+                       {{{"cgroup_id", 7}, {"policy", "box"}, {"run_id", nullptr}, {"arm_pid", 4242}},
+                        {{"cgroup_id", 8}, {"policy", "box"}, {"run_id", nullptr}, {"arm_pid", nullptr}}}}};
+  const std::string text = daemon::format_status_text(s);
+  EXPECT_NE(text.find("  cgroup 7  policy box  pending (arms at exec of pid 4242)\n"), std::string::npos) << text;
+  EXPECT_NE(text.find("  cgroup 8  policy box\n"), std::string::npos) << text;
+}
 
 TEST(DaemonConfig, EmptyFileGivesDefaults) {
   EXPECT_TRUE(daemon::parse_config("# nothing set\n\n", "d.yaml").ok());

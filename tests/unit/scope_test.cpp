@@ -196,12 +196,14 @@ class FakeBackend : public Backend {
     return {};
   }
   Status add_scope(const std::filesystem::path& path, uint64_t cgroup_id, unsigned level, uint64_t scope_id,
-                   uint32_t slot, const std::string& workspace, uint16_t flags, uint16_t dns_port) override {
+                   uint32_t slot, const std::string& workspace, uint16_t flags, uint16_t dns_port,
+                   uint32_t arm_tgid) override {
     log("add_scope " + std::to_string(cgroup_id) + (flags ? " flags " + std::to_string(flags) : "") +
-        (dns_port ? " dns " + std::to_string(dns_port) : ""));
+        (dns_port ? " dns " + std::to_string(dns_port) : "") +
+        (arm_tgid ? " arm " + std::to_string(arm_tgid) : ""));
     paths[cgroup_id] = path;
     if (fail_add_scope) return Error{"add_scope failed", ENOMEM};
-    scps[cgroup_id] = bpf::ScopeInfo{cgroup_id, scope_id, slot, level, workspace};
+    scps[cgroup_id] = bpf::ScopeInfo{cgroup_id, scope_id, slot, level, workspace, flags, arm_tgid};
     workspaces[cgroup_id] = workspace;
     reports[scope_id] = bpf::ScopeReport{};
     return {};
@@ -274,6 +276,31 @@ TEST(Confine, InstallsATransientPolicyAndRegistersTheScope) {
   EXPECT_EQ(b.scps.at(77).scope_id, 77u) << "the scope id is the cgroup id";
   EXPECT_EQ(b.workspaces.at(77), "/ws");
   EXPECT_EQ(b.paths.at(77), "/sys/fs/cgroup/test/77") << "the receive filter goes on the confined cgroup";
+}
+
+// A container's init at the OCI createRuntime hook: the scope is registered
+// pending for its pid (the kernel arms it at that process's exec), on the
+// named slot like any daemon attach; without a pid it is armed at once.
+TEST(Confine, RegistersAScopePendingUntilTheExecOfAPid) {
+  FakeBackend b;
+  b.pols[3] = named(3, "box");
+  auto c = confine(b, cgroup_ref(77), NamedPolicy{"box", 3}, "/ws", 4242);
+  ASSERT_TRUE(c) << c.error().message;
+  EXPECT_EQ(c->arm_tgid, 4242u);
+  EXPECT_EQ(b.scps.at(77).arm_tgid, 4242u);
+  EXPECT_EQ(b.scps.at(77).policy_slot, 3u);
+  EXPECT_LT(b.at("add_scope 77 arm 4242"), b.ops.size());
+  auto armed = confine(b, cgroup_ref(78), NamedPolicy{"box", 3}, "/ws");
+  ASSERT_TRUE(armed) << armed.error().message;
+  EXPECT_EQ(armed->arm_tgid, 0u);
+  EXPECT_EQ(b.scps.at(78).arm_tgid, 0u);
+  // Pending or not, it is a scope: a second confine of the cgroup is refused.
+  auto again = confine(b, cgroup_ref(77), NamedPolicy{"box", 3}, "/ws", 4243);
+  ASSERT_FALSE(again);
+  EXPECT_EQ(again.error().code, EEXIST);
+  EXPECT_NE(again.error().message.find("(policy box, slot 3; pending until pid 4242 execs)"), std::string::npos)
+      << again.error().message;
+  EXPECT_EQ(b.scps.at(77).arm_tgid, 4242u) << "left as it was";
 }
 
 // Every file of a workspace that lies under a denied name would be denied:

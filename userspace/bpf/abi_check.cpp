@@ -9,7 +9,7 @@
 
 namespace {
 
-static_assert(sizeof(ac_scope) == 24);
+static_assert(sizeof(ac_scope) == 32);
 static_assert(offsetof(ac_scope, workspace_tag) == 16);
 static_assert(sizeof(ac_workspace) == 8);
 static_assert(sizeof(ac_net_key) == 8 + 16);
@@ -36,14 +36,14 @@ static_assert(AC_HOOK_SCOPE_ESCAPE == 8 && AC_HOOK_SOCKET_BIND == 9 && AC_HOOK_S
               AC_HOOK_FILE_STAT == 14 && AC_HOOK_FILE_WATCH == 15 && AC_HOOK_PROC == 16 &&
               AC_HOOK_NATIVE_CODE == 17 && AC_HOOK_DEBUG == 18 && AC_HOOK_INGRESS == 19 &&
               AC_HOOK_TTY == 20 && AC_HOOK_FILE_RECEIVE == 21 && AC_HOOK_COUNT == 22);
-static_assert(offsetof(ac_scope, dns_port) == 20);
+static_assert(offsetof(ac_scope, dns_port) == 20 && offsetof(ac_scope, arm_tgid) == 24);
 static_assert(sizeof(ac_pin_key) == 32 && offsetof(ac_pin_key, port) == 24 && sizeof(ac_pin) == 8);
 static_assert(sizeof(ac_dns_origin) == 24);
 static_assert(sizeof(ac_binding_key) == AC_BINDING_PATH_MAX && AC_BINDING_PATH_MAX <= 512,
               "a hash key is at most 512 bytes");
 static_assert(sizeof(ac_binding) == 32 && offsetof(ac_binding, level) == 8 && offsetof(ac_binding, confined) == 16);
 static_assert(AC_SLOT_NONE >= AC_MAX_POLICIES, "no policy is ever installed in AC_SLOT_NONE");
-static_assert(AC_ABI_VERSION == 15, "the layout above is ABI version 15");
+static_assert(AC_ABI_VERSION == 16, "the layout above is ABI version 16");
 // The lengths entry of name rules is an ac_path_rule-sized value of the same trie.
 static_assert(sizeof(ac_name_lengths) == sizeof(ac_path_rule));
 static_assert(2 + AC_NAME_RULE_MAX <= AC_PATH_KEY_MAX, "a name entry fits a path key");

@@ -72,6 +72,7 @@ struct ScopeInfo {
   unsigned level = 0;
   std::string workspace;  // what its ${workspace} rules mean ("": none)
   uint16_t flags = 0;     // AC_SCOPE_F_*
+  uint32_t arm_tgid = 0;  // 0: armed; else pending until this process execs (abi.h)
 };
 
 // A binding (ac_bindings, abi.h): the cgroup path the kernel confines at its
@@ -159,17 +160,26 @@ class Enforcer {
   // With AC_SCOPE_F_DNS in `flags`, the DNS programs (dns.bpf.h) are
   // attached too and the scope's DNS goes to 127.0.0.1:dns_port (and
   // [::1]:dns_port with AC_SCOPE_F_DNS6).
+  // `arm_tgid` non-zero: the scope is registered pending (struct ac_scope in
+  // abi.h): nothing is confined until the process with this pid (as the
+  // host sees it) execs from inside the cgroup; that exec is the first act
+  // decided under the policy (a container runtime's init: its setup runs
+  // unconfined, its entrypoint does not).
   Status add_scope(const ScopeCgroup& cgroup, uint64_t scope_id, uint32_t policy_slot,
-                   const std::string& workspace = {}, uint16_t flags = 0, uint16_t dns_port = 0);
+                   const std::string& workspace = {}, uint16_t flags = 0, uint16_t dns_port = 0,
+                   uint32_t arm_tgid = 0);
   // The scope, then its filter. A scope not registered counts as success:
   // removing twice is not an error. The scope's report goes with it.
   Status remove_scope(const ScopeCgroup& cgroup);
   // Finish a scope the kernel registered at its cgroup's mkdir (a binding's,
   // AC_SCOPE_F_INCOMPLETE): attach the UDP receive filter, then clear the
   // flag, so its processes may create UDP sockets. A complete scope: nothing.
+  // EBUSY for a pending scope (see set_scope_slot).
   Status complete_scope(const ScopeCgroup& cgroup);
   // Point the scope of cgroup `cgroup_id` at `policy_slot` (AC_SLOT_NONE:
-  // deny all): a bound scope follows its binding's policy.
+  // deny all): a bound scope follows its binding's policy. EBUSY for a
+  // pending scope (add_scope's arm_tgid), which is left as it is: rewriting
+  // its element could lose an arming made in the old one meanwhile.
   Status set_scope_slot(uint64_t cgroup_id, uint32_t policy_slot);
 
   // Bindings (ac_bindings, abi.h). From put_binding on, a cgroup made at

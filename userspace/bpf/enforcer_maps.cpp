@@ -312,8 +312,25 @@ void Enforcer::detach_receive_filter(int cgroup_fd) {
     bpf_prog_detach2(receive_filter_, cgroup_fd, BPF_CGROUP_INET_INGRESS);
 }
 
+namespace {
+
+// The largest pid Linux hands out (PID_MAX_LIMIT on 64-bit).
+constexpr uint32_t kPidMaxLimit = 4u << 20;
+
+// Why a pending scope's element is not rewritten: BPF arms it in place, so
+// a rewrite racing the exec it waits for could make it pending again.
+Error pending_scope(uint64_t cgroup_id, uint32_t arm_tgid, const std::string& what) {
+  return Error{"bpf: the scope of cgroup " + std::to_string(cgroup_id) + " is pending (it arms at the exec of pid " +
+                   std::to_string(arm_tgid) + ") and cannot be " + what +
+                   " before then: retry once that process has exec'd, or remove the scope",
+               EBUSY};
+}
+
+}  // namespace
+
 Status Enforcer::add_scope(const ScopeCgroup& cgroup, uint64_t scope_id, uint32_t policy_slot,
-                           const std::string& workspace, uint16_t flags, uint16_t dns_port) {
+                           const std::string& workspace, uint16_t flags, uint16_t dns_port,
+                           uint32_t arm_tgid) {
   const uint64_t cgroup_id = cgroup.id;
   const unsigned level = cgroup.level;
   // Level 0 is the root cgroup: scoping it would confine the whole host.
@@ -324,6 +341,11 @@ Status Enforcer::add_scope(const ScopeCgroup& cgroup, uint64_t scope_id, uint32_
   // (AC_SLOT_NONE: a binding whose policy is not loaded; denies all.)
   if (policy_slot > AC_SLOT_NONE)
     return Error{"bpf: policy slot " + std::to_string(policy_slot) + " out of range", EINVAL};
+  // (PID_MAX_LIMIT: no process has a larger pid.)
+  if (arm_tgid > kPidMaxLimit)
+    return Error{"bpf: " + std::to_string(arm_tgid) + " is not a process id: a pending scope arms at the exec " +
+                     "of a process, named by its pid as the host sees it",
+                 EINVAL};
   // The descriptor is the cgroup's (a cgroup2 directory's inode number is
   // its id): the filter goes where the scope is.
   struct stat cg_stat {};
@@ -364,6 +386,7 @@ Status Enforcer::add_scope(const ScopeCgroup& cgroup, uint64_t scope_id, uint32_
     scope.level = static_cast<uint16_t>(level);
     scope.flags = flags;
     scope.dns_port = dns ? dns_port : 0;
+    scope.arm_tgid = arm_tgid;
     if (!workspace.empty()) {
       auto tag = add_workspace(workspace);
       if (!tag) return fail(tag.error());
@@ -447,6 +470,7 @@ Status Enforcer::complete_scope(const ScopeCgroup& cgroup) {
     if (int err = bpf_map_lookup_elem(maps_.scopes, &cgroup.id, &scope))
       return bpf_error("reading scope of cgroup " + std::to_string(cgroup.id), err);
     if (!(scope.flags & AC_SCOPE_F_INCOMPLETE)) return {};
+    if (scope.arm_tgid) return pending_scope(cgroup.id, scope.arm_tgid, "completed");
     // The filter first: the flag keeps UDP sockets out until it is there.
     if (Status st = attach_receive_filter(cgroup.fd); !st) return st;
     scope.flags &= static_cast<uint16_t>(~AC_SCOPE_F_INCOMPLETE);
@@ -465,6 +489,7 @@ Status Enforcer::set_scope_slot(uint64_t cgroup_id, uint32_t policy_slot) {
     if (int err = bpf_map_lookup_elem(maps_.scopes, &cgroup_id, &scope))
       return bpf_error("reading scope of cgroup " + std::to_string(cgroup_id), err);
     if (scope.policy_slot == policy_slot) return {};
+    if (scope.arm_tgid) return pending_scope(cgroup_id, scope.arm_tgid, "moved to another slot");
     scope.policy_slot = policy_slot;
     // One element update: the scope's next decision is on the new slot.
     if (int err = bpf_map_update_elem(maps_.scopes, &cgroup_id, &scope, BPF_EXIST))
@@ -694,7 +719,7 @@ Result<std::vector<ScopeInfo>> Enforcer::scopes() const {
     if (bpf_map_lookup_elem(maps_.scopes, &cgid, &scope) != 0) continue;
     const auto ws = scope.workspace_tag ? workspaces.find(scope.workspace_tag) : workspaces.end();
     out.push_back({cgid, scope.scope_id, scope.policy_slot, scope.level, ws == workspaces.end() ? "" : ws->second,
-                   scope.flags});
+                   scope.flags, scope.arm_tgid});
   }
   return out;
 }

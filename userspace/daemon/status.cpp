@@ -103,6 +103,8 @@ json kernel_status(const bpf::Enforcer& enforcer, const std::map<uint64_t, std::
                         {"policy", it == names.end() ? json(nullptr) : json(it->second)},
                         {"level", s.level},
                         {"run_id", run == run_ids.end() ? json(nullptr) : json(run->second)},
+                        // Pending: nothing in it is confined until this pid execs.
+                        {"arm_pid", s.arm_tgid ? json(s.arm_tgid) : json(nullptr)},
                         {"events_suppressed", report ? json(report->events_suppressed) : json(nullptr)}});
     }
   } else {
@@ -156,6 +158,9 @@ std::string format_status_text(const json& s) {
   for (const auto& sc : s.value("scopes", json::array()))
     o << "  cgroup " << sc.value("cgroup_id", uint64_t{0}) << "  policy " << str(sc.value("policy", json()))
       << (sc.value("run_id", json()).is_string() ? "  run " + sc["run_id"].get<std::string>() : std::string())
+      << (sc.value("arm_pid", json()).is_number()
+              ? "  pending (arms at exec of pid " + std::to_string(sc["arm_pid"].get<uint64_t>()) + ")"
+              : std::string())
       << (sc.value("events_suppressed", uint64_t{0})
               ? "  events suppressed " + std::to_string(sc["events_suppressed"].get<uint64_t>())
               : std::string())

@@ -31,10 +31,10 @@ Status EnforcerBackend::remove_policy(uint32_t slot) { return enf_.remove_policy
 
 Status EnforcerBackend::add_scope(const std::filesystem::path& path, uint64_t cgroup_id, unsigned level,
                                   uint64_t scope_id, uint32_t slot, const std::string& workspace,
-                                  uint16_t flags, uint16_t dns_port) {
+                                  uint16_t flags, uint16_t dns_port, uint32_t arm_tgid) {
   UniqueFd dir(::open(path.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC));
   if (!dir) return Error::from_errno("opening cgroup " + path.string());
-  return enf_.add_scope({dir.get(), cgroup_id, level}, scope_id, slot, workspace, flags, dns_port);
+  return enf_.add_scope({dir.get(), cgroup_id, level}, scope_id, slot, workspace, flags, dns_port, arm_tgid);
 }
 
 Status EnforcerBackend::remove_scope(const std::filesystem::path& path, uint64_t cgroup_id) {

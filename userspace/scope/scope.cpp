@@ -40,6 +40,7 @@ Error already_confined(const SlotView& view, const CgroupRef& cg, const bpf::Sco
   const bpf::PolicyInfo* p = policy_in(view, scope.policy_slot);
   std::string by = p ? "policy " + p->name + ", slot " + std::to_string(scope.policy_slot)
                      : "policy slot " + std::to_string(scope.policy_slot) + ", whose policy was removed";
+  if (scope.arm_tgid) by += "; pending until pid " + std::to_string(scope.arm_tgid) + " execs";
   return Error{cg.path.string() + " is already confined by agentcage (" + by +
                    "); detach it first: agentcage detach --cgroup " + cg.path.string(),
                EEXIST};
@@ -107,10 +108,11 @@ Status release_slot(Backend& b, uint32_t slot) {
 }
 
 Result<Confinement> confine(Backend& b, const CgroupRef& cg, const PolicyRef& policy,
-                            const std::string& workspace) {
+                            const std::string& workspace, uint32_t arm_tgid) {
   Confinement out;
   out.cgroup_id = cg.id;
   out.cgroup = cg.path;
+  out.arm_tgid = arm_tgid;
   // A workspace the policy denies whole, or where the run could write a
   // program it may run: refused before anything is written. (The daemon
   // asks the same of its named policies before it confines.)
@@ -145,7 +147,8 @@ Result<Confinement> confine(Backend& b, const CgroupRef& cg, const PolicyRef& po
     uint16_t flags = cg.own_ipc_namespace ? AC_SCOPE_F_OWN_IPC : 0;
     if (cg.dns_port) flags |= AC_SCOPE_F_DNS | (cg.dns_ipv6 ? AC_SCOPE_F_DNS6 : 0);
     if (cg.bound) flags |= AC_SCOPE_F_BOUND;
-    if (Status s = b.add_scope(cg.path, cg.id, cg.level, cg.id, choice.slot, workspace, flags, cg.dns_port);
+    if (Status s =
+            b.add_scope(cg.path, cg.id, cg.level, cg.id, choice.slot, workspace, flags, cg.dns_port, arm_tgid);
         !s) {
       if (choice.transient) static_cast<void>(release_slot(b, choice.slot));
       return s;
@@ -226,9 +229,9 @@ Result<uint32_t> allocate_named_slot(Backend& b, const std::vector<uint32_t>& re
 }
 
 Result<Confinement> confine(bpf::Enforcer& enforcer, const CgroupRef& cgroup, const PolicyRef& policy,
-                            const std::string& workspace) {
+                            const std::string& workspace, uint32_t arm_tgid) {
   EnforcerBackend b(enforcer);
-  return confine(b, cgroup, policy, workspace);
+  return confine(b, cgroup, policy, workspace, arm_tgid);
 }
 
 Result<Released> release(bpf::Enforcer& enforcer, const Confinement& confinement, Ending ending) {

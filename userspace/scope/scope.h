@@ -17,6 +17,14 @@
 //      kill stay confined, and the scope with them.
 // Each operation runs under the Enforcer's cross-process lock, so another
 // agentcage process never sees half of it.
+//
+// A scope is confined from its registration, or, registered *pending*
+// (confine's arm_tgid), from the exec of one given process in its cgroup
+// on: a container runtime's init has to mount, pivot_root and write /proc
+// after its cgroup is final, all of which a scope denies; its exec of the
+// entrypoint is the first act decided under the policy. Pending is a state
+// of the kernel's entry (struct ac_scope): confine, release and nesting
+// treat a pending scope like any other, and the kernel arms it for good.
 #pragma once
 
 #include <cstdint>
@@ -85,6 +93,7 @@ struct Confinement {
   uint32_t slot = 0;
   bool transient = false;  // a transient slot (false: the daemon's named slot)
   std::string policy_name;
+  uint32_t arm_tgid = 0;  // registered pending until this pid's exec (0: armed at once)
 };
 
 enum class Ending {
@@ -111,10 +120,18 @@ struct Released {
 // do not nest, because the kernel applies a task's outermost scope, so one
 // would silently override the other. Nothing is changed then, or on any
 // failure.
+// `arm_tgid` non-zero registers the scope *pending*: nothing in the cgroup
+// is confined until the process with that pid (as the host sees it, in the
+// cgroup) execs, and that exec is decided under the policy (a container's
+// init at the OCI createRuntime hook: the runtime's own setup runs
+// unconfined, the entrypoint and everything after it does not). An exec of
+// any other process leaves it pending. The caller makes sure the pid is the
+// one it means (alive, in the cgroup) and that nothing else in the cgroup
+// runs code it does not trust before that exec.
 Result<Confinement> confine(Backend& backend, const CgroupRef& cgroup, const PolicyRef& policy,
-                            const std::string& workspace);
+                            const std::string& workspace, uint32_t arm_tgid = 0);
 Result<Confinement> confine(bpf::Enforcer& enforcer, const CgroupRef& cgroup, const PolicyRef& policy,
-                            const std::string& workspace);
+                            const std::string& workspace, uint32_t arm_tgid = 0);
 
 // Record every decision record of a confined scope into a ring buffer of
 // its own from now on (Enforcer::record_scope; `agentcage run --record`),

@@ -19,7 +19,7 @@
 #include <linux/types.h>
 #endif
 
-#define AC_ABI_VERSION 15
+#define AC_ABI_VERSION 16
 
 /* ---- capacities ------------------------------------------------------- */
 
@@ -225,6 +225,22 @@ struct ac_scope {
 	__u32 workspace_tag; /* key of this scope's entry in ac_workspaces; 0: none */
 	__u16 dns_port;    /* AC_SCOPE_F_DNS: the resolver's port (host order) */
 	__u16 pad;
+	/* 0: armed, the scope confines. Otherwise the scope is *pending*: no
+	 * program treats it as a scope (its processes are decided as if it
+	 * were not registered, and nothing is counted for it) until the task
+	 * group whose global tgid this is (bpf_get_current_pid_tgid() >> 32,
+	 * the host's pid of a process) execs from inside the scope's cgroup:
+	 * bprm_check_security then arms it (writes 0 here, in place) and
+	 * decides that same exec under the policy. A container runtime's init
+	 * is registered this way: its setup (pivot_root, mounts, /proc writes)
+	 * is runtime code, its entrypoint's exec the first confined act.
+	 * An exec of any other task group, or of this one from outside the
+	 * cgroup, leaves it pending. Armed is for good: only add_scope writes
+	 * a non-zero value, into a new element (BPF_NOEXIST), and userspace
+	 * never rewrites a pending element (an arming in the old element
+	 * would be lost). */
+	__u32 arm_tgid;
+	__u32 pad2;
 };
 
 /* A slot no policy ever holds (one past the last): a scope on it is denied
