@@ -1,0 +1,36 @@
+// SPDX-License-Identifier: Apache-2.0
+// The annotations agentcage reads from a container's config.json, and the
+// rule for a container id. Annotation values are written by whoever starts
+// the container (a pod author under Kubernetes): they may pick a policy by
+// name, never a path.
+#pragma once
+
+#include <map>
+#include <string>
+#include <string_view>
+
+#include "util/result.h"
+
+namespace agentcage::oci {
+
+// The policy a container is confined by: a policy NAME the daemon loaded.
+inline constexpr std::string_view kPolicyAnnotation = "io.agentcage.policy";
+// The container path (a bind mount's destination) that is the policy's ${workspace}.
+inline constexpr std::string_view kWorkspaceAnnotation = "io.agentcage.workspace";
+
+// Whether the annotations are those of a pod's sandbox (pause) container,
+// which carries the pod's annotations too (containerd's pod_annotations go to
+// both) and is never confined: containerd's io.kubernetes.cri.container-type
+// or CRI-O's io.kubernetes.cri-o.ContainerType is "sandbox".
+bool is_sandbox_container(const std::map<std::string, std::string>& annotations);
+
+// The rule in words, for messages and docs.
+inline constexpr std::string_view kContainerIdRule =
+    "1 to 128 bytes of letters, digits, '_', '.' and '-', not starting with '.' or '-'";
+inline constexpr size_t kMaxContainerIdBytes = 128;
+
+// A container id agentcage accepts (runc's own rule, and every 64-hex id of
+// podman, Docker and CRI). The error says what is wrong and quotes the id.
+Status check_container_id(std::string_view id);
+
+}  // namespace agentcage::oci
