@@ -9,6 +9,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <deque>
 #include <filesystem>
 #include <string>
 
@@ -80,7 +81,7 @@ class ContainerDaemon : public DaemonEnv {
 
   std::vector<std::string> ids_;
   std::vector<pid_t> pids_;
-  std::vector<cgroup::Cgroup> cgroups_;
+  std::deque<cgroup::Cgroup> cgroups_;  // stable references: make_cgroup hands them out
 };
 
 bool has_container(const json& st, const std::string& id) {
@@ -178,7 +179,8 @@ TEST_F(ContainerDaemon, WhatTheDaemonRefusesChangesNothing) {
     EXPECT_FALSE(has_container(st, req.value("container_id", std::string()))) << st.dump();
   };
   const std::string id = "ctr-refuse-" + std::to_string(::getpid());
-  const json base = {{"op", "attach"}, {"cgroup", cg.path().string()}, {"policy", "dtest"}, {"container_id", id}};
+  const json base = {{"op", "attach"},    {"cgroup", cg.path().string()}, {"policy", "dtest"},
+                     {"container_id", id}, {"workspace", "/workspace"}};
   // Not the cgroup's only process: another process there would run unconfined while pending.
   json two = base;
   two["arm_pid"] = ::getpid();
@@ -191,7 +193,6 @@ TEST_F(ContainerDaemon, WhatTheDaemonRefusesChangesNothing) {
   // A second attach of the same container id is refused; the first stays.
   json ok = base;
   ok["arm_pid"] = init;
-  ok["workspace"] = "/workspace";
   ids_.push_back(id);
   auto first = control(ok);
   ASSERT_TRUE(first && first->value("ok", false)) << (first ? first->dump() : first.error().message);

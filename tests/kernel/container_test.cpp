@@ -88,7 +88,7 @@ class Containers : public DaemonEnv, public ::testing::WithParamInterface<std::s
   // podman (tests/vm/podman-env's podman_test) with `runtime`; output is
   // stdout and stderr.
   Ran podman(const std::vector<std::string>& args, const std::string& tag, const std::string& runtime = "crun") {
-    std::vector<std::string> argv = {"/bin/bash", "-c", ". \"$0\" \"$1\" && shift 2 && podman_test \"$@\"",
+    std::vector<std::string> argv = {"/bin/bash", "-c", ". \"$0\" \"$1\" && shift && podman_test \"$@\"",
                                      std::string(AGENTCAGE_SOURCE_DIR) + "/tests/vm/podman-env", scratch_.string()};
     argv.insert(argv.end(), args.begin(), args.end());
     const fs::path out = dir_ / (tag + ".out");
@@ -225,7 +225,7 @@ TEST_P(ContainersCrun, TwoContainersWithTwoPoliciesGetTheirOwn) {
                                           probe() + " wait /workspace/go read /secret/token > /workspace/result"};
   Proc b;
   {
-    std::vector<std::string> argv = {"/bin/bash", "-c", ". \"$0\" \"$1\" && shift 2 && podman_test \"$@\"",
+    std::vector<std::string> argv = {"/bin/bash", "-c", ". \"$0\" \"$1\" && shift && podman_test \"$@\"",
                                      std::string(AGENTCAGE_SOURCE_DIR) + "/tests/vm/podman-env", scratch_.string(),
                                      "run", "--rm", "--name", "ctest-b", "--cidfile", (dir_ / "b.cid").string(),
                                      "--hooks-dir", (dir_ / "hooks").string(), "-v", ws_b.string() + ":/workspace",
