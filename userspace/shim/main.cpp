@@ -34,8 +34,7 @@ constexpr const char* kDefaultRuntime = "/usr/sbin/runc";
 
 void print_help() {
   std::printf(
-      "Usage: agentcage-runc [--agentcage-runtime=PATH] [--agentcage-policy=NAME]\n"
-      "                      [--agentcage-default-policy=NAME] [RUNTIME-ARGS...]\n"
+      "Usage: agentcage-runc [--agentcage-OPTION=VALUE...] [RUNTIME-ARGS...]\n"
       "\n"
       "An OCI runtime that confines containers with agentcage, for container engines\n"
       "without OCI hooks directories (Docker, containerd). Configure it as the\n"
