@@ -55,7 +55,7 @@ TEST(OciState, CrunAtCreateRuntime) {
   EXPECT_EQ(s->id, "007dbf474cfa5f8849b1c8b0f4210ec66df1e40e3d9af6777ef3dd4f7d1bcc1f");
   EXPECT_EQ(s->status, "created");  // crun's word at createRuntime, not "creating"
   EXPECT_EQ(s->pid, 231);
-  EXPECT_EQ(s->bundle.string(), "/work/k-oci/tests/data/oci/.scratch/store/root/vfs-containers/" + s->id + "/userdata");
+  EXPECT_EQ(s->bundle.string(), "/src/agentcage/tests/data/oci/.scratch/store/root/vfs-containers/" + s->id + "/userdata");
   EXPECT_EQ(s->annotations.at("io.agentcage.spike"), "yes");
   EXPECT_EQ(s->annotations.at("io.agentcage.workspace"), "/workspace");
   EXPECT_EQ(s->annotations.size(), 10u);
@@ -165,7 +165,7 @@ TEST_F(OciBundle, PodmanBundle) {
   auto r = read_bundle(b);
   ASSERT_TRUE(r) << r.error().message;
   EXPECT_EQ(r->dir, b);
-  EXPECT_EQ(r->root, "/work/k-oci/tests/data/oci/.scratch/rootfs");  // absolute in podman's bundles
+  EXPECT_EQ(r->root, "/src/agentcage/tests/data/oci/.scratch/rootfs");  // absolute in podman's bundles
   EXPECT_FALSE(r->root_readonly);
   EXPECT_EQ(r->cgroups_path, "/libpod_parent/libpod-007dbf474cfa5f8849b1c8b0f4210ec66df1e40e3d9af6777ef3dd4f7d1bcc1f");
   EXPECT_EQ(r->args, (std::vector<std::string>{"/usr/bin/sh", "-c", "echo entrypoint ran; cat /proc/self/cgroup"}));
@@ -177,7 +177,7 @@ TEST_F(OciBundle, PodmanBundle) {
 
   const Mount* ws = bind_mount_at(*r, "/workspace");
   ASSERT_NE(ws, nullptr);
-  EXPECT_EQ(ws->source, "/work/k-oci/tests/data/oci/.scratch/marks");
+  EXPECT_EQ(ws->source, "/src/agentcage/tests/data/oci/.scratch/marks");
   for (const char* same : {"/workspace/", "//workspace", "/workspace/.", "/x/../workspace", "workspace"})
     EXPECT_EQ(bind_mount_at(*r, same), ws) << same;
   const Mount* shm = bind_mount_at(*r, "/dev/shm");  // type "bind", options "bind"
@@ -365,7 +365,7 @@ TEST(OciHooks, AddsBothStagesAndKeepsEverythingElse) {
   ASSERT_TRUE(podman && *podman);
   const json hooks = json::parse(**podman)["hooks"]["createRuntime"];
   ASSERT_EQ(hooks.size(), 2u);
-  EXPECT_EQ(hooks[0]["path"], "/work/k-oci/tests/data/oci/.scratch/hook");
+  EXPECT_EQ(hooks[0]["path"], "/src/agentcage/tests/data/oci/.scratch/hook");
   EXPECT_EQ(hooks[0]["timeout"], 60);
 }
 
