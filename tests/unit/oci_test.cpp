@@ -20,6 +20,7 @@
 #include <nlohmann/json.hpp>
 
 #include "in_child.h"
+#include "../common/temp_dir.h"
 #include "oci/annotations.h"
 #include "oci/bundle.h"
 #include "oci/hooks.h"
@@ -139,15 +140,6 @@ TEST(OciState, RefusesAnOversizedState) {
 // A temporary directory, removed with what it holds.
 class TempDir : public ::testing::Test {
  protected:
-  void SetUp() override {
-    char tmpl[] = "/tmp/agentcage-oci-test-XXXXXX";
-    ASSERT_NE(::mkdtemp(tmpl), nullptr);
-    dir_ = tmpl;
-  }
-  void TearDown() override {
-    std::error_code ec;
-    fs::remove_all(dir_, ec);
-  }
   // A bundle at dir_/NAME holding a copy of DATA's config.json.
   fs::path bundle_from(const fs::path& data, const std::string& name = "bundle") {
     fs::path b = dir_ / name;
@@ -155,7 +147,8 @@ class TempDir : public ::testing::Test {
     fs::copy_file(data, b / "config.json");
     return b;
   }
-  fs::path dir_;
+  testing::TempDir tmp_{"agentcage-oci-test"};
+  const fs::path dir_ = tmp_.path();
 };
 
 using OciBundle = TempDir;
