@@ -14,7 +14,9 @@
 #include <sys/file.h>
 #include <unistd.h>
 
+#include <chrono>
 #include <filesystem>
+#include <map>
 #include <iostream>
 #include <memory>
 #include <optional>
@@ -74,6 +76,10 @@ constexpr int kReapTicks = 60;
 // Containers whose cgroup is gone without a poststop hook are released this
 // often: a stat per recorded container.
 constexpr int kContainerSweepTicks = 5;
+// ... once their cgroup has been gone this long: podman runs the poststop hook
+// itself after the runtime removed the cgroup, and that hook's release (with
+// the container's result) must not lose the race to the sweep.
+constexpr auto kContainerSweepGrace = std::chrono::seconds(30);
 // Map fill is a walk of each map (batched): every 15 s is enough for a gauge.
 constexpr int kMapFillTicks = 15;
 // How long a stopping daemon waits for its runs to end (each runner kills
@@ -162,6 +168,8 @@ class Daemon final : private PolicyDirListener, private ControlHandler {
   std::unique_ptr<EnforcerNamedSlots> named_slots_;
   RunIndex runs_;
   ContainerIndex containers_;
+  // When the sweep first saw a recorded container's cgroup gone.
+  std::map<std::string, std::chrono::steady_clock::time_point> gone_since_;
   EventSink sink_;
   PolicyDirectory dir_;
   Bindings bindings_;
@@ -772,14 +780,22 @@ json Daemon::detach_container(const std::string& id) {
 
 void Daemon::sweep_containers() {
   std::vector<std::string> gone;
+  const auto now = std::chrono::steady_clock::now();
   for (const auto& [id, c] : containers_.all()) {
     // Cgroup ids are never reused and v2 cgroups never renamed: the cgroup
     // at the recorded path with another id (or none) is not this one.
-    auto now = cgroup::cgroup_id(c.cgroup);
-    if (!now && now.error().code != ENOENT) continue;  // unknown: leave it
-    if (now && *now == c.cgroup_id) continue;
-    gone.push_back(id);
+    auto current = cgroup::cgroup_id(c.cgroup);
+    if (!current && current.error().code != ENOENT) continue;  // unknown: leave it
+    if (current && *current == c.cgroup_id) {
+      gone_since_.erase(id);
+      continue;
+    }
+    const auto since = gone_since_.try_emplace(id, now).first;
+    if (now - since->second >= kContainerSweepGrace) gone.push_back(id);
   }
+  // Forget what was released meanwhile (by its poststop hook).
+  for (auto it = gone_since_.begin(); it != gone_since_.end();)
+    it = containers_.find(it->first) ? std::next(it) : gone_since_.erase(it);
   for (const std::string& id : gone) {
     json out = detach_container(id);
     metrics_.container_operation(telemetry::Metrics::ContainerOp::sweep, out.value("ok", false));
