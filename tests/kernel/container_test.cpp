@@ -16,6 +16,7 @@
 #include <string>
 #include <vector>
 
+#include "container_env.h"
 #include "daemon_env.h"
 
 namespace agentcage::kt {
@@ -23,24 +24,6 @@ namespace {
 
 namespace fs = std::filesystem;
 using json = nlohmann::json;
-
-fs::path tests_dir() { return fs::canonical("/proc/self/exe").parent_path(); }
-std::string probe() { return (tests_dir() / "agentcage-container-probe").string(); }
-
-// A policy for containers: sh and the probe may run, the C library may be
-// read, the workspace written; `extra_read` adds a read rule.
-std::string container_policy(const std::string& name, const std::string& extra_read = "") {
-  return "apiVersion: agentcage/v1\nkind: Policy\nmetadata: {name: " + name +
-         "}\nspec:\n"
-         "  exec: {allow: [/usr/bin/sh, " +
-         probe() +
-         "]}\n"
-         "  files:\n"
-         "    read: [/usr/lib, /usr/lib64, /etc/ld.so.cache, \"${workspace}\"" +
-         (extra_read.empty() ? "" : ", " + extra_read) +
-         "]\n"
-         "    write: [\"${workspace}\"]\n";
-}
 
 class Containers : public DaemonEnv, public ::testing::WithParamInterface<std::string> {
  protected:
@@ -126,29 +109,14 @@ class Containers : public DaemonEnv, public ::testing::WithParamInterface<std::s
     return podman(args, tag, runtime);
   }
 
-  std::string cid(const std::string& tag) {
-    std::string id = slurp(dir_ / (tag + ".cid"));
-    while (!id.empty() && std::isspace(static_cast<unsigned char>(id.back()))) id.pop_back();
-    return id;
-  }
-
-  // What the entrypoint tries: the probe's five operations, then a program
-  // the policies do not allow.
-  std::vector<std::string> attempts() const {
-    return {"/usr/bin/sh", "-c",
-            probe() +
-                " read /secret/token write /workspace/out write /tmp/x read /usr/lib/os-release "
-                "connect 127.0.0.1:9; /usr/bin/id -u; echo id-exit $?"};
-  }
+  std::string cid(const std::string& tag) { return read_cidfile(dir_ / (tag + ".cid")); }
 
   fs::path scratch_;
 };
 
-bool has(const std::string& text, const std::string& part) { return text.find(part) != std::string::npos; }
-
 TEST_P(Containers, AnAnnotatedContainerIsConfinedFromItsEntrypointOn) {
   const std::string runtime = GetParam();
-  Ran r = run_container("conf-" + runtime, {"io.agentcage.policy=ctest-a"}, attempts(), runtime);
+  Ran r = run_container("conf-" + runtime, {"io.agentcage.policy=ctest-a"}, container_attempts(), runtime);
   const std::string id = cid("conf-" + runtime);
   ASSERT_FALSE(id.empty()) << r.output;
   EXPECT_EQ(r.status, 0) << r.output << log();
@@ -196,7 +164,7 @@ INSTANTIATE_TEST_SUITE_P(Runtimes, Containers, ::testing::Values("crun", "runc")
 class ContainersCrun : public Containers {};
 
 TEST_P(ContainersCrun, AnUnannotatedContainerIsUntouched) {
-  Ran r = run_container("plain", {}, attempts());
+  Ran r = run_container("plain", {}, container_attempts());
   EXPECT_EQ(r.status, 0) << r.output;
   EXPECT_TRUE(has(r.output, "read /secret/token: ok")) << r.output;
   EXPECT_TRUE(has(r.output, "write /tmp/x: ok")) << r.output;
@@ -206,7 +174,7 @@ TEST_P(ContainersCrun, AnUnannotatedContainerIsUntouched) {
 }
 
 TEST_P(ContainersCrun, AHookThatRefusesKeepsTheContainerFromStarting) {
-  const std::vector<std::string> mark = {probe(), "write", "/workspace/ran"};
+  const std::vector<std::string> mark = {container_probe(), "write", "/workspace/ran"};
   // A policy the daemon has not loaded: the daemon refuses.
   Ran unknown = run_container("unknown", {"io.agentcage.policy=nope"}, mark);
   EXPECT_NE(unknown.status, 0) << unknown.output;
@@ -233,8 +201,8 @@ TEST_P(ContainersCrun, TwoContainersWithTwoPoliciesGetTheirOwn) {
   // may not) runs; then B goes on.
   const fs::path ws_b = dir_ / "ws-b";
   fs::create_directories(ws_b);
-  const std::vector<std::string> b_cmd = {"/usr/bin/sh", "-c",
-                                          probe() + " wait /workspace/go read /secret/token > /workspace/result"};
+  const std::vector<std::string> b_cmd = {
+      "/usr/bin/sh", "-c", container_probe() + " wait /workspace/go read /secret/token > /workspace/result"};
   Proc b;
   {
     std::vector<std::string> argv = {"/bin/bash", "-c", ". \"$0\" \"$1\" && shift && podman_test \"$@\"",
@@ -255,7 +223,7 @@ TEST_P(ContainersCrun, TwoContainersWithTwoPoliciesGetTheirOwn) {
       },
       60s))
       << slurp(dir_ / "b.out") << log();
-  Ran a = run_container("a", {"io.agentcage.policy=ctest-a"}, {probe(), "read", "/secret/token"});
+  Ran a = run_container("a", {"io.agentcage.policy=ctest-a"}, {container_probe(), "read", "/secret/token"});
   EXPECT_EQ(a.status, 0) << a.output;
   EXPECT_TRUE(has(a.output, "read /secret/token: EACCES")) << a.output;
   std::ofstream(ws_b / "go") << "go\n";

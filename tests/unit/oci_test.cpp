@@ -591,6 +591,23 @@ TEST(OciRuntimeArgs, StripsTheShimsOwnFlags) {
   EXPECT_EQ(r->subcommand, "create");
   EXPECT_EQ(r->bundle, "/b");
 
+  // dockerd 20.10's script for a runtime with runtimeArgs, as containerd's
+  // runc.v2 shim runs it (seen in the VM: docs/containers.md, "Docker").
+  const std::string task = "/e/containerd/daemon/io.containerd.runtime.v2.task/moby/c1";
+  auto docker = parse_runtime_args(
+      std::vector<std::string>({"/usr/bin/agentcage-runc", "--agentcage-policy=ctest-a", "--agentcage-runtime=/usr/sbin/runc", "--root",
+             "/e/runtime-runc/moby", "--log", task + "/log.json", "--log-format", "json", "create", "--bundle", task,
+             "--pid-file", task + "/init.pid", "c1"}));
+  ASSERT_TRUE(docker) << docker.error().message;
+  EXPECT_EQ(docker->runtime_argv,
+            std::vector<std::string>({"/usr/bin/agentcage-runc", "--root", "/e/runtime-runc/moby", "--log", task + "/log.json",
+                   "--log-format", "json", "create", "--bundle", task, "--pid-file", task + "/init.pid", "c1"}));
+  EXPECT_EQ(docker->real_runtime, "/usr/sbin/runc");
+  EXPECT_EQ(docker->policy, "ctest-a");
+  EXPECT_FALSE(docker->default_policy);
+  EXPECT_EQ(docker->subcommand, "create");
+  EXPECT_EQ(docker->bundle, task);
+
   // After the subcommand a word is the runtime's, whatever it looks like.
   auto late = parse_runtime_args(words({"runc", "create", "--agentcage-policy=x", "id"}));
   ASSERT_TRUE(late) << late.error().message;
