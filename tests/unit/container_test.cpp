@@ -181,6 +181,10 @@ TEST(OciHook, WhatMustKeepTheContainerFromStarting) {
   EXPECT_NE(ask(f.state({{"io.agentcage.policy", "/etc/agentcage/policies/p.yaml"}})).find("not a policy name"),
             std::string::npos);
   EXPECT_NE(ask(f.state({{"io.agentcage.policy", "../p"}})).find("never a file"), std::string::npos);
+  // The annotation is the container author's text: quoted, never a second line in a log.
+  const std::string forged = ask(f.state({{"io.agentcage.policy", "p\nagentcage: info: all is well"}}));
+  EXPECT_EQ(forged.find('\n'), std::string::npos) << forged;
+  EXPECT_NE(forged.find("not a policy name"), std::string::npos) << forged;
   oci::State no_pid = f.state({{"io.agentcage.policy", "p"}});
   no_pid.pid = 0;
   EXPECT_NE(ask(no_pid).find("names no process"), std::string::npos);

@@ -65,12 +65,12 @@ Result<std::string> find_workspace(const oci::State& state, const oci::Bundle& b
     ws = kDefaultWorkspace;
   }
   if (!normal_absolute_path(ws))
-    return refuse(state, std::string(std::string(oci::kWorkspaceAnnotation)) + "=" + ws +
+    return refuse(state, std::string(oci::kWorkspaceAnnotation) + "=" + quote(ws, 80) +
                              ": not a normalised absolute path other than /");
   if (!oci::bind_mount_at(bundle, ws))
-    return refuse(state, std::string(std::string(oci::kWorkspaceAnnotation)) + "=" + ws +
-                             ": the container has no bind mount there; mount a host directory at " + ws +
-                             " (e.g. -v DIR:" + ws + ")");
+    return refuse(state, std::string(oci::kWorkspaceAnnotation) + "=" + quote(ws, 80) +
+                             ": the container has no bind mount there; mount a host directory there "
+                             "(-v DIR:PATH)");
   // The init is parked before pivot_root: its root is still the runtime's,
   // and the container's tree, with its mounts, is at root.path below it.
   const std::string root = env.proc + "/" + std::to_string(state.pid) + "/root" + bundle.root.string();
@@ -82,7 +82,7 @@ Result<std::string> find_workspace(const oci::State& state, const oci::Bundle& b
   const std::string rel = ws.substr(1);
   UniqueFd dir(static_cast<int>(::syscall(SYS_openat2, rootfd.get(), rel.c_str(), &how, sizeof how)));
   if (!dir)
-    return refuse(state, Error::from_errno("workspace " + ws + " inside the container (a directory, reached without "
+    return refuse(state, Error::from_errno("workspace " + quote(ws, 80) + " inside the container (a directory, reached without "
                                            "a symbolic link)")
                              .message);
   return ws;
@@ -106,7 +106,7 @@ Result<json> attach_request(const oci::State& state, const HookEnv& env) {
   const std::string policy = annotation(state, oci::kPolicyAnnotation);
   if (policy.empty() || oci::is_sandbox_container(state.annotations)) return json();
   if (!policy::valid_policy_name(policy))
-    return refuse(state, std::string(oci::kPolicyAnnotation) + "=" + policy.substr(0, 80) +
+    return refuse(state, std::string(oci::kPolicyAnnotation) + "=" + quote(policy, 80) +
                              ": not a policy name (" + std::string(policy::kPolicyNameRule) +
                              "); a container names a policy of the daemon's policy directory, never a file");
   if (Status s = oci::check_container_id(state.id); !s) return s.error();
