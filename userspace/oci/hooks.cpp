@@ -56,16 +56,6 @@ Result<bool> add_to_stage(ordered_json& hooks, const char* stage, const Hook& h)
   return true;
 }
 
-Status write_all(int fd, std::string_view text) {
-  while (!text.empty()) {
-    const ssize_t n = ::write(fd, text.data(), text.size());
-    if (n < 0 && errno == EINTR) continue;
-    if (n < 0) return Error::from_errno("write");
-    text.remove_prefix(static_cast<size_t>(n));
-  }
-  return {};
-}
-
 }  // namespace
 
 Result<std::optional<std::string>> edit_config(std::string_view config, const HookEdit& edit) {
@@ -112,22 +102,7 @@ Result<bool> add_hooks(const fs::path& dir, const HookEdit& edit) {
   if (!edited) return edited.error().wrap(file);
   if (!*edited) return false;
 
-  // O_EXCL: a config.json.tmp left by someone else is not ours to write
-  // through (it could be a link planted in the bundle).
-  UniqueFd fd(::open(tmp.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC | O_NOFOLLOW, mode));
-  if (!fd) return Error::from_errno("cannot create " + tmp);
-  auto fail = [&](Error e) -> Result<bool> {
-    ::unlink(tmp.c_str());
-    return e;
-  };
-  if (::fchmod(fd.get(), mode) != 0) return fail(Error::from_errno("cannot set the mode of " + tmp));
-  if (Status st = write_all(fd.get(), **edited); !st) return fail(st.error().wrap("cannot write " + tmp));
-  if (::fsync(fd.get()) != 0) return fail(Error::from_errno("cannot sync " + tmp));
-  if (::close(fd.release()) != 0) return fail(Error::from_errno("cannot write " + tmp));
-  if (::rename(tmp.c_str(), file.c_str()) != 0) return fail(Error::from_errno("cannot replace " + file));
-  // The rename itself reaches the disk with the directory.
-  UniqueFd dfd(::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC));
-  if (dfd) ::fsync(dfd.get());
+  if (Status st = replace_file(file, **edited, mode); !st) return st.error();
   return true;
 }
 

@@ -52,20 +52,25 @@ Status write_all_to(int fd, std::string_view text) {
 }
 
 Status replace_file(const std::string& path, std::string_view text, mode_t mode) {
-  const size_t slash = path.rfind('/');
-  const std::string dir = slash == std::string::npos ? "." : path.substr(0, slash + 1);
-  const std::string name = slash == std::string::npos ? path : path.substr(slash + 1);
-  const std::string tmp = dir + (slash == std::string::npos ? "/." : ".") + name + ".tmp";
-  UniqueFd fd(::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC | O_NOFOLLOW, mode));
-  if (!fd) return Error::from_errno("create " + tmp);
-  Status st = write_all_to(fd.get(), text);
-  if (st && ::fchmod(fd.get(), mode) != 0) st = Error::from_errno("chmod");
-  if (st && ::fsync(fd.get()) != 0) st = Error::from_errno("fsync");
-  if (st && ::rename(tmp.c_str(), path.c_str()) != 0) st = Error::from_errno("rename");
-  if (!st) {
+  const std::string tmp = path + ".tmp";
+  // O_EXCL: a PATH.tmp left by someone else is not ours to write through
+  // (it could be a link planted in the directory).
+  UniqueFd fd(::open(tmp.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC | O_NOFOLLOW, mode));
+  if (!fd) return Error::from_errno("cannot create " + tmp);
+  auto fail = [&](Error e) -> Status {
     ::unlink(tmp.c_str());
-    return st.error().wrap("writing " + path);
-  }
+    return e;
+  };
+  if (::fchmod(fd.get(), mode) != 0) return fail(Error::from_errno("cannot set the mode of " + tmp));
+  if (Status st = write_all_to(fd.get(), text); !st) return fail(st.error().wrap("cannot write " + tmp));
+  if (::fsync(fd.get()) != 0) return fail(Error::from_errno("cannot sync " + tmp));
+  if (::close(fd.release()) != 0) return fail(Error::from_errno("cannot write " + tmp));
+  if (::rename(tmp.c_str(), path.c_str()) != 0) return fail(Error::from_errno("cannot replace " + path));
+  // The rename itself reaches the disk with the directory.
+  const size_t slash = path.rfind('/');
+  const std::string dir = slash == std::string::npos ? "." : slash == 0 ? "/" : path.substr(0, slash);
+  UniqueFd dfd(::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC));
+  if (dfd) ::fsync(dfd.get());
   return {};
 }
 

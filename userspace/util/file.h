@@ -28,9 +28,10 @@ Result<std::string> read_regular_file(const std::string& path, size_t max, int f
 // All of TEXT to FD (retried on EINTR and short writes).
 Status write_all_to(int fd, std::string_view text);
 
-// PATH's content becomes TEXT at once: written to a temporary file beside it
-// (".NAME.tmp", MODE, not following a link), synced, renamed over PATH. On
-// error PATH is unchanged and the temporary file is gone.
+// PATH's content becomes TEXT at once: written to PATH.tmp (created anew with
+// MODE: an existing PATH.tmp, or a link there, is an error), synced, renamed
+// over PATH, the directory synced. On error PATH is unchanged and the
+// temporary file is gone; the error names the file and the step.
 Status replace_file(const std::string& path, std::string_view text, mode_t mode);
 
 }  // namespace agentcage
