@@ -216,7 +216,9 @@ TEST_F(DaemonRun, RunsStartFromTheForkServerAndByExecOnceItIsGone) {
   std::vector<std::string> words;
   ASSERT_TRUE(wait_until([&] { return !(words = runner_words()).empty() && !run_cgroups().empty(); }, 30s))
       << out("forked") << log();
-  EXPECT_TRUE(has(words, "daemon")) << "the runner was exec'd: " << testing::PrintToString(words);
+  // (agentcage daemon execs agentcage-daemon: the command line is whatever
+  // that program was started with, the runner's is the same.)
+  EXPECT_EQ(words, cmdline_of(daemon_.pid)) << "the runner was exec'd: " << testing::PrintToString(words);
   EXPECT_FALSE(has(words, "run")) << testing::PrintToString(words);
   ::kill(forked.pid, SIGKILL);
   wait_exit(forked.pid);

@@ -31,12 +31,13 @@ struct Output {
   std::string err;
 };
 
-// Runs build/agentcage ARGS with stdin from /dev/null and both output
-// streams captured (read together, so neither pipe can fill up and stall it).
-Output agentcage(const std::vector<std::string>& args) {
+// Runs build/agentcage ARGS (or another PROGRAM) with stdin from /dev/null
+// and both output streams captured (read together, so neither pipe can fill
+// up and stall it).
+Output agentcage(const std::vector<std::string>& args, const std::string& program = AGENTCAGE_BINARY) {
   int out_pipe[2], err_pipe[2];
   if (::pipe2(out_pipe, O_CLOEXEC) != 0 || ::pipe2(err_pipe, O_CLOEXEC) != 0) return {};
-  std::vector<std::string> argv_storage = {AGENTCAGE_BINARY};
+  std::vector<std::string> argv_storage = {program};
   argv_storage.insert(argv_storage.end(), args.begin(), args.end());
   std::vector<char*> argv;
   for (auto& a : argv_storage) argv.push_back(a.data());
@@ -126,6 +127,44 @@ TEST(Cli, HelpCommandPrintsWhatDashDashHelpPrints) {
 
 // Help texts take every default location from core/paths.h: none is left as
 // a placeholder, and the ones each command documents are the code's own.
+// `agentcage daemon` is agentcage-daemon, exec'd from agentcage's own
+// directory with the same options: what answers is the daemon itself.
+TEST(Cli, DaemonCommandRunsAgentcageDaemonBesideIt) {
+  const std::string missing = "/nonexistent/agentcage-cli-test/daemon.yaml";
+  for (const std::vector<std::string>& args : {std::vector<std::string>{"daemon", "--config", missing},
+                                               std::vector<std::string>{"-v", "daemon", "--config", missing}}) {
+    Output out = agentcage(args);
+    EXPECT_EQ(out.status, 1) << out.err;
+    EXPECT_TRUE(contains(out.err, missing + ": cannot read the configuration")) << out.err;
+    EXPECT_TRUE(contains(out.err, "agentcage daemon: " + missing + " is not valid; not started")) << out.err;
+  }
+  // agentcage-daemon [OPTIONS] is `agentcage daemon [OPTIONS]`.
+  const std::string daemon = (fs::path(AGENTCAGE_BINARY).parent_path() / "agentcage-daemon").string();
+  Output direct = agentcage({"--config", missing}, daemon);
+  EXPECT_EQ(direct.status, 1) << direct.err;
+  EXPECT_TRUE(contains(direct.err, missing + ": cannot read the configuration")) << direct.err;
+  Output help = agentcage({"--help"}, daemon);
+  EXPECT_EQ(help.status, 0);
+  EXPECT_EQ(help.out, agentcage({"daemon", "--help"}).out);
+}
+
+// Without agentcage-daemon beside it, `agentcage daemon` says which program
+// is missing and where it belongs, and starts nothing.
+TEST(Cli, DaemonCommandWithoutAgentcageDaemonSaysWhatToInstall) {
+  const fs::path dir = fs::temp_directory_path() / ("agentcage-cli-alone-" + std::to_string(::getpid()));
+  fs::create_directories(dir);
+  fs::copy_file(AGENTCAGE_BINARY, dir / "agentcage", fs::copy_options::overwrite_existing);
+  Output out = agentcage({"daemon", "--config", "/nonexistent/daemon.yaml"}, (dir / "agentcage").string());
+  std::error_code ec;
+  fs::remove_all(dir, ec);
+  EXPECT_EQ(out.status, 1) << out.err;
+  EXPECT_TRUE(contains(out.err, "agentcage daemon: cannot start " + (dir / "agentcage-daemon").string() +
+                                    ": No such file or directory"))
+      << out.err;
+  EXPECT_TRUE(contains(out.err, "fix: install agentcage-daemon next to agentcage")) << out.err;
+  EXPECT_FALSE(contains(out.err, "cannot read the configuration")) << out.err;
+}
+
 TEST(Cli, HelpShowsTheDefaultPathsTheCodeUses) {
   const std::vector<std::pair<std::vector<std::string>, std::vector<std::string>>> expected = {
       {{"run"},

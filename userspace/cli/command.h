@@ -54,6 +54,11 @@ int main_entry(int argc, char** argv);
 void add_policy(CLI::App& app, const Globals& globals, Commands& commands);  // policy.cpp
 void add_attach(CLI::App& app, const Globals& globals, Commands& commands);  // attach.cpp: attach, detach
 void add_daemon(CLI::App& app, const Globals& globals, Commands& commands);  // daemon.cpp
+// What `agentcage daemon` does once its command line is parsed: the daemon
+// itself in agentcage-daemon (main_daemon.cpp); in agentcage, which does not
+// hold the daemon, an exec of agentcage-daemon in its own directory with the
+// same options (main_agentcage.cpp). The exit status.
+int run_daemon(const std::string& config, int verbosity);
 void add_reload(CLI::App& app, const Globals& globals, Commands& commands);  // daemon.cpp
 void add_status(CLI::App& app, const Globals& globals, Commands& commands);  // status.cpp
 void add_events(CLI::App& app, const Globals& globals, Commands& commands);  // events.cpp

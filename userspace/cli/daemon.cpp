@@ -1,5 +1,7 @@
 // SPDX-License-Identifier: Apache-2.0
-// `agentcage daemon`: the host agent; `agentcage reload`: its policy directory read again.
+// `agentcage daemon`: the host agent's command line (what runs it:
+// main_daemon.cpp in agentcage-daemon, main_agentcage.cpp in agentcage);
+// `agentcage reload`: its configuration and policy directory read again.
 #include <iostream>
 #include <memory>
 #include <string>
@@ -10,7 +12,6 @@
 #include "cli/command.h"
 #include "cli/help.h"
 #include "control/client.h"
-#include "daemon/daemon.h"
 #include "util/log.h"
 
 namespace agentcage::cli {
@@ -47,21 +48,15 @@ never writing above its cgroup; otherwise (no systemd) they live under
 cgroup_parent (default @CGROUP_PARENT@). The setting cgroup_layout
 (auto, delegated, fixed) chooses.
 
+The daemon is a program of its own, agentcage-daemon, installed next to
+agentcage: `agentcage daemon OPTIONS` execs `agentcage-daemon OPTIONS` in
+place (the same process), so agentcage, which every run starts, does not
+load the daemon's libraries.
+
 Exit status: 0 stopped by a signal, 1 could not start.)"));
   auto config = std::make_shared<std::string>();
   daemon->add_option("--config", *config, "Configuration file (YAML)")->type_name("FILE");
-  commands.add(daemon, [config, &globals] {
-    // The daemon logs what it does (reloads, clients) by default.
-    if (globals.verbosity == 0) log::set_level(log::Level::info);
-    // A run through the daemon is this command line, `agentcage run ...`,
-    // in a runner the daemon forks (daemon/run_forker.h).
-    return daemon::daemon_command(*config, [](std::vector<std::string> words) {
-      std::vector<char*> argv;
-      for (auto& w : words) argv.push_back(w.data());
-      argv.push_back(nullptr);
-      return main_entry(static_cast<int>(words.size()), argv.data());
-    });
-  });
+  commands.add(daemon, [config, &globals] { return run_daemon(*config, globals.verbosity); });
 }
 
 namespace {

@@ -107,5 +107,3 @@ int agentcage::cli::main_entry(int argc, char** argv) {
   if (const auto* action = commands.parsed()) return (*action)();
   return usage_error;
 }
-
-int main(int argc, char** argv) { return agentcage::cli::main_entry(argc, argv); }

@@ -2,6 +2,7 @@
 #include "util/log.h"
 
 #include <bpf/libbpf.h>
+#include <dlfcn.h>
 #include <sys/stat.h>
 #include <sys/uio.h>
 #include <unistd.h>
@@ -43,11 +44,26 @@ bool valid_field_name(std::string_view name) {
   return true;
 }
 
+// sd_journal_sendv from libsystemd, opened the first time a message goes
+// to the journal rather than linked: the agentcage program that starts every
+// run loads no library it does not use (a run's start pays for each one;
+// bench/README.md, section 3). nullptr when libsystemd is not there.
+decltype(&sd_journal_sendv) journal_sendv() {
+  static const auto fn = []() -> decltype(&sd_journal_sendv) {
+    void* lib = ::dlopen("libsystemd.so.0", RTLD_NOW | RTLD_LOCAL);
+    if (!lib) return nullptr;
+    return reinterpret_cast<decltype(&sd_journal_sendv)>(::dlsym(lib, "sd_journal_sendv"));
+  }();
+  return fn;
+}
+
 // One structured journal entry; false when the journal is not there to take
 // it. (sd_journal_sendv reports success when journald's socket is missing:
 // "fail silently", so ask first, or the message would be lost.)
 bool send_to_journal(Level lvl, std::string_view message, std::initializer_list<Field> fields) {
   if (::access("/run/systemd/journal/socket", F_OK) != 0) return false;
+  const auto sendv = journal_sendv();
+  if (!sendv) return false;
   std::vector<std::string> items;
   items.reserve(fields.size() + 3);
   items.push_back("MESSAGE=agentcage: " + std::string(text_of(lvl).word) + ": " + std::string(message));
@@ -58,7 +74,7 @@ bool send_to_journal(Level lvl, std::string_view message, std::initializer_list<
   std::vector<iovec> iov;
   iov.reserve(items.size());
   for (auto& item : items) iov.push_back({item.data(), item.size()});
-  return sd_journal_sendv(iov.data(), static_cast<int>(iov.size())) >= 0;
+  return sendv(iov.data(), static_cast<int>(iov.size())) >= 0;
 }
 
 int libbpf_print(enum libbpf_print_level lvl, const char* fmt, va_list args) {
