@@ -17,6 +17,7 @@
 #include <filesystem>
 #include <set>
 
+#include "agentcage.digest.h"
 #include "bpf/enforcer_internal.h"
 #include "bpf/programs.h"
 #include "bpf/skeleton.h"
@@ -35,19 +36,9 @@ namespace {
 
 // The pinned set's directory is named after the BPF object this binary
 // carries, so two builds never adopt each other's maps.
-std::string Enforcer::object_digest() {
-  size_t size = 0;
-  const void* data = agentcage_bpf__elf_bytes(&size);
-  uint64_t h = 0xcbf29ce484222325ULL;
-  const auto* p = static_cast<const unsigned char*>(data);
-  for (size_t i = 0; i < size; ++i) {
-    h ^= p[i];
-    h *= 0x100000001b3ULL;
-  }
-  char buf[17];
-  std::snprintf(buf, sizeof buf, "%016llx", static_cast<unsigned long long>(h));
-  return buf;
-}
+// Computed when the object was built (cmake/object_digest.cmake): hashing
+// 1.5 MB on every run's start cost more than the rest of adopting the set.
+std::string Enforcer::object_digest() { return AGENTCAGE_BPF_OBJECT_DIGEST; }
 
 namespace {
 
