@@ -31,8 +31,10 @@
 #include <thread>
 #include <vector>
 
+#include "dns/ldns_api.h"
 #include "dns/resolv_conf.h"
 #include "dns/resolver.h"
+#include "util/shared_library.h"
 #include "util/unique_fd.h"
 
 namespace agentcage::dns {
@@ -453,6 +455,29 @@ class DnsTest : public ::testing::Test {
 };
 
 // --- match() -----------------------------------------------------------------
+
+// agentcage does not link ldns (OpenSSL under it would load on every run's
+// start): the resolver opens it, and every function it uses is there.
+TEST(DnsLdns, EveryFunctionIsTakenFromLibldns) {
+  ASSERT_TRUE(load_ldns()) << load_ldns().error().message;
+#define AGENTCAGE_LDNS_CHECK(name) \
+  EXPECT_EQ(reinterpret_cast<void*>(ldns().name), reinterpret_cast<void*>(&::ldns_##name)) << #name;
+  AGENTCAGE_LDNS_FUNCTIONS(AGENTCAGE_LDNS_CHECK)
+#undef AGENTCAGE_LDNS_CHECK
+}
+
+TEST(DnsLdns, AMissingLibraryIsAnErrorThatNamesIt) {
+  auto lib = SharedLibrary::open("libagentcage-no-such-library.so.1");
+  ASSERT_FALSE(lib);
+  EXPECT_NE(lib.error().message.find("cannot load libagentcage-no-such-library.so.1: "), std::string::npos)
+      << lib.error().message;
+  auto libc = SharedLibrary::open("libc.so.6");
+  ASSERT_TRUE(libc) << libc.error().message;
+  EXPECT_EQ(libc->function<decltype(&::getpid)>("agentcage_no_such_function"), nullptr);
+  const auto pid = libc->function<decltype(&::getpid)>("getpid");
+  ASSERT_NE(pid, nullptr);
+  EXPECT_EQ(pid(), ::getpid());
+}
 
 TEST(DnsMatch, ExactNamesMatchOnlyThemselvesWithoutRegardToCase) {
   const std::vector<Name> names = {

@@ -137,17 +137,17 @@ void ResolverImpl::on_upstream(uint32_t id, uint32_t events) {
 
 void ResolverImpl::on_upstream_answer(uint32_t id, Pkt answer) {
   Pending& p = pending_.at(id);
-  if (ldns_pkt_tc(answer.get()) && !p.tcp) {
+  if (ldns().pkt_tc(answer.get()) && !p.tcp) {
     if (!start_attempt(id, p, true)) next_attempt(id);
     return;
   }
-  const uint8_t rcode = static_cast<uint8_t>(ldns_pkt_get_rcode(answer.get()));
+  const uint8_t rcode = static_cast<uint8_t>(ldns().pkt_get_rcode(answer.get()));
   if (rcode != LDNS_RCODE_NOERROR && rcode != LDNS_RCODE_NXDOMAIN) {
     ++stats_.failed;
     finish(id, LDNS_RCODE_SERVFAIL);
     return;
   }
-  const ldns_rr_list* answers = ldns_pkt_answer(answer.get());
+  const ldns_rr_list* answers = ldns().pkt_answer(answer.get());
   detail::Addresses found = detail::addresses(answers);
   Resolved resolved;
   resolved.name = p.name;

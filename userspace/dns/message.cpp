@@ -19,7 +19,7 @@ constexpr size_t kHeader = 12;
 std::vector<uint8_t> to_wire(const ldns_pkt* pkt, uint8_t op = 0) {
   uint8_t* raw = nullptr;
   size_t size = 0;
-  if (ldns_pkt2wire(&raw, pkt, &size) != LDNS_STATUS_OK) {
+  if (ldns().pkt2wire(&raw, pkt, &size) != LDNS_STATUS_OK) {
     std::free(raw);
     return {};
   }
@@ -33,16 +33,16 @@ std::vector<uint8_t> to_wire(const ldns_pkt* pkt, uint8_t op = 0) {
 char lower(uint8_t c) { return static_cast<char>(c >= 'A' && c <= 'Z' ? c + ('a' - 'A') : c); }
 
 Pkt header(const ClientQuery& query, uint8_t rcode) {
-  Pkt pkt(ldns_pkt_new());
+  Pkt pkt(ldns().pkt_new());
   if (!pkt) return nullptr;
-  ldns_pkt_set_id(pkt.get(), query.id);
-  ldns_pkt_set_qr(pkt.get(), true);
-  ldns_pkt_set_rd(pkt.get(), query.rd);
-  ldns_pkt_set_ra(pkt.get(), true);
-  ldns_pkt_set_rcode(pkt.get(), rcode);
+  ldns().pkt_set_id(pkt.get(), query.id);
+  ldns().pkt_set_qr(pkt.get(), true);
+  ldns().pkt_set_rd(pkt.get(), query.rd);
+  ldns().pkt_set_ra(pkt.get(), true);
+  ldns().pkt_set_rcode(pkt.get(), rcode);
   if (query.question) {
-    Rr q(ldns_rr_clone(query.question.get()));
-    if (!q || !ldns_pkt_push_rr(pkt.get(), LDNS_SECTION_QUESTION, q.get())) return nullptr;
+    Rr q(ldns().rr_clone(query.question.get()));
+    if (!q || !ldns().pkt_push_rr(pkt.get(), LDNS_SECTION_QUESTION, q.get())) return nullptr;
     q.release();  // the packet owns it now
   }
   return pkt;
@@ -56,8 +56,8 @@ uint8_t opcode(std::span<const uint8_t> wire) {
 
 Pkt parse(std::span<const uint8_t> wire) {
   ldns_pkt* raw = nullptr;
-  if (wire.empty() || ldns_wire2pkt(&raw, wire.data(), wire.size()) != LDNS_STATUS_OK) {
-    ldns_pkt_free(raw);
+  if (wire.empty() || ldns().wire2pkt(&raw, wire.data(), wire.size()) != LDNS_STATUS_OK) {
+    ldns().pkt_free(raw);
     return nullptr;
   }
   return Pkt(raw);
@@ -65,9 +65,9 @@ Pkt parse(std::span<const uint8_t> wire) {
 
 NameText name_text(const ldns_rdf* dname) {
   NameText out;
-  if (!dname || ldns_rdf_get_type(dname) != LDNS_RDF_TYPE_DNAME) return out;
-  const uint8_t* data = ldns_rdf_data(dname);
-  const size_t size = ldns_rdf_size(dname);
+  if (!dname || ldns().rdf_get_type(dname) != LDNS_RDF_TYPE_DNAME) return out;
+  const uint8_t* data = ldns().rdf_data(dname);
+  const size_t size = ldns().rdf_size(dname);
   bool clean = true;
   size_t i = 0;
   while (i < size && data[i] != 0) {
@@ -93,11 +93,11 @@ NameText name_text(const ldns_rdf* dname) {
 }
 
 bool same_name(const ldns_rdf* a, const ldns_rdf* b) {
-  if (!a || !b || ldns_rdf_size(a) != ldns_rdf_size(b)) return false;
-  const uint8_t* x = ldns_rdf_data(a);
-  const uint8_t* y = ldns_rdf_data(b);
+  if (!a || !b || ldns().rdf_size(a) != ldns().rdf_size(b)) return false;
+  const uint8_t* x = ldns().rdf_data(a);
+  const uint8_t* y = ldns().rdf_data(b);
   // Label length bytes are below 64, so lowering them changes nothing.
-  for (size_t i = 0; i < ldns_rdf_size(a); ++i)
+  for (size_t i = 0; i < ldns().rdf_size(a); ++i)
     if (lower(x[i]) != lower(y[i])) return false;
   return true;
 }
@@ -106,61 +106,61 @@ std::vector<uint8_t> answer(const ClientQuery& query, uint8_t rcode, const ldns_
                             size_t limit, std::optional<uint32_t> ttl_cap) {
   Pkt pkt = header(query, rcode);
   if (!pkt) return {};
-  for (size_t i = 0; answers && i < ldns_rr_list_rr_count(answers); ++i) {
-    Rr rr(ldns_rr_clone(ldns_rr_list_rr(answers, i)));
+  for (size_t i = 0; answers && i < ldns().rr_list_rr_count(answers); ++i) {
+    Rr rr(ldns().rr_clone(ldns().rr_list_rr(answers, i)));
     if (!rr) return {};
-    if (ttl_cap && ldns_rr_ttl(rr.get()) > *ttl_cap) ldns_rr_set_ttl(rr.get(), *ttl_cap);
-    if (!ldns_pkt_push_rr(pkt.get(), LDNS_SECTION_ANSWER, rr.get())) return {};
+    if (ttl_cap && ldns().rr_ttl(rr.get()) > *ttl_cap) ldns().rr_set_ttl(rr.get(), *ttl_cap);
+    if (!ldns().pkt_push_rr(pkt.get(), LDNS_SECTION_ANSWER, rr.get())) return {};
     rr.release();
   }
   std::vector<uint8_t> wire = to_wire(pkt.get(), query.opcode);
   if (wire.size() <= limit) return wire;
   Pkt truncated = header(query, rcode);
   if (!truncated) return {};
-  ldns_pkt_set_tc(truncated.get(), true);
+  ldns().pkt_set_tc(truncated.get(), true);
   wire = to_wire(truncated.get(), query.opcode);
   return wire.size() <= limit ? wire : std::vector<uint8_t>{};
 }
 
 std::vector<uint8_t> upstream_query(const ldns_rdf* qname, uint16_t qtype, uint16_t id) {
-  Rdf name(ldns_rdf_clone(qname));
+  Rdf name(ldns().rdf_clone(qname));
   if (!name) return {};
-  ldns_dname2canonical(name.get());
-  Pkt pkt(ldns_pkt_query_new(name.get(), static_cast<ldns_rr_type>(qtype), LDNS_RR_CLASS_IN, LDNS_RD));
+  ldns().dname2canonical(name.get());
+  Pkt pkt(ldns().pkt_query_new(name.get(), static_cast<ldns_rr_type>(qtype), LDNS_RR_CLASS_IN, LDNS_RD));
   if (!pkt) return {};  // ldns owns the name only once the packet exists
   name.release();
-  ldns_pkt_set_id(pkt.get(), id);
+  ldns().pkt_set_id(pkt.get(), id);
   return to_wire(pkt.get());
 }
 
 bool answers_query(const ldns_pkt* reply, const ldns_rdf* qname, uint16_t qtype, uint16_t id) {
-  if (!reply || ldns_pkt_id(reply) != id || !ldns_pkt_qr(reply) || ldns_pkt_qdcount(reply) != 1) return false;
-  const ldns_rr_list* questions = ldns_pkt_question(reply);
-  if (!questions || ldns_rr_list_rr_count(questions) != 1) return false;
-  const ldns_rr* q = ldns_rr_list_rr(questions, 0);
-  return ldns_rr_get_type(q) == qtype && ldns_rr_get_class(q) == LDNS_RR_CLASS_IN &&
-         same_name(ldns_rr_owner(q), qname);
+  if (!reply || ldns().pkt_id(reply) != id || !ldns().pkt_qr(reply) || ldns().pkt_qdcount(reply) != 1) return false;
+  const ldns_rr_list* questions = ldns().pkt_question(reply);
+  if (!questions || ldns().rr_list_rr_count(questions) != 1) return false;
+  const ldns_rr* q = ldns().rr_list_rr(questions, 0);
+  return ldns().rr_get_type(q) == qtype && ldns().rr_get_class(q) == LDNS_RR_CLASS_IN &&
+         same_name(ldns().rr_owner(q), qname);
 }
 
 Addresses addresses(const ldns_rr_list* answers) {
   Addresses out;
-  for (size_t i = 0; answers && i < ldns_rr_list_rr_count(answers); ++i) {
-    const ldns_rr* rr = ldns_rr_list_rr(answers, i);
-    if (ldns_rr_get_class(rr) != LDNS_RR_CLASS_IN || ldns_rr_rd_count(rr) != 1) continue;
-    const ldns_rdf* rdata = ldns_rr_rdf(rr, 0);
+  for (size_t i = 0; answers && i < ldns().rr_list_rr_count(answers); ++i) {
+    const ldns_rr* rr = ldns().rr_list_rr(answers, i);
+    if (ldns().rr_get_class(rr) != LDNS_RR_CLASS_IN || ldns().rr_rd_count(rr) != 1) continue;
+    const ldns_rdf* rdata = ldns().rr_rdf(rr, 0);
     Address a;
-    if (ldns_rr_get_type(rr) == LDNS_RR_TYPE_A && ldns_rdf_size(rdata) == 4) {
+    if (ldns().rr_get_type(rr) == LDNS_RR_TYPE_A && ldns().rdf_size(rdata) == 4) {
       a.family = AF_INET;
       a.addr[10] = 0xff;
       a.addr[11] = 0xff;
-      std::memcpy(a.addr.data() + 12, ldns_rdf_data(rdata), 4);
-    } else if (ldns_rr_get_type(rr) == LDNS_RR_TYPE_AAAA && ldns_rdf_size(rdata) == 16) {
+      std::memcpy(a.addr.data() + 12, ldns().rdf_data(rdata), 4);
+    } else if (ldns().rr_get_type(rr) == LDNS_RR_TYPE_AAAA && ldns().rdf_size(rdata) == 16) {
       a.family = AF_INET6;
-      std::memcpy(a.addr.data(), ldns_rdf_data(rdata), 16);
+      std::memcpy(a.addr.data(), ldns().rdf_data(rdata), 16);
     } else {
       continue;
     }
-    const uint32_t ttl = ldns_rr_ttl(rr);
+    const uint32_t ttl = ldns().rr_ttl(rr);
     out.min_ttl = out.min_ttl ? std::min(*out.min_ttl, ttl) : ttl;
     const bool seen = std::any_of(out.list.begin(), out.list.end(),
                                   [&](const Address& b) { return b.family == a.family && b.addr == a.addr; });

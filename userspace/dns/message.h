@@ -1,13 +1,9 @@
 // SPDX-License-Identifier: Apache-2.0
-// The DNS messages of the resolver (resolver.h), read and written with ldns:
+// The DNS messages of the resolver (resolver.h), read and written with ldns
+// (its functions through ldns(), dns/ldns_api.h):
 // owners for ldns objects, a question's name as text, the answers the
 // resolver gives and the queries it sends upstream. No sockets here.
 #pragma once
-
-// Without <stdbool.h> first, ldns defines `bool`, `true` and `false` as macros.
-#include <stdbool.h>  // NOLINT(modernize-deprecated-headers)
-
-#include <ldns/ldns.h>
 
 #include <chrono>
 #include <cstddef>
@@ -18,18 +14,19 @@
 #include <string>
 #include <vector>
 
+#include "dns/ldns_api.h"
 #include "dns/resolver.h"
 
 namespace agentcage::dns::detail {
 
 struct PktFree {
-  void operator()(ldns_pkt* p) const { ldns_pkt_free(p); }
+  void operator()(ldns_pkt* p) const { ldns().pkt_free(p); }
 };
 struct RrFree {
-  void operator()(ldns_rr* rr) const { ldns_rr_free(rr); }
+  void operator()(ldns_rr* rr) const { ldns().rr_free(rr); }
 };
 struct RdfFree {
-  void operator()(ldns_rdf* rdf) const { ldns_rdf_deep_free(rdf); }
+  void operator()(ldns_rdf* rdf) const { ldns().rdf_deep_free(rdf); }
 };
 using Pkt = std::unique_ptr<ldns_pkt, PktFree>;
 using Rr = std::unique_ptr<ldns_rr, RrFree>;

@@ -399,35 +399,35 @@ void ResolverImpl::reply(const Origin& origin, const ClientQuery& query, uint8_t
 
 void ResolverImpl::on_query(std::span<const uint8_t> wire, const Origin& origin) {
   Pkt pkt = detail::parse(wire);
-  if (!pkt || ldns_pkt_qr(pkt.get())) {
+  if (!pkt || ldns().pkt_qr(pkt.get())) {
     ++stats_.malformed;  // not a DNS message, or an answer: no reply
     return;
   }
   ClientQuery query;
-  query.id = ldns_pkt_id(pkt.get());
-  query.rd = ldns_pkt_rd(pkt.get());
+  query.id = ldns().pkt_id(pkt.get());
+  query.rd = ldns().pkt_rd(pkt.get());
   query.opcode = detail::opcode(wire);
   if (query.opcode != 0) {
     ++stats_.malformed;
     reply(origin, query, LDNS_RCODE_NOTIMPL);
     return;
   }
-  const ldns_rr_list* questions = ldns_pkt_question(pkt.get());
-  if (ldns_pkt_qdcount(pkt.get()) != 1 || !questions || ldns_rr_list_rr_count(questions) != 1) {
+  const ldns_rr_list* questions = ldns().pkt_question(pkt.get());
+  if (ldns().pkt_qdcount(pkt.get()) != 1 || !questions || ldns().rr_list_rr_count(questions) != 1) {
     ++stats_.malformed;
     reply(origin, query, LDNS_RCODE_FORMERR);
     return;
   }
-  const ldns_rr* question = ldns_rr_list_rr(questions, 0);
-  query.question = Rr(ldns_rr_clone(question));
+  const ldns_rr* question = ldns().rr_list_rr(questions, 0);
+  query.question = Rr(ldns().rr_clone(question));
   if (!query.question) return;
   ++stats_.queries;
-  const uint16_t qtype = static_cast<uint16_t>(ldns_rr_get_type(question));
-  if (ldns_rr_get_class(question) != LDNS_RR_CLASS_IN) {
+  const uint16_t qtype = static_cast<uint16_t>(ldns().rr_get_type(question));
+  if (ldns().rr_get_class(question) != LDNS_RR_CLASS_IN) {
     reply(origin, query, LDNS_RCODE_REFUSED);
     return;
   }
-  const detail::NameText name = detail::name_text(ldns_rr_owner(question));
+  const detail::NameText name = detail::name_text(ldns().rr_owner(question));
   std::vector<size_t> rules = name.clean ? match(options_.names, name.text) : std::vector<size_t>{};
   if (rules.empty()) {
     ++stats_.refused;
@@ -450,13 +450,13 @@ void ResolverImpl::on_query(std::span<const uint8_t> wire, const Origin& origin)
     reply(origin, query, LDNS_RCODE_SERVFAIL);
     return;
   }
-  Rdf qname(ldns_rdf_clone(ldns_rr_owner(question)));
+  Rdf qname(ldns().rdf_clone(ldns().rr_owner(question)));
   if (!qname) {
     ++stats_.failed;
     reply(origin, query, LDNS_RCODE_SERVFAIL);
     return;
   }
-  ldns_dname2canonical(qname.get());
+  ldns().dname2canonical(qname.get());
 
   const uint32_t id = next_id_++;
   Pending& p = pending_[id];
@@ -475,6 +475,7 @@ void ResolverImpl::on_query(std::span<const uint8_t> wire, const Origin& origin)
 }  // namespace detail
 
 Result<std::unique_ptr<Resolver>> Resolver::open(Options options) {
+  if (Status st = load_ldns(); !st) return st.error();
   auto upstreams = detail::read_upstreams(options.resolv_conf);
   if (!upstreams) return upstreams.error();
   auto resolver = std::make_unique<detail::ResolverImpl>(std::move(options), std::move(*upstreams));

@@ -2,7 +2,6 @@
 #include "util/log.h"
 
 #include <bpf/libbpf.h>
-#include <dlfcn.h>
 #include <sys/stat.h>
 #include <sys/uio.h>
 #include <unistd.h>
@@ -15,6 +14,8 @@
 #include <iterator>
 #include <string>
 #include <vector>
+
+#include "util/shared_library.h"
 
 namespace agentcage::log {
 namespace {
@@ -44,15 +45,13 @@ bool valid_field_name(std::string_view name) {
   return true;
 }
 
-// sd_journal_sendv from libsystemd, opened the first time a message goes
-// to the journal rather than linked: the agentcage program that starts every
-// run loads no library it does not use (a run's start pays for each one;
-// bench/README.md, section 3). nullptr when libsystemd is not there.
+// sd_journal_sendv from libsystemd, opened the first time a message goes to
+// the journal (util/shared_library.h); nullptr when libsystemd is not there.
 decltype(&sd_journal_sendv) journal_sendv() {
   static const auto fn = []() -> decltype(&sd_journal_sendv) {
-    void* lib = ::dlopen("libsystemd.so.0", RTLD_NOW | RTLD_LOCAL);
+    auto lib = SharedLibrary::open("libsystemd.so.0");
     if (!lib) return nullptr;
-    return reinterpret_cast<decltype(&sd_journal_sendv)>(::dlsym(lib, "sd_journal_sendv"));
+    return lib->function<decltype(&sd_journal_sendv)>("sd_journal_sendv");
   }();
   return fn;
 }
