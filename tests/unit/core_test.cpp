@@ -2,12 +2,15 @@
 // core/: the closed sets' names are metric labels and protocol values (a
 // contract with dashboards and clients), and each name maps back to its value.
 #include <gtest/gtest.h>
+#include <unistd.h>
 
+#include <algorithm>
 #include <set>
 #include <string>
 
 #include "core/fail_closed.h"
 #include "core/run_outcome.h"
+#include "util/file.h"
 
 namespace agentcage {
 namespace {
@@ -33,6 +36,25 @@ TEST(CoreFailClosedReason, NamesAreTheContract) {
   EXPECT_EQ(names, (std::set<std::string>{"bpf_unavailable", "lsm_inactive", "cgroup", "scope",
                                           "policy_invalid", "sandbox", "internal"}));
   EXPECT_FALSE(core::parse_fail_closed_reason("nope"));
+}
+
+// read_up_to takes at most `max` bytes, across the reads and buffer sizes it
+// grows through, and no more than the source has.
+TEST(UtilReadUpTo, ReadsAtMostMaxBytesWhateverTheSourceHolds) {
+  std::string data;
+  for (size_t i = 0; i < 20000; ++i) data.push_back(static_cast<char>('a' + i % 26));
+  for (size_t max : {size_t{0}, size_t{1}, size_t{4096}, size_t{4097}, size_t{12288}, size_t{19999},
+                     size_t{20000}, size_t{20001}, size_t{1} << 20}) {
+    int fds[2];
+    ASSERT_EQ(::pipe(fds), 0);
+    // 20000 bytes fit a pipe's 64 KiB buffer: written whole before reading.
+    ASSERT_EQ(::write(fds[1], data.data(), data.size()), static_cast<ssize_t>(data.size()));
+    ::close(fds[1]);
+    auto got = read_up_to(fds[0], max);
+    ::close(fds[0]);
+    ASSERT_TRUE(got) << got.error().message;
+    EXPECT_EQ(*got, data.substr(0, std::min(max, data.size()))) << "max " << max;
+  }
 }
 
 }  // namespace
