@@ -140,9 +140,12 @@ TEST(Cli, DaemonCommandRunsAgentcageDaemonBesideIt) {
   }
   // agentcage-daemon [OPTIONS] is `agentcage daemon [OPTIONS]`.
   const std::string daemon = (fs::path(AGENTCAGE_BINARY).parent_path() / "agentcage-daemon").string();
-  Output direct = agentcage({"--config", missing}, daemon);
-  EXPECT_EQ(direct.status, 1) << direct.err;
-  EXPECT_TRUE(contains(direct.err, missing + ": cannot read the configuration")) << direct.err;
+  for (const std::vector<std::string>& args : {std::vector<std::string>{"--config", missing},
+                                               std::vector<std::string>{"-vv", "--config", missing}}) {
+    Output direct = agentcage(args, daemon);
+    EXPECT_EQ(direct.status, 1) << direct.err;
+    EXPECT_TRUE(contains(direct.err, missing + ": cannot read the configuration")) << direct.err;
+  }
   Output help = agentcage({"--help"}, daemon);
   EXPECT_EQ(help.status, 0);
   EXPECT_EQ(help.out, agentcage({"daemon", "--help"}).out);

@@ -28,16 +28,26 @@ int run_daemon(const std::string& config, int verbosity) {
 
 }  // namespace agentcage::cli
 
+namespace {
+
+// agentcage's own flag: -v, -vv, ... or --verbose.
+bool verbose_flag(const char* arg) {
+  if (std::strcmp(arg, "--verbose") == 0) return true;
+  if (arg[0] != '-' || arg[1] != 'v') return false;
+  for (const char* c = arg + 1; *c; ++c)
+    if (*c != 'v') return false;
+  return true;
+}
+
+}  // namespace
+
 int main(int argc, char** argv) {
   // A runner exec'd by the daemon: agentcage's own `run` command line.
   if (argc > 1 && std::strcmp(argv[1], "run") == 0) return agentcage::cli::main_entry(argc, argv);
   // Otherwise the daemon's: agentcage's -v flags first, then `daemon`.
   std::vector<char*> words{argv[0]};
   int i = 1;
-  for (; i < argc && (std::strcmp(argv[i], "-v") == 0 || std::strcmp(argv[i], "--verbose") == 0 ||
-                      std::strcmp(argv[i], "-vv") == 0);
-       ++i)
-    words.push_back(argv[i]);
+  for (; i < argc && verbose_flag(argv[i]); ++i) words.push_back(argv[i]);
   static char daemon_word[] = "daemon";
   words.push_back(daemon_word);
   for (; i < argc; ++i) words.push_back(argv[i]);
