@@ -149,7 +149,8 @@ struct Run {
 Step check_request(Run& run);
 Step check_root(Run& run);
 Step block_signals(Run& run);
-// The shared program set; reaps stale runs once it is open.
+// The shared program set (the one prepared ahead when there is one:
+// run/policy_cache.h); otherwise opens it and reaps stale runs.
 Step open_enforcement(Run& run);
 // The run id and its record (for the reaper, should agentcage die).
 Step create_record(Run& run);
