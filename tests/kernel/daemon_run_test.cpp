@@ -13,10 +13,12 @@
 #include <algorithm>
 #include <cstdio>
 #include <cstring>
+#include <ctime>
 #include <string>
 #include <vector>
 
 #include "control/protocol.h"
+#include "core/paths.h"
 #include "daemon_run_env.h"
 #include "util/fd_passing.h"
 
@@ -313,6 +315,62 @@ TEST_F(DaemonRun, ARequestOverTheCapsIsRefused) {
   for (auto& s : sleepers) ::kill(s.pid, SIGTERM);
   for (auto& s : sleepers) wait_exit(s.pid);
   EXPECT_TRUE(wait_until([&] { return nothing_left(); }, 30s));
+}
+
+// A run is answered as soon as its result is final, before its last
+// removals (run/runner.h), but it counts against the caps until its runner
+// has removed everything and exited: with one run per client, the client's
+// next run starts only once the first is fully gone (it waits for it, not
+// refused), and nothing is left after. The first run leaves 12000 files in
+// its fresh workspace, a plain directory (no disk limit: no tmpfs to
+// unmount at once), so that removing it takes a while; its record goes last.
+TEST_F(DaemonRun, ARunAnsweredBeforeItsRemovalCountsAgainstTheCapsUntilItIsGone) {
+  std::string cfg = slurp(dir_ / "daemon.yaml");
+  const std::string cap = "max_runs_per_client: 22";
+  ASSERT_NE(cfg.find(cap), std::string::npos) << cfg;
+  cfg.replace(cfg.find(cap), cap.size(), "max_runs_per_client: 1\nrun_max_disk: unlimited");
+  write_file(dir_ / "daemon.yaml", cfg);
+  start();
+  Proc first = client_run(
+      "first", {"--disk", "unlimited"}, {"sh", "-c", "i=0; while [ $i -lt 12000 ]; do : > f$i; i=$((i+1)); done; echo made $i"});
+  ASSERT_EQ(wait_exit(first.pid), 0) << out("first") << log();
+  const auto answered = std::chrono::system_clock::now();
+  EXPECT_EQ(out("first"), "made 12000\n");
+  const json a = result("first");
+  ASSERT_TRUE(a.is_object()) << out("first");
+  const fs::path workspace = a.value("workspace", "");
+  ASSERT_FALSE(workspace.empty()) << a.dump(2);
+  const fs::path record = fs::path(core::kDefaultStateDir) / "runs" / (a.value("run_id", "") + ".json");
+
+  // The client's next run, while the first one's workspace still goes.
+  Proc next = client_run("next", {}, {"cat", "/etc/hostname"});
+  std::chrono::system_clock::time_point last_seen{};
+  std::error_code ec;
+  while (fs::exists(workspace, ec) || fs::exists(record, ec)) {
+    last_seen = std::chrono::system_clock::now();
+    std::this_thread::sleep_for(1ms);
+  }
+  // The answer came before the removal (the workspace or record outlived it)...
+  EXPECT_GT(last_seen, answered) << "the first run was gone when its client had its answer";
+  // ...and the next run started only after it (the run's start, in ms).
+  ASSERT_EQ(wait_exit(next.pid), 0) << out("next") << log();
+  EXPECT_EQ(out("next"), slurp("/etc/hostname"));
+  const json b = result("next");
+  ASSERT_TRUE(b.is_object()) << out("next");
+  const std::string started = b.value("started_at", "");
+  std::tm tm{};
+  int ms = 0;
+  ASSERT_EQ(std::sscanf(started.c_str(), "%4d-%2d-%2dT%2d:%2d:%2d.%3dZ", &tm.tm_year, &tm.tm_mon, &tm.tm_mday,
+                        &tm.tm_hour, &tm.tm_min, &tm.tm_sec, &ms),
+            7)
+      << started;
+  tm.tm_year -= 1900;
+  tm.tm_mon -= 1;
+  const auto next_started = std::chrono::system_clock::from_time_t(::timegm(&tm)) + std::chrono::milliseconds(ms);
+  EXPECT_GE(next_started, std::chrono::time_point_cast<std::chrono::milliseconds>(last_seen))
+      << "the next run started while the first one was still being removed (started " << started << ")";
+  EXPECT_TRUE(wait_until([&] { return nothing_left(); }, 15s)) << log();
+  EXPECT_EQ(log().find("could not remove everything"), std::string::npos) << log();
 }
 
 // Raw requests as a group member: each gets an error and starts nothing.

@@ -230,6 +230,18 @@ class Enforcer {
   Result<std::vector<PolicyInfo>> policies() const;
   std::vector<ProgramInfo> programs() const;
   bool shared() const { return shared_; }
+  // A shared set this process adopted (open_shared found it pinned), not
+  // one it loaded.
+  bool adopted() const { return shared_ && !skel_; }
+  // For a copy of an adopted Enforcer in a child process (a fork or clone
+  // that keeps using it): the descriptors the child must keep open (maps,
+  // programs, scopes' cgroups, the lock file while open).
+  std::vector<int> descriptors() const;
+  // Closes the lock file; the next take_lock() opens it afresh. A process
+  // whose children use copies of this Enforcer calls it first: a flock
+  // belongs to the open file description, so processes sharing one would
+  // not exclude each other.
+  void close_lock_file() { lock_fd_.reset(); }
   // The directory this build's set is pinned in ("" for a private set).
   const std::string& pin_dir() const { return pin_dir_; }
 

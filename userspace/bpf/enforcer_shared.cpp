@@ -246,6 +246,14 @@ std::vector<ProgramInfo> Enforcer::programs() const {
   return programs_;
 }
 
+std::vector<int> Enforcer::descriptors() const {
+  std::vector<int> fds;
+  for (const auto& fd : owned_fds_) fds.push_back(fd.get());
+  for (const auto& [id, fd] : filtered_) fds.push_back(fd.get());
+  if (lock_fd_) fds.push_back(lock_fd_.get());
+  return fds;
+}
+
 Status Enforcer::take_lock() {
   if (lock_path_.empty()) return {};
   if (lock_depth_++ > 0) return {};

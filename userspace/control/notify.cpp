@@ -44,6 +44,8 @@ void send(const Request& r) {
 
 }  // namespace
 
+bool notify_channel_adopted() { return g_channel >= 0; }
+
 void adopt_notify_channel() {
   const char* value = std::getenv(kChannelVariable);
   if (!value) return;

@@ -38,6 +38,8 @@ struct RunEnd {
 // with a descriptor that is not such a socket (said on stderr), notices go
 // to the control socket. Call once, before the run starts.
 void adopt_notify_channel();
+// Whether this process adopted such a channel: it is a runner of the daemon.
+bool notify_channel_adopted();
 
 // `labels` go into the audit lines of the run's decisions.
 void notify_run_start(const std::string& run_id, const std::string& policy, uint64_t scope_id,

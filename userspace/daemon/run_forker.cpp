@@ -11,6 +11,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstdio>
 #include <cstdlib>
@@ -90,7 +91,22 @@ void answer(int sock, const std::string& text, int fd = -1) {
     ::_exit(0);
 }
 
-// The runner, in the clone: the daemon's child, with only 0..4 open, the
+// Closes every descriptor from `first` on except those in `keep`.
+bool close_all_but(unsigned first, std::vector<int> keep) {
+  std::sort(keep.begin(), keep.end());
+  unsigned from = first;
+  for (int fd : keep) {
+    if (fd < 0 || static_cast<unsigned>(fd) < from) continue;
+    if (static_cast<unsigned>(fd) > from &&
+        ::syscall(SYS_close_range, from, static_cast<unsigned>(fd) - 1, 0U) != 0)
+      return false;
+    from = static_cast<unsigned>(fd) + 1;
+  }
+  return ::syscall(SYS_close_range, from, ~0U, 0U) == 0;
+}
+
+// The runner, in the clone: the daemon's child, with only 0..4 open (and the
+// program set prepared for it: run/policy_cache.h), the
 // daemon's words and environment, default signal handling. It does nothing
 // before the daemon's go-ahead (one byte on `go`), which the daemon gives
 // once it holds the runner's pidfd: a runner the daemon does not know of
@@ -112,8 +128,15 @@ void answer(int sock, const std::string& text, int fd = -1) {
   sigset_t none;
   sigemptyset(&none);
   ::sigprocmask(SIG_SETMASK, &none, nullptr);
-  if (!install_runner_fds(fds) || ::syscall(SYS_close_range, unsigned{kRunnerFds}, ~0U, 0U) != 0)
-    ::_exit(125);
+  // The prepared program set's descriptors stay open (the server keeps
+  // 0..kRunnerFds-1 taken, so they are above); should one not be, the set
+  // goes and the runner opens its own.
+  std::vector<int> keep = run::prepared_enforcer_fds();
+  if (std::any_of(keep.begin(), keep.end(), [](int fd) { return fd < kRunnerFds; })) {
+    run::take_prepared_enforcer().reset();
+    keep.clear();
+  }
+  if (!install_runner_fds(fds) || !close_all_but(kRunnerFds, keep)) ::_exit(125);
   if (::clearenv() != 0) ::_exit(125);
   for (const auto& e : env) {
     const size_t eq = e.find('=');
@@ -148,11 +171,12 @@ void answer(int sock, const std::string& text, int fd = -1) {
       continue;
     }
     // A file that cannot be prepared is the runner's to report (it reads
-    // the file itself); nothing is cached for it.
+    // the file itself); nothing is cached for it. Likewise the program set.
     try {
       if (!policy_file.empty()) (void)run::prepare_policy(policy_file);
+      (void)run::prepare_enforcer();
     } catch (...) {
-      // The runner parses the file itself; nothing is cached for it.
+      // The runner parses the file and opens the set itself.
     }
     int raw[kRunnerFds];
     for (int i = 0; i < kRunnerFds; ++i) raw[i] = fds[static_cast<size_t>(i)].get();
@@ -213,6 +237,17 @@ Status RunForker::start(CommandLine command_line) {
     // ends with the daemon (PR_SET_PDEATHSIG) or at the end of its socket.
     for (int sig : {SIGINT, SIGTERM, SIGHUP, SIGPIPE}) ::signal(sig, SIG_IGN);
     mine.reset();
+    // 0..kRunnerFds-1 taken (by /dev/null where free), so that nothing the
+    // server keeps for its runners (the program set) lands where a
+    // runner's own descriptors go.
+    for (;;) {
+      const int fd = ::open("/dev/null", O_RDWR | O_CLOEXEC);
+      if (fd < 0) break;
+      if (fd >= kRunnerFds) {
+        ::close(fd);
+        break;
+      }
+    }
     serve(theirs.get(), daemon, command_line);
   }
   theirs.reset();

@@ -13,7 +13,10 @@
 // result are those of `agentcage run`, minus the exec. Before it clones, the
 // server prepares the run's policy file (run/policy_cache.h): the runner
 // inherits the parsed and compiled policy and its seccomp filter, used only
-// when the file still holds exactly the bytes they were prepared from.
+// when the file still holds exactly the bytes they were prepared from. It
+// holds the shared program set adopted, too (checked before each clone to
+// be the one pinned now), and each runner inherits it instead of adopting
+// the set again.
 //
 // A runner does nothing until the daemon, holding its pidfd, sends it a
 // go-ahead byte on a pipe of its own: a runner whose answer was lost (the

@@ -18,6 +18,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <iterator>
 
 #include "policy/locate.h"
 #include "policy/values.h"
@@ -165,10 +166,22 @@ Result<control::RunLimits> capped_limits(const policy::Limits& policy_limits, co
 RunService::RunService(const Config& cfg, EventLoop& loop, Finish finish, Notice notice, RunForker* forker)
     : cfg_(cfg), loop_(loop), finish_(std::move(finish)), notice_(std::move(notice)), forker_(forker) {}
 
-size_t RunService::active() const {
-  size_t n = 0;
-  for (const auto& [fd, r] : runs_) n += !r.answered;
-  return n;
+size_t RunService::active() const { return runs_.size(); }
+
+std::optional<std::string> RunService::over_cap(uid_t uid, bool count_removing) const {
+  size_t all = 0, mine = 0;
+  for (const auto& [fd, r] : runs_) {
+    if (r.answered && !count_removing) continue;
+    ++all;
+    mine += r.uid == uid;
+  }
+  if (all >= cfg_.max_runs)
+    return "too many runs through the daemon (max_runs " + std::to_string(cfg_.max_runs) +
+           "): try again when one has ended";
+  if (mine >= cfg_.max_runs_per_client)
+    return "too many runs of uid " + std::to_string(uid) + " (max_runs_per_client " +
+           std::to_string(cfg_.max_runs_per_client) + "): try again when one has ended";
+  return std::nullopt;
 }
 
 RunService::~RunService() {
@@ -185,15 +198,30 @@ std::optional<json> RunService::start(const control::Request& req, const Peer& p
   if (!limits)
     return refusal("no policy named '" + req.policy + "' is loaded by the daemon (policy dir " +
                    cfg_.policy_dir + "; `agentcage status` lists them)");
-  if (active() >= cfg_.max_runs)
-    return refusal("too many runs through the daemon (max_runs " + std::to_string(cfg_.max_runs) +
-                   "): try again when one has ended");
-  size_t mine = 0;
-  for (const auto& [fd, r] : runs_) mine += r.uid == peer.uid && !r.answered;
-  if (mine >= cfg_.max_runs_per_client)
-    return refusal("too many runs of uid " + std::to_string(peer.uid) + " (max_runs_per_client " +
-                   std::to_string(cfg_.max_runs_per_client) + "): try again when one has ended");
-  auto capped = capped_limits(*limits, req.limits, cfg_.run_caps);
+  if (auto why = over_cap(peer.uid, true)) {
+    size_t removing = 0;
+    for (const auto& [fd, r] : runs_) removing += r.answered;
+    if (!over_cap(peer.uid, false) && parked_.size() < removing) {
+      parked_.push_back(Parked{req, peer, std::move(stdio), limits});
+      return std::nullopt;
+    }
+    return refusal(*why);
+  }
+  return launch(req, peer, std::move(stdio), *limits);
+}
+
+void RunService::retry_parked() {
+  std::deque<Parked> waiting;
+  waiting.swap(parked_);
+  for (Parked& p : waiting) {
+    const uint64_t client = p.peer.id;
+    if (auto reply = start(p.request, p.peer, std::move(p.stdio), p.limits)) finish_(client, *reply);
+  }
+}
+
+std::optional<json> RunService::launch(const control::Request& req, const Peer& peer,
+                                       std::vector<UniqueFd> stdio, const policy::Limits& limits) {
+  auto capped = capped_limits(limits, req.limits, cfg_.run_caps);
   if (!capped) return refusal(capped.error().message);
   if (std::string why = stdio_refusal(stdio); !why.empty()) return refusal(why);
 
@@ -393,6 +421,17 @@ void RunService::reaped(int key) {
   if (::waitid(static_cast<idtype_t>(kPidfdIdType), static_cast<id_t>(key), &info, WEXITED | WNOHANG) != 0 ||
       info.si_pid == 0)
     return;
+  // Answered with its result, the runner then removed the rest of its run:
+  // its exit status says whether all of it went (run/runner.h).
+  const bool exited = info.si_code == CLD_EXITED;
+  const bool left_behind = r.answered && !(exited && info.si_status == 0);
+  if (left_behind)
+    log::warn("runner pid " + std::to_string(r.pid) + " (run " +
+              (r.noticed_run_id.empty() ? std::string("without an id") : r.noticed_run_id) + ") " +
+              (exited ? "exited with status " + std::to_string(info.si_status)
+                      : "was killed by signal " + std::to_string(info.si_status)) +
+              " after its answer: it could not remove everything of its run; its record in " + cfg_.state_dir +
+              "/runs is left to the reaper");
   read_result(r);
   if (r.result) {
     loop_.remove(r.result.get());
@@ -405,9 +444,14 @@ void RunService::reaped(int key) {
   }
   loop_.remove(key);
   runs_.erase(it);
+  if (left_behind && left_behind_) left_behind_();
+  // A place under the caps is free now.
+  retry_parked();
 }
 
 void RunService::client_gone(uint64_t client) {
+  for (auto it = parked_.begin(); it != parked_.end();)
+    it = it->peer.id == client ? parked_.erase(it) : std::next(it);
   for (auto& [fd, r] : runs_)
     if (r.client == client && !r.abandoned && !r.answered) {
       r.abandoned = true;
@@ -417,6 +461,9 @@ void RunService::client_gone(uint64_t client) {
 }
 
 void RunService::stop_all(int grace_ms) {
+  for (Parked& p : parked_)
+    finish_(p.peer.id, refusal("the daemon is stopping: the run was not started"));
+  parked_.clear();
   if (runs_.empty()) return;
   log::info("stopping: ending " + std::to_string(runs_.size()) + " run(s) in flight");
   for (auto& [fd, r] : runs_) {

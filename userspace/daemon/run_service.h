@@ -12,8 +12,14 @@
 //
 // The runner sends its run_start and run_end notices over a channel of its
 // own (control/notify.h), read before its client is answered; the answer
-// goes out when the result document is complete (the run is removed by
-// then), without waiting for the runner to exit.
+// goes out when the result document is complete, without waiting for the
+// runner to exit: by then COMMAND has ended, the run's cgroup is killed and
+// drained, its scope released and its workspace copied back, and the
+// runner lets go of the client's descriptors; it removes the rest (the
+// empty cgroup, a fresh workspace, the run record and uid) after the answer
+// (run/runner.h). Until the runner has exited, its run counts against the
+// caps; a request over a cap only because of such runs waits for them.
+// A runner that could not remove everything is logged and its run reaped.
 //
 // The runner ends its run (cgroup killed, everything removed) when the
 // client hangs up (SIGTERM from here), when the daemon stops (SIGTERM, then
@@ -25,6 +31,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <functional>
+#include <deque>
 #include <map>
 #include <optional>
 #include <string>
@@ -79,8 +86,12 @@ class RunService {
   // Hands every notice the runners have sent so far to `notice` (before
   // the daemon reads decision records: a run's start comes before them).
   void read_all_notices();
-  // Runs whose clients wait for their answer (what the caps count).
+  // Runs not fully gone: from their start until their runner has exited,
+  // answered or not (what the caps count).
   size_t active() const;
+  // Called after a runner ended without removing everything of its run
+  // after its answer (logged): the daemon reaps then.
+  void on_left_behind(std::function<void()> reap) { left_behind_ = std::move(reap); }
 
  private:
   struct Running {
@@ -92,11 +103,26 @@ class RunService {
     std::string document;    // what the runner wrote so far
     bool abandoned = false;  // the client is gone
     bool stopping = false;   // the daemon stops
-    bool answered = false;   // the client has its answer; the runner only exits
+    bool answered = false;   // the client has its answer; the runner removes the rest, then exits
     // The run's notices: at most one run_start, then one run_end of the same run id.
     std::string noticed_run_id;
     bool start_noticed = false, end_noticed = false;
   };
+  // A request over a cap only because of runs that were answered and are
+  // removing what is left (milliseconds): it waits for them, at most one
+  // request per such run, then starts or is refused (retry_parked).
+  struct Parked {
+    control::Request request;
+    Peer peer;
+    std::vector<UniqueFd> stdio;
+    std::optional<policy::Limits> limits;
+  };
+  // The refusal when a run of `uid` would go over a cap, counting the runs
+  // still removing what is left or not.
+  std::optional<std::string> over_cap(uid_t uid, bool count_removing) const;
+  std::optional<nlohmann::json> launch(const control::Request& request, const Peer& peer,
+                                       std::vector<UniqueFd> stdio, const policy::Limits& limits);
+  void retry_parked();
   void read_result(Running& r);
   void read_notices(Running& r);
   void answer(Running& r, std::optional<int> runner_status);
@@ -108,7 +134,9 @@ class RunService {
   Notice notice_;
   std::vector<char> notice_buf_;  // one notice at a time, reused
   RunForker* forker_;
+  std::function<void()> left_behind_;
   std::map<int, Running> runs_;  // by pidfd
+  std::deque<Parked> parked_;
 };
 
 }  // namespace agentcage::daemon

@@ -1,6 +1,8 @@
 // SPDX-License-Identifier: Apache-2.0
 #include "run/policy_cache.h"
 
+#include <sys/stat.h>
+
 #include <map>
 #include <utility>
 
@@ -18,6 +20,18 @@ struct Entry {
 std::map<std::string, Entry>& cache() {
   static std::map<std::string, Entry> entries;
   return entries;
+}
+
+// The prepared set and the identity of the "ready" pin it was adopted under.
+struct PreparedSet {
+  std::unique_ptr<bpf::Enforcer> enforcer;
+  dev_t dev = 0;
+  ino_t ino = 0;
+};
+
+PreparedSet& prepared_set() {
+  static PreparedSet set;
+  return set;
 }
 
 }  // namespace
@@ -50,5 +64,37 @@ Status prepare_policy(const std::string& path) {
                   PreparedPolicy{std::move(*parsed.policy), std::move(*compiled), std::move(*filter)}});
   return {};
 }
+
+Status prepare_enforcer() {
+  PreparedSet& set = prepared_set();
+  const std::string ready = bpf::Enforcer::shared_pin_dir(bpf::SharedOptions{}.pin_root) + "/ready";
+  struct stat before {};
+  if (::stat(ready.c_str(), &before) != 0) {
+    set.enforcer.reset();
+    return Error::from_errno("no shared program set is pinned (" + ready + ")");
+  }
+  if (set.enforcer && set.dev == before.st_dev && set.ino == before.st_ino) return {};
+  set.enforcer.reset();
+  auto opened = bpf::Enforcer::open_shared();
+  if (!opened) return opened.error();
+  // Held only when it is the set that was pinned all along (not one loaded
+  // here, nor adopted while the pins changed).
+  struct stat after {};
+  if (!(*opened)->adopted() || ::stat(ready.c_str(), &after) != 0 || after.st_dev != before.st_dev ||
+      after.st_ino != before.st_ino)
+    return Error{"the shared program set changed while it was adopted", EAGAIN};
+  (*opened)->close_lock_file();
+  set.enforcer = std::move(*opened);
+  set.dev = before.st_dev;
+  set.ino = before.st_ino;
+  return {};
+}
+
+std::vector<int> prepared_enforcer_fds() {
+  const PreparedSet& set = prepared_set();
+  return set.enforcer ? set.enforcer->descriptors() : std::vector<int>{};
+}
+
+std::unique_ptr<bpf::Enforcer> take_prepared_enforcer() { return std::move(prepared_set().enforcer); }
 
 }  // namespace agentcage::run

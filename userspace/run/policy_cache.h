@@ -1,6 +1,7 @@
 // SPDX-License-Identifier: Apache-2.0
 // What a run derives from its policy file's bytes alone (the parsed policy,
-// its compiled rules, its seccomp filter), prepared ahead of the run. The
+// its compiled rules, its seccomp filter), prepared ahead of the run; and
+// the shared program set, opened ahead (prepare_enforcer below). The
 // daemon's fork server (daemon/run_forker.h) prepares the policy of each run
 // before it clones the runner, which inherits this process's cache: a run
 // through the daemon under a policy it ran before skips parsing, compiling
@@ -18,7 +19,10 @@
 #include <string_view>
 #include <vector>
 
+#include <memory>
+
 #include "bpf/compiled.h"
+#include "bpf/enforcer.h"
 #include "policy/policy.h"
 #include "util/result.h"
 
@@ -41,5 +45,22 @@ const PreparedPolicy* prepared_policy(const std::string& path, std::string_view 
 Status prepare_policy(const std::string& path);
 
 inline constexpr size_t kMaxPreparedPolicies = 64;
+
+// The shared program set (bpf/enforcer.h), adopted ahead in the same way:
+// the fork server adopts the pinned set once, not each runner (a dozen
+// bpf() calls and a walk of the pin directory each). Before each run it
+// checks that the set it holds is still the one pinned (the inode of the
+// set's "ready" pin); a set pinned anew since is adopted afresh. Its copy
+// holds no lock file (Enforcer::close_lock_file): each runner opens its own
+// for its map updates. An error (no set pinned, say) leaves nothing
+// prepared: the runner opens the set itself, as `agentcage run` does, and
+// reports what fails.
+Status prepare_enforcer();
+// The descriptors of the prepared set, for a child that inherits it (the
+// runner keeps them open); empty when there is none.
+std::vector<int> prepared_enforcer_fds();
+// The prepared set, handed over once (nullptr when there is none): the
+// runner's open_enforcement takes it instead of adopting the set again.
+std::unique_ptr<bpf::Enforcer> take_prepared_enforcer();
 
 }  // namespace agentcage::run

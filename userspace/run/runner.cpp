@@ -9,6 +9,7 @@
 #include <chrono>
 #include <cstring>
 #include <filesystem>
+#include <iostream>
 #include <ostream>
 
 #include "bpf/names.h"
@@ -54,7 +55,7 @@ int fail(Run& run, const Failure& f) {
 int finish(Run& run) {
   RunResult& res = run.res;
   std::ostream& err = run.err;
-  auto left = teardown(run.resources, res, true, run.sampled_peak, run.opts.keep);
+  auto left = teardown(run.resources, res, true, run.sampled_peak, run.opts.keep, run.defer_removal);
   drain_stdio(run);
   res.wall_time_us = static_cast<uint64_t>(
       std::chrono::duration_cast<std::chrono::microseconds>(std::chrono::steady_clock::now() - run.started)
@@ -76,16 +77,13 @@ int finish(Run& run) {
         << (res.memory_max_bytes ? std::to_string(*res.memory_max_bytes) : "none")
         << " bytes): the run was OOM-killed\n";
   std::error_code ec;
-  res.workspace_kept = fs::exists(res.workspace, ec);
+  res.workspace_kept = !run.resources.workspace_removal_deferred && fs::exists(res.workspace, ec);
   return res.exit_code;
 }
 
-}  // namespace
-
-int run_command(const RunOptions& opts, RunResult& res, std::ostream& err) {
-  res.started_at = std::chrono::system_clock::now();
-  res.labels = opts.labels;
-  Run run(opts, res, err);
+// The run, from its first step to its result (with run.defer_removal, up to
+// the last removals).
+int run_steps(Run& run) {
   // Each step creates what it needs in run.resources; the first failure
   // ends the run with its exit status, message, fix and fail-closed reason.
   using StepFn = Step (*)(Run&);
@@ -107,6 +105,40 @@ int run_command(const RunOptions& opts, RunResult& res, std::ostream& err) {
   return code;
 }
 
+// The client's descriptors (0, 1, 2) are let go: /dev/null from here.
+void release_stdio(std::ostream& err) {
+  err.flush();
+  std::cout.flush();
+  const int null = ::open("/dev/null", O_RDWR | O_CLOEXEC);
+  if (null < 0) {
+    for (int fd = 0; fd <= 2; ++fd) ::close(fd);
+    return;
+  }
+  for (int fd = 0; fd <= 2; ++fd) (void)::dup2(null, fd);
+  if (null > 2) ::close(null);
+}
+
+}  // namespace
+
+int run_command(const RunOptions& opts, RunResult& res, std::ostream& err) {
+  res.started_at = std::chrono::system_clock::now();
+  res.labels = opts.labels;
+  Run run(opts, res, err);
+  return run_steps(run);
+}
+
+std::vector<std::string> run_command_then_remove(const RunOptions& opts, RunResult& res, std::ostream& err,
+                                                 const std::function<void(int)>& deliver) {
+  res.started_at = std::chrono::system_clock::now();
+  res.labels = opts.labels;
+  Run run(opts, res, err);
+  run.defer_removal = true;
+  deliver(run_steps(run));
+  // What was left for after the result (teardown is safe to call again);
+  // the run's signals stay blocked until it is done.
+  return teardown(run.resources, res, false, std::nullopt, opts.keep);
+}
+
 int run_main(const RunOptions& opts, std::ostream& err) {
   // 0, 1 and 2 must be open: otherwise a pipe or lock agentcage opens could
   // land there and be handed to COMMAND as its stdin/stdout/stderr.
@@ -121,16 +153,35 @@ int run_main(const RunOptions& opts, std::ostream& err) {
   ResultSink sink = std::move(*opened);
   control::adopt_notify_channel();
   RunResult res;
-  int code = run_command(opts, res, err);
-  res.exit_code = code;
-  res.ended_at = std::chrono::system_clock::now();
-  control::notify_run_end(run_end_notice(res));
-  err << denial_summary(res);
-  if (opts.result_file || opts.result_fd) {
-    if (Status st = sink.write(result_text(res)); !st)
-      err << "agentcage: writing the result to " << sink.name() << ": " << st.error().message << "\n";
+  bool delivered = false;
+  auto deliver = [&](int code) {
+    res.exit_code = code;
+    res.ended_at = std::chrono::system_clock::now();
+    control::notify_run_end(run_end_notice(res));
+    err << denial_summary(res);
+    if (opts.result_file || opts.result_fd) {
+      if (Status st = sink.write(result_text(res)); !st)
+        err << "agentcage: writing the result to " << sink.name() << ": " << st.error().message << "\n";
+      else
+        delivered = true;
+    }
+  };
+  if (!control::notify_channel_adopted() || !opts.result_fd) {
+    const int code = run_command(opts, res, err);
+    deliver(code);
+    return code;
   }
-  return code;
+  // A runner of the daemon: its client is answered as soon as the result is
+  // written, and its stdout and stderr end then, before the last removals.
+  int code = kExitSetup;
+  auto left = run_command_then_remove(opts, res, err, [&](int c) {
+    code = c;
+    deliver(c);
+    release_stdio(err);
+  });
+  // Without a result the daemon answers with this exit status.
+  if (!delivered) return code;
+  return left.empty() ? 0 : kExitLeftBehind;
 }
 
 }  // namespace agentcage::run

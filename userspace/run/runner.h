@@ -11,7 +11,10 @@
 //   workspace and record -> result.
 #pragma once
 
+#include <functional>
 #include <iosfwd>
+#include <string>
+#include <vector>
 
 #include "bpf/enforcer.h"
 
@@ -25,12 +28,31 @@ namespace agentcage::run {
 // is filled as far as the run got, also when it fails.
 int run_command(const RunOptions& opts, RunResult& result, std::ostream& err);
 
+// run_command for a caller that is answered before the run's last removals
+// (the daemon's runner): `deliver` is called once with agentcage's exit
+// status as soon as the result is final -- COMMAND ended, the cgroup killed
+// and drained, the measurements and reports taken, --io-dir copied back,
+// the scope released. Then the run's empty cgroup, a fresh workspace that is
+// not kept, its record and its uid go. Returns what could not be removed
+// (empty: nothing is left; otherwise the record stays for the reaper).
+std::vector<std::string> run_command_then_remove(const RunOptions& opts, RunResult& result, std::ostream& err,
+                                                 const std::function<void(int code)>& deliver);
+
+// The exit status of a runner of the daemon that was answered with its
+// result (run_main) when something of the run could not be removed after
+// the answer (0 when everything went).
+inline constexpr int kExitLeftBehind = 1;
+
 // Kill and remove what runs whose agentcage died left behind (their record's
 // lock is free): cgroup, scope, policy slot, workspace, record. Messages
 // (one line each) go to `err`. Used at every run's start and by the daemon.
 void reap_stale_runs(bpf::Enforcer& enforcer, const Paths& paths, std::ostream& err);
 
-// run_command + writes --result FILE (atomically: a temporary file renamed).
+// run_command + writes --result FILE (atomically: a temporary file renamed)
+// or --result-fd. A runner of the daemon (its notice channel adopted:
+// control/notify.h, and --result-fd) uses run_command_then_remove: once
+// its result is written it lets go of its stdin, stdout and stderr (the
+// client's) and removes the rest; it then exits 0, or kExitLeftBehind.
 int run_main(const RunOptions& opts, std::ostream& err);
 
 }  // namespace agentcage::run

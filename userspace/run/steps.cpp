@@ -193,6 +193,13 @@ Step block_signals(Run& run) {
 }
 
 Step open_enforcement(Run& run) {
+  if (auto prepared = take_prepared_enforcer()) {
+    // A runner of the daemon's fork server (run/policy_cache.h): the set
+    // was adopted ahead, and the daemon reaps stale runs itself (at its
+    // start, every minute, and after a runner that left something).
+    run.resources.enforcer = std::move(prepared);
+    return {};
+  }
   auto enforcer = bpf::Enforcer::open_shared();
   if (!enforcer) return enforcer_failure(enforcer.error());
   run.resources.enforcer = std::move(*enforcer);

@@ -92,6 +92,8 @@ struct Resources {
   RunRecord record;
   std::optional<UidLease> uid_lease;
   bool workspace_created = false;  // by agentcage (else: the caller's --workspace)
+  // teardown with `defer_removal` left the workspace to remove afterwards.
+  bool workspace_removal_deferred = false;
   std::optional<cgroup::Cgroup> cg;
   std::optional<scope::Confinement> confinement;
   // The run's seccomp listener: answers and counts its denied calls until
@@ -137,6 +139,8 @@ struct Run {
   // wait_for_end
   int wait_status = 0;
   std::optional<uint64_t> sampled_peak;
+  // finish: the last removals follow the result (run_command_then_remove).
+  bool defer_removal = false;
 };
 
 // ---- setup (run/steps.cpp) --------------------------------------------------
@@ -145,7 +149,8 @@ struct Run {
 Step check_request(Run& run);
 Step check_root(Run& run);
 Step block_signals(Run& run);
-// The shared program set; reaps stale runs once it is open.
+// The shared program set (the one prepared ahead when there is one:
+// run/policy_cache.h); otherwise opens it and reaps stale runs.
 Step open_enforcement(Run& run);
 // The run id and its record (for the reaper, should agentcage die).
 Step create_record(Run& run);
@@ -169,9 +174,13 @@ Step wait_for_end(Run& run);
 
 // ---- teardown (run/teardown.cpp) ------------------------------------------
 // Undo everything in `r`, newest first. With `collect`, first gather the
-// measurements and the denial report into `res`. Returns what could not be
-// removed (empty: nothing left behind). Safe to call again.
+// measurements and the denial report into `res`. With `defer_removal`, stop
+// before what the result does not depend on: the empty cgroup's directory,
+// a fresh workspace that is not kept, the record and the uid stay for a
+// later call. Returns what could not be removed (empty: nothing left behind
+// but what was deferred). Safe to call again.
 std::vector<std::string> teardown(Resources& r, RunResult& res, bool collect,
-                                  std::optional<uint64_t> sampled_peak, bool keep_workspace);
+                                  std::optional<uint64_t> sampled_peak, bool keep_workspace,
+                                  bool defer_removal = false);
 
 }  // namespace agentcage::run

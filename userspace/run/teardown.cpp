@@ -49,7 +49,8 @@ void collect_stats(const cgroup::Cgroup& cg, RunResult& res, std::optional<uint6
 }  // namespace
 
 std::vector<std::string> teardown(Resources& r, RunResult& res, bool collect,
-                                  std::optional<uint64_t> sampled_peak, bool keep_workspace) {
+                                  std::optional<uint64_t> sampled_peak, bool keep_workspace,
+                                  bool defer_removal) {
   std::vector<std::string> problems;
   bool drained = true;
   if (r.cg) {
@@ -98,7 +99,7 @@ std::vector<std::string> teardown(Resources& r, RunResult& res, bool collect,
     res.recording = r.recording->json(res.report ? res.report->records_unrecorded : 0);
     if (!res.report) (*res.recording)["complete"] = false;
   }
-  if (r.cg && drained && !r.confinement) {
+  if (r.cg && drained && !r.confinement && !defer_removal) {
     if (Status st = r.cg->remove(); !st)
       problems.push_back(st.error().message);
     else
@@ -133,7 +134,9 @@ std::vector<std::string> teardown(Resources& r, RunResult& res, bool collect,
     // Not a cleanup problem: the run's own things still all go.
     if (!st) report.error = "copying the workspace back to " + report.dir + ": " + st.error().message;
   }
-  if (!r.record.workspace.empty() && drained) {
+  r.workspace_removal_deferred =
+      defer_removal && !r.record.workspace.empty() && r.workspace_created && !keep_workspace;
+  if (!r.record.workspace.empty() && drained && !r.workspace_removal_deferred) {
     std::error_code ec;
     bool kept = !r.workspace_created || keep_workspace;
     bool handed_back = true;
@@ -171,7 +174,7 @@ std::vector<std::string> teardown(Resources& r, RunResult& res, bool collect,
     }
     if (problems.empty()) r.record.workspace.clear();
   }
-  if (problems.empty()) {
+  if (problems.empty() && !defer_removal) {
     if (r.lease) r.lease->finish();
     r.lease.reset();
     r.uid_lease.reset();
