@@ -2,6 +2,12 @@
 #include "cgroup/cgroup.h"
 
 #include <gtest/gtest.h>
+#include <stdlib.h>
+
+#include <algorithm>
+#include <fstream>
+#include <string>
+#include <vector>
 
 namespace agentcage::cgroup {
 namespace {
@@ -67,13 +73,45 @@ TEST(Controllers, SplitsOnWhitespace) {
   EXPECT_TRUE(parse_controllers("\n").empty());
 }
 
-TEST(CgroupEvents, PopulatedIsTheKeyedValue) {
-  EXPECT_TRUE(events_say_populated("populated 1\nfrozen 0\n"));
-  EXPECT_FALSE(events_say_populated("populated 0\nfrozen 0\n"));
-  EXPECT_TRUE(events_say_populated("frozen 0\npopulated 1\n"));
-  EXPECT_FALSE(events_say_populated("frozen 1\n"));
-  EXPECT_FALSE(events_say_populated(""));
+TEST(CgroupKeyedFiles, ValueOfAKey) {
+  const char* stat = "usage_usec 1234\nuser_usec 1000\nsystem_usec 234\nnr_periods 0\n";
+  EXPECT_EQ(*keyed_value(stat, "usage_usec"), 1234u);
+  EXPECT_EQ(*keyed_value(stat, "system_usec"), 234u);
+  EXPECT_FALSE(keyed_value(stat, "user")) << "a prefix of a key is not the key";
+  EXPECT_EQ(*keyed_value("low 0\nhigh 0\nmax 3\noom 1\noom_kill 1\noom_group_kill 1", "oom_kill"), 1u);
+  EXPECT_EQ(*keyed_value("frozen 0\npopulated 1", "populated"), 1u) << "the last line has no newline";
+  EXPECT_EQ(*keyed_value("nr_descendants 0\nnr_dying_descendants 3\n", "nr_descendants"), 0u);
+  EXPECT_FALSE(keyed_value("populated x\n", "populated"));
+  EXPECT_FALSE(keyed_value("populated \n", "populated"));
+  EXPECT_FALSE(keyed_value("populated 1 2\n", "populated"));
+  EXPECT_FALSE(keyed_value("", "populated"));
   EXPECT_FALSE(populated("/nonexistent/cgroup")) << "a cgroup that is gone has no processes";
+}
+
+TEST(CgroupDescendants, ListsEveryDirectoryBelowWithoutACgroupStat) {
+  // Not cgroupfs (no cgroup.stat): the walk lists every directory below.
+  char tmpl[] = "/tmp/agentcage-cgroup-test-XXXXXX";
+  ASSERT_NE(::mkdtemp(tmpl), nullptr);
+  const fs::path root = tmpl;
+  fs::create_directories(root / "a" / "b");
+  fs::create_directories(root / "c");
+  std::ofstream(root / "a" / "file") << "x";
+  auto below = cgroup_descendants(root);
+  ASSERT_TRUE(below.ok()) << below.error().message;
+  std::vector<std::string> names;
+  for (const auto& n : *below) names.push_back(n.path.lexically_relative(root).string());
+  std::sort(names.begin(), names.end());
+  EXPECT_EQ(names, (std::vector<std::string>{"a", "a/b", "c"}));
+  // A cgroup.stat that counts no descendants ends the walk before it starts.
+  std::ofstream(root / "cgroup.stat") << "nr_descendants 0\nnr_dying_descendants 0\n";
+  below = cgroup_descendants(root);
+  ASSERT_TRUE(below.ok());
+  EXPECT_TRUE(below->empty());
+  std::ofstream(root / "cgroup.stat") << "nr_descendants 3\nnr_dying_descendants 0\n";
+  below = cgroup_descendants(root);
+  ASSERT_TRUE(below.ok());
+  EXPECT_EQ(below->size(), 3u);
+  fs::remove_all(root);
 }
 
 TEST(CgroupCreate, RejectsNamesThatEscapeTheParent) {

@@ -251,16 +251,6 @@ TEST(RunOptions, ExitStatusMapping) {
   EXPECT_EQ(*killed_by(signaled(SIGUSR1)), SIGUSR1);
 }
 
-TEST(RunOptions, KeyedValues) {
-  const char* stat = "usage_usec 1234\nuser_usec 1000\nsystem_usec 234\nnr_periods 0\n";
-  EXPECT_EQ(*keyed_value(stat, "usage_usec"), 1234u);
-  EXPECT_EQ(*keyed_value(stat, "system_usec"), 234u);
-  EXPECT_FALSE(keyed_value(stat, "user"));
-  EXPECT_EQ(*keyed_value("low 0\nhigh 0\nmax 3\noom 1\noom_kill 1\noom_group_kill 1", "oom_kill"), 1u);
-  EXPECT_EQ(*keyed_value("populated 0\nfrozen 0\n", "populated"), 0u);
-  EXPECT_FALSE(keyed_value("populated x\n", "populated"));
-}
-
 TEST(RunOptions, UserSpecs) {
   auto n = parse_user_spec("nobody");
   ASSERT_TRUE(n);

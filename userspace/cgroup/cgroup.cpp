@@ -12,6 +12,7 @@
 #include <unistd.h>
 
 #include <cerrno>
+#include <charconv>
 #include <chrono>
 #include <cstring>
 #include <fstream>
@@ -112,6 +113,8 @@ Result<std::vector<CgroupNode>> cgroup_ancestors(const fs::path& cgroup_dir, uns
 
 Result<std::vector<CgroupNode>> cgroup_descendants(const fs::path& cgroup_dir) {
   std::vector<CgroupNode> out;
+  if (auto stat = read_file(cgroup_dir / "cgroup.stat"))
+    if (keyed_value(*stat, "nr_descendants") == 0u) return out;
   std::error_code ec;
   fs::recursive_directory_iterator it(cgroup_dir, fs::directory_options::none, ec), end;
   if (ec) return Error{"cgroup: listing " + cgroup_dir.string() + ": " + ec.message(), ec.value()};
@@ -261,20 +264,25 @@ Status Cgroup::kill_all() {
   return {};
 }
 
-bool events_say_populated(std::string_view text) {
-  // "populated 0|1" on a line of its own, among other "key value" lines.
-  std::istringstream in{std::string(text)};
-  std::string key;
-  uint64_t value = 0;
-  while (in >> key >> value)
-    if (key == "populated") return value != 0;
-  return false;
+std::optional<uint64_t> keyed_value(std::string_view text, std::string_view key) {
+  while (!text.empty()) {
+    const size_t nl = text.find('\n');
+    const std::string_view line = text.substr(0, nl);
+    text = nl == std::string_view::npos ? std::string_view() : text.substr(nl + 1);
+    if (line.size() <= key.size() || line.substr(0, key.size()) != key || line[key.size()] != ' ') continue;
+    const std::string_view value = line.substr(key.size() + 1);
+    uint64_t v = 0;
+    auto [end, ec] = std::from_chars(value.data(), value.data() + value.size(), v);
+    if (value.empty() || ec != std::errc() || end != value.data() + value.size()) return std::nullopt;
+    return v;
+  }
+  return std::nullopt;
 }
 
 bool populated(const fs::path& dir) {
   auto events = read_file(dir / "cgroup.events");
   if (!events) return false;  // gone already
-  return events_say_populated(*events);
+  return keyed_value(*events, "populated").value_or(0) != 0;
 }
 
 Status kill_and_drain(const fs::path& dir) {

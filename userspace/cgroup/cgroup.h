@@ -9,6 +9,7 @@
 #include <cstdint>
 #include <filesystem>
 #include <functional>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -41,7 +42,9 @@ struct CgroupNode {
 // hierarchy root included, nearest first.
 Result<std::vector<CgroupNode>> cgroup_ancestors(const fs::path& cgroup_dir, unsigned level);
 // Every cgroup below `cgroup_dir`, at any depth (not following symlinks;
-// cgroupfs has none). A cgroup removed during the walk is skipped.
+// cgroupfs has none). A cgroup removed during the walk is skipped. A cgroup
+// whose cgroup.stat counts no descendants is not listed at all (a run's
+// fresh cgroup holds some 50 interface files and nothing below).
 Result<std::vector<CgroupNode>> cgroup_descendants(const fs::path& cgroup_dir);
 
 // Whitespace-separated controller names from cgroup.controllers or
@@ -89,9 +92,10 @@ class Cgroup {
 // Whether any process lives in the cgroup's subtree ("populated" in its
 // cgroup.events); false when the cgroup is gone.
 bool populated(const fs::path& dir);
-// `text` of a cgroup.events file says the subtree is populated. Exposed for
-// unit tests.
-bool events_say_populated(std::string_view text);
+// The value of `key` in the text of a flat keyed cgroup file, "KEY VALUE"
+// lines (cgroup.events, cgroup.stat, cpu.stat, memory.events); nothing
+// when the key is missing or its value is not a number.
+std::optional<uint64_t> keyed_value(std::string_view text, std::string_view key);
 
 // How long the processes of a killed cgroup may take to disappear before
 // kill_and_drain gives up. They are SIGKILLed, so this is not a grace period:

@@ -206,20 +206,6 @@ int exit_code(const Outcome& o) {
   return kExitSetup;  // stopped/continued statuses are never waited for
 }
 
-std::optional<uint64_t> keyed_value(std::string_view text, std::string_view key) {
-  size_t pos = 0;
-  while (pos < text.size()) {
-    size_t nl = text.find('\n', pos);
-    std::string_view line =
-        text.substr(pos, nl == std::string_view::npos ? std::string_view::npos : nl - pos);
-    if (line.size() > key.size() && line.substr(0, key.size()) == key && line[key.size()] == ' ')
-      return parse_uint<uint64_t>(line.substr(key.size() + 1));
-    if (nl == std::string_view::npos) break;
-    pos = nl + 1;
-  }
-  return std::nullopt;
-}
-
 Result<UserSpec> parse_user_spec(std::string_view text) {
   UserSpec spec;
   if (text.empty()) return Error{"--user: empty user", EINVAL};

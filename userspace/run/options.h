@@ -118,8 +118,6 @@ int exit_code(const Outcome& outcome);
 std::optional<int> exited_code(int wait_status);
 std::optional<int> killed_by(int wait_status);
 
-// Value of a cgroup "key value" line file (cpu.stat, memory.events).
-std::optional<uint64_t> keyed_value(std::string_view text, std::string_view key);
 
 // --user: "NAME", "UID" or "UID:GID". Names are looked up in the passwd
 // database (its primary group); a bare UID uses gid = UID.

@@ -27,9 +27,9 @@ std::optional<std::string> read_text(const fs::path& p) {
 void collect_stats(const cgroup::Cgroup& cg, RunResult& res, std::optional<uint64_t> sampled_peak) {
   const fs::path& p = cg.path();
   if (auto cpu = read_text(p / "cpu.stat")) {
-    res.cpu_total_us = keyed_value(*cpu, "usage_usec");
-    res.cpu_user_us = keyed_value(*cpu, "user_usec");
-    res.cpu_system_us = keyed_value(*cpu, "system_usec");
+    res.cpu_total_us = cgroup::keyed_value(*cpu, "usage_usec");
+    res.cpu_user_us = cgroup::keyed_value(*cpu, "user_usec");
+    res.cpu_system_us = cgroup::keyed_value(*cpu, "system_usec");
   }
   if (auto peak = read_text(p / "memory.peak")) {
     uint64_t v = 0;
@@ -41,7 +41,7 @@ void collect_stats(const cgroup::Cgroup& cg, RunResult& res, std::optional<uint6
     res.peak_memory_source = "memory.current sampled every 100 ms";
   }
   if (auto events = read_text(p / "memory.events")) {
-    res.oom_kills = keyed_value(*events, "oom_kill").value_or(0);
+    res.oom_kills = cgroup::keyed_value(*events, "oom_kill").value_or(0);
     res.oom_killed = res.oom_kills > 0;
   }
 }
@@ -74,7 +74,14 @@ std::vector<std::string> teardown(Resources& r, RunResult& res, bool collect,
       problems.push_back("reading the recording: " + st.error().message);
   }
   if (r.dns && collect) res.dns = r.dns->report();
-  if (r.confinement) {
+  if (r.confinement && defer_removal && drained && collect) {
+    // The answer needs only the report: the scope and its slot go after it,
+    // with the cgroup (nothing is left in the scope to decide on).
+    if (auto report = scope::report(*r.enforcer, *r.confinement))
+      res.report = std::move(*report);
+    else
+      problems.push_back("reading the scope report: " + report.error().message);
+  } else if (r.confinement) {
     // The report, then the scope (only from an empty cgroup: survivors stay
     // confined), then its slot; scope/scope.h keeps that order.
     auto released = scope::release(*r.enforcer, *r.confinement, scope::Ending::drained);

@@ -239,6 +239,10 @@ Result<Released> release(bpf::Enforcer& enforcer, const Confinement& confinement
   return release(b, confinement, ending);
 }
 
+Result<bpf::ScopeReport> report(bpf::Enforcer& enforcer, const Confinement& confinement) {
+  return enforcer.scope_report(confinement.cgroup_id);
+}
+
 Result<UniqueFd> record(bpf::Enforcer& enforcer, const Confinement& confinement) {
   return enforcer.record_scope(confinement.cgroup_id);
 }

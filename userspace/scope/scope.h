@@ -145,6 +145,12 @@ Result<UniqueFd> record(bpf::Enforcer& enforcer, const Confinement& confinement)
 Result<Released> release(Backend& backend, const Confinement& confinement, Ending ending);
 Result<Released> release(bpf::Enforcer& enforcer, const Confinement& confinement, Ending ending);
 
+// The report of a confinement's scope as it stands, nothing removed: a run
+// answers its client with it once its cgroup is drained and releases the
+// scope afterwards (the report cannot change in between: nothing is left
+// in the scope to decide on).
+Result<bpf::ScopeReport> report(bpf::Enforcer& enforcer, const Confinement& confinement);
+
 // Take down the scope registered for `cgroup` (detach). ENOENT when the
 // cgroup is not confined.
 Result<Released> release(Backend& backend, const CgroupRef& cgroup, Ending ending);
