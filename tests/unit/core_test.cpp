@@ -11,6 +11,7 @@
 #include "core/fail_closed.h"
 #include "core/run_outcome.h"
 #include "util/file.h"
+#include "util/text.h"
 
 namespace agentcage {
 namespace {
@@ -40,6 +41,17 @@ TEST(CoreFailClosedReason, NamesAreTheContract) {
 
 // read_up_to takes at most `max` bytes, across the reads and buffer sizes it
 // grows through, and no more than the source has.
+// Audit lines (nanoseconds) and results (milliseconds) stamp their times so.
+TEST(UtilText, Rfc3339InUtc) {
+  EXPECT_EQ(rfc3339_utc(0, 9), "1970-01-01T00:00:00.000000000Z");
+  EXPECT_EQ(rfc3339_utc(1000000001, 9), "1970-01-01T00:00:01.000000001Z");
+  EXPECT_EQ(rfc3339_utc(951782400LL * 1000000000, 9), "2000-02-29T00:00:00.000000000Z");
+  // Milliseconds (a run's result) are cut, not rounded; before the epoch is the epoch.
+  EXPECT_EQ(rfc3339_utc(1795762199999999999LL, 3), "2026-11-27T06:49:59.999Z");
+  EXPECT_EQ(rfc3339_utc(4107542399123456789LL, 3), "2100-02-28T23:59:59.123Z");
+  EXPECT_EQ(rfc3339_utc(-5, 3), "1970-01-01T00:00:00.000Z");
+}
+
 TEST(UtilReadUpTo, ReadsAtMostMaxBytesWhateverTheSourceHolds) {
   std::string data;
   for (size_t i = 0; i < 20000; ++i) data.push_back(static_cast<char>('a' + i % 26));

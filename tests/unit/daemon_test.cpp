@@ -757,12 +757,6 @@ TEST(AuditLine, ARefusedNameHasTheShapeOfADecision) {
   EXPECT_FALSE(j.contains("labels"));
 }
 
-TEST(AuditLine, Rfc3339) {
-  EXPECT_EQ(telemetry::rfc3339_ns(0), "1970-01-01T00:00:00.000000000Z");
-  EXPECT_EQ(telemetry::rfc3339_ns(1000000001), "1970-01-01T00:00:01.000000001Z");
-  EXPECT_EQ(telemetry::rfc3339_ns(951782400LL * 1000000000), "2000-02-29T00:00:00.000000000Z");
-}
-
 // ---- counters and metric names ---------------------------------------------------
 
 TEST(CounterTracker, MonotonicAcrossResetAndReuse) {

@@ -628,7 +628,7 @@ json Daemon::status_json() {
                           {"policy", c.policy},
                           {"workspace", c.workspace.empty() ? json(nullptr) : json(c.workspace)},
                           {"labels", c.labels},
-                          {"attached", telemetry::rfc3339_ns(c.attached_ns)}});
+                          {"attached", rfc3339_utc(c.attached_ns, 9)}});
   s["containers"] = containers;
   return s;
 }

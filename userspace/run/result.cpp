@@ -3,8 +3,6 @@
 
 #include <algorithm>
 #include <cerrno>
-#include <cstdio>
-#include <ctime>
 #include <vector>
 
 #include "bpf/names.h"
@@ -46,14 +44,7 @@ nlohmann::json syscall_record_json(const RunResult& r, const SyscallDenial& d) {
 // RFC 3339 in UTC with milliseconds, or null for a time never set.
 nlohmann::json timestamp(std::chrono::system_clock::time_point t) {
   if (t == std::chrono::system_clock::time_point{}) return nullptr;
-  const auto ms = std::chrono::duration_cast<std::chrono::milliseconds>(t.time_since_epoch()).count();
-  const std::time_t secs = static_cast<std::time_t>(ms / 1000);
-  std::tm tm{};
-  ::gmtime_r(&secs, &tm);
-  char buf[96];
-  std::snprintf(buf, sizeof buf, "%04d-%02d-%02dT%02d:%02d:%02d.%03dZ", tm.tm_year + 1900, tm.tm_mon + 1,
-                tm.tm_mday, tm.tm_hour, tm.tm_min, tm.tm_sec, static_cast<int>(ms % 1000));
-  return buf;
+  return rfc3339_utc(std::chrono::duration_cast<std::chrono::nanoseconds>(t.time_since_epoch()).count(), 3);
 }
 
 // The result's "dns" (run/dns.h).

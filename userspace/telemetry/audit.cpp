@@ -3,23 +3,11 @@
 
 #include <time.h>
 
-#include <cstdio>
 
 #include "bpf/record.h"
+#include "util/text.h"
 
 namespace agentcage::telemetry {
-
-std::string rfc3339_ns(int64_t realtime_ns) {
-  if (realtime_ns < 0) realtime_ns = 0;
-  time_t secs = static_cast<time_t>(realtime_ns / 1000000000);
-  long nanos = static_cast<long>(realtime_ns % 1000000000);
-  struct tm tm {};
-  ::gmtime_r(&secs, &tm);
-  char buf[64];
-  std::snprintf(buf, sizeof buf, "%04d-%02d-%02dT%02d:%02d:%02d.%09ldZ", tm.tm_year + 1900, tm.tm_mon + 1,
-                tm.tm_mday, tm.tm_hour, tm.tm_min, tm.tm_sec, nanos);
-  return buf;
-}
 
 int64_t boot_to_realtime_offset_ns() {
   auto ns = [](clockid_t c) {
@@ -34,7 +22,7 @@ int64_t boot_to_realtime_offset_ns() {
 
 nlohmann::json event_json(const ac_event_decision& ev, const EventContext& ctx) {
   nlohmann::json j = bpf::record_json(ev);
-  j["time"] = rfc3339_ns(ctx.realtime_ns);
+  j["time"] = rfc3339_utc(ctx.realtime_ns, 9);
   j["run_id"] = ctx.run_id.empty() ? nlohmann::json(nullptr) : nlohmann::json(ctx.run_id);
   j["policy"] = ctx.policy.empty() ? nlohmann::json(nullptr) : nlohmann::json(ctx.policy);
   if (!ctx.labels.empty()) j["labels"] = ctx.labels;
@@ -47,7 +35,7 @@ std::string event_line(const ac_event_decision& ev, const EventContext& ctx) {
 }
 
 std::string refused_name_line(const std::string& name, uint64_t count, const EventContext& ctx) {
-  nlohmann::json j = {{"time", rfc3339_ns(ctx.realtime_ns)},
+  nlohmann::json j = {{"time", rfc3339_utc(ctx.realtime_ns, 9)},
                       {"run_id", ctx.run_id.empty() ? nlohmann::json(nullptr) : nlohmann::json(ctx.run_id)},
                       {"policy", ctx.policy.empty() ? nlohmann::json(nullptr) : nlohmann::json(ctx.policy)},
                       {"hook", "dns"},

@@ -30,9 +30,6 @@ struct EventContext {
   std::string container_id;  // the container the scope confines ("container_id", when one)
 };
 
-// RFC 3339 UTC with nanoseconds: "2025-01-02T03:04:05.123456789Z".
-std::string rfc3339_ns(int64_t realtime_ns);
-
 // Offset that turns the records' CLOCK_BOOTTIME stamps into CLOCK_REALTIME.
 int64_t boot_to_realtime_offset_ns();
 

@@ -1,6 +1,7 @@
 // SPDX-License-Identifier: Apache-2.0
 #include "util/text.h"
 
+#include <chrono>
 #include <cstdint>
 #include <cstdio>
 
@@ -114,6 +115,24 @@ bool normal_absolute_path(std::string_view path) {
     start = end + 1;
   }
   return path.find('\0') == std::string_view::npos;
+}
+
+std::string rfc3339_utc(int64_t unix_ns, int digits) {
+  using namespace std::chrono;
+  const nanoseconds since_epoch{unix_ns < 0 ? 0 : unix_ns};
+  const sys_days day = floor<days>(sys_time<nanoseconds>(since_epoch));
+  const year_month_day date{day};
+  const hh_mm_ss<nanoseconds> time{since_epoch - day.time_since_epoch()};
+  if (digits < 1) digits = 1;
+  if (digits > 9) digits = 9;
+  long long fraction = time.subseconds().count();
+  for (int d = digits; d < 9; ++d) fraction /= 10;
+  char buf[64];
+  std::snprintf(buf, sizeof buf, "%04d-%02u-%02uT%02d:%02d:%02d.%0*lldZ", static_cast<int>(date.year()),
+                static_cast<unsigned>(date.month()), static_cast<unsigned>(date.day()),
+                static_cast<int>(time.hours().count()), static_cast<int>(time.minutes().count()),
+                static_cast<int>(time.seconds().count()), digits, fraction);
+  return buf;
 }
 
 }  // namespace agentcage

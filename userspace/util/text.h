@@ -6,6 +6,7 @@
 #pragma once
 
 #include <cstddef>
+#include <cstdint>
 #include <string>
 #include <string_view>
 
@@ -37,5 +38,11 @@ std::string quote(std::string_view text, size_t max = 64);
 // empty, "." or ".." component, no trailing '/', under 4096 bytes. A path
 // checked as text, where nothing on this host resolves it (a container's).
 bool normal_absolute_path(std::string_view path);
+
+// RFC 3339 in UTC of `unix_ns` nanoseconds since the epoch (before it: the
+// epoch), with `digits` (1..9) digits of the second's fraction, cut, not
+// rounded: "2026-11-27T06:50:00.123Z" for 3. From the civil calendar alone
+// (<chrono>): no time zone file is read, as gmtime_r would at its first call.
+std::string rfc3339_utc(int64_t unix_ns, int digits);
 
 }  // namespace agentcage
