@@ -8,6 +8,7 @@
 // server may only be started by a process with one thread.
 #include "daemon/run_forker.h"
 #include "in_child.h"
+#include "run/policy_cache.h"
 
 #include <fcntl.h>
 #include <gtest/gtest.h>
@@ -35,13 +36,16 @@ constexpr int kPidfdIdType = 3;  // waitid's P_PIDFD
 
 using test::in_child;
 
-// The command line the runners call: writes its words, $MARK and the
-// descriptors it has open to the result pipe (fd 3), exits 7.
+// The command line the runners call: waits for the daemon's go-ahead as a
+// run does (run/policy_cache.h), then writes its words, $MARK, whether the
+// go-ahead came and the descriptors it has open then to the result pipe
+// (fd 3), exits 7.
 int command_line(std::vector<std::string> argv) {
+  const bool go = run::await_start_gate();
   std::string text;
   for (const auto& a : argv) text += a + " ";
   const char* mark = std::getenv("MARK");
-  text += std::string("MARK=") + (mark ? mark : "-") + " fds=";
+  text += std::string("MARK=") + (mark ? mark : "-") + " go=" + (go ? "1" : "0") + " fds=";
   for (const auto& e : std::filesystem::directory_iterator("/proc/self/fd")) {
     const std::string n = e.path().filename().string();
     text += n + ",";
@@ -81,8 +85,9 @@ TEST(RunForker, ARunnerCallsTheCommandLineWithTheDaemonsWordsAndOnlyItsDescripto
       return std::string("waitid: ") + std::strerror(errno);
     if (info.si_code != CLD_EXITED || info.si_status != 7)
       return "runner status " + std::to_string(info.si_status);
-    // 0..4 and the directory listing's own descriptor: nothing of the daemon.
-    const std::string want = "agentcage run --x=1 MARK=m1 fds=0,1,2,3,4,5,";
+    // The go-ahead came; then 0..4 and the directory listing's own
+    // descriptor: nothing of the daemon, and the go-ahead's pipe is closed.
+    const std::string want = "agentcage run --x=1 MARK=m1 go=1 fds=0,1,2,3,4,5,";
     if (got != want) return "runner wrote '" + got + "', want '" + want + "'";
     if (!forker.running()) return "the server is gone after a run";
     return "";

@@ -106,19 +106,16 @@ bool close_all_but(unsigned first, std::vector<int> keep) {
 }
 
 // The runner, in the clone: the daemon's child, with only 0..4 open (and the
-// program set prepared for it: run/policy_cache.h), the
-// daemon's words and environment, default signal handling. It does nothing
-// before the daemon's go-ahead (one byte on `go`), which the daemon gives
-// once it holds the runner's pidfd: a runner the daemon does not know of
-// (its answer lost) reads end-of-file and exits, never runs the command.
+// program set prepared for it: run/policy_cache.h), the daemon's words and
+// environment, default signal handling. It creates nothing before the
+// daemon's go-ahead (one byte on `go`), which the daemon gives once it
+// holds the runner's pidfd: meanwhile it parses its command line and checks
+// its request and policy, then waits (run::await_start_gate). A runner the
+// daemon does not know of (its answer lost) reads end-of-file there and
+// exits, never runs the command.
 [[noreturn]] void become_runner(pid_t daemon, int go, const int fds[kRunnerFds],
                                 std::vector<std::string> argv, const std::vector<std::string>& env,
                                 const CommandLine& command_line) {
-  char byte = 0;
-  ssize_t got;
-  while ((got = ::read(go, &byte, 1)) < 0 && errno == EINTR) {
-  }
-  if (got != 1) ::_exit(125);
   if (::prctl(PR_SET_PDEATHSIG, SIGTERM) != 0 || ::getppid() != daemon) ::_exit(125);
   ::prctl(PR_SET_NAME, "agentcage", 0, 0, 0);
   struct sigaction dfl {};
@@ -136,7 +133,11 @@ bool close_all_but(unsigned first, std::vector<int> keep) {
     run::take_prepared_enforcer().reset();
     keep.clear();
   }
+  // (The server keeps 0..kRunnerFds-1 taken: `go` is above them too.)
+  if (go < kRunnerFds) ::_exit(125);
+  keep.push_back(go);
   if (!install_runner_fds(fds) || !close_all_but(kRunnerFds, keep)) ::_exit(125);
+  run::set_start_gate(go);
   if (::clearenv() != 0) ::_exit(125);
   for (const auto& e : env) {
     const size_t eq = e.find('=');
@@ -290,7 +291,8 @@ Result<Runner> RunForker::spawn(const std::vector<std::string>& argv, const std:
   int flags = 0;
   const ssize_t n = recv_with_fd(sock_.get(), buf, sizeof buf - 1, pidfd, &flags);
   if (n <= 0) {
-    // A runner it may have cloned gets no go-ahead: it exits at once.
+    // A runner it may have cloned gets no go-ahead: it exits once it has
+    // checked its request, having created and written nothing.
     const int err = n == 0 ? EPIPE : errno;
     lost(n == 0 ? "it exited" : std::string("no answer: ") + std::strerror(err));
     return Error{"the fork server is gone", err};

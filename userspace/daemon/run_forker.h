@@ -18,10 +18,11 @@
 // be the one pinned now), and each runner inherits it instead of adopting
 // the set again.
 //
-// A runner does nothing until the daemon, holding its pidfd, sends it a
-// go-ahead byte on a pipe of its own: a runner whose answer was lost (the
-// server died or timed out after the clone) reads end-of-file and exits,
-// so a run never starts twice nor unwatched.
+// A runner creates and writes nothing until the daemon, holding its pidfd,
+// sends it a go-ahead byte on a pipe of its own (meanwhile it parses its
+// command line and checks its request and policy): a runner whose answer
+// was lost (the server died or timed out after the clone) reads
+// end-of-file and exits, so a run never starts twice nor unwatched.
 //
 // When the server is gone (it died, could not start, or this kernel or a
 // seccomp profile refuses clone3), the daemon falls back to fork + exec of

@@ -2,6 +2,9 @@
 #include "run/policy_cache.h"
 
 #include <sys/stat.h>
+#include <unistd.h>
+
+#include <cerrno>
 
 #include <map>
 #include <utility>
@@ -96,5 +99,25 @@ std::vector<int> prepared_enforcer_fds() {
 }
 
 std::unique_ptr<bpf::Enforcer> take_prepared_enforcer() { return std::move(prepared_set().enforcer); }
+
+namespace {
+int& start_gate() {
+  static int fd = -1;
+  return fd;
+}
+}  // namespace
+
+void set_start_gate(int fd) { start_gate() = fd; }
+
+bool await_start_gate() {
+  const int fd = std::exchange(start_gate(), -1);
+  if (fd < 0) return true;
+  char byte = 0;
+  ssize_t got;
+  while ((got = ::read(fd, &byte, 1)) < 0 && errno == EINTR) {
+  }
+  ::close(fd);
+  return got == 1;
+}
 
 }  // namespace agentcage::run

@@ -63,4 +63,16 @@ std::vector<int> prepared_enforcer_fds();
 // runner's open_enforcement takes it instead of adopting the set again.
 std::unique_ptr<bpf::Enforcer> take_prepared_enforcer();
 
+// The daemon's go-ahead to a runner of its fork server, read by the run
+// itself: the runner parses its command line and checks its request and
+// policy (check_request) while the daemon takes its pidfd, and waits for the
+// go-ahead (await_start_gate, the step after check_request) before it
+// creates anything or starts COMMAND. `fd`: the read end of a pipe, on
+// which the daemon writes one byte once it knows the runner, and which
+// reaches end-of-file when it never will.
+void set_start_gate(int fd);
+// True once the go-ahead came, or when this process has no gate; false
+// when the daemon will not give it (the gate is closed either way).
+bool await_start_gate();
+
 }  // namespace agentcage::run

@@ -87,7 +87,13 @@ int run_steps(Run& run) {
   // Each step creates what it needs in run.resources; the first failure
   // ends the run with its exit status, message, fix and fail-closed reason.
   using StepFn = Step (*)(Run&);
-  for (StepFn step : {check_request, check_root, block_signals, open_enforcement, create_record,
+  // A runner of the daemon checks its request while the daemon takes its
+  // pidfd, and says nothing, not even why its request fails, before the
+  // go-ahead.
+  Step checked = check_request(run);
+  (void)await_go_ahead(run);
+  if (!checked) return fail(run, checked.failure());
+  for (StepFn step : {check_root, block_signals, open_enforcement, create_record,
                       choose_identity, prepare_workspace, create_cgroup, fill_workspace, confine})
     if (Step st = step(run); !st) return fail(run, st.failure());
 

@@ -179,6 +179,13 @@ Step check_request(Run& run) {
   return {};
 }
 
+Step await_go_ahead(Run&) {
+  // No result, no message: the daemon does not know this process, so
+  // nobody waits for either.
+  if (!await_start_gate()) ::_exit(kExitSetup);
+  return {};
+}
+
 Step check_root(Run&) {
   if (::geteuid() != 0)
     return failure("agentcage run needs root (BPF LSM programs, cgroups, the sandbox identity)",

@@ -147,6 +147,10 @@ struct Run {
 // What to run, checked before anything is created: COMMAND, the policy,
 // limits, --env, the compiled rules.
 Step check_request(Run& run);
+// A runner of the daemon's fork server waits here, after check_request
+// whatever it found, for the daemon's go-ahead (run/policy_cache.h);
+// without it, it exits 125 having created and written nothing.
+Step await_go_ahead(Run& run);
 Step check_root(Run& run);
 Step block_signals(Run& run);
 // The shared program set (the one prepared ahead when there is one:
