@@ -86,22 +86,8 @@ class Containers : public DaemonEnv, public ::testing::WithParamInterface<std::s
   Ran run_container(const std::string& tag, const std::vector<std::string>& annotations,
                     const std::vector<std::string>& command, const std::string& runtime = "crun",
                     const std::vector<std::string>& extra = {}) {
-    const fs::path ws = dir_ / ("ws-" + tag);
-    fs::create_directories(ws);
-    std::vector<std::string> args = {"run",
-                                     "--rm",
-                                     "--name",
-                                     "ctest-" + tag,
-                                     "--cidfile",
-                                     (dir_ / (tag + ".cid")).string(),
-                                     "--hooks-dir",
-                                     (dir_ / "hooks").string(),
-                                     "-v",
-                                     ws.string() + ":/workspace",
-                                     "-v",
-                                     (dir_ / "secret").string() + ":/secret:ro",
-                                     "-v",
-                                     tests_dir().string() + ":" + tests_dir().string() + ":ro"};
+    std::vector<std::string> args = container_run_options(dir_, tag);
+    args.insert(args.end(), {"--hooks-dir", (dir_ / "hooks").string()});
     for (const auto& a : annotations) args.insert(args.end(), {"--annotation", a});
     args.insert(args.end(), extra.begin(), extra.end());
     args.insert(args.end(), {"--rootfs", (scratch_ / "rootfs").string()});

@@ -136,6 +136,27 @@ inline bool wait_until(const std::function<bool()>& cond, std::chrono::seconds l
   return cond();
 }
 
+// The last line of the JSON-lines audit log at `path` that `match` accepts,
+// waiting up to `limit` for one to be written (the daemon writes a
+// decision's line once it has read its record); null when none came. A
+// line that is not a JSON object is never a match.
+inline nlohmann::json wait_for_audit_line(const std::filesystem::path& path,
+                                          const std::function<bool(const nlohmann::json&)>& match,
+                                          std::chrono::seconds limit = 30s) {
+  nlohmann::json found;
+  wait_until(
+      [&] {
+        std::istringstream audit(slurp(path));
+        for (std::string l; std::getline(audit, l);) {
+          nlohmann::json ev = nlohmann::json::parse(l, nullptr, false);
+          if (ev.is_object() && match(ev)) found = std::move(ev);
+        }
+        return found.is_object();
+      },
+      limit);
+  return found;
+}
+
 // The first operation of a process started inside `cg` (clone3 +
 // CLONE_INTO_CGROUP): open(path) for reading. Returns 0 or the errno.
 inline int open_in(const cgroup::Cgroup& cg, const std::string& path) {

@@ -87,23 +87,17 @@ TEST_F(Daemon, PrometheusScrapesDecisionsAfterADeniedRun) {
   EXPECT_GE(promql("agentcage_run_duration_seconds_count{policy=\"dtest\"}"), 1);
 
   // The audit log has the denial, with the run id and the target.
-  bool found = false;
-  std::istringstream audit(slurp(dir_ / "audit.jsonl"));
-  for (std::string line; std::getline(audit, line);) {
-    json ev = json::parse(line, nullptr, false);
-    ASSERT_TRUE(ev.is_object()) << line;
-    if (ev["target"] == "/etc/passwd" && ev["run_id"] == result["run_id"]) {
-      found = true;
-      EXPECT_EQ(ev["policy"], "dtest");
-      EXPECT_EQ(ev["hook"], "file_open");
-      EXPECT_EQ(ev["decision"], "deny");
-      EXPECT_EQ(ev["errno"], 13);
-      EXPECT_EQ(ev["comm"], "cat");
-      EXPECT_EQ(ev["scope_id"], result["scope_id"]);
-      EXPECT_EQ(ev["time"].get<std::string>().size(), std::string("2025-01-02T03:04:05.123456789Z").size());
-    }
-  }
-  EXPECT_TRUE(found) << slurp(dir_ / "audit.jsonl");
+  json ev = wait_for_audit_line(dir_ / "audit.jsonl", [&](const json& e) {
+    return e.value("target", "") == "/etc/passwd" && e.contains("run_id") && e["run_id"] == result["run_id"];
+  });
+  ASSERT_TRUE(ev.is_object()) << slurp(dir_ / "audit.jsonl");
+  EXPECT_EQ(ev["policy"], "dtest");
+  EXPECT_EQ(ev["hook"], "file_open");
+  EXPECT_EQ(ev["decision"], "deny");
+  EXPECT_EQ(ev["errno"], 13);
+  EXPECT_EQ(ev["comm"], "cat");
+  EXPECT_EQ(ev["scope_id"], result["scope_id"]);
+  EXPECT_EQ(ev["time"].get<std::string>().size(), std::string("2025-01-02T03:04:05.123456789Z").size());
   // What the kernel and the daemon hold: map fill against capacity, the
   // policy's validity, load time and mode, the build, the process.
   EXPECT_EQ(scrape("agentcage_bpf_map_capacity{map=\"ac_scopes\"}"), AC_MAX_SCOPES);
@@ -153,17 +147,10 @@ TEST_F(Daemon, NamesARunsResolverRefusedAreAuditLinesAndDenialMetrics) {
   ASSERT_TRUE(by_name.contains("exfil.secret.test")) << result["denials"].dump() << slurp(run.out);
   const uint64_t total = result["denials"]["dns"]["total"].get<uint64_t>();
 
-  json line;
-  ASSERT_TRUE(wait_until(
-      [&] {
-        std::istringstream audit(slurp(dir_ / "audit.jsonl"));
-        for (std::string l; std::getline(audit, l);) {
-          json ev = json::parse(l, nullptr, false);
-          if (ev.is_object() && ev["hook"] == "dns" && ev["target"] == "exfil.secret.test") line = ev;
-        }
-        return line.is_object();
-      },
-      30s))
+  json line = wait_for_audit_line(dir_ / "audit.jsonl", [](const json& ev) {
+    return ev.value("hook", "") == "dns" && ev.value("target", "") == "exfil.secret.test";
+  });
+  ASSERT_TRUE(line.is_object())
       << "no audit line for the refused name:\n"
       << slurp(dir_ / "audit.jsonl") << log();
   EXPECT_EQ(line["run_id"], result["run_id"]);

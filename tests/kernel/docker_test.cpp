@@ -195,26 +195,9 @@ class Docker : public DaemonEnv {
   // `docker run` of container_attempts() with the workspace, the secret and
   // the probe bound in, under `runtime` ("" for Docker's default, runc).
   Ran run_container(const std::string& tag, const std::string& runtime) {
-    const fs::path ws = dir_ / ("ws-" + tag);
-    fs::create_directories(ws);
-    std::vector<std::string> args = {"run",
-                                     "--rm",
-                                     "--name",
-                                     "ctest-" + tag,
-                                     "--cidfile",
-                                     (dir_ / (tag + ".cid")).string(),
-                                     "--network",
-                                     "none",
-                                     "--security-opt",
-                                     "apparmor=unconfined",
-                                     "-v",
-                                     "/usr:/usr:ro",
-                                     "-v",
-                                     ws.string() + ":/workspace",
-                                     "-v",
-                                     (dir_ / "secret").string() + ":/secret:ro",
-                                     "-v",
-                                     tests_dir().string() + ":" + tests_dir().string() + ":ro"};
+    std::vector<std::string> args = container_run_options(dir_, tag);
+    args.insert(args.end(),
+                {"--network", "none", "--security-opt", "apparmor=unconfined", "-v", "/usr:/usr:ro"});
     if (!runtime.empty()) args.insert(args.end(), {"--runtime", runtime});
     args.push_back(kImage);
     const std::vector<std::string> command = container_attempts();
@@ -238,21 +221,9 @@ TEST_F(Docker, ARuntimePerPolicyConfinesItsContainersFromTheEntrypointOn) {
   EXPECT_TRUE(has(r.output, "write /workspace/out: ok")) << r.output;
   EXPECT_TRUE(fs::exists(dir_ / "ws-confined" / "out"));
   // The audit line of the denied read names the container and the policy.
-  json line;
-  ASSERT_TRUE(wait_until(
-      [&] {
-        std::istringstream audit(slurp(dir_ / "audit.jsonl"));
-        for (std::string l; std::getline(audit, l);) {
-          json j = json::parse(l, nullptr, false);
-          if (j.is_object() && j.value("target", "") == "/secret/token") {
-            line = j;
-            return true;
-          }
-        }
-        return false;
-      },
-      30s))
-      << slurp(dir_ / "audit.jsonl");
+  json line = wait_for_audit_line(
+      dir_ / "audit.jsonl", [](const json& j) { return j.value("target", "") == "/secret/token"; });
+  ASSERT_TRUE(line.is_object()) << slurp(dir_ / "audit.jsonl");
   EXPECT_EQ(line["container_id"], id) << line.dump();
   EXPECT_EQ(line["policy"], "ctest-a") << line.dump();
   EXPECT_EQ(line["decision"], "deny") << line.dump();
