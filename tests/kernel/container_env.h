@@ -49,21 +49,16 @@ inline std::vector<std::string> container_attempts() {
 // ctest-TAG, its id written to dir/TAG.cid (read_cidfile), its workspace
 // dir/ws-TAG (created here) at /workspace, dir/secret read-only at
 // /secret, and the probe's directory read-only at its own path.
-inline std::vector<std::string> container_run_options(const std::filesystem::path& dir, const std::string& tag) {
+inline std::vector<std::string> container_run_options(const std::filesystem::path& dir,
+                                                      const std::string& tag) {
   const std::filesystem::path ws = dir / ("ws-" + tag);
   std::filesystem::create_directories(ws);
-  return {"run",
-          "--rm",
-          "--name",
-          "ctest-" + tag,
-          "--cidfile",
-          (dir / (tag + ".cid")).string(),
-          "-v",
-          ws.string() + ":/workspace",
-          "-v",
-          (dir / "secret").string() + ":/secret:ro",
-          "-v",
-          tests_dir().string() + ":" + tests_dir().string() + ":ro"};
+  return {"run",       "--rm",
+          "--name",    "ctest-" + tag,
+          "--cidfile", (dir / (tag + ".cid")).string(),
+          "-v",        ws.string() + ":/workspace",
+          "-v",        (dir / "secret").string() + ":/secret:ro",
+          "-v",        tests_dir().string() + ":" + tests_dir().string() + ":ro"};
 }
 
 // The container id an engine wrote to a --cidfile ("" when none).

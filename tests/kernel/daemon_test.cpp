@@ -150,9 +150,8 @@ TEST_F(Daemon, NamesARunsResolverRefusedAreAuditLinesAndDenialMetrics) {
   json line = wait_for_audit_line(dir_ / "audit.jsonl", [](const json& ev) {
     return ev.value("hook", "") == "dns" && ev.value("target", "") == "exfil.secret.test";
   });
-  ASSERT_TRUE(line.is_object())
-      << "no audit line for the refused name:\n"
-      << slurp(dir_ / "audit.jsonl") << log();
+  ASSERT_TRUE(line.is_object()) << "no audit line for the refused name:\n"
+                                << slurp(dir_ / "audit.jsonl") << log();
   EXPECT_EQ(line["run_id"], result["run_id"]);
   EXPECT_EQ(line["policy"], "dtest");
   EXPECT_EQ(line["decision"], "deny");

@@ -221,8 +221,8 @@ TEST_F(Docker, ARuntimePerPolicyConfinesItsContainersFromTheEntrypointOn) {
   EXPECT_TRUE(has(r.output, "write /workspace/out: ok")) << r.output;
   EXPECT_TRUE(fs::exists(dir_ / "ws-confined" / "out"));
   // The audit line of the denied read names the container and the policy.
-  json line = wait_for_audit_line(
-      dir_ / "audit.jsonl", [](const json& j) { return j.value("target", "") == "/secret/token"; });
+  json line = wait_for_audit_line(dir_ / "audit.jsonl",
+                                  [](const json& j) { return j.value("target", "") == "/secret/token"; });
   ASSERT_TRUE(line.is_object()) << slurp(dir_ / "audit.jsonl");
   EXPECT_EQ(line["container_id"], id) << line.dump();
   EXPECT_EQ(line["policy"], "ctest-a") << line.dump();

@@ -118,7 +118,6 @@ int exit_code(const Outcome& outcome);
 std::optional<int> exited_code(int wait_status);
 std::optional<int> killed_by(int wait_status);
 
-
 // --user: "NAME", "UID" or "UID:GID". Names are looked up in the passwd
 // database (its primary group); a bare UID uses gid = UID.
 struct UserSpec {

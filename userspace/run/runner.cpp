@@ -93,8 +93,8 @@ int run_steps(Run& run) {
   Step checked = check_request(run);
   (void)await_go_ahead(run);
   if (!checked) return fail(run, checked.failure());
-  for (StepFn step : {check_root, block_signals, open_enforcement, create_record,
-                      choose_identity, prepare_workspace, create_cgroup, fill_workspace, confine})
+  for (StepFn step : {check_root, block_signals, open_enforcement, create_record, choose_identity,
+                      prepare_workspace, create_cgroup, fill_workspace, confine})
     if (Step st = step(run); !st) return fail(run, st.failure());
 
   std::optional<int> unstarted;

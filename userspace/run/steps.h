@@ -181,8 +181,8 @@ Step wait_for_end(Run& run);
 // measurements and the denial report into `res`. With `defer_removal`, stop
 // before what the result does not depend on: the scope of the drained
 // cgroup (its report read), the empty cgroup's directory, a fresh workspace
-// that is not kept, the record and the uid stay for a later call. Returns what could not be removed (empty: nothing left behind
-// but what was deferred). Safe to call again.
+// that is not kept, the record and the uid stay for a later call. Returns what could not be removed (empty:
+// nothing left behind but what was deferred). Safe to call again.
 std::vector<std::string> teardown(Resources& r, RunResult& res, bool collect,
                                   std::optional<uint64_t> sampled_peak, bool keep_workspace,
                                   bool defer_removal = false);

@@ -3,7 +3,6 @@
 
 #include <time.h>
 
-
 #include "bpf/record.h"
 #include "util/text.h"
 
