@@ -9,6 +9,8 @@
 #include <arpa/inet.h>
 #include <netinet/in.h>
 #include <signal.h>
+#include <sched.h>
+#include <sys/mount.h>
 #include <sys/socket.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -519,6 +521,38 @@ TEST_F(Dns, ARunRefusesANetworkSocketAsAStandardStream) {
   EXPECT_EQ(r.code, 125) << r.describe();
   EXPECT_NE(r.err.find("descriptor 0 is an IPv4/IPv6 socket"), std::string::npos) << r.describe();
   EXPECT_EQ(run_cgroups(), before) << "nothing was created";
+  Ran fine = run(py("print('ok')"), with(p));
+  EXPECT_EQ(fine.code, 0) << fine.describe();
+  EXPECT_EQ(fine.out, "ok\n") << fine.describe();
+}
+
+// agentcage opens ldns (and OpenSSL under it) only when a run has a
+// resolver (dns/ldns_api.h). Without it a run under domain rules refuses
+// to start, says which library and what to install, and leaves nothing;
+// here libldns.so.3 is hidden under /dev/null in agentcage's own mount
+// namespace. The same run with the library there works.
+TEST_F(Dns, ARunWhoseResolverCannotLoadLdnsRefusesToStart) {
+  const std::string p = policy("dns-noldns", "      - {domain: api.allowed.test}\n");
+  std::error_code ec;
+  const fs::path lib = fs::canonical("/usr/lib/x86_64-linux-gnu/libldns.so.3", ec);
+  ASSERT_FALSE(ec) << "libldns.so.3: " << ec.message() << " (scripts/install-deps installs libldns3)";
+  SpawnOptions o = with(p);
+  o.in_child = [lib] {
+    if (::unshare(CLONE_NEWNS) != 0 || ::mount(nullptr, "/", nullptr, MS_REC | MS_PRIVATE, nullptr) != 0 ||
+        ::mount("/dev/null", lib.c_str(), nullptr, MS_BIND, nullptr) != 0) {
+      std::perror("hiding libldns");
+      ::_exit(99);
+    }
+  };
+  const std::vector<std::string> before = run_cgroups();
+  Ran r = run(py("print('ran')"), o);
+  EXPECT_EQ(r.code, 125) << r.describe();
+  EXPECT_EQ(r.out, "") << "the command ran without its resolver: " << r.describe();
+  EXPECT_NE(r.err.find("needs ldns (Debian package libldns3): cannot load libldns.so.3"), std::string::npos)
+      << r.describe();
+  EXPECT_NE(r.err.find("fix: install ldns (Debian: apt install libldns3)"), std::string::npos) << r.describe();
+  EXPECT_EQ(r.result["fail_closed"], "scope") << r.result.dump(2);
+  EXPECT_EQ(run_cgroups(), before) << "nothing is left";
   Ran fine = run(py("print('ok')"), with(p));
   EXPECT_EQ(fine.code, 0) << fine.describe();
   EXPECT_EQ(fine.out, "ok\n") << fine.describe();

@@ -1,6 +1,7 @@
 // SPDX-License-Identifier: Apache-2.0
 #include "dns/ldns_api.h"
 
+#include <cerrno>
 #include <cstdio>
 #include <cstdlib>
 
@@ -19,14 +20,17 @@ const Loaded& loaded() {
     Loaded l;
     auto lib = SharedLibrary::open("libldns.so.3");
     if (!lib) {
-      l.status = lib.error().wrap("the resolver of a policy's domain rules needs ldns (Debian package libldns3)");
+      l.status = Error{"the resolver of a policy's domain rules needs ldns (Debian package libldns3): " +
+                           lib.error().message,
+                       ELIBACC};
       return l;
     }
 #define AGENTCAGE_LDNS_TAKE(name)                                                                 \
   l.api.name = lib->function<decltype(&::ldns_##name)>("ldns_" #name);                           \
   if (!l.api.name && l.status.ok())                                                              \
     l.status = Error{lib->soname() + " has no function ldns_" #name +                            \
-                     ": the resolver of a policy's domain rules needs ldns 1.8 (Debian package libldns3)"};
+                     ": the resolver of a policy's domain rules needs ldns 1.8 (Debian package libldns3)",  \
+                     ELIBACC};
     AGENTCAGE_LDNS_FUNCTIONS(AGENTCAGE_LDNS_TAKE)
 #undef AGENTCAGE_LDNS_TAKE
     return l;

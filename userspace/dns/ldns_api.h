@@ -31,7 +31,8 @@ struct LdnsApi {
 
 // Opens libldns.so.3 and takes every function, once per process (later
 // calls answer the first one's outcome). Resolver::open calls it, so a run
-// whose resolver cannot have ldns refuses to start.
+// whose resolver cannot have ldns refuses to start. Its error's code is
+// ELIBACC (a needed shared library cannot be used).
 Status load_ldns();
 
 // The functions; load_ldns() must have succeeded (anything else is a bug:

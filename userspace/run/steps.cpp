@@ -427,8 +427,10 @@ Step confine(Run& run) {
     auto dns = RunDns::open(*run.policy, *r.enforcer, r.cg->id(), run.opts.paths.resolv_conf);
     if (!dns)
       return refused(why, "starting the run's resolver for the policy's domain rules: " + dns.error().message,
-                     "check the nameserver lines of " + run.opts.paths.resolv_conf +
-                         " (or set AGENTCAGE_RESOLV_CONF), and that 127.0.0.1 has a free port",
+                     dns.error().code == ELIBACC
+                         ? "install ldns (Debian: apt install libldns3)"
+                         : "check the nameserver lines of " + run.opts.paths.resolv_conf +
+                               " (or set AGENTCAGE_RESOLV_CONF), and that 127.0.0.1 has a free port",
                      dns.error().code);
     r.dns = std::move(*dns);
     ref.dns_port = r.dns->port();
