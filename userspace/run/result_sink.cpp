@@ -11,6 +11,7 @@
 #include <filesystem>
 #include <vector>
 
+#include "util/file.h"
 #include "util/text.h"
 
 namespace agentcage::run {
@@ -23,19 +24,9 @@ Status write_all(int fd, const std::string& text) {
   }, old{};
   ign.sa_handler = SIG_IGN;
   ::sigaction(SIGPIPE, &ign, &old);
-  size_t off = 0;
-  int err = 0;
-  while (off < text.size()) {
-    ssize_t n = ::write(fd, text.data() + off, text.size() - off);
-    if (n < 0 && errno == EINTR) continue;
-    if (n <= 0) {
-      err = n < 0 ? errno : EIO;
-      break;
-    }
-    off += static_cast<size_t>(n);
-  }
+  Status st = write_all_to(fd, text);
   ::sigaction(SIGPIPE, &old, nullptr);
-  if (err) return Error::from_errno("writing", err);
+  if (!st) return Error::from_errno("writing", st.error().code);
   return {};
 }
 

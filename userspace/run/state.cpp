@@ -14,23 +14,12 @@
 #include <filesystem>
 #include <fstream>
 
+#include "util/file.h"
+
 namespace agentcage::run {
 namespace fs = std::filesystem;
 
 namespace {
-
-Status write_all(int fd, const std::string& text, const std::string& what) {
-  size_t off = 0;
-  while (off < text.size()) {
-    ssize_t n = ::write(fd, text.data() + off, text.size() - off);
-    if (n < 0) {
-      if (errno == EINTR) continue;
-      return Error::from_errno("run state: writing " + what);
-    }
-    off += static_cast<size_t>(n);
-  }
-  return {};
-}
 
 // Opens (creating) `path` and takes an exclusive flock without waiting.
 // Returns an invalid fd when someone else holds it.
@@ -156,7 +145,8 @@ Status RunLease::write(const RunRecord& record) {
   const std::string tmp = record_path_ + ".tmp";
   UniqueFd fd(::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC | O_NOFOLLOW, 0600));
   if (!fd) return Error::from_errno("run state: creating " + tmp);
-  if (Status st = write_all(fd.get(), to_json(record).dump() + "\n", tmp); !st) return st;
+  if (Status st = write_all_to(fd.get(), to_json(record).dump() + "\n"); !st)
+    return Error::from_errno("run state: writing " + tmp, st.error().code);
   // A run saves its record five times: on the default tmpfs (/run) without
   // fsync, as a record there cannot outlive the host anyway.
   if (sync_ && ::fsync(fd.get()) != 0) return Error::from_errno("run state: fsync " + tmp);
