@@ -288,6 +288,20 @@ TEST(OciBundleParse, RefusesWrongTypes) {
   }
 }
 
+// The JSON parser quotes the bytes it read last; from a file someone else
+// wrote they may be a terminal escape or not UTF-8 at all. The error shows
+// them escaped (found by tests/fuzz/oci_fuzzer.cpp).
+TEST(OciJson, AParseErrorShowsTheBytesItReadEscaped) {
+  // 0x9b: a C1 CSI to some terminals, and no UTF-8 on its own.
+  const std::string config = "{\"root\": \x9b" "2J}";
+  auto r = parse_bundle(config, "/b");
+  ASSERT_FALSE(r);
+  const std::string& m = r.error().message;
+  EXPECT_NE(m.find("not valid JSON"), std::string::npos) << m;
+  EXPECT_NE(m.find("\\x9b"), std::string::npos) << m;
+  for (char c : m) EXPECT_TRUE(static_cast<unsigned char>(c) >= 0x20 && static_cast<unsigned char>(c) < 0x7f) << m;
+}
+
 // ---- annotations and ids ----------------------------------------------------
 
 TEST(OciAnnotations, SandboxContainers) {
@@ -634,6 +648,7 @@ TEST(OciRuntimeArgs, Refusals) {
       {words({"s", "create", "--config", "/c.json", "id"}), "a config file other than the bundle's"},
       {words({"s", "create", "-f", "/c.json", "id"}), "a config file other than the bundle's"},
       {words({"s", "run", "--config=/c.json", "id"}), "a config file other than the bundle's"},
+      {words({"s", "--root", "/r", "", "--agentcage-policy=p", "create"}), "an empty word where the subcommand goes"},
   };
   for (const Case& c : cases) {
     auto r = parse_runtime_args(c.argv);

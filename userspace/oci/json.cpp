@@ -28,10 +28,12 @@ Result<ordered_json> parse_json(std::string_view text, const std::string& what) 
   try {
     doc = ordered_json::parse(text, watch);
   } catch (const ordered_json::exception& e) {
-    // e.what() is "[json.exception.parse_error.101] parse error at line 1, column 2: ...".
+    // e.what() is "[json.exception.parse_error.101] parse error at line 1, column 2: ...",
+    // ending with the bytes last read as they were: escaped here, as they are
+    // the input's (a terminal escape, a byte that is not UTF-8).
     std::string msg = e.what();
     if (auto at = msg.find("] "); at != std::string::npos) msg.erase(0, at + 2);
-    return Error{what + ": not valid JSON: " + msg, EINVAL};
+    return Error{what + ": not valid JSON: " + escape(msg, 512), EINVAL};
   }
   if (!repeated.empty()) return Error{what + ": the key " + quote(repeated) + " appears twice in one object", EINVAL};
   return doc;

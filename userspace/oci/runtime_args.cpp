@@ -123,6 +123,8 @@ Result<RuntimeArgs> parse_runtime_args(std::span<const std::string> argv) {
                "subcommand, cannot be told)");
   }
   if (i == argv.size()) return out;
+  // An empty word would read as no subcommand at all (RuntimeArgs).
+  if (argv[i].empty()) return bad("an empty word where the subcommand goes");
   out.subcommand = argv[i];
   out.runtime_argv.insert(out.runtime_argv.end(), argv.begin() + static_cast<std::ptrdiff_t>(i), argv.end());
   if (creates_container(out.subcommand))

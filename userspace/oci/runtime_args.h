@@ -40,7 +40,7 @@ bool creates_container(const std::string& subcommand);
 // value, an unknown or repeated --agentcage-* flag or one without "=VALUE",
 // and, for create and run, crun's --config/-f (the runtime would read
 // another file than the bundle's config.json, which is the one the shim
-// edits) or a second bundle flag.
+// edits) or a second bundle flag, or an empty word as the subcommand.
 Result<RuntimeArgs> parse_runtime_args(std::span<const std::string> argv);
 
 }  // namespace agentcage::oci
