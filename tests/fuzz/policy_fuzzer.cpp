@@ -12,6 +12,7 @@
 #include <string>
 #include <string_view>
 
+#include "checks.h"
 #include "policy/name.h"
 #include "policy/policy.h"
 #include "util/text.h"
@@ -19,10 +20,8 @@
 namespace {
 
 using namespace agentcage::policy;
-
-void check(bool ok) {
-  if (!ok) __builtin_trap();
-}
+using agentcage::fuzz::check;
+using agentcage::fuzz::check_printable;
 
 // Lexically normal absolute path (or "" for the workspace itself).
 void check_path(const std::string& path, bool may_be_empty, size_t max) {
@@ -37,15 +36,6 @@ void check_path(const std::string& path, bool may_be_empty, size_t max) {
   check(!path.ends_with("/.") && !path.ends_with("/.."));
   check(path.find("${") == std::string::npos);
   for (char c : path) check(static_cast<unsigned char>(c) >= 0x20 && c != 0x7f);
-}
-
-void check_printable(const std::string& text) {
-  for (size_t i = 0; i < text.size();) {
-    const size_t n = agentcage::utf8_sequence_length(text, i);
-    check(n > 0);
-    check(static_cast<unsigned char>(text[i]) >= 0x20 && text[i] != 0x7f);
-    i += n;
-  }
 }
 
 void check_policy(const Policy& p) {

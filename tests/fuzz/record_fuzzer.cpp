@@ -19,6 +19,7 @@
 #include <nlohmann/json.hpp>
 
 #include "bpf/record.h"
+#include "checks.h"
 #include "run/result.h"
 #include "telemetry/audit.h"
 #include "util/text.h"
@@ -26,18 +27,8 @@
 namespace {
 
 using namespace agentcage;
-
-void check(bool ok) {
-  if (!ok) __builtin_trap();
-}
-
-void check_utf8(std::string_view s) {
-  for (size_t i = 0; i < s.size();) {
-    const size_t n = utf8_sequence_length(s, i);
-    check(n > 0);
-    i += n;
-  }
-}
+using fuzz::check;
+using fuzz::check_utf8;
 
 // Valid JSON in valid UTF-8 that parses back to an object.
 nlohmann::json check_json(const std::string& text) {
