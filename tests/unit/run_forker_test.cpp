@@ -26,6 +26,7 @@
 #include <cstring>
 #include <filesystem>
 #include <functional>
+#include <iostream>
 #include <string>
 #include <vector>
 
@@ -128,6 +129,42 @@ TEST(RunForker, AKilledServerIsGoneAndReaped) {
     if (forker.running()) return "the server still counts as running";
     if (::kill(server, 0) == 0 || errno != ESRCH) return "the killed server was not reaped";
     return "";
+  });
+}
+
+// What a runner says before the daemon's go-ahead (std::cerr: a usage
+// error, a policy's errors) is held: it reaches stderr with the go-ahead,
+// and is dropped when the go-ahead never comes (run/policy_cache.h).
+TEST(RunForker, WhatARunnerSaysBeforeTheGoAheadIsHeldUntilIt) {
+  in_child([]() -> std::string {
+    const int saved = ::dup(2);
+    int err[2];
+    if (saved < 0 || ::pipe2(err, O_CLOEXEC | O_NONBLOCK) != 0 || ::dup2(err[1], 2) < 0) return "setup";
+    auto said = [&] {
+      std::string s;
+      char b[256];
+      for (ssize_t n; (n = ::read(err[0], b, sizeof b)) > 0;) s.append(b, static_cast<size_t>(n));
+      return s;
+    };
+    std::string problem;
+    for (const bool go : {true, false}) {
+      int gate[2];
+      if (::pipe2(gate, O_CLOEXEC) != 0) return "pipe2";
+      run::set_start_gate(gate[0]);
+      std::cerr << "held " << go << "\n";
+      if (!said().empty()) problem += "written before the go-ahead; ";
+      if (go) (void)!::write(gate[1], "g", 1);
+      ::close(gate[1]);
+      if (run::await_start_gate() != go) problem += "the gate answered wrong; ";
+      const std::string out = said();
+      if (go && out != "held 1\n") problem += "with the go-ahead, stderr got '" + out + "'; ";
+      if (!go && !out.empty()) problem += "without it, stderr got '" + out + "'; ";
+      std::cerr << "after\n";
+      if (said() != "after\n") problem += "std::cerr was not given back; ";
+      if (!run::await_start_gate()) problem += "a second wait said no; ";
+    }
+    ::dup2(saved, 2);
+    return problem;
   });
 }
 

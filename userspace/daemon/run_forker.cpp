@@ -150,6 +150,9 @@ bool close_all_but(unsigned first, std::vector<int> keep) {
     // Never unwind into the daemon's frames this process was copied from.
     ::_exit(125);
   }
+  // A command line that ended before its run waited (a usage error): what
+  // it said goes out only with the go-ahead, as a run's would.
+  if (!run::await_start_gate()) ::_exit(125);
   std::cout.flush();
   std::cerr.flush();
   std::fflush(nullptr);

@@ -6,7 +6,10 @@
 
 #include <cerrno>
 
+#include <iostream>
 #include <map>
+#include <sstream>
+#include <string>
 #include <utility>
 
 #include "bpf/compile.h"
@@ -101,23 +104,42 @@ std::vector<int> prepared_enforcer_fds() {
 std::unique_ptr<bpf::Enforcer> take_prepared_enforcer() { return std::move(prepared_set().enforcer); }
 
 namespace {
-int& start_gate() {
-  static int fd = -1;
-  return fd;
+
+struct StartGate {
+  int fd = -1;
+  std::stringbuf held;                 // what std::cerr said meanwhile
+  std::streambuf* cerr_buf = nullptr;  // std::cerr's own, while held
+};
+
+StartGate& start_gate() {
+  static StartGate gate;
+  return gate;
 }
+
 }  // namespace
 
-void set_start_gate(int fd) { start_gate() = fd; }
+void set_start_gate(int fd) {
+  StartGate& g = start_gate();
+  g.fd = fd;
+  if (!g.cerr_buf) g.cerr_buf = std::cerr.rdbuf(&g.held);
+}
 
 bool await_start_gate() {
-  const int fd = std::exchange(start_gate(), -1);
+  StartGate& g = start_gate();
+  const int fd = std::exchange(g.fd, -1);
   if (fd < 0) return true;
   char byte = 0;
   ssize_t got;
   while ((got = ::read(fd, &byte, 1)) < 0 && errno == EINTR) {
   }
   ::close(fd);
-  return got == 1;
+  std::cerr.rdbuf(std::exchange(g.cerr_buf, nullptr));
+  const std::string said = g.held.str();
+  g.held.str({});
+  if (got != 1) return false;
+  std::cerr << said;
+  std::cerr.flush();
+  return true;
 }
 
 }  // namespace agentcage::run

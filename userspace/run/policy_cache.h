@@ -69,10 +69,13 @@ std::unique_ptr<bpf::Enforcer> take_prepared_enforcer();
 // go-ahead (await_start_gate, the step after check_request) before it
 // creates anything or starts COMMAND. `fd`: the read end of a pipe, on
 // which the daemon writes one byte once it knows the runner, and which
-// reaches end-of-file when it never will.
+// reaches end-of-file when it never will. Until then std::cerr is held:
+// what the runner says (a usage error, a policy's errors) reaches the
+// client's stderr only once the go-ahead came, and is dropped otherwise.
 void set_start_gate(int fd);
-// True once the go-ahead came, or when this process has no gate; false
-// when the daemon will not give it (the gate is closed either way).
+// True once the go-ahead came (what std::cerr held is written out), or when
+// this process has no gate; false when the daemon will not give it (what it
+// held is dropped). The gate is closed either way; later calls answer true.
 bool await_start_gate();
 
 }  // namespace agentcage::run

@@ -88,8 +88,8 @@ int run_steps(Run& run) {
   // ends the run with its exit status, message, fix and fail-closed reason.
   using StepFn = Step (*)(Run&);
   // A runner of the daemon checks its request while the daemon takes its
-  // pidfd, and says nothing, not even why its request fails, before the
-  // go-ahead.
+  // pidfd; what it says meanwhile, even why its request fails, is held
+  // until the go-ahead (run/policy_cache.h).
   Step checked = check_request(run);
   (void)await_go_ahead(run);
   if (!checked) return fail(run, checked.failure());

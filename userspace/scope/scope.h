@@ -145,7 +145,8 @@ Result<UniqueFd> record(bpf::Enforcer& enforcer, const Confinement& confinement)
 Result<Released> release(Backend& backend, const Confinement& confinement, Ending ending);
 Result<Released> release(bpf::Enforcer& enforcer, const Confinement& confinement, Ending ending);
 
-// The report of a confinement's scope as it stands, nothing removed: a run
+// The report of a confinement's scope as it stands, nothing removed (looked
+// up by the cgroup's id, the scope id confine() registers): a run
 // answers its client with it once its cgroup is drained and releases the
 // scope afterwards (the report cannot change in between: nothing is left
 // in the scope to decide on).
