@@ -7,9 +7,11 @@
 // policy does not allow stays denied; any query to port 53, however sent,
 // is answered by agentcage; a pin is this run's alone and expires.
 #include <arpa/inet.h>
+#include <dlfcn.h>
+#include <link.h>
 #include <netinet/in.h>
-#include <signal.h>
 #include <sched.h>
+#include <signal.h>
 #include <sys/mount.h>
 #include <sys/socket.h>
 #include <sys/wait.h>
@@ -533,9 +535,14 @@ TEST_F(Dns, ARunRefusesANetworkSocketAsAStandardStream) {
 // namespace. The same run with the library there works.
 TEST_F(Dns, ARunWhoseResolverCannotLoadLdnsRefusesToStart) {
   const std::string p = policy("dns-noldns", "      - {domain: api.allowed.test}\n");
+  // Where the loader finds it here (the file, not its symlink).
+  void* handle = ::dlopen("libldns.so.3", RTLD_LAZY | RTLD_LOCAL);
+  ASSERT_NE(handle, nullptr) << ::dlerror() << " (scripts/install-deps installs libldns3)";
+  link_map* map = nullptr;
+  ASSERT_EQ(::dlinfo(handle, RTLD_DI_LINKMAP, &map), 0) << ::dlerror();
   std::error_code ec;
-  const fs::path lib = fs::canonical("/usr/lib/x86_64-linux-gnu/libldns.so.3", ec);
-  ASSERT_FALSE(ec) << "libldns.so.3: " << ec.message() << " (scripts/install-deps installs libldns3)";
+  const fs::path lib = fs::canonical(map->l_name, ec);
+  ASSERT_FALSE(ec) << map->l_name << ": " << ec.message();
   SpawnOptions o = with(p);
   o.in_child = [lib] {
     if (::unshare(CLONE_NEWNS) != 0 || ::mount(nullptr, "/", nullptr, MS_REC | MS_PRIVATE, nullptr) != 0 ||
