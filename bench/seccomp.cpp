@@ -96,17 +96,25 @@ int supervised(const std::vector<sock_filter>* filter, bool listen, const std::f
       sup.emplace(std::move(listener));
   }
   ::close(sv[0]);
-  int st = 0;
-  for (;;) {
-    pid_t w = ::waitpid(pid, &st, sup ? WNOHANG : 0);
-    if (w == pid) break;
-    if (w < 0 && errno != EINTR) return -1;
-    if (sup) {
-      pollfd p{sup->poll_fd(), POLLIN, 0};
-      ::poll(&p, 1, 1);
-      (void)sup->answer_pending();
+  // As agentcage waits (run/wait.cpp): for the child's end (its pidfd) and
+  // its notifications, whichever comes first, without a polling interval
+  // that would be timed as part of the run.
+  if (sup) {
+    UniqueFd pidfd(static_cast<int>(::syscall(SYS_pidfd_open, pid, 0)));
+    if (!pidfd) return -1;
+    pollfd p[2] = {{pidfd.get(), POLLIN, 0}, {sup->poll_fd(), POLLIN, 0}};
+    for (;;) {
+      if (::poll(p, 2, -1) < 0 && errno != EINTR) return -1;
+      if (p[1].revents & POLLIN) (void)sup->answer_pending();
+      if (p[1].revents & (POLLHUP | POLLERR)) p[1].fd = -1;  // no task uses the filter any more
+      if (p[0].revents & POLLIN) break;
     }
   }
+  int st = 0;
+  pid_t w;
+  while ((w = ::waitpid(pid, &st, 0)) < 0 && errno == EINTR) {
+  }
+  if (w != pid) return -1;
   return WIFEXITED(st) ? WEXITSTATUS(st) : -1;
 }
 
