@@ -192,8 +192,11 @@ TEST_F(FakeHierarchy, TheFixedLayoutEnablesOnlyWhatIsMissing) {
   const std::string root_before = subtree("");
   ASSERT_TRUE(prepare_parent(root_, "agentcage/runs", {"memory", "pids", "cpu"}, marks({})).ok());
   EXPECT_EQ(subtree(""), root_before);  // every controller was enabled: not written
-  // A controller the root offers and has not enabled is enabled there.
+  // A controller the root offers and has not enabled is enabled there (and
+  // then, as the kernel would show it, below).
   cgroup("", "cpu memory pids", "memory pids");
+  cgroup("agentcage", "memory pids", "memory pids");
+  cgroup("agentcage/runs", "memory pids", "memory pids");
   ASSERT_TRUE(prepare_parent(root_, "agentcage/runs", {"memory"}, marks({})).ok());
   EXPECT_NE(subtree(""), "memory pids\n");
   // One the root does not offer: the fix is the root's, not a unit's.
@@ -204,6 +207,20 @@ TEST_F(FakeHierarchy, TheFixedLayoutEnablesOnlyWhatIsMissing) {
                                         " (needed for the cpu limit)");
   EXPECT_NE(controller_fix(root_, "agentcage/runs", marks({})).find("'s children (echo +memory"),
             std::string::npos);
+}
+
+TEST_F(FakeHierarchy, AParentThatEnablesEveryControllerIsUsedAsItIs) {
+  // As after the first run: the parent enables all of them for its
+  // children, which the kernel allows only when every level above does.
+  // Nothing above it is read: its interface files are gone here.
+  cgroup("agentcage/runs", "cpu memory pids", "cpu memory pids");
+  auto parent = prepare_parent(root_, "agentcage/runs", {"memory", "pids", "cpu"}, marks({}));
+  ASSERT_TRUE(parent.ok()) << parent.error().message;
+  EXPECT_EQ(*parent, root_ / "agentcage/runs");
+  EXPECT_FALSE(fs::exists(root_ / "cgroup.controllers"));
+  // One of them missing there: the levels are walked (and here fail).
+  cgroup("agentcage/runs", "cpu memory pids", "memory pids");
+  EXPECT_FALSE(prepare_parent(root_, "agentcage/runs", {"memory"}, marks({})).ok());
 }
 
 TEST_F(FakeHierarchy, ParentMustStayBelowTheRoot) {

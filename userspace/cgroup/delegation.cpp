@@ -87,6 +87,14 @@ Result<fs::path> prepare_parent(const fs::path& root, const std::string& rel,
         "AGENTCAGE_CGROUP_PARENT must be a relative path below the cgroup2 root, not \"" + rel + "\"",
         EINVAL};
   const std::vector<fs::path> levels = levels_of(root, relp);
+  // The common case, once per run: the parent is there and enables every
+  // controller for its children already. The kernel lets a cgroup enable
+  // only what its parent enabled, so every level above has them too:
+  // nothing to read there, nothing to write.
+  if (auto enabled = read_controllers(levels.back() / "cgroup.subtree_control"))
+    if (std::all_of(kRunControllers.begin(), kRunControllers.end(),
+                    [&](const std::string& c) { return contains(*enabled, c); }))
+      return levels.back();
   // The first level agentcage may write: the delegation boundary, or the root.
   const size_t first = boundary_index(levels, marked);
   const bool delegated = first > 0;

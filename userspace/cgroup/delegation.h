@@ -63,9 +63,11 @@ std::optional<fs::path> delegation_boundary(const fs::path& root, const fs::path
 // delegation boundary of <root>/<rel> down (from the root when there is
 // none), the kRunControllers it offers and has not enabled yet: a level
 // whose controllers are enabled already is never written, and nothing above
-// the boundary is written or created. A controller in `required` that
-// cannot be had is an error (its limit could not be enforced); `rel` must be
-// relative and stay below the root. Returns <root>/<rel>.
+// the boundary is written or created (a parent that enables every one of
+// them already is returned at once: the levels above must enable them too).
+// A controller in `required` that cannot be had is an error (its limit could
+// not be enforced); `rel` must be relative and stay below the root. Returns
+// <root>/<rel>.
 Result<fs::path> prepare_parent(const fs::path& root, const std::string& rel,
                                 const std::vector<std::string>& required,
                                 const DelegationMark& marked = marked_delegated);
