@@ -278,15 +278,15 @@ Status make_workspace(const RunOptions& opts, const Identity& id, const policy::
     r.workspace_created = true;
     r.record.workspace = dir.string();
     r.record.remove_workspace = !opts.keep;
+    // The tmpfs is recorded with the directory, before it is mounted: a
+    // reaper must unmount before it removes anything (and one that finds
+    // nothing mounted there only removes the directory).
+    if (limits.disk_bytes) r.record.workspace_tmpfs_bytes = *limits.disk_bytes;
     if (Status st = r.lease->write(r.record); !st) return st;
     if (::chown(dir.c_str(), id.uid, id.gid) != 0)
       return Error::from_errno("workspace: chown " + dir.string());
-    if (limits.disk_bytes) {
-      // Recorded first: a reaper must unmount before it removes anything.
-      r.record.workspace_tmpfs_bytes = *limits.disk_bytes;
-      if (Status st = r.lease->write(r.record); !st) return st;
+    if (limits.disk_bytes)
       if (Status st = mount_workspace(dir.string(), *limits.disk_bytes, id.uid, id.gid); !st) return st;
-    }
     return {};
   }
   std::error_code ec;
