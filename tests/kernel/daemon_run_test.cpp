@@ -5,7 +5,9 @@
 // out of the control group, its workspace checks, its caps, clients that die
 // and a daemon that stops with runs in flight. Needs root and a kernel that
 // enforces (the VM: tests/vm/run --kernel 6.1|6.12).
+#include <fcntl.h>
 #include <grp.h>
+#include <signal.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -176,6 +178,56 @@ TEST_F(DaemonRun, AClientKilledMidRunLeavesNothing) {
   wait_exit(p.pid);
   EXPECT_TRUE(wait_until([&] { return nothing_left(); }, 15s)) << log();
   EXPECT_NE(log().find("hung up: ending its run"), std::string::npos) << log();
+  // The daemon serves the next client as before.
+  Proc next = client_run("next", {}, {"cat", "/etc/hostname"});
+  EXPECT_EQ(wait_exit(next.pid), 0) << out("next");
+}
+
+// A client that hangs up with its stderr a full pipe it still holds: the
+// runner ends the run (SIGTERM) before it writes why, and the write that
+// then waits does not keep it: the daemon kills the runner after its grace
+// and reaps the run. Before, the write came first and waited forever, so
+// the run went on without its timeout and kept its place under the caps.
+TEST_F(DaemonRun, AClientThatHangsUpWithAFullStderrLeavesNothing) {
+  start();
+  int go[2];
+  ASSERT_EQ(::pipe2(go, O_CLOEXEC), 0);
+  pid_t child = ::fork();
+  if (child == 0) {
+    ::close(go[1]);
+    become_client(true)();
+    int err[2];
+    if (::pipe2(err, O_CLOEXEC | O_NONBLOCK) != 0) ::_exit(90);
+    const std::string fill(4096, 'x');
+    while (::write(err[1], fill.data(), fill.size()) > 0) {
+    }
+    if (::fcntl(err[1], F_SETFL, 0) != 0) ::_exit(91);  // full, and blocking again
+    auto fd = control::connect_control(kSocket, 5000);
+    if (!fd) ::_exit(92);
+    const int fds[3] = {0, 1, err[1]};
+    const std::string line = R"({"op":"run","policy":"drun","argv":["sleep","300"]})"
+                             "\n";
+    if (send_with_fds(fd->get(), line.data(), line.size(), fds, 3) != static_cast<ssize_t>(line.size()))
+      ::_exit(93);
+    ::close(err[1]);
+    char byte;
+    if (::read(go[0], &byte, 1) != 1) ::_exit(94);
+    fd->reset();  // hangs up; err[0] stays open, unread
+    ::pause();
+    ::_exit(0);
+  }
+  ::close(go[0]);
+  ASSERT_TRUE(wait_until([&] { return !run_cgroups().empty() && !processes_of_dynamic_uids().empty(); }, 30s))
+      << log();
+  ASSERT_EQ(::write(go[1], "g", 1), 1);
+  ::close(go[1]);
+  // SIGTERM ends the run at once; the runner is killed after its 10 s grace.
+  EXPECT_TRUE(wait_until([&] { return processes_of_dynamic_uids().empty(); }, 10s)) << log();
+  EXPECT_TRUE(wait_until([&] { return nothing_left(); }, 45s)) << log();
+  EXPECT_TRUE(wait_until([&] { return status()["daemon"]["runs_active"] == 0; }, 45s)) << log();
+  EXPECT_NE(log().find("after its client hung up: killed"), std::string::npos) << log();
+  ::kill(child, SIGKILL);
+  wait_exit(child);
   // The daemon serves the next client as before.
   Proc next = client_run("next", {}, {"cat", "/etc/hostname"});
   EXPECT_EQ(wait_exit(next.pid), 0) << out("next");

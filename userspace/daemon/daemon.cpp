@@ -478,6 +478,7 @@ void Daemon::tick() {
   ++ticks_;
   service_.keep_alive();
   server_.tick();
+  runner_.tick();
   metrics_.process();
   metrics_.policy_states(policy_states());
   metrics_.daemon_drops(sink_.audit_dropped(), server_.stream_dropped());

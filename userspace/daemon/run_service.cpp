@@ -425,6 +425,9 @@ void RunService::reaped(int key) {
   // its exit status says whether all of it went (run/runner.h).
   const bool exited = info.si_code == CLD_EXITED;
   const bool left_behind = r.answered && !(exited && info.si_status == 0);
+  // Without an answer it may have created anything and removed nothing (it
+  // was killed): the reaper looks at once.
+  const bool unanswered = !r.answered;
   if (left_behind)
     log::warn("runner pid " + std::to_string(r.pid) + " (run " +
               (r.noticed_run_id.empty() ? std::string("without an id") : r.noticed_run_id) + ") " +
@@ -444,7 +447,7 @@ void RunService::reaped(int key) {
   }
   loop_.remove(key);
   runs_.erase(it);
-  if (left_behind && left_behind_) left_behind_();
+  if ((left_behind || unanswered) && left_behind_) left_behind_();
   // A place under the caps is free now.
   retry_parked();
 }
@@ -455,8 +458,21 @@ void RunService::client_gone(uint64_t client) {
   for (auto& [fd, r] : runs_)
     if (r.client == client && !r.abandoned && !r.answered) {
       r.abandoned = true;
+      r.kill_at = std::chrono::steady_clock::now() + kAbandonedGrace;
       log::info("the client of runner pid " + std::to_string(r.pid) + " hung up: ending its run");
       ::kill(r.pid, SIGTERM);
+    }
+}
+
+void RunService::tick() {
+  const auto now = std::chrono::steady_clock::now();
+  for (auto& [fd, r] : runs_)
+    if (r.kill_at && *r.kill_at <= now && !r.killed) {
+      r.killed = true;
+      log::warn("runner pid " + std::to_string(r.pid) + " did not end within " +
+                std::to_string(kAbandonedGrace.count()) +
+                " s after its client hung up: killed (its run is reaped when it is gone)");
+      (void)::syscall(SYS_pidfd_send_signal, fd, SIGKILL, nullptr, 0U);
     }
 }
 

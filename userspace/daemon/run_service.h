@@ -32,6 +32,7 @@
 #include <cstdint>
 #include <functional>
 #include <deque>
+#include <chrono>
 #include <map>
 #include <optional>
 #include <string>
@@ -77,8 +78,15 @@ class RunService {
   std::optional<nlohmann::json> start(const control::Request& request, const Peer& peer,
                                       std::vector<UniqueFd> stdio,
                                       const std::optional<policy::Limits>& limits);
-  // The client hung up: its run ends (its answer goes nowhere).
+  // The client hung up: its run ends (its answer goes nowhere). Its runner
+  // gets SIGTERM, and SIGKILL kAbandonedGrace later if it is still there
+  // (tick): a runner can wait on a write to the client's stdout or stderr
+  // (a full pipe it holds), and must not keep the run, nor its place under
+  // the caps, for that.
   void client_gone(uint64_t client);
+  static constexpr std::chrono::seconds kAbandonedGrace{10};
+  // Once a second: kills the runners whose grace ran out.
+  void tick();
   // The daemon stops: every run ends (SIGTERM to its runner, which kills and
   // removes it), each client is told, within `grace_ms` (then SIGKILL: the
   // next run's reaper removes what is left).
@@ -90,7 +98,8 @@ class RunService {
   // answered or not (what the caps count).
   size_t active() const;
   // Called after a runner ended without removing everything of its run
-  // after its answer (logged): the daemon reaps then.
+  // after its answer (logged), or without an answer at all (killed, say):
+  // the daemon reaps then.
   void on_left_behind(std::function<void()> reap) { left_behind_ = std::move(reap); }
 
  private:
@@ -104,6 +113,9 @@ class RunService {
     bool abandoned = false;  // the client is gone
     bool stopping = false;   // the daemon stops
     bool answered = false;   // the client has its answer; the runner removes the rest, then exits
+    // When the runner gets SIGKILL if it has not exited (its client hung up).
+    std::optional<std::chrono::steady_clock::time_point> kill_at;
+    bool killed = false;
     // The run's notices: at most one run_start, then one run_end of the same run id.
     std::string noticed_run_id;
     bool start_noticed = false, end_noticed = false;

@@ -164,13 +164,16 @@ int run_main(const RunOptions& opts, std::ostream& err) {
     res.exit_code = code;
     res.ended_at = std::chrono::system_clock::now();
     control::notify_run_end(run_end_notice(res));
-    err << denial_summary(res);
+    // The result first: stderr is the caller's descriptor, where a write
+    // may wait (a full pipe); the daemon's client is answered regardless.
+    std::string problem;
     if (opts.result_file || opts.result_fd) {
       if (Status st = sink.write(result_text(res)); !st)
-        err << "agentcage: writing the result to " << sink.name() << ": " << st.error().message << "\n";
+        problem = "agentcage: writing the result to " + sink.name() + ": " + st.error().message + "\n";
       else
         delivered = true;
     }
+    err << denial_summary(res) << problem;
   };
   if (!control::notify_channel_adopted() || !opts.result_fd) {
     const int code = run_command(opts, res, err);

@@ -230,23 +230,28 @@ Step wait_for_end(Run& run) {
     if (n < 0 && errno != EINTR) {
       (void)r.cg->kill_all();
     }
+    // Each reason to end the run kills it first, then says so: the message
+    // goes to a descriptor the caller holds (a full pipe, a stopped
+    // terminal), where the write may wait; the run must not.
     if (fds[0].revents & POLLIN) {
-      if (int sig = signals.take(); sig && !res.timed_out && res.interrupted_by == 0) {
+      const int sig = signals.take();
+      (void)r.cg->kill_all();
+      if (sig && !res.timed_out && res.interrupted_by == 0) {
         res.interrupted_by = sig;
         run.err << "agentcage: " << signal_name(sig) << " received: ending the run\n";
       }
-      (void)r.cg->kill_all();
     }
     if (fds[3].revents && !r.seccomp->answer_pending()) {
       // The listener broke: the run's denied calls would go uncounted.
-      run.err << "agentcage: the seccomp listener failed: " << std::strerror(errno) << ": ending the run\n";
+      const int err = errno;
       (void)r.cg->kill_all();
+      run.err << "agentcage: the seccomp listener failed: " << std::strerror(err) << ": ending the run\n";
     }
     if (fds[4].revents && r.recording) {
       if (Status st = r.recording->drain(); !st) {
         // A recording that cannot be read would be silently incomplete.
-        run.err << "agentcage: reading the recording failed: " << st.error().message << ": ending the run\n";
         (void)r.cg->kill_all();
+        run.err << "agentcage: reading the recording failed: " << st.error().message << ": ending the run\n";
       }
     }
     if (fds[5].revents && r.dns) r.dns->service();
