@@ -233,6 +233,51 @@ TEST_F(DaemonRun, AClientThatHangsUpWithAFullStderrLeavesNothing) {
   EXPECT_EQ(wait_exit(next.pid), 0) << out("next");
 }
 
+// Members holding every place on the control socket (max_clients) do not
+// lock root out: root's status is answered, a member's next connection is
+// refused. Before, root counted against the same places.
+TEST_F(DaemonRun, MembersHoldingEveryConnectionDoNotLockRootOut) {
+  std::ofstream(dir_ / "daemon.yaml", std::ios::app) << "max_clients: 4\n";
+  start();
+  int go[2], said[2];
+  ASSERT_EQ(::pipe2(go, O_CLOEXEC), 0);
+  ASSERT_EQ(::pipe2(said, O_CLOEXEC), 0);
+  pid_t child = ::fork();
+  if (child == 0) {
+    ::close(go[1]);
+    ::close(said[0]);
+    become_client(true)();
+    std::vector<UniqueFd> held;
+    for (int i = 0; i < 4; ++i) {
+      auto fd = control::connect_control(kSocket, 5000);
+      if (!fd) ::_exit(90);
+      held.push_back(std::move(*fd));
+    }
+    // The fifth is refused with its reason.
+    std::string answer = "no answer";
+    if (auto fifth = control::connect_control(kSocket, 5000)) {
+      std::string buf;
+      if (auto l = control::read_line(fifth->get(), buf, 5000)) answer = *l;
+    }
+    (void)!::write(said[1], answer.data(), answer.size());
+    ::close(said[1]);
+    char byte;
+    (void)!::read(go[0], &byte, 1);  // holds the four until the parent is done
+    ::_exit(0);
+  }
+  ::close(go[0]);
+  ::close(said[1]);
+  std::string fifth;
+  char buf[512];
+  for (ssize_t n; (n = ::read(said[0], buf, sizeof buf)) > 0;) fifth.append(buf, static_cast<size_t>(n));
+  ::close(said[0]);
+  EXPECT_NE(fifth.find("too many clients (max_clients 4)"), std::string::npos) << fifth;
+  // Root, while the members hold all four.
+  EXPECT_TRUE(named_slot(status(), "drun").has_value()) << log();
+  ::close(go[1]);
+  EXPECT_EQ(wait_exit(child), 0);
+}
+
 std::vector<std::string> cmdline_of(pid_t pid) {
   std::vector<std::string> words;
   const std::string raw = slurp("/proc/" + std::to_string(pid) + "/cmdline");

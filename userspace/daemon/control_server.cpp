@@ -145,7 +145,12 @@ void ControlServer::accept_clients() {
       refuse("permission denied: root or the control group only");
       continue;
     }
-    if (clients_.size() >= opt_.max_clients) {
+    // The group's members share max_clients; root has kRootReservedClients
+    // more of its own, so that members holding every place (streams, runs)
+    // never lock out root's status, attach, reload or its runs' notices.
+    size_t members = 0;
+    for (const auto& [other_fd, other] : clients_) members += !other.peer.root;
+    if (root ? clients_.size() >= opt_.max_clients + kRootReservedClients : members >= opt_.max_clients) {
       refuse("too many clients (max_clients " + std::to_string(opt_.max_clients) + ")");
       continue;
     }

@@ -60,6 +60,10 @@ struct ControlOptions {
   size_t client_buffer_bytes = 0;  // a client's output limit (streams drop, others are closed)
 };
 
+// Connections only root may open beyond max_clients (which counts the
+// control group's members).
+inline constexpr size_t kRootReservedClients = 16;
+
 // A connection that has not sent a whole request for this long (and is not
 // streaming or waiting for its run) is closed.
 inline constexpr int kIdleClientSeconds = 30;
