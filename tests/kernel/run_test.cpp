@@ -623,6 +623,46 @@ TEST_F(Run, KeptWorkspaceCarriesNoSetIdBits) {
   fs::remove_all(ws, ec);
 }
 
+// A caller's --workspace whose path someone turns into a link during the
+// run (the owner of a directory on the way can: rename it, put a link to
+// anywhere in its place): at the end, root hands back the directory the run
+// had, through the descriptor it opened at the start, and never touches
+// the link's target. Before, teardown chowned and chmodded by path, and so
+// gave the target (here root's own directory) to the swapper.
+TEST_F(Run, ACallersWorkspaceWhosePathTurnsIntoALinkIsHandedBackNotTheTarget) {
+  constexpr uid_t kOwner = 4321;
+  char tmpl[] = "/tmp/agentcage-swap-XXXXXX";
+  ASSERT_NE(::mkdtemp(tmpl), nullptr);
+  const fs::path t = tmpl;
+  ::chmod(t.c_str(), 0755);
+  fs::create_directories(t / "home/proj/ws");
+  for (const char* d : {"home", "home/proj", "home/proj/ws"}) ASSERT_EQ(::chown((t / d).c_str(), kOwner, kOwner), 0);
+  ::chmod((t / "home/proj/ws").c_str(), 0755);
+  fs::create_directories(t / "victim/ws");
+  ::chmod((t / "victim/ws").c_str(), 0755);
+  const fs::path ws = t / "home/proj/ws";
+  Started s = start(py("import time\ntime.sleep(5)\n", {"--workspace", ws.string(), "--disk", "unlimited"}));
+  struct stat st {};
+  // Handed to the run's identity: the run has begun.
+  bool begun = false;
+  for (int i = 0; i < 600 && !begun; ++i)
+    if (!(begun = ::stat(ws.c_str(), &st) == 0 && st.st_uid != kOwner))
+      std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  ASSERT_TRUE(begun) << "the run never took the workspace";
+  fs::rename(t / "home/proj", t / "home/proj.real");
+  fs::create_directory_symlink(t / "victim", t / "home/proj");
+  Ran r = finish(s);
+  EXPECT_EQ(r.code, 0) << r.describe();
+  ASSERT_EQ(::stat((t / "victim/ws").c_str(), &st), 0);
+  EXPECT_EQ(st.st_uid, 0u) << "the link's target was given away";
+  EXPECT_EQ(st.st_mode & 07777, 0755u);
+  ASSERT_EQ(::stat((t / "home/proj.real/ws").c_str(), &st), 0);
+  EXPECT_EQ(st.st_uid, kOwner) << "the run's directory was not handed back";
+  EXPECT_EQ(st.st_mode & 07777, 0755u);
+  std::error_code ec;
+  fs::remove_all(t, ec);
+}
+
 // ---- the result's records come from the run's own storage ------------------
 
 // Python that tries to open `path` for `seconds` (or `times` times) and

@@ -32,6 +32,7 @@
 #include "run/state.h"
 #include "run/stdio.h"
 #include "run/steps.h"
+#include "run/workspace.h"
 
 namespace agentcage::run {
 namespace {
@@ -489,18 +490,54 @@ TEST(RunRecord, JsonRoundTrip) {
   r.restore_uid = 1000;
   r.restore_gid = 1000;
   r.restore_mode = 0755;
+  r.workspace_dev = 66;
+  r.workspace_ino = 1ull << 40;
   auto back = record_from_json(to_json(r));
   ASSERT_TRUE(back) << back.error().message;
   EXPECT_EQ(back->cgroup, r.cgroup);
   EXPECT_EQ(back->cgroup_id, 9u);
   EXPECT_EQ(*back->policy_slot, 3u);
   EXPECT_EQ(*back->restore_mode, 0755u);
+  EXPECT_EQ(*back->workspace_dev, 66u);
+  EXPECT_EQ(*back->workspace_ino, 1ull << 40);
   RunRecord bare;
   bare.run_id = "x";
   auto b = record_from_json(to_json(bare));
   ASSERT_TRUE(b);
   EXPECT_FALSE(b->policy_slot);
   EXPECT_FALSE(record_from_json(nlohmann::json::object()));
+}
+
+// A caller's workspace is reached only by a path without a symbolic link,
+// and, with its device and inode, only when it is the same directory.
+TEST(CallersWorkspace, OpensOnlyTheDirectoryTheRunHad) {
+  char tmpl[] = "/tmp/agentcage-callers-XXXXXX";
+  ASSERT_NE(::mkdtemp(tmpl), nullptr);
+  const std::filesystem::path t = tmpl;
+  std::filesystem::create_directories(t / "a/ws");
+  std::filesystem::create_directories(t / "b/ws");
+  struct stat st {};
+  ASSERT_EQ(::stat((t / "a/ws").c_str(), &st), 0);
+  const uint64_t dev = st.st_dev, ino = st.st_ino;
+  auto fd = open_callers_workspace((t / "a/ws").string(), dev, ino);
+  ASSERT_TRUE(fd) << fd.error().message;
+  // The owner of a directory on the way swaps it for a link.
+  std::filesystem::rename(t / "a", t / "a.real");
+  std::filesystem::create_directory_symlink(t / "b", t / "a");
+  auto linked = open_callers_workspace((t / "a/ws").string(), dev, ino);
+  ASSERT_FALSE(linked);
+  EXPECT_EQ(linked.error().code, ELOOP) << linked.error().message;
+  // ... or for another directory.
+  std::filesystem::remove(t / "a");
+  std::filesystem::create_directories(t / "a/ws");
+  auto other = open_callers_workspace((t / "a/ws").string(), dev, ino);
+  ASSERT_FALSE(other);
+  EXPECT_EQ(other.error().code, ESTALE) << other.error().message;
+  // The descriptor from the start still is the run's directory.
+  ASSERT_EQ(::fstat(fd->get(), &st), 0);
+  EXPECT_EQ(static_cast<uint64_t>(st.st_ino), ino);
+  std::error_code ec;
+  std::filesystem::remove_all(t, ec);
 }
 
 // ---- where the result goes (--result FILE|-, --result-fd N) ----------------

@@ -201,12 +201,17 @@ Status copy_kept_tree(const std::string& from, const std::string& to, uint64_t m
 }
 
 Status strip_setid_bits(const std::string& dir) {
-  const std::string shown = escape(dir, 200);
   UniqueFd fd(::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC));
+  if (!fd) return Error::from_errno("opening " + escape(dir, 200));
+  return strip_setid_bits_at(fd.get(), dir);
+}
+
+Status strip_setid_bits_at(int dir_fd, const std::string& dir) {
+  const std::string shown = escape(dir, 200);
   struct stat st {};
-  if (!fd || ::fstat(fd.get(), &st) != 0) return Error::from_errno("opening " + shown);
-  if (Status s = clear(fd.get(), st, shown); !s) return s;
-  return walk(fd.get(), 1, shown);
+  if (::fstat(dir_fd, &st) != 0) return Error::from_errno("opening " + shown);
+  if (Status s = clear(dir_fd, st, shown); !s) return s;
+  return walk(dir_fd, 1, shown);
 }
 
 // ---- the io directory --------------------------------------------------------

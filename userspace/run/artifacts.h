@@ -27,6 +27,8 @@ namespace agentcage::run {
 // must not hand the directory back as is.
 inline constexpr int kMaxArtifactDepth = 256;
 Status strip_setid_bits(const std::string& dir);
+// The same for the directory `dir_fd` (`dir`: its name in messages).
+Status strip_setid_bits_at(int dir_fd, const std::string& dir);
 
 // Copies the tree `from` into the new directory `to` (which must not exist):
 // directories, regular files and symbolic links (as links, never followed),

@@ -67,11 +67,22 @@ void reap_stale_runs(bpf::Enforcer& enforcer, const Paths& paths, std::ostream& 
         fs::remove_all(rec.workspace, ec);
       }
     }
-    if (problem.empty() && !rec.workspace.empty()) {
+    const bool callers = !rec.workspace.empty() && (rec.workspace_ino || rec.restore_uid);
+    if (problem.empty() && callers) {
+      // The caller's --workspace: only the directory the run had, reached
+      // without a symbolic link (run/workspace.h); a path that leads
+      // elsewhere now is left alone, and said so.
+      auto fd = open_callers_workspace(rec.workspace, rec.workspace_dev, rec.workspace_ino);
+      if (!fd && fd.error().code != ENOENT)
+        err << "agentcage: warning: stale run " << s.run_id << ": " << fd.error().message << "\n";
+      else if (fd)
+        for (const auto& p : hand_back_callers_workspace(fd->get(), rec.workspace, rec))
+          err << "agentcage: warning: stale run " << s.run_id << ": " << p << "\n";
+    } else if (problem.empty() && !rec.workspace.empty()) {
       std::error_code ec;
       // A kept workspace is handed back only without set-id bits, as at
       // the end of a run (run/artifacts.h); otherwise it is left to root.
-      bool handed_back = true;
+      // (A workspace agentcage made: below its own root-owned directory.)
       if (!rec.remove_workspace && fs::exists(rec.workspace, ec))
         if (Status st = strip_setid_bits(rec.workspace); !st) {
           err << "agentcage: warning: stale run " << s.run_id << ": " << st.error().message
@@ -79,16 +90,8 @@ void reap_stale_runs(bpf::Enforcer& enforcer, const Paths& paths, std::ostream& 
           if (::chown(rec.workspace.c_str(), 0, 0) != 0 || ::chmod(rec.workspace.c_str(), 0700) != 0)
             err << "agentcage: warning: stale run " << s.run_id << ": cannot give " << rec.workspace
                 << " to root only: " << std::strerror(errno) << "\n";
-          handed_back = false;
         }
-      if (rec.remove_workspace)
-        fs::remove_all(rec.workspace, ec);
-      else if (rec.restore_uid && handed_back && fs::exists(rec.workspace, ec)) {
-        if (::chown(rec.workspace.c_str(), *rec.restore_uid, *rec.restore_gid) != 0 ||
-            ::chmod(rec.workspace.c_str(), static_cast<mode_t>(*rec.restore_mode)) != 0)
-          err << "agentcage: warning: stale run " << s.run_id << ": cannot hand " << rec.workspace
-              << " back to its owner: " << std::strerror(errno) << "\n";
-      }
+      if (rec.remove_workspace) fs::remove_all(rec.workspace, ec);
       if (ec) problem = "removing " + rec.workspace + ": " + ec.message();
     }
     if (!problem.empty()) {

@@ -73,6 +73,8 @@ nlohmann::json to_json(const RunRecord& r) {
   if (r.restore_gid) j["restore_gid"] = *r.restore_gid;
   if (r.restore_mode) j["restore_mode"] = *r.restore_mode;
   if (r.workspace_tmpfs_bytes) j["workspace_tmpfs_bytes"] = *r.workspace_tmpfs_bytes;
+  if (r.workspace_dev) j["workspace_dev"] = *r.workspace_dev;
+  if (r.workspace_ino) j["workspace_ino"] = *r.workspace_ino;
   return j;
 }
 
@@ -92,6 +94,8 @@ Result<RunRecord> record_from_json(const nlohmann::json& j) {
     if (j.contains("restore_mode")) r.restore_mode = j["restore_mode"].get<uint32_t>();
     if (j.contains("workspace_tmpfs_bytes"))
       r.workspace_tmpfs_bytes = j["workspace_tmpfs_bytes"].get<uint64_t>();
+    if (j.contains("workspace_dev")) r.workspace_dev = j["workspace_dev"].get<uint64_t>();
+    if (j.contains("workspace_ino")) r.workspace_ino = j["workspace_ino"].get<uint64_t>();
     return r;
   } catch (const nlohmann::json::exception& e) {
     return Error{std::string("run record: ") + e.what(), EINVAL};

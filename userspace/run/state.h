@@ -39,6 +39,9 @@ struct RunRecord {
   bool remove_workspace = false;  // agentcage created it and --keep was not given
   // A caller's --workspace that agentcage chowned for the run: restored after.
   std::optional<uint32_t> restore_uid, restore_gid, restore_mode;
+  // A caller's --workspace: the directory the run had (its path was
+  // canonical then); a reaper touches only that one (run/workspace.h).
+  std::optional<uint64_t> workspace_dev, workspace_ino;
   // Set once the workspace may be a tmpfs of this size (limits.disk): it is
   // unmounted (its contents copied out first when kept) before anything else
   // happens to the workspace (run/workspace.h).

@@ -296,9 +296,17 @@ Status make_workspace(const RunOptions& opts, const Identity& id, const policy::
   if (::stat(dir.c_str(), &st) != 0) return Error::from_errno("--workspace " + dir.string());
   if (!S_ISDIR(st.st_mode)) return Error{"--workspace " + dir.string() + " is not a directory", ENOTDIR};
   if (dir == "/") return Error{"--workspace / would make the whole host writable", EINVAL};
+  // From here the directory itself, not its path: a directory on the way
+  // may be someone else's, who can swap it for a link to anywhere.
+  auto opened = open_callers_workspace(dir.string());
+  if (!opened) return opened.error().wrap("--workspace");
+  if (::fstat(opened->get(), &st) != 0) return Error::from_errno("--workspace " + dir.string());
   if (limits.disk_bytes)
     if (Status bound = check_workspace_bound(dir.string(), *limits.disk_bytes); !bound) return bound;
   r.record.workspace = dir.string();
+  r.record.workspace_dev = static_cast<uint64_t>(st.st_dev);
+  r.record.workspace_ino = static_cast<uint64_t>(st.st_ino);
+  r.callers_workspace = std::move(*opened);
   if (st.st_uid != id.uid || st.st_gid != id.gid || (st.st_mode & 0700) != 0700) {
     // Hand the directory (not its contents) to the sandbox identity for the
     // run; the record lets a reaper restore it if agentcage dies.
@@ -306,7 +314,7 @@ Status make_workspace(const RunOptions& opts, const Identity& id, const policy::
     r.record.restore_gid = st.st_gid;
     r.record.restore_mode = st.st_mode & 07777;
     if (Status s = r.lease->write(r.record); !s) return s;
-    if (::chown(dir.c_str(), id.uid, id.gid) != 0 || ::chmod(dir.c_str(), 0700) != 0)
+    if (::fchown(r.callers_workspace.get(), id.uid, id.gid) != 0 || ::fchmod(r.callers_workspace.get(), 0700) != 0)
       return Error::from_errno("--workspace: handing " + dir.string() + " to " + id.name);
   }
   return {};

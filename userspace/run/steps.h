@@ -92,6 +92,9 @@ struct Resources {
   RunRecord record;
   std::optional<UidLease> uid_lease;
   bool workspace_created = false;  // by agentcage (else: the caller's --workspace)
+  // The caller's --workspace, opened when the run began: handed back through
+  // this descriptor, never by a path that may lead elsewhere by then.
+  UniqueFd callers_workspace;
   // teardown with `defer_removal` left the workspace to remove afterwards.
   bool workspace_removal_deferred = false;
   std::optional<cgroup::Cgroup> cg;

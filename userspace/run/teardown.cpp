@@ -146,7 +146,6 @@ std::vector<std::string> teardown(Resources& r, RunResult& res, bool collect,
   if (!r.record.workspace.empty() && drained && !r.workspace_removal_deferred) {
     std::error_code ec;
     bool kept = !r.workspace_created || keep_workspace;
-    bool handed_back = true;
     if (r.record.workspace_tmpfs_bytes) {
       // The tmpfs goes first; a kept one is copied onto the disk before.
       std::string not_kept;
@@ -160,7 +159,12 @@ std::vector<std::string> teardown(Resources& r, RunResult& res, bool collect,
         kept = false;
       }
     }
-    if (kept) {
+    if (kept && r.callers_workspace) {
+      // The caller's --workspace: through the directory the run had, not
+      // by its path (run/workspace.h); its owner and mode come back too.
+      auto left = hand_back_callers_workspace(r.callers_workspace.get(), r.record.workspace, r.record);
+      problems.insert(problems.end(), left.begin(), left.end());
+    } else if (kept) {
       // Nothing of the run runs any more (drained): make what it left safe
       // to hand back. If that cannot be done, nobody but root may enter.
       if (Status st = strip_setid_bits(r.record.workspace); !st) {
@@ -168,16 +172,11 @@ std::vector<std::string> teardown(Resources& r, RunResult& res, bool collect,
                            "; the workspace is left to root only (mode 0700)");
         if (::chown(r.record.workspace.c_str(), 0, 0) != 0 || ::chmod(r.record.workspace.c_str(), 0700) != 0)
           problems.push_back("restricting " + r.record.workspace + ": " + std::strerror(errno));
-        handed_back = false;
       }
     }
     if (!kept) {
       fs::remove_all(r.record.workspace, ec);
       if (ec) problems.push_back("removing workspace " + r.record.workspace + ": " + ec.message());
-    } else if (r.record.restore_uid && handed_back) {
-      if (::chown(r.record.workspace.c_str(), *r.record.restore_uid, *r.record.restore_gid) != 0 ||
-          ::chmod(r.record.workspace.c_str(), static_cast<mode_t>(*r.record.restore_mode)) != 0)
-        problems.push_back("restoring owner and mode of " + r.record.workspace + ": " + std::strerror(errno));
     }
     if (problems.empty()) r.record.workspace.clear();
   }

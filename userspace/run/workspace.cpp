@@ -1,13 +1,17 @@
 // SPDX-License-Identifier: Apache-2.0
 #include "run/workspace.h"
 
+#include <fcntl.h>
+#include <linux/openat2.h>
 #include <sys/mount.h>
 #include <sys/stat.h>
 #include <sys/statfs.h>
+#include <sys/syscall.h>
 #include <unistd.h>
 
 #include <algorithm>
 #include <cerrno>
+#include <cstring>
 #include <filesystem>
 
 #include "run/artifacts.h"
@@ -73,6 +77,45 @@ Status unmount_workspace(const std::string& dir, bool keep, uint64_t max_bytes, 
       return Error::from_errno("workspace: moving " + copy + " to " + dir);
   }
   return {};
+}
+
+Result<UniqueFd> open_callers_workspace(const std::string& path, std::optional<uint64_t> dev,
+                                        std::optional<uint64_t> ino) {
+  open_how how{};
+  how.flags = O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC;
+  how.resolve = RESOLVE_NO_SYMLINKS | RESOLVE_NO_MAGICLINKS;
+  UniqueFd fd(static_cast<int>(::syscall(SYS_openat2, AT_FDCWD, path.c_str(), &how, sizeof how)));
+  if (!fd) {
+    const int err = errno;
+    if (err == ELOOP)
+      return Error{"the workspace " + path + " has a symbolic link on its path now (it had none when the run "
+                   "began): not followed",
+                   ELOOP};
+    return Error{"opening the workspace " + path + ": " + std::strerror(err), err};
+  }
+  struct stat st {};
+  if (::fstat(fd.get(), &st) != 0) return Error::from_errno("the workspace " + path);
+  if ((dev && *dev != static_cast<uint64_t>(st.st_dev)) || (ino && *ino != static_cast<uint64_t>(st.st_ino)))
+    return Error{"the workspace " + path + " is another directory now than the run's: not touched", ESTALE};
+  return fd;
+}
+
+std::vector<std::string> hand_back_callers_workspace(int fd, const std::string& path, const RunRecord& record) {
+  std::vector<std::string> problems;
+  // Nothing of the run runs any more: make what it left safe to hand back.
+  // If that cannot be done, nobody but root may enter.
+  if (Status st = strip_setid_bits_at(fd, path); !st) {
+    problems.push_back("workspace " + path + ": " + st.error().message +
+                       "; the workspace is left to root only (mode 0700)");
+    if (::fchown(fd, 0, 0) != 0 || ::fchmod(fd, 0700) != 0)
+      problems.push_back("restricting " + path + ": " + std::strerror(errno));
+    return problems;
+  }
+  if (record.restore_uid &&
+      (::fchown(fd, *record.restore_uid, *record.restore_gid) != 0 ||
+       ::fchmod(fd, static_cast<mode_t>(*record.restore_mode)) != 0))
+    problems.push_back("restoring owner and mode of " + path + ": " + std::strerror(errno));
+  return problems;
 }
 
 Status check_workspace_bound(const std::string& dir, uint64_t limit_bytes) {

@@ -10,9 +10,13 @@
 #include <sys/types.h>
 
 #include <cstdint>
+#include <optional>
 #include <string>
+#include <vector>
 
+#include "run/state.h"
 #include "util/result.h"
+#include "util/unique_fd.h"
 
 namespace agentcage::run {
 
@@ -28,6 +32,23 @@ Status mount_workspace(const std::string& dir, uint64_t size_bytes, uid_t uid, g
 // Idempotent: a `dir` that is not a mountpoint any more (a retry, the reaper)
 // only gets a finished copy moved into place.
 Status unmount_workspace(const std::string& dir, bool keep, uint64_t max_bytes, std::string& not_kept);
+
+// A caller's --workspace by its canonical path (`path`), as an O_DIRECTORY
+// descriptor, with no symbolic link anywhere on the way (openat2
+// RESOLVE_NO_SYMLINKS): the path was canonical when the run began, so a
+// link in it now is someone's swap (the owner of a directory on the way can
+// rename), which root must not follow. With `dev` and `ino`, only the very
+// directory the run had. An error names what changed.
+Result<UniqueFd> open_callers_workspace(const std::string& path, std::optional<uint64_t> dev = std::nullopt,
+                                        std::optional<uint64_t> ino = std::nullopt);
+
+// Hands a caller's --workspace back after its run, through `fd` (from
+// open_callers_workspace when the run began: the directory itself, wherever
+// it is now): its set-id bits stripped, then, with `restore_uid`, its owner
+// and mode restored. One that cannot be made safe is left to root only
+// (mode 0700). What failed, as messages (none: done). `path` names it.
+std::vector<std::string> hand_back_callers_workspace(int fd, const std::string& path,
+                                                     const RunRecord& record);
 
 // A caller's --workspace DIR: accepted only when its file system (statfs,
 // which reports an XFS project quota for a directory under one) holds no
