@@ -233,6 +233,42 @@ TEST_F(DaemonRun, AClientThatHangsUpWithAFullStderrLeavesNothing) {
   EXPECT_EQ(wait_exit(next.pid), 0) << out("next");
 }
 
+// A client that never reads the run's output and never hangs up cannot keep
+// the run past its timeout: a pipe is handed to COMMAND as it is (only a
+// regular file goes through the runner's relay, run/stdio.h), so it is
+// COMMAND that waits on the full pipe, while the runner's timer fires.
+TEST_F(DaemonRun, AClientThatNeverReadsCannotKeepTheRunPastItsTimeout) {
+  start();
+  pid_t child = ::fork();
+  if (child == 0) {
+    become_client(true)();
+    int out[2];
+    if (::pipe2(out, O_CLOEXEC) != 0) ::_exit(90);
+    const int null = ::open("/dev/null", O_RDWR | O_CLOEXEC);
+    auto fd = control::connect_control(kSocket, 5000);
+    if (!fd || null < 0) ::_exit(91);
+    const int fds[3] = {null, out[1], null};
+    const std::string line =
+        R"({"op":"run","policy":"drun","argv":["sh","-c","while :; do echo xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx; done"],)"
+        R"("limits":{"timeout":"3s"}})"
+        "\n";
+    if (send_with_fds(fd->get(), line.data(), line.size(), fds, 3) != static_cast<ssize_t>(line.size()))
+      ::_exit(92);
+    ::close(out[1]);
+    ::pause();  // never reads out[0], never hangs up
+    ::_exit(0);
+  }
+  ASSERT_TRUE(wait_until([&] { return !processes_of_dynamic_uids().empty(); }, 30s)) << log();
+  // 3 s of timeout and slack for the VM.
+  EXPECT_TRUE(wait_until([&] { return processes_of_dynamic_uids().empty(); }, 30s)) << log();
+  // The client goes: its pipe closes, the runner's write fails, and the run
+  // is removed.
+  ::kill(child, SIGKILL);
+  wait_exit(child);
+  EXPECT_TRUE(wait_until([&] { return nothing_left(); }, 30s)) << log();
+  EXPECT_TRUE(wait_until([&] { return status()["daemon"]["runs_active"] == 0; }, 30s)) << log();
+}
+
 // Members holding every place on the control socket (max_clients) do not
 // lock root out: root's status is answered, a member's next connection is
 // refused. Before, root counted against the same places.
