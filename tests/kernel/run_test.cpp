@@ -636,7 +636,8 @@ TEST_F(Run, ACallersWorkspaceWhosePathTurnsIntoALinkIsHandedBackNotTheTarget) {
   const fs::path t = tmpl;
   ::chmod(t.c_str(), 0755);
   fs::create_directories(t / "home/proj/ws");
-  for (const char* d : {"home", "home/proj", "home/proj/ws"}) ASSERT_EQ(::chown((t / d).c_str(), kOwner, kOwner), 0);
+  for (const char* d : {"home", "home/proj", "home/proj/ws"})
+    ASSERT_EQ(::chown((t / d).c_str(), kOwner, kOwner), 0);
   ::chmod((t / "home/proj/ws").c_str(), 0755);
   fs::create_directories(t / "victim/ws");
   ::chmod((t / "victim/ws").c_str(), 0755);

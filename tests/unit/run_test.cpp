@@ -19,13 +19,13 @@
 #include <vector>
 
 #include "bpf/compile.h"
+#include "control/protocol.h"
 #include "core/limits.h"
 #include "policy/locate.h"
 #include "policy/values.h"
 #include "run/artifacts.h"
 #include "run/options.h"
 #include "run/policy_cache.h"
-#include "control/protocol.h"
 #include "run/result.h"
 #include "run/result_sink.h"
 #include "run/seccomp.h"

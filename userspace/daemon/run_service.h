@@ -28,11 +28,11 @@
 
 #include <sys/types.h>
 
+#include <chrono>
 #include <cstddef>
 #include <cstdint>
-#include <functional>
 #include <deque>
-#include <chrono>
+#include <functional>
 #include <map>
 #include <optional>
 #include <string>

@@ -314,7 +314,8 @@ Status make_workspace(const RunOptions& opts, const Identity& id, const policy::
     r.record.restore_gid = st.st_gid;
     r.record.restore_mode = st.st_mode & 07777;
     if (Status s = r.lease->write(r.record); !s) return s;
-    if (::fchown(r.callers_workspace.get(), id.uid, id.gid) != 0 || ::fchmod(r.callers_workspace.get(), 0700) != 0)
+    if (::fchown(r.callers_workspace.get(), id.uid, id.gid) != 0 ||
+        ::fchmod(r.callers_workspace.get(), 0700) != 0)
       return Error::from_errno("--workspace: handing " + dir.string() + " to " + id.name);
   }
   return {};

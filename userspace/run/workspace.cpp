@@ -88,8 +88,9 @@ Result<UniqueFd> open_callers_workspace(const std::string& path, std::optional<u
   if (!fd) {
     const int err = errno;
     if (err == ELOOP)
-      return Error{"the workspace " + path + " has a symbolic link on its path now (it had none when the run "
-                   "began): not followed",
+      return Error{"the workspace " + path +
+                       " has a symbolic link on its path now (it had none when the run "
+                       "began): not followed",
                    ELOOP};
     return Error{"opening the workspace " + path + ": " + std::strerror(err), err};
   }
@@ -100,7 +101,8 @@ Result<UniqueFd> open_callers_workspace(const std::string& path, std::optional<u
   return fd;
 }
 
-std::vector<std::string> hand_back_callers_workspace(int fd, const std::string& path, const RunRecord& record) {
+std::vector<std::string> hand_back_callers_workspace(int fd, const std::string& path,
+                                                     const RunRecord& record) {
   std::vector<std::string> problems;
   // Nothing of the run runs any more: make what it left safe to hand back.
   // If that cannot be done, nobody but root may enter.
@@ -111,9 +113,8 @@ std::vector<std::string> hand_back_callers_workspace(int fd, const std::string& 
       problems.push_back("restricting " + path + ": " + std::strerror(errno));
     return problems;
   }
-  if (record.restore_uid &&
-      (::fchown(fd, *record.restore_uid, *record.restore_gid) != 0 ||
-       ::fchmod(fd, static_cast<mode_t>(*record.restore_mode)) != 0))
+  if (record.restore_uid && (::fchown(fd, *record.restore_uid, *record.restore_gid) != 0 ||
+                             ::fchmod(fd, static_cast<mode_t>(*record.restore_mode)) != 0))
     problems.push_back("restoring owner and mode of " + path + ": " + std::strerror(errno));
   return problems;
 }
