@@ -88,6 +88,25 @@ TEST(CgroupKeyedFiles, ValueOfAKey) {
   EXPECT_FALSE(populated("/nonexistent/cgroup")) << "a cgroup that is gone has no processes";
 }
 
+// What cannot be read as "populated 0" is not an empty cgroup: a caller
+// (kill_and_drain, a scope's release) must assume survivors.
+TEST(CgroupPopulated, FailsClosed) {
+  char tmpl[] = "/tmp/agentcage-populated-XXXXXX";
+  ASSERT_NE(::mkdtemp(tmpl), nullptr);
+  const fs::path dir = tmpl;
+  std::ofstream(dir / "cgroup.events") << "populated 0\nfrozen 0\n";
+  EXPECT_FALSE(populated(dir));
+  std::ofstream(dir / "cgroup.events") << "populated 1\nfrozen 0\n";
+  EXPECT_TRUE(populated(dir));
+  std::ofstream(dir / "cgroup.events") << "frozen 0\n";
+  EXPECT_TRUE(populated(dir)) << "no populated line";
+  fs::remove(dir / "cgroup.events");
+  fs::create_directory(dir / "cgroup.events");  // opens, but reads nothing
+  EXPECT_TRUE(populated(dir)) << "unreadable";
+  std::error_code ec;
+  fs::remove_all(dir, ec);
+}
+
 TEST(CgroupDescendants, ListsEveryDirectoryBelowWithoutACgroupStat) {
   // Not cgroupfs (no cgroup.stat): the walk lists every directory below.
   char tmpl[] = "/tmp/agentcage-cgroup-test-XXXXXX";

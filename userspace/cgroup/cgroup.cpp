@@ -281,8 +281,11 @@ std::optional<uint64_t> keyed_value(std::string_view text, std::string_view key)
 
 bool populated(const fs::path& dir) {
   auto events = read_file(dir / "cgroup.events");
-  if (!events) return false;  // gone already
-  return keyed_value(*events, "populated").value_or(0) != 0;
+  if (!events) return events.error().code != ENOENT;  // gone already; else unknown: say populated
+  // No readable "populated" line is not an empty cgroup either: those who
+  // ask (kill_and_drain, a scope's release) must then assume survivors.
+  const auto value = keyed_value(*events, "populated");
+  return !value || *value != 0;
 }
 
 Status kill_and_drain(const fs::path& dir) {

@@ -90,7 +90,8 @@ class Cgroup {
 };
 
 // Whether any process lives in the cgroup's subtree ("populated" in its
-// cgroup.events); false when the cgroup is gone.
+// cgroup.events); false when the cgroup is gone (ENOENT). Fails closed:
+// true when cgroup.events cannot be read otherwise or says nothing of it.
 bool populated(const fs::path& dir);
 // The value of `key` in the text of a flat keyed cgroup file, "KEY VALUE"
 // lines (cgroup.events, cgroup.stat, cpu.stat, memory.events); nothing
