@@ -302,7 +302,7 @@ Status make_workspace(const RunOptions& opts, const Identity& id, const policy::
   if (!opened) return opened.error().wrap("--workspace");
   if (::fstat(opened->get(), &st) != 0) return Error::from_errno("--workspace " + dir.string());
   if (limits.disk_bytes)
-    if (Status bound = check_workspace_bound(dir.string(), *limits.disk_bytes); !bound) return bound;
+    if (Status bound = check_workspace_bound(opened->get(), dir.string(), *limits.disk_bytes); !bound) return bound;
   r.record.workspace = dir.string();
   r.record.workspace_dev = static_cast<uint64_t>(st.st_dev);
   r.record.workspace_ino = static_cast<uint64_t>(st.st_ino);

@@ -119,9 +119,9 @@ std::vector<std::string> hand_back_callers_workspace(int fd, const std::string& 
   return problems;
 }
 
-Status check_workspace_bound(const std::string& dir, uint64_t limit_bytes) {
+Status check_workspace_bound(int dir_fd, const std::string& dir, uint64_t limit_bytes) {
   struct statfs sf {};
-  if (::statfs(dir.c_str(), &sf) != 0) return Error::from_errno("--workspace " + dir);
+  if (::fstatfs(dir_fd, &sf) != 0) return Error::from_errno("--workspace " + dir);
   const uint64_t unit = sf.f_frsize ? static_cast<uint64_t>(sf.f_frsize) : static_cast<uint64_t>(sf.f_bsize);
   const uint64_t total = static_cast<uint64_t>(sf.f_blocks) * unit;
   if (total > limit_bytes)

@@ -50,9 +50,10 @@ Result<UniqueFd> open_callers_workspace(const std::string& path, std::optional<u
 std::vector<std::string> hand_back_callers_workspace(int fd, const std::string& path,
                                                      const RunRecord& record);
 
-// A caller's --workspace DIR: accepted only when its file system (statfs,
+// A caller's --workspace DIR (open at `dir_fd`, the descriptor the run
+// keeps; `dir` names it): accepted only when its file system (statfs,
 // which reports an XFS project quota for a directory under one) holds no
 // more than `limit_bytes`.
-Status check_workspace_bound(const std::string& dir, uint64_t limit_bytes);
+Status check_workspace_bound(int dir_fd, const std::string& dir, uint64_t limit_bytes);
 
 }  // namespace agentcage::run
