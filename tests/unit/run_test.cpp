@@ -566,6 +566,62 @@ std::string read_all(const std::string& path) {
   return std::string(std::istreambuf_iterator<char>(in), {});
 }
 
+// ---- dynamic uids (run/state.h) ----------------------------------------------
+
+// A run whose agentcage was SIGKILLed leaves its uid's lock free, but
+// processes of it may still run as that uid until the reaper kills its
+// cgroup: the uid is not leased to another run before.
+TEST(UidLease, AUidIsNotLeasedAgainWhileItsLastRunIsUnreaped) {
+  TempDir d;
+  const uid_t uid = 0x70000005;
+  std::string first_lock;
+  {
+    auto first = RunLease::create(d.path, "00000000000000aa");
+    ASSERT_TRUE(first) << first.error().message;
+    RunRecord record;
+    record.run_id = "00000000000000aa";
+    ASSERT_TRUE(first->write(record));
+    auto lease = UidLease::acquire(d.path, uid, 1, 0, "00000000000000aa");
+    ASSERT_TRUE(lease) << lease.error().message;
+    EXPECT_EQ(lease->uid(), uid);
+    // While held, nobody else gets it.
+    auto again = UidLease::acquire(d.path, uid, 1, 0, "00000000000000bb");
+    ASSERT_FALSE(again);
+    EXPECT_EQ(again.error().code, EAGAIN);
+    // The first run's agentcage dies here: both locks go with it (the
+    // descriptors close, nothing is finished); its lock file stays for
+    // the reaper, with its record.
+  }
+  auto unreaped = UidLease::acquire(d.path, uid, 1, 0, "00000000000000bb");
+  ASSERT_FALSE(unreaped);
+  EXPECT_EQ(unreaped.error().code, EAGAIN);
+  EXPECT_NE(unreaped.error().message.find("not yet reaped"), std::string::npos) << unreaped.error().message;
+  // The reaper takes the stale run and forgets it: the uid is free again.
+  auto stale = find_stale_runs(d.path);
+  ASSERT_TRUE(stale) << stale.error().message;
+  ASSERT_EQ(stale->size(), 1u);
+  ASSERT_TRUE((*stale)[0].record);
+  (*stale)[0].forget();
+  auto second = UidLease::acquire(d.path, uid, 1, 0, "00000000000000bb");
+  ASSERT_TRUE(second) << second.error().message;
+  EXPECT_EQ(read_all(d.path + "/uids/" + std::to_string(uid) + ".lock"), "00000000000000bb");
+  // A run that finished normally leaves nothing that holds its uid.
+  {
+    auto run = RunLease::create(d.path, "00000000000000cc");
+    ASSERT_TRUE(run);
+    auto other = UidLease::acquire(d.path, uid + 1, 1, 0, "00000000000000cc");
+    ASSERT_TRUE(other) << other.error().message;
+    run->finish();
+  }
+  EXPECT_TRUE(UidLease::acquire(d.path, uid + 1, 1, 0, "00000000000000dd"));
+  // A lock file that names something other than a run id is not trusted.
+  {
+    std::ofstream(d.path + "/uids/" + std::to_string(uid + 2) + ".lock") << "../../etc/passwd";
+  }
+  EXPECT_FALSE(UidLease::acquire(d.path, uid + 2, 1, 0, "00000000000000ee"));
+  EXPECT_FALSE(UidLease::acquire(d.path, uid + 3, 1, 0, "../x"));
+}
+
 TEST(ResultSink, FileIsReplacedAtomicallyAndNothingElseIsLeft) {
   TempDir d;
   const std::string file = d.path + "/out.json";

@@ -21,6 +21,14 @@ namespace fs = std::filesystem;
 
 namespace {
 
+// A run id as a file name under runs/: nothing that leaves the directory.
+bool valid_run_id(const std::string& s) {
+  if (s.empty() || s.size() > 32) return false;
+  for (char c : s)
+    if (!((c >= '0' && c <= '9') || (c >= 'a' && c <= 'z') || c == '-')) return false;
+  return true;
+}
+
 // Opens (creating) `path` and takes an exclusive flock without waiting.
 // Returns an invalid fd when someone else holds it.
 Result<UniqueFd> try_lock(const std::string& path, bool create) {
@@ -167,24 +175,50 @@ void RunLease::finish() {
   lock_fd_.reset();
 }
 
-Result<UidLease> UidLease::acquire(const std::string& state_dir, uid_t base, uint32_t count, uint64_t seed) {
+Result<UidLease> UidLease::acquire(const std::string& state_dir, uid_t base, uint32_t count, uint64_t seed,
+                                   const std::string& run_id) {
   if (Status st = make_private_dir(state_dir, 0755); !st) return st.error().wrap("run state");
   const std::string dir = state_dir + "/uids";
   if (Status st = make_private_dir(dir, 0700); !st) return st.error().wrap("run state");
+  if (!valid_run_id(run_id)) return Error{"run state: a dynamic uid for the malformed run id " + run_id, EINVAL};
+  const std::string runs = state_dir + "/runs/";
   // Bounded probing: the chance that 256 probes all hit uids in use is nil
   // unless nearly all of the range is taken by live runs.
+  uint32_t unreaped = 0;
   for (uint32_t i = 0; i < 256 && i < count; ++i) {
     uid_t uid = base + static_cast<uid_t>((seed + i) % count);
-    auto fd = try_lock(dir + "/" + std::to_string(uid) + ".lock", true);
+    const std::string path = dir + "/" + std::to_string(uid) + ".lock";
+    auto fd = try_lock(path, true);
     if (!fd) return fd.error();
     if (!*fd) continue;
+    // The run that held it last: until its lock and record are gone (it
+    // finished, or the reaper killed its cgroup), something of it may run
+    // as this uid. A name that is not a run id is not trusted to be free.
+    char last[64];
+    const ssize_t n = ::pread(fd->get(), last, sizeof last, 0);
+    if (n < 0) return Error::from_errno("run state: reading " + path);
+    const std::string holder(last, static_cast<size_t>(n));
+    if (!holder.empty()) {
+      struct stat st {};
+      if (!valid_run_id(holder) || ::lstat((runs + holder + ".lock").c_str(), &st) == 0 ||
+          ::lstat((runs + holder + ".json").c_str(), &st) == 0) {
+        ++unreaped;
+        continue;
+      }
+    }
+    if (::ftruncate(fd->get(), 0) != 0 ||
+        ::pwrite(fd->get(), run_id.data(), run_id.size(), 0) != static_cast<ssize_t>(run_id.size()))
+      return Error::from_errno("run state: writing " + path);
     UidLease lease;
     lease.uid_ = uid;
     lease.lock_fd_ = std::move(*fd);
     return lease;
   }
   return Error{"run state: no free dynamic uid in " + std::to_string(base) + ".." +
-                   std::to_string(base + count - 1) + " after 256 tries (too many concurrent runs?)",
+                   std::to_string(base + count - 1) + " after 256 tries (too many concurrent runs?" +
+                   (unreaped ? " " + std::to_string(unreaped) +
+                                   " of them were left by runs not yet reaped: `agentcage status` lists them)"
+                             : ")"),
                EAGAIN};
 }
 

@@ -7,7 +7,8 @@
 //                                when that process dies, however it dies
 //   <state_dir>/runs/<id>.json   what the run created (RunRecord), replaced
 //                                atomically (write + rename) as resources appear
-//   <state_dir>/uids/<uid>.lock  flock'ed while a run uses that dynamic uid
+//   <state_dir>/uids/<uid>.lock  flock'ed while a run uses that dynamic uid;
+//                                names that run (UidLease)
 //
 // A record whose lock can be taken belongs to a dead agentcage: it is stale.
 // Liveness is the lock, not the pid (pids are reused); the pid and start time
@@ -70,11 +71,16 @@ class RunLease {
   bool sync_ = true;  // fsync each record: the state directory is on disk (not tmpfs)
 };
 
-// A dynamic uid held for the run's life.
+// A dynamic uid held for the run's life. Its lock file names the last run
+// that held it: a uid whose lock is free is still not leased again while
+// that run's own lock or record is there (its agentcage died and the reaper
+// has not yet killed what it left, which may still run as that uid).
 class UidLease {
  public:
-  // Tries uids from [base, base + count), starting at base + (seed % count).
-  static Result<UidLease> acquire(const std::string& state_dir, uid_t base, uint32_t count, uint64_t seed);
+  // Tries uids from [base, base + count), starting at base + (seed % count),
+  // for the run `run_id` (its lock and record under state_dir/runs).
+  static Result<UidLease> acquire(const std::string& state_dir, uid_t base, uint32_t count, uint64_t seed,
+                                  const std::string& run_id);
   UidLease() = default;
   UidLease(UidLease&&) noexcept = default;
   UidLease& operator=(UidLease&&) noexcept = default;

@@ -234,7 +234,8 @@ Step choose_identity(Run& run) {
     return refused(FailClosedReason::internal, e.message, "pass --user NAME|UID[:GID]", e.code);
   };
   if (!opts.user) {
-    auto lease = UidLease::acquire(opts.paths.state_dir, kDynamicUidBase, kDynamicUidCount, run.seed >> 16);
+    auto lease = UidLease::acquire(opts.paths.state_dir, kDynamicUidBase, kDynamicUidCount, run.seed >> 16,
+                                   run.res.run_id);
     if (!lease) return fail(lease.error());
     uid_t uid = lease->uid();
     run.resources.uid_lease = std::move(*lease);
