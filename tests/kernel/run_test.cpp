@@ -29,6 +29,7 @@
 #include "cgroup/cgroup.h"
 #include "kernel_env.h"
 #include "probes.h"
+#include "run/options.h"
 #include "run_helpers.h"
 
 namespace agentcage::kt {
@@ -72,7 +73,10 @@ TEST_F(Run, MatplotlibSavesPngIntoWorkspace) {
   struct stat st {};
   ASSERT_EQ(::stat(ws.c_str(), &st), 0);
   EXPECT_EQ(st.st_mode & 07777, 0700u);
-  EXPECT_EQ(st.st_uid, r.result["uid"].get<uint32_t>());
+  // Root's, with what the run made in it: its dynamic uid will be another run's.
+  EXPECT_EQ(st.st_uid, 0u);
+  ASSERT_EQ(::stat((ws / "plot.png").c_str(), &st), 0);
+  EXPECT_EQ(st.st_uid, 0u);
   std::error_code ec;
   fs::remove_all(ws, ec);
 }
@@ -662,6 +666,55 @@ TEST_F(Run, ACallersWorkspaceWhosePathTurnsIntoALinkIsHandedBackNotTheTarget) {
   EXPECT_EQ(st.st_mode & 07777, 0755u);
   std::error_code ec;
   fs::remove_all(t, ec);
+}
+
+// What a run makes in a workspace that outlives it is not left to its
+// dynamic uid, which the next run to lease it would own: in a caller's
+// --workspace it goes to the directory's owner, in a kept one to root. A
+// file of more than one link keeps its owner (the same file may be
+// elsewhere, and nobody is given what the run did not make here).
+TEST_F(Run, WhatTheRunMadeInAWorkspaceThatOutlivesItIsNotLeftToItsUid) {
+  const std::string make =
+      "import os\n"
+      "open('top', 'w').write('x')\n"
+      "os.mkdir('sub')\n"
+      "open('sub/f', 'w').write('y')\n"
+      "os.symlink('/etc/passwd', 'link')\n"
+      "open('pair', 'w').write('z')\n"
+      "os.link('pair', 'pair2')\n"
+      "print(os.getuid())\n";
+  constexpr uid_t kOwner = 4321;
+  char tmpl[] = "/tmp/agentcage-handback-XXXXXX";
+  ASSERT_NE(::mkdtemp(tmpl), nullptr);
+  const fs::path ws = tmpl;
+  ASSERT_EQ(::chown(ws.c_str(), kOwner, kOwner), 0);
+  ::chmod(ws.c_str(), 0755);
+  Ran mine = run(py(make, {"--workspace", ws.string(), "--disk", "unlimited"}));
+  ASSERT_EQ(mine.code, 0) << mine.describe();
+  const uid_t sandbox = static_cast<uid_t>(std::stoul(mine.out));
+  ASSERT_GE(sandbox, agentcage::run::kDynamicUidBase)
+      << "the run did not have a dynamic uid: the test proves nothing";
+  struct stat st {};
+  for (const char* name : {".", "top", "sub", "sub/f", "link"}) {
+    ASSERT_EQ(::lstat((ws / name).c_str(), &st), 0) << name;
+    EXPECT_EQ(st.st_uid, kOwner) << name << " was left to uid " << st.st_uid;
+    EXPECT_EQ(st.st_gid, kOwner) << name;
+  }
+  ASSERT_EQ(::lstat((ws / "pair").c_str(), &st), 0);
+  EXPECT_EQ(st.st_uid, sandbox) << "a file of two links was given away";
+  ASSERT_EQ(::stat("/etc/passwd", &st), 0);
+  EXPECT_EQ(st.st_uid, 0u) << "the link was followed";
+
+  Ran kept = run(py(make, {"--keep"}));
+  ASSERT_EQ(kept.code, 0) << kept.describe();
+  const fs::path kws = kept.result["workspace"].get<std::string>();
+  for (const char* name : {".", "top", "sub", "sub/f", "link"}) {
+    ASSERT_EQ(::lstat((kws / name).c_str(), &st), 0) << name;
+    EXPECT_EQ(st.st_uid, 0u) << name << " was left to uid " << st.st_uid;
+  }
+  std::error_code ec;
+  fs::remove_all(ws, ec);
+  fs::remove_all(kws, ec);
 }
 
 // ---- the result's records come from the run's own storage ------------------

@@ -61,6 +61,48 @@ class IoDir : public ::testing::Test {
   fs::path base_, io_, ws_;
 };
 
+// A workspace handed back after its run: what the run's uid made goes to
+// the workspace's owner, the directory itself last; what others own, a file
+// of several links, and whatever a link points to keep their owners.
+TEST_F(IoDir, AHandedBackTreeGivesTheRunsEntriesToTheOwnerAndNothingElse) {
+  const fs::path outside = base_ / "outside";
+  std::ofstream(outside) << "host";
+  ASSERT_EQ(::chown(outside.c_str(), 0, 0), 0);
+  fs::create_directories(ws_ / "sub" / "deeper");
+  std::ofstream(ws_ / "sub" / "deeper" / "f") << "f";
+  std::ofstream(ws_ / "top") << "t";
+  std::ofstream(ws_ / "pair") << "p";
+  ASSERT_EQ(::link((ws_ / "pair").c_str(), (ws_ / "pair2").c_str()), 0);
+  ASSERT_EQ(::symlink(outside.c_str(), (ws_ / "link").c_str()), 0);
+  ASSERT_EQ(::mkfifo((ws_ / "fifo").c_str(), 0600), 0);
+  for (const char* p : {"", "sub", "sub/deeper", "sub/deeper/f", "top", "pair", "link", "fifo"})
+    ASSERT_EQ(::lchown((ws_ / p).c_str(), kSandbox, kSandbox), 0) << p;
+  std::ofstream(ws_ / "roots") << "r";  // someone else's (root's)
+  ASSERT_EQ(::chmod((ws_ / "top").c_str(), 04755), 0);
+
+  UniqueFd fd = dir_fd(ws_);
+  ASSERT_TRUE(fd);
+  ASSERT_TRUE(hand_back_tree_at(fd.get(), ws_.string(), GiveAway{kSandbox, kCaller, kCallerGid}));
+  auto owner = [](const fs::path& p) {
+    struct stat st {};
+    EXPECT_EQ(::lstat(p.c_str(), &st), 0) << p;
+    return std::make_pair(st.st_uid, st.st_gid);
+  };
+  const auto caller = std::make_pair(kCaller, kCallerGid);
+  for (const char* p : {"", "sub", "sub/deeper", "sub/deeper/f", "top", "link", "fifo"})
+    EXPECT_EQ(owner(ws_ / p), caller) << p;
+  EXPECT_EQ(owner(ws_ / "pair").first, kSandbox) << "a file of two links was given away";
+  EXPECT_EQ(owner(ws_ / "roots").first, 0u);
+  EXPECT_EQ(owner(outside).first, 0u) << "the link was followed";
+  struct stat st {};
+  ASSERT_EQ(::stat((ws_ / "top").c_str(), &st), 0);
+  EXPECT_EQ(st.st_mode & 07777, 0755u);
+  // Without `give` nothing changes owner.
+  ASSERT_EQ(::lchown((ws_ / "top").c_str(), kSandbox, kSandbox), 0);
+  ASSERT_TRUE(hand_back_tree_at(fd.get(), ws_.string(), std::nullopt));
+  EXPECT_EQ(owner(ws_ / "top").first, kSandbox);
+}
+
 TEST_F(IoDir, OpensOnlyTheOwnersDirectoryByARealPath) {
   EXPECT_TRUE(open_io_dir(io_.string(), {kCaller, kCallerGid}).ok());
   // Root's directory, not the caller's.

@@ -492,6 +492,7 @@ TEST(RunRecord, JsonRoundTrip) {
   r.restore_mode = 0755;
   r.workspace_dev = 66;
   r.workspace_ino = 1ull << 40;
+  r.sandbox_uid = 0x70000001;
   auto back = record_from_json(to_json(r));
   ASSERT_TRUE(back) << back.error().message;
   EXPECT_EQ(back->cgroup, r.cgroup);
@@ -500,11 +501,13 @@ TEST(RunRecord, JsonRoundTrip) {
   EXPECT_EQ(*back->restore_mode, 0755u);
   EXPECT_EQ(*back->workspace_dev, 66u);
   EXPECT_EQ(*back->workspace_ino, 1ull << 40);
+  EXPECT_EQ(*back->sandbox_uid, 0x70000001u);
   RunRecord bare;
   bare.run_id = "x";
   auto b = record_from_json(to_json(bare));
   ASSERT_TRUE(b);
   EXPECT_FALSE(b->policy_slot);
+  EXPECT_FALSE(b->sandbox_uid);
   EXPECT_FALSE(record_from_json(nlohmann::json::object()));
 }
 
@@ -732,7 +735,9 @@ TEST(Artifacts, SetIdBitsAreClearedWithoutFollowingLinks) {
   ASSERT_EQ(::symlink(outside.path.c_str(), (w + "/sub/dirlink").c_str()), 0);
   ASSERT_EQ(::mkfifo((w + "/fifo").c_str(), 0600), 0);
 
-  ASSERT_TRUE(run::strip_setid_bits(w));
+  UniqueFd wfd(::open(w.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC));
+  ASSERT_TRUE(wfd);
+  ASSERT_TRUE(run::hand_back_tree_at(wfd.get(), w, std::nullopt));
   EXPECT_EQ(mode_of(w), 0700u);
   EXPECT_EQ(mode_of(w + "/suid"), 0755u);
   EXPECT_EQ(mode_of(w + "/sub"), 0775u);
@@ -749,10 +754,11 @@ TEST(Artifacts, TooDeepATreeIsRefusedNotSkipped) {
     p += "/d";
     ASSERT_EQ(::mkdir(p.c_str(), 0755), 0) << i;
   }
-  Status st = run::strip_setid_bits(ws.path);
+  UniqueFd fd(::open(ws.path.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC));
+  ASSERT_TRUE(fd);
+  Status st = run::hand_back_tree_at(fd.get(), ws.path, std::nullopt);
   ASSERT_FALSE(st);
   EXPECT_NE(st.error().message.find("directory levels"), std::string::npos) << st.error().message;
-  EXPECT_FALSE(run::strip_setid_bits(ws.path + "/missing"));
 }
 
 // ---- policies prepared ahead (run/policy_cache.h) ---------------------------

@@ -108,18 +108,38 @@ Result<std::string> read_link(int dirfd, const Entry& e) {
   return target;
 }
 
-// Clears set-id bits below the open directory `dirfd`.
-Status walk(int dirfd, int depth, const std::string& shown) {
+// Whether `give` takes an entry of this owner and kind (a directory has
+// more than one link by nature).
+bool given(const std::optional<GiveAway>& give, const struct stat& st) {
+  return give && st.st_uid == give->from && (S_ISDIR(st.st_mode) || st.st_nlink == 1);
+}
+
+Status give_away(int fd, const struct stat& st, const std::string& shown,
+                 const std::optional<GiveAway>& give) {
+  if (given(give, st) && ::fchown(fd, give->uid, give->gid) != 0)
+    return Error::from_errno("giving " + shown + " to uid " + std::to_string(give->uid));
+  return {};
+}
+
+// Clears set-id bits below the open directory `dirfd` and gives away what
+// `give` takes (hand_back_tree_at).
+Status walk(int dirfd, int depth, const std::string& shown, const std::optional<GiveAway>& give) {
   return for_each_entry(dirfd, depth, shown, [&](const Entry& e) -> Status {
-    // Only regular files and directories: a link is left alone (never
-    // followed), and set-id bits mean nothing on the other types.
-    if (!S_ISREG(e.listed.st_mode) && !S_ISDIR(e.listed.st_mode)) return {};
-    if (S_ISREG(e.listed.st_mode) && (e.listed.st_mode & kSetId) == 0) return {};
+    const bool dir = S_ISDIR(e.listed.st_mode);
+    if (!dir && !(S_ISREG(e.listed.st_mode) && (e.listed.st_mode & kSetId))) {
+      // No set-id bits to clear (they mean nothing on links, FIFOs and
+      // sockets): only the owner, of the entry itself, never followed.
+      if (given(give, e.listed) && ::fchownat(dirfd, e.name, give->uid, give->gid, AT_SYMLINK_NOFOLLOW) != 0)
+        return Error::from_errno("giving " + e.shown + " to uid " + std::to_string(give->uid));
+      return {};
+    }
     struct stat st {};
     auto fd = open_listed(dirfd, e, &st);
     if (!fd) return fd.error();
     if (Status s = clear(fd->get(), st, e.shown); !s) return s;
-    return S_ISDIR(st.st_mode) ? walk(fd->get(), depth + 1, e.shown) : Status{};
+    if (dir)
+      if (Status s = walk(fd->get(), depth + 1, e.shown, give); !s) return s;
+    return give_away(fd->get(), st, e.shown, give);
   });
 }
 
@@ -200,18 +220,13 @@ Status copy_kept_tree(const std::string& from, const std::string& to, uint64_t m
   return {};
 }
 
-Status strip_setid_bits(const std::string& dir) {
-  UniqueFd fd(::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC));
-  if (!fd) return Error::from_errno("opening " + escape(dir, 200));
-  return strip_setid_bits_at(fd.get(), dir);
-}
-
-Status strip_setid_bits_at(int dir_fd, const std::string& dir) {
+Status hand_back_tree_at(int dir_fd, const std::string& dir, const std::optional<GiveAway>& give) {
   const std::string shown = escape(dir, 200);
   struct stat st {};
   if (::fstat(dir_fd, &st) != 0) return Error::from_errno("opening " + shown);
   if (Status s = clear(dir_fd, st, shown); !s) return s;
-  return walk(dir_fd, 1, shown);
+  if (Status s = walk(dir_fd, 1, shown, give); !s) return s;
+  return give_away(dir_fd, st, shown, give);
 }
 
 // ---- the io directory --------------------------------------------------------

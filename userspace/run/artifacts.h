@@ -9,6 +9,7 @@
 #include <chrono>
 #include <cstdint>
 #include <functional>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -17,23 +18,36 @@
 
 namespace agentcage::run {
 
-// Clears the set-user-ID and set-group-ID bits of every regular file and
-// directory under `dir` (dir included). Never follows a symbolic link and
-// never leaves the tree: each entry is opened relative to its directory's
-// descriptor with O_NOFOLLOW, checked to be the entry that was listed, and
-// changed through that descriptor. Call it only when nothing of the run is
-// left running (the tree must not change meanwhile). Fails on a tree deeper
-// than kMaxArtifactDepth levels or an entry it cannot open: the caller then
-// must not hand the directory back as is.
+// What a run's own (dynamic) uid owns in a workspace that outlives the run
+// goes to whoever the workspace goes back to: left to that uid, it would
+// belong to the next run that leases it.
+struct GiveAway {
+  uid_t from = 0;  // the run's uid
+  uid_t uid = 0;   // the new owner
+  gid_t gid = 0;
+};
+
+// Makes the tree at the open directory `dir_fd` (`dir`: its name in
+// messages) safe to hand back. Clears the set-user-ID and set-group-ID bits
+// of every regular file and directory (dir included). With `give`, every
+// entry owned by give->from goes to give->uid:gid, except a file of more
+// than one link (the same file is elsewhere too: it keeps its owner); the
+// directory itself last, so nobody else may enter before the walk is done.
+// Never follows a symbolic link and never leaves the tree: each entry is
+// opened relative to its directory's descriptor with O_NOFOLLOW, checked to
+// be the entry that was listed, and changed through that descriptor (a link,
+// FIFO or socket by its name, AT_SYMLINK_NOFOLLOW). Call it only when
+// nothing of the run is left running (the tree must not change meanwhile).
+// Fails on a tree deeper than kMaxArtifactDepth levels or an entry it
+// cannot open or change: the caller then must not hand the directory back
+// as is.
 inline constexpr int kMaxArtifactDepth = 256;
-Status strip_setid_bits(const std::string& dir);
-// The same for the directory `dir_fd` (`dir`: its name in messages).
-Status strip_setid_bits_at(int dir_fd, const std::string& dir);
+Status hand_back_tree_at(int dir_fd, const std::string& dir, const std::optional<GiveAway>& give);
 
 // Copies the tree `from` into the new directory `to` (which must not exist):
 // directories, regular files and symbolic links (as links, never followed),
 // with their owners and permission bits but no set-id bits; device files,
-// FIFOs and sockets are left out. Entries are opened as strip_setid_bits
+// FIFOs and sockets are left out. Entries are opened as hand_back_tree_at
 // does (relative, O_NOFOLLOW, checked). The same depth bound applies, and at
 // most `max_bytes` of file contents are written (EFBIG beyond: hard links
 // and sparse files are copied out in full). Used for a kept tmpfs workspace

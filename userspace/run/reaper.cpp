@@ -1,15 +1,11 @@
 // SPDX-License-Identifier: Apache-2.0
 // Removing what runs whose agentcage died left behind (run/runner.h).
-#include <sys/stat.h>
-#include <unistd.h>
 
 #include <cerrno>
-#include <cstring>
 #include <filesystem>
 #include <ostream>
 
 #include "cgroup/cgroup.h"
-#include "run/artifacts.h"
 #include "run/runner.h"
 #include "run/state.h"
 #include "run/workspace.h"
@@ -80,17 +76,12 @@ void reap_stale_runs(bpf::Enforcer& enforcer, const Paths& paths, std::ostream& 
           err << "agentcage: warning: stale run " << s.run_id << ": " << p << "\n";
     } else if (problem.empty() && !rec.workspace.empty()) {
       std::error_code ec;
-      // A kept workspace is handed back only without set-id bits, as at
-      // the end of a run (run/artifacts.h); otherwise it is left to root.
-      // (A workspace agentcage made: below its own root-owned directory.)
+      // A kept workspace is handed back as at the end of a run
+      // (run/workspace.h). (A workspace agentcage made: below its own
+      // root-owned directory.)
       if (!rec.remove_workspace && fs::exists(rec.workspace, ec))
-        if (Status st = strip_setid_bits(rec.workspace); !st) {
-          err << "agentcage: warning: stale run " << s.run_id << ": " << st.error().message
-              << "; its workspace is left to root only (mode 0700)\n";
-          if (::chown(rec.workspace.c_str(), 0, 0) != 0 || ::chmod(rec.workspace.c_str(), 0700) != 0)
-            err << "agentcage: warning: stale run " << s.run_id << ": cannot give " << rec.workspace
-                << " to root only: " << std::strerror(errno) << "\n";
-        }
+        for (const auto& p : hand_back_kept_workspace(rec.workspace, rec))
+          err << "agentcage: warning: stale run " << s.run_id << ": " << p << "\n";
       if (rec.remove_workspace) fs::remove_all(rec.workspace, ec);
       if (ec) problem = "removing " + rec.workspace + ": " + ec.message();
     }

@@ -83,6 +83,7 @@ nlohmann::json to_json(const RunRecord& r) {
   if (r.workspace_tmpfs_bytes) j["workspace_tmpfs_bytes"] = *r.workspace_tmpfs_bytes;
   if (r.workspace_dev) j["workspace_dev"] = *r.workspace_dev;
   if (r.workspace_ino) j["workspace_ino"] = *r.workspace_ino;
+  if (r.sandbox_uid) j["sandbox_uid"] = *r.sandbox_uid;
   return j;
 }
 
@@ -103,6 +104,7 @@ Result<RunRecord> record_from_json(const nlohmann::json& j) {
     if (j.contains("workspace_tmpfs_bytes"))
       r.workspace_tmpfs_bytes = j["workspace_tmpfs_bytes"].get<uint64_t>();
     if (j.contains("workspace_dev")) r.workspace_dev = j["workspace_dev"].get<uint64_t>();
+    if (j.contains("sandbox_uid")) r.sandbox_uid = j["sandbox_uid"].get<uint32_t>();
     if (j.contains("workspace_ino")) r.workspace_ino = j["workspace_ino"].get<uint64_t>();
     return r;
   } catch (const nlohmann::json::exception& e) {

@@ -47,6 +47,10 @@ struct RunRecord {
   // unmounted (its contents copied out first when kept) before anything else
   // happens to the workspace (run/workspace.h).
   std::optional<uint64_t> workspace_tmpfs_bytes;
+  // The run's dynamic uid (unset with --user): what it owns in a kept or
+  // caller's workspace is given to the workspace's owner at the end
+  // (run/workspace.h), never left to the next run that leases the uid.
+  std::optional<uint32_t> sandbox_uid;
 };
 
 nlohmann::json to_json(const RunRecord& r);

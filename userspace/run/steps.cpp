@@ -239,6 +239,7 @@ Step choose_identity(Run& run) {
     if (!lease) return fail(lease.error());
     uid_t uid = lease->uid();
     run.resources.uid_lease = std::move(*lease);
+    run.resources.record.sandbox_uid = uid;
     run.identity = Identity{uid, static_cast<gid_t>(uid), "dynamic uid " + std::to_string(uid)};
   } else {
     auto spec = parse_user_spec(*opts.user);

@@ -165,14 +165,10 @@ std::vector<std::string> teardown(Resources& r, RunResult& res, bool collect,
       auto left = hand_back_callers_workspace(r.callers_workspace.get(), r.record.workspace, r.record);
       problems.insert(problems.end(), left.begin(), left.end());
     } else if (kept) {
-      // Nothing of the run runs any more (drained): make what it left safe
-      // to hand back. If that cannot be done, nobody but root may enter.
-      if (Status st = strip_setid_bits(r.record.workspace); !st) {
-        problems.push_back("workspace " + r.record.workspace + ": " + st.error().message +
-                           "; the workspace is left to root only (mode 0700)");
-        if (::chown(r.record.workspace.c_str(), 0, 0) != 0 || ::chmod(r.record.workspace.c_str(), 0700) != 0)
-          problems.push_back("restricting " + r.record.workspace + ": " + std::strerror(errno));
-      }
+      // Nothing of the run runs any more (drained): what it left is made
+      // safe to hand back (run/workspace.h).
+      auto left = hand_back_kept_workspace(r.record.workspace, r.record);
+      problems.insert(problems.end(), left.begin(), left.end());
     }
     if (!kept) {
       fs::remove_all(r.record.workspace, ec);

@@ -101,22 +101,58 @@ Result<UniqueFd> open_callers_workspace(const std::string& path, std::optional<u
   return fd;
 }
 
-std::vector<std::string> hand_back_callers_workspace(int fd, const std::string& path,
-                                                     const RunRecord& record) {
+namespace {
+
+// Nothing of the run runs any more: make what it left safe to hand back
+// (run/artifacts.h). If that cannot be done, nobody but root may enter.
+std::vector<std::string> make_safe(int fd, const std::string& path, const std::optional<GiveAway>& give) {
   std::vector<std::string> problems;
-  // Nothing of the run runs any more: make what it left safe to hand back.
-  // If that cannot be done, nobody but root may enter.
-  if (Status st = strip_setid_bits_at(fd, path); !st) {
+  if (Status st = hand_back_tree_at(fd, path, give); !st) {
     problems.push_back("workspace " + path + ": " + st.error().message +
                        "; the workspace is left to root only (mode 0700)");
     if (::fchown(fd, 0, 0) != 0 || ::fchmod(fd, 0700) != 0)
       problems.push_back("restricting " + path + ": " + std::strerror(errno));
-    return problems;
   }
+  return problems;
+}
+
+}  // namespace
+
+std::vector<std::string> hand_back_callers_workspace(int fd, const std::string& path,
+                                                     const RunRecord& record) {
+  // The run's files go to the directory's owner: the one it had before
+  // the run (restored below), or the one it has (the run's identity was
+  // not dynamic, or the directory already was the identity's).
+  std::optional<GiveAway> give;
+  struct stat st {};
+  if (record.sandbox_uid) {
+    if (record.restore_uid)
+      give = GiveAway{*record.sandbox_uid, *record.restore_uid, *record.restore_gid};
+    else if (::fstat(fd, &st) == 0 && st.st_uid != *record.sandbox_uid)
+      give = GiveAway{*record.sandbox_uid, st.st_uid, st.st_gid};
+  }
+  auto problems = make_safe(fd, path, give);
+  if (!problems.empty()) return problems;
   if (record.restore_uid && (::fchown(fd, *record.restore_uid, *record.restore_gid) != 0 ||
                              ::fchmod(fd, static_cast<mode_t>(*record.restore_mode)) != 0))
     problems.push_back("restoring owner and mode of " + path + ": " + std::strerror(errno));
   return problems;
+}
+
+std::vector<std::string> hand_back_kept_workspace(const std::string& path, const RunRecord& record) {
+  UniqueFd fd(::open(path.c_str(), O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC));
+  if (!fd) {
+    std::vector<std::string> problems{"workspace " + path + ": opening it: " + std::strerror(errno) +
+                                      "; the workspace is left to root only (mode 0700)"};
+    struct stat st {};
+    if (::lstat(path.c_str(), &st) == 0 && S_ISDIR(st.st_mode) &&
+        (::chown(path.c_str(), 0, 0) != 0 || ::chmod(path.c_str(), 0700) != 0))
+      problems.push_back("restricting " + path + ": " + std::strerror(errno));
+    return problems;
+  }
+  std::optional<GiveAway> give;
+  if (record.sandbox_uid) give = GiveAway{*record.sandbox_uid, 0, 0};
+  return make_safe(fd.get(), path, give);
 }
 
 Status check_workspace_bound(int dir_fd, const std::string& dir, uint64_t limit_bytes) {

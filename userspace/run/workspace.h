@@ -44,11 +44,19 @@ Result<UniqueFd> open_callers_workspace(const std::string& path, std::optional<u
 
 // Hands a caller's --workspace back after its run, through `fd` (from
 // open_callers_workspace when the run began: the directory itself, wherever
-// it is now): its set-id bits stripped, then, with `restore_uid`, its owner
-// and mode restored. One that cannot be made safe is left to root only
-// (mode 0700). What failed, as messages (none: done). `path` names it.
+// it is now): made safe (run/artifacts.h: set-id bits stripped, what the
+// run's dynamic uid owns given to the directory's owner), then, with
+// `restore_uid`, its owner and mode restored. One that cannot be made safe
+// is left to root only (mode 0700). What failed, as messages (none: done).
+// `path` names it.
 std::vector<std::string> hand_back_callers_workspace(int fd, const std::string& path,
                                                      const RunRecord& record);
+
+// The same for a workspace agentcage made and --keep kept (below its own
+// root-owned directory, so reached by `path`): what the run's dynamic uid
+// owns there goes to root. One that cannot be opened or made safe is left
+// to root only (mode 0700).
+std::vector<std::string> hand_back_kept_workspace(const std::string& path, const RunRecord& record);
 
 // A caller's --workspace DIR (open at `dir_fd`, the descriptor the run
 // keeps; `dir` names it): accepted only when its file system (statfs,
