@@ -618,9 +618,7 @@ TEST(UidLease, AUidIsNotLeasedAgainWhileItsLastRunIsUnreaped) {
   }
   EXPECT_TRUE(UidLease::acquire(d.path, uid + 1, 1, 0, "00000000000000dd"));
   // A lock file that names something other than a run id is not trusted.
-  {
-    std::ofstream(d.path + "/uids/" + std::to_string(uid + 2) + ".lock") << "../../etc/passwd";
-  }
+  { std::ofstream(d.path + "/uids/" + std::to_string(uid + 2) + ".lock") << "../../etc/passwd"; }
   EXPECT_FALSE(UidLease::acquire(d.path, uid + 2, 1, 0, "00000000000000ee"));
   EXPECT_FALSE(UidLease::acquire(d.path, uid + 3, 1, 0, "../x"));
 }

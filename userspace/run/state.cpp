@@ -182,7 +182,8 @@ Result<UidLease> UidLease::acquire(const std::string& state_dir, uid_t base, uin
   if (Status st = make_private_dir(state_dir, 0755); !st) return st.error().wrap("run state");
   const std::string dir = state_dir + "/uids";
   if (Status st = make_private_dir(dir, 0700); !st) return st.error().wrap("run state");
-  if (!valid_run_id(run_id)) return Error{"run state: a dynamic uid for the malformed run id " + run_id, EINVAL};
+  if (!valid_run_id(run_id))
+    return Error{"run state: a dynamic uid for the malformed run id " + run_id, EINVAL};
   const std::string runs = state_dir + "/runs/";
   // Bounded probing: the chance that 256 probes all hit uids in use is nil
   // unless nearly all of the range is taken by live runs.
