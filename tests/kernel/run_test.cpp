@@ -5,6 +5,7 @@
 #include <fcntl.h>
 #include <netinet/in.h>
 #include <signal.h>
+#include <sys/resource.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/syscall.h>
@@ -715,6 +716,41 @@ TEST_F(Run, WhatTheRunMadeInAWorkspaceThatOutlivesItIsNotLeftToItsUid) {
   std::error_code ec;
   fs::remove_all(ws, ec);
   fs::remove_all(kws, ec);
+}
+
+// A run can make its workspace thousands of levels deep. On the host's disk
+// (--disk unlimited: no tmpfs to unmount) it is still removed at the end,
+// under the usual limit of 1024 open files: a removal that held one
+// descriptor per level stopped there and left the tree, the record and the
+// run's uid for a reaper that could never finish either.
+TEST_F(Run, AWorkspaceThousandsOfLevelsDeepIsRemoved) {
+  struct rlimit saved {};
+  ASSERT_EQ(::getrlimit(RLIMIT_NOFILE, &saved), 0);
+  struct rlimit usual {
+    1024, saved.rlim_max
+  };
+  ASSERT_EQ(::setrlimit(RLIMIT_NOFILE, &usual), 0);
+  // The kernel denies a change deeper than its path walk (64 levels from
+  // /), but a tree moved whole under a deep directory keeps its own depth:
+  // 100 chains of 20, each moved under the next, are 2100 levels.
+  Ran r =
+      run(py("import os\n"
+             "chain = '/'.join(['d'] * 20)\n"
+             "for i in range(100):\n"
+             "    os.makedirs('n/' + chain)\n"
+             "    open('n/f', 'w').close()\n"
+             "    if i:\n"
+             "        os.rename('t', 'n/' + chain + '/t')\n"
+             "    os.rename('n', 't')\n"
+             "print(i + 1)\n",
+             {"--disk", "unlimited"}));
+  ASSERT_EQ(::setrlimit(RLIMIT_NOFILE, &saved), 0);
+  ASSERT_EQ(r.code, 0) << r.describe();
+  EXPECT_EQ(r.out, "100\n");
+  EXPECT_EQ(r.err.find("not fully removed"), std::string::npos) << r.err;
+  const fs::path ws = r.result["workspace"].get<std::string>();
+  EXPECT_FALSE(fs::exists(ws)) << ws << " was left";
+  EXPECT_FALSE(r.result["workspace_kept"].get<bool>());
 }
 
 // ---- the result's records come from the run's own storage ------------------

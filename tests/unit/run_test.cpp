@@ -4,6 +4,7 @@
 #include <fcntl.h>
 #include <gtest/gtest.h>
 #include <signal.h>
+#include <sys/resource.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -21,6 +22,7 @@
 #include "bpf/compile.h"
 #include "control/protocol.h"
 #include "core/limits.h"
+#include "in_child.h"
 #include "policy/locate.h"
 #include "policy/values.h"
 #include "run/artifacts.h"
@@ -743,6 +745,47 @@ TEST(Artifacts, SetIdBitsAreClearedWithoutFollowingLinks) {
   EXPECT_EQ(mode_of(w + "/plain"), 0640u);
   EXPECT_EQ(mode_of(outside.path + "/host-suid"), 04755u);
   EXPECT_TRUE(std::filesystem::is_symlink(w + "/link"));
+}
+
+// A tree thousands of levels deep (a run can make one in a workspace on
+// the host's disk) is removed with a few descriptors: a removal that holds
+// one per level stops at the limit of open files and leaves it all there.
+TEST(Artifacts, ATreeDeeperThanTheOpenFileLimitIsRemoved) {
+  TempDir d;
+  const std::string top = d.path + "/ws";
+  ASSERT_EQ(::mkdir(top.c_str(), 0700), 0);
+  UniqueFd at(::open(top.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC));
+  for (int i = 0; i < 1500; ++i) {
+    ASSERT_EQ(::mkdirat(at.get(), "d", 0700), 0) << i;
+    if (i % 100 == 0) {
+      std::ofstream(std::string("/proc/self/fd/") + std::to_string(at.get()) + "/f") << "x";
+      ASSERT_EQ(::symlinkat("/etc/passwd", at.get(), "l"), 0);
+      ASSERT_EQ(::mkdirat(at.get(), "empty", 0700), 0);
+    }
+    at = UniqueFd(::openat(at.get(), "d", O_RDONLY | O_DIRECTORY | O_CLOEXEC));
+    ASSERT_TRUE(at) << i;
+  }
+  at.reset();
+  test::in_child([&]() -> std::string {
+    struct rlimit few {
+      64, 64
+    };
+    if (::setrlimit(RLIMIT_NOFILE, &few) != 0) return "setrlimit failed";
+    std::error_code ec;
+    std::filesystem::remove_all(top, ec);
+    if (!ec) return "a recursive removal managed 1500 levels with 64 descriptors: the test proves nothing";
+    if (Status st = remove_tree(top); !st) return st.error().message;
+    return std::filesystem::exists(top) ? "the tree is still there" : "";
+  });
+  EXPECT_FALSE(std::filesystem::exists(top));
+  struct stat st {};
+  EXPECT_EQ(::stat("/etc/passwd", &st), 0);
+  // Gone already, and a file or link in the directory's place.
+  EXPECT_TRUE(remove_tree(top));
+  ASSERT_EQ(::symlink("/etc/passwd", top.c_str()), 0);
+  EXPECT_TRUE(remove_tree(top));
+  EXPECT_NE(::lstat(top.c_str(), &st), 0);
+  EXPECT_EQ(::stat("/etc/passwd", &st), 0);
 }
 
 TEST(Artifacts, TooDeepATreeIsRefusedNotSkipped) {

@@ -220,6 +220,56 @@ Status copy_kept_tree(const std::string& from, const std::string& to, uint64_t m
   return {};
 }
 
+Status remove_tree(const std::string& path) {
+  const std::string shown = escape(path, 200);
+  UniqueFd fd(::open(path.c_str(), O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC));
+  if (!fd) {
+    if (errno == ENOENT) return {};
+    if (errno != ENOTDIR && errno != ELOOP) return Error::from_errno("opening " + shown);
+    if (::unlink(path.c_str()) != 0 && errno != ENOENT) return Error::from_errno("removing " + shown);
+    return {};
+  }
+  struct stat top {};
+  if (::fstat(fd.get(), &top) != 0) return Error::from_errno("opening " + shown);
+  uint64_t depth = 0;
+  for (;;) {
+    // Everything here goes but a directory that is not yet empty: the
+    // first of those is the next way down.
+    std::string down;
+    const std::string here = shown + " (" + std::to_string(depth) + " levels down)";
+    Status listed = for_each_entry(fd.get(), 1, here, [&](const Entry& e) -> Status {
+      if (!S_ISDIR(e.listed.st_mode)) {
+        if (::unlinkat(fd.get(), e.name, 0) != 0 && errno != ENOENT)
+          return Error::from_errno("removing " + e.shown);
+        return {};
+      }
+      if (::unlinkat(fd.get(), e.name, AT_REMOVEDIR) == 0 || errno == ENOENT) return {};
+      if (errno != ENOTEMPTY && errno != EEXIST) return Error::from_errno("removing " + e.shown);
+      if (down.empty()) down = e.name;
+      return {};
+    });
+    if (!listed) return listed;
+    if (!down.empty()) {
+      UniqueFd sub(::openat(fd.get(), down.c_str(), O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC));
+      if (!sub) return Error::from_errno("opening " + here + "/" + escape(down, 200));
+      fd = std::move(sub);
+      ++depth;
+      continue;
+    }
+    if (depth == 0) break;
+    // Empty: back up, where the next listing removes it.
+    UniqueFd up(::openat(fd.get(), "..", O_RDONLY | O_DIRECTORY | O_CLOEXEC));
+    struct stat st {};
+    if (!up || ::fstat(up.get(), &st) != 0) return Error::from_errno("going back up from " + here);
+    if (st.st_dev != top.st_dev) return Error{"going back up from " + here + " left its file system", EXDEV};
+    fd = std::move(up);
+    --depth;
+  }
+  fd.reset();
+  if (::rmdir(path.c_str()) != 0 && errno != ENOENT) return Error::from_errno("removing " + shown);
+  return {};
+}
+
 Status hand_back_tree_at(int dir_fd, const std::string& dir, const std::optional<GiveAway>& give) {
   const std::string shown = escape(dir, 200);
   struct stat st {};

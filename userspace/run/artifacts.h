@@ -44,6 +44,15 @@ struct GiveAway {
 inline constexpr int kMaxArtifactDepth = 256;
 Status hand_back_tree_at(int dir_fd, const std::string& dir, const std::optional<GiveAway>& give);
 
+// Removes the tree at `path` (a directory, or anything else in its place,
+// never followed), however deep: it holds two descriptors at most, going
+// down into a directory that is not yet empty and back up through "..",
+// where a recursive removal holds one per level and stops at the limit of
+// open files (a run can make a tree thousands of levels deep). Only for a
+// tree nothing changes any more (nothing of the run runs). Gone already is
+// not an error.
+Status remove_tree(const std::string& path);
+
 // Copies the tree `from` into the new directory `to` (which must not exist):
 // directories, regular files and symbolic links (as links, never followed),
 // with their owners and permission bits but no set-id bits; device files,

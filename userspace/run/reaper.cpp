@@ -6,6 +6,7 @@
 #include <ostream>
 
 #include "cgroup/cgroup.h"
+#include "run/artifacts.h"
 #include "run/runner.h"
 #include "run/state.h"
 #include "run/workspace.h"
@@ -58,10 +59,7 @@ void reap_stale_runs(bpf::Enforcer& enforcer, const Paths& paths, std::ostream& 
       else if (!not_kept.empty())
         err << "agentcage: warning: stale run " << s.run_id
             << ": the workspace could not be kept, it was removed: " << not_kept << "\n";
-      if (!not_kept.empty()) {
-        std::error_code ec;
-        fs::remove_all(rec.workspace, ec);
-      }
+      if (!not_kept.empty()) (void)remove_tree(rec.workspace);
     }
     const bool callers = !rec.workspace.empty() && (rec.workspace_ino || rec.restore_uid);
     if (problem.empty() && callers) {
@@ -82,8 +80,8 @@ void reap_stale_runs(bpf::Enforcer& enforcer, const Paths& paths, std::ostream& 
       if (!rec.remove_workspace && fs::exists(rec.workspace, ec))
         for (const auto& p : hand_back_kept_workspace(rec.workspace, rec))
           err << "agentcage: warning: stale run " << s.run_id << ": " << p << "\n";
-      if (rec.remove_workspace) fs::remove_all(rec.workspace, ec);
-      if (ec) problem = "removing " + rec.workspace + ": " + ec.message();
+      if (rec.remove_workspace)
+        if (Status st = remove_tree(rec.workspace); !st) problem = st.error().message;
     }
     if (!problem.empty()) {
       err << "agentcage: warning: cannot reap stale run " << s.run_id << ": " << problem << "\n";

@@ -144,7 +144,6 @@ std::vector<std::string> teardown(Resources& r, RunResult& res, bool collect,
   r.workspace_removal_deferred =
       defer_removal && !r.record.workspace.empty() && r.workspace_created && !keep_workspace;
   if (!r.record.workspace.empty() && drained && !r.workspace_removal_deferred) {
-    std::error_code ec;
     bool kept = !r.workspace_created || keep_workspace;
     if (r.record.workspace_tmpfs_bytes) {
       // The tmpfs goes first; a kept one is copied onto the disk before.
@@ -170,10 +169,9 @@ std::vector<std::string> teardown(Resources& r, RunResult& res, bool collect,
       auto left = hand_back_kept_workspace(r.record.workspace, r.record);
       problems.insert(problems.end(), left.begin(), left.end());
     }
-    if (!kept) {
-      fs::remove_all(r.record.workspace, ec);
-      if (ec) problems.push_back("removing workspace " + r.record.workspace + ": " + ec.message());
-    }
+    if (!kept)
+      if (Status st = remove_tree(r.record.workspace); !st)
+        problems.push_back("removing workspace " + r.record.workspace + ": " + st.error().message);
     if (problems.empty()) r.record.workspace.clear();
   }
   if (problems.empty() && !defer_removal) {

@@ -61,10 +61,10 @@ Status unmount_workspace(const std::string& dir, bool keep, uint64_t max_bytes, 
     return {};
   }
   if (keep) {
-    fs::remove_all(copy, ec);
+    (void)remove_tree(copy);
     if (Status st = copy_kept_tree(dir, copy, max_bytes); !st) {
       not_kept = st.error().message;
-      fs::remove_all(copy, ec);
+      (void)remove_tree(copy);
       keep = false;
     }
   }
