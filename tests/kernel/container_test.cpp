@@ -159,6 +159,22 @@ TEST_P(ContainersCrun, AnUnannotatedContainerIsUntouched) {
   EXPECT_TRUE(status().value("containers", json::array()).empty());
 }
 
+// A pod's sandbox (pause) container is left alone, but only the one its
+// runtime made under the sandbox's id: the marker alone is an annotation
+// anyone may write (podman before 4.6 copies an image's own annotations into
+// config.json, as it copies --annotation here). Before, this container ran
+// unconfined, its policy annotation notwithstanding.
+TEST_P(ContainersCrun, AContainerThatOnlySaysItIsAPodsSandboxIsConfined) {
+  Ran r = run_container("marked",
+                        {"io.agentcage.policy=ctest-a", "io.kubernetes.cri.container-type=sandbox",
+                         "io.kubernetes.cri.sandbox-id=0123456789abcdef"},
+                        container_attempts());
+  EXPECT_EQ(r.status, 0) << r.output << log();
+  EXPECT_TRUE(has(r.output, "read /secret/token: EACCES")) << r.output;
+  EXPECT_TRUE(has(r.output, "id-exit 126")) << r.output;
+  EXPECT_TRUE(has(r.output, "write /workspace/out: ok")) << r.output;
+}
+
 TEST_P(ContainersCrun, AHookThatRefusesKeepsTheContainerFromStarting) {
   const std::vector<std::string> mark = {container_probe(), "write", "/workspace/ran"};
   // A policy the daemon has not loaded: the daemon refuses.

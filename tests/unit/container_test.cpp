@@ -110,11 +110,24 @@ TEST(OciHook, AnUnannotatedContainerIsLeftAlone) {
 TEST(OciHook, KubernetesSandboxContainersAreLeftAlone) {
   Fixture f;
   f.write_config();
-  for (const auto& [key, value] : std::map<std::string, std::string>{
-           {"io.kubernetes.cri.container-type", "sandbox"}, {"io.kubernetes.cri-o.ContainerType", "sandbox"}}) {
-    auto req = container::attach_request(f.state({{"io.agentcage.policy", "python-sandbox"}, {key, value}}), f.env());
+  for (const auto& [key, id_key] : std::map<std::string, std::string>{
+           {"io.kubernetes.cri.container-type", "io.kubernetes.cri.sandbox-id"},
+           {"io.kubernetes.cri-o.ContainerType", "io.kubernetes.cri-o.SandboxID"}}) {
+    auto req = container::attach_request(
+        f.state({{"io.agentcage.policy", "python-sandbox"}, {key, "sandbox"}, {id_key, kId}}), f.env());
     ASSERT_TRUE(req.ok()) << req.error().message;
     EXPECT_TRUE(req->is_null()) << key;
+    // A container that only says it is one (an image's annotations, which
+    // podman before 4.6 copies into config.json) is confined all the same.
+    auto marked = container::attach_request(
+        f.state({{"io.agentcage.policy", "python-sandbox"}, {key, "sandbox"}, {id_key, "another-id"}}),
+        f.env());
+    ASSERT_TRUE(marked.ok()) << marked.error().message;
+    EXPECT_FALSE(marked->is_null()) << key;
+    auto bare = container::attach_request(
+        f.state({{"io.agentcage.policy", "python-sandbox"}, {key, "sandbox"}}), f.env());
+    ASSERT_TRUE(bare.ok()) << bare.error().message;
+    EXPECT_FALSE(bare->is_null()) << key;
   }
 }
 

@@ -305,13 +305,29 @@ TEST(OciJson, AParseErrorShowsTheBytesItReadEscaped) {
 // ---- annotations and ids ----------------------------------------------------
 
 TEST(OciAnnotations, SandboxContainers) {
-  EXPECT_TRUE(is_sandbox_container({{"io.kubernetes.cri.container-type", "sandbox"}}));
-  EXPECT_TRUE(is_sandbox_container({{"io.kubernetes.cri-o.ContainerType", "sandbox"}}));
-  EXPECT_FALSE(is_sandbox_container({{"io.kubernetes.cri.container-type", "container"}}));
-  EXPECT_FALSE(is_sandbox_container({{"io.kubernetes.cri-o.ContainerType", "container"}}));
-  EXPECT_FALSE(is_sandbox_container({{"io.kubernetes.cri.container-type", "Sandbox"}}));
-  EXPECT_FALSE(is_sandbox_container({{"io.agentcage.policy", "sandbox"}}));
-  EXPECT_FALSE(is_sandbox_container({}));
+  // What containerd and CRI-O write on a pod's sandbox: the marker, and the
+  // sandbox id that is the container's own.
+  EXPECT_TRUE(is_sandbox_container(
+      {{"io.kubernetes.cri.container-type", "sandbox"}, {"io.kubernetes.cri.sandbox-id", "3f9a"}}, "3f9a"));
+  EXPECT_TRUE(is_sandbox_container(
+      {{"io.kubernetes.cri-o.ContainerType", "sandbox"}, {"io.kubernetes.cri-o.SandboxID", "3f9a"}}, "3f9a"));
+  // The marker alone (an image's own annotation under podman < 4.6, a
+  // `docker run --annotation`), or a sandbox id that is another container's
+  // (a workload container of the pod names its pod's), is no sandbox.
+  EXPECT_FALSE(is_sandbox_container({{"io.kubernetes.cri.container-type", "sandbox"}}, "3f9a"));
+  EXPECT_FALSE(is_sandbox_container({{"io.kubernetes.cri-o.ContainerType", "sandbox"}}, "3f9a"));
+  EXPECT_FALSE(is_sandbox_container(
+      {{"io.kubernetes.cri.container-type", "sandbox"}, {"io.kubernetes.cri.sandbox-id", "other"}}, "3f9a"));
+  EXPECT_FALSE(is_sandbox_container(
+      {{"io.kubernetes.cri.container-type", "sandbox"}, {"io.kubernetes.cri-o.SandboxID", "3f9a"}}, "3f9a"));
+  EXPECT_FALSE(is_sandbox_container(
+      {{"io.kubernetes.cri.container-type", "sandbox"}, {"io.kubernetes.cri.sandbox-id", ""}}, ""));
+  EXPECT_FALSE(is_sandbox_container(
+      {{"io.kubernetes.cri.container-type", "container"}, {"io.kubernetes.cri.sandbox-id", "3f9a"}}, "3f9a"));
+  EXPECT_FALSE(is_sandbox_container(
+      {{"io.kubernetes.cri.container-type", "Sandbox"}, {"io.kubernetes.cri.sandbox-id", "3f9a"}}, "3f9a"));
+  EXPECT_FALSE(is_sandbox_container({{"io.agentcage.policy", "sandbox"}}, "3f9a"));
+  EXPECT_FALSE(is_sandbox_container({}, "3f9a"));
   EXPECT_EQ(kPolicyAnnotation, "io.agentcage.policy");
   EXPECT_EQ(kWorkspaceAnnotation, "io.agentcage.workspace");
 }
@@ -590,6 +606,29 @@ TEST(OciRuntimeArgs, FindsTheSubcommandAndTheBundle) {
     EXPECT_EQ(r->runtime_argv, c.argv) << line;  // nothing of the shim's to strip
     EXPECT_FALSE(r->real_runtime || r->policy || r->default_policy) << line;
   }
+}
+
+TEST(OciRuntimeArgs, FindsTheContainerId) {
+  const std::pair<std::vector<std::string>, const char*> cases[] = {
+      {words({"runc", "--root", "/r", "create", "--bundle", "/b", "--pid-file", "/x/init.pid", "id1"}),
+       "id1"},
+      {words({"runc", "create", "--pid-file", "-b", "id"}), "id"},
+      {words({"runc", "run", "-d", "--no-pivot", "--bundle=/b", "id"}), "id"},
+      {words({"runc", "create", "--", "--bundle"}), "--bundle"},
+      {words({"runc", "restore", "--image-path", "/img", "--work-path", "/w", "--manage-cgroups-mode", "soft",
+              "--bundle", "/b", "--detach", "id9"}),
+       "id9"},
+      {words({"runc", "create", "--bundle", "/b"}), ""},
+      {words({"runc", "start", "id"}), ""},  // no bundle, no id looked for
+  };
+  for (const auto& [argv, id] : cases) {
+    auto r = parse_runtime_args(argv);
+    ASSERT_TRUE(r) << r.error().message;
+    EXPECT_EQ(r->container_id, id) << argv.back();
+  }
+  auto restore = parse_runtime_args(words({"runc", "restore", "--bundle", "/b", "id"}));
+  ASSERT_TRUE(restore);
+  EXPECT_EQ(restore->bundle, "/b");
 }
 
 TEST(OciRuntimeArgs, StripsTheShimsOwnFlags) {

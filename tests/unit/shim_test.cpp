@@ -63,6 +63,28 @@ TEST(ShimDecide, OtherSubcommandsPassUnchanged) {
   EXPECT_FALSE(*version);
 }
 
+// A container restored from a checkpoint (containerd 2's CRI restore,
+// `docker start --checkpoint`) never execs, and agentcage's scope arms at
+// the first exec: one that would be confined is refused, never run
+// unconfined; one that would not passes as it did.
+TEST(ShimDecide, TheRestoreOfAContainerThatWouldBeConfinedIsRefused) {
+  const Result<oci::Bundle> b = bundle_with({});
+  auto d = decide(args_of({"runc", "--agentcage-default-policy=deny-all", "restore", "--image-path", "/img",
+                           "--bundle", "/b", "id"}),
+                  &b, kAgentcage);
+  ASSERT_FALSE(d);
+  EXPECT_EQ(d.error().code, EPERM);
+  EXPECT_NE(d.error().message.find("restore of container id refused"), std::string::npos)
+      << d.error().message;
+  const Result<oci::Bundle> annotated = bundle_with({{"io.agentcage.policy", "python-sandbox"}});
+  EXPECT_FALSE(decide(args_of({"runc", "restore", "--bundle", "/b", "id"}), &annotated, kAgentcage));
+  auto plain = decide(args_of({"runc", "restore", "--bundle", "/b", "id"}), &b, kAgentcage);
+  ASSERT_TRUE(plain) << plain.error().message;
+  EXPECT_FALSE(*plain);
+  // Without its bundle it cannot be told: refused.
+  EXPECT_FALSE(decide(args_of({"runc", "restore", "id"}), nullptr, kAgentcage));
+}
+
 TEST(ShimDecide, UnannotatedPassesUnchanged) {
   const Result<oci::Bundle> b = bundle_with({{"io.podman.annotations.init", "FALSE"}});
   for (const char* sub : {"create", "run"}) {
@@ -109,13 +131,24 @@ TEST(ShimDecide, WhichPolicyWins) {
 }
 
 TEST(ShimDecide, SandboxContainersAreNeverConfined) {
-  for (auto sandbox : {std::pair{"io.kubernetes.cri.container-type", "sandbox"},
-                       std::pair{"io.kubernetes.cri-o.ContainerType", "sandbox"}}) {
-    const Result<oci::Bundle> b = bundle_with({{"io.agentcage.policy", "p"}, {sandbox.first, sandbox.second}});
-    auto d = decide(args_of({"s", "--agentcage-policy=p", "--agentcage-default-policy=q", "create", "id"}), &b,
-                    kAgentcage);
+  for (auto sandbox : {std::pair{"io.kubernetes.cri.container-type", "io.kubernetes.cri.sandbox-id"},
+                       std::pair{"io.kubernetes.cri-o.ContainerType", "io.kubernetes.cri-o.SandboxID"}}) {
+    const Result<oci::Bundle> b =
+        bundle_with({{"io.agentcage.policy", "p"}, {sandbox.first, "sandbox"}, {sandbox.second, "id"}});
+    auto d = decide(args_of({"s", "--agentcage-policy=p", "--agentcage-default-policy=q", "create",
+                             "--bundle", "/b", "--pid-file", "/p", "id"}),
+                    &b, kAgentcage);
     ASSERT_TRUE(d) << d.error().message;
     EXPECT_FALSE(*d) << sandbox.first;
+    // The marker without the container's own id (`docker run --annotation
+    // io.kubernetes.cri.container-type=sandbox`): confined as any other.
+    const Result<oci::Bundle> marked = bundle_with({{sandbox.first, "sandbox"}, {sandbox.second, "id"}});
+    auto m =
+        decide(args_of({"s", "--agentcage-default-policy=q", "create", "other-id"}), &marked, kAgentcage);
+    ASSERT_TRUE(m && *m) << sandbox.first;
+    const Result<oci::Bundle> bare = bundle_with({{sandbox.first, "sandbox"}});
+    auto n = decide(args_of({"s", "--agentcage-policy=p", "create", "id"}), &bare, kAgentcage);
+    ASSERT_TRUE(n && *n) << sandbox.first;
   }
   // The pod's other containers are.
   const Result<oci::Bundle> b = bundle_with({{"io.agentcage.policy", "p"}, {"io.kubernetes.cri.container-type", "container"}});

@@ -104,7 +104,7 @@ core::Labels labels_of(const oci::State& state) {
 
 Result<json> attach_request(const oci::State& state, const HookEnv& env) {
   const std::string policy = annotation(state, oci::kPolicyAnnotation);
-  if (policy.empty() || oci::is_sandbox_container(state.annotations)) return json();
+  if (policy.empty() || oci::is_sandbox_container(state.annotations, state.id)) return json();
   if (!policy::valid_policy_name(policy))
     return refuse(state, std::string(oci::kPolicyAnnotation) + "=" + quote(policy, 80) +
                              ": not a policy name (" + std::string(policy::kPolicyNameRule) +
@@ -141,7 +141,10 @@ Result<HookOutcome> run_hook(Stage stage, const oci::State& state, const HookEnv
     auto req = attach_request(state, env);
     if (!req) return req.error();
     if (req->is_null()) {
-      out.message = "container " + state.id + ": no " + std::string(oci::kPolicyAnnotation) + " annotation; left alone";
+      out.message = "container " + state.id +
+                    (oci::is_sandbox_container(state.annotations, state.id)
+                         ? ": a pod's sandbox (pause) container; left alone"
+                         : ": no " + std::string(oci::kPolicyAnnotation) + " annotation; left alone");
       return out;
     }
     auto answer = env.ask_daemon(*req);
@@ -156,7 +159,8 @@ Result<HookOutcome> run_hook(Stage stage, const oci::State& state, const HookEnv
   }
 
   // poststop: never fails the runtime's delete; says what it could not do.
-  if (annotation(state, oci::kPolicyAnnotation).empty() || oci::is_sandbox_container(state.annotations)) {
+  if (annotation(state, oci::kPolicyAnnotation).empty() ||
+      oci::is_sandbox_container(state.annotations, state.id)) {
     out.message = "container " + state.id + ": not confined by agentcage; nothing to release";
     return out;
   }

@@ -7,9 +7,19 @@
 
 namespace agentcage::oci {
 
-bool is_sandbox_container(const std::map<std::string, std::string>& annotations) {
-  for (const char* key : {"io.kubernetes.cri.container-type", "io.kubernetes.cri-o.ContainerType"})
-    if (auto it = annotations.find(key); it != annotations.end() && it->second == "sandbox") return true;
+bool is_sandbox_container(const std::map<std::string, std::string>& annotations, std::string_view id) {
+  struct Runtime {
+    const char* type;
+    const char* sandbox_id;
+  };
+  for (const Runtime& r : {Runtime{"io.kubernetes.cri.container-type", "io.kubernetes.cri.sandbox-id"},
+                           Runtime{"io.kubernetes.cri-o.ContainerType", "io.kubernetes.cri-o.SandboxID"}}) {
+    auto type = annotations.find(r.type);
+    auto sandbox = annotations.find(r.sandbox_id);
+    if (type != annotations.end() && type->second == "sandbox" && sandbox != annotations.end() &&
+        !id.empty() && sandbox->second == id)
+      return true;
+  }
   return false;
 }
 

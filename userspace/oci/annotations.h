@@ -18,11 +18,17 @@ inline constexpr std::string_view kPolicyAnnotation = "io.agentcage.policy";
 // The container path (a bind mount's destination) that is the policy's ${workspace}.
 inline constexpr std::string_view kWorkspaceAnnotation = "io.agentcage.workspace";
 
-// Whether the annotations are those of a pod's sandbox (pause) container,
-// which carries the pod's annotations too (containerd's pod_annotations go to
-// both) and is never confined: containerd's io.kubernetes.cri.container-type
-// or CRI-O's io.kubernetes.cri-o.ContainerType is "sandbox".
-bool is_sandbox_container(const std::map<std::string, std::string>& annotations);
+// Whether the container `id` with these annotations is a pod's sandbox
+// (pause) container, which carries the pod's annotations too (containerd's
+// pod_annotations go to both) and is never confined: containerd's
+// io.kubernetes.cri.container-type or CRI-O's io.kubernetes.cri-o.ContainerType
+// is "sandbox", AND the same runtime's sandbox id (io.kubernetes.cri.sandbox-id,
+// io.kubernetes.cri-o.SandboxID) is the container's own id: a pod's sandbox
+// is the container its runtime made under the sandbox's id. The marker alone
+// is not enough: podman before 4.6 copies an image's own annotations into
+// config.json, and Docker takes any --annotation, so a workload could mark
+// itself a sandbox; its random id it cannot know in advance.
+bool is_sandbox_container(const std::map<std::string, std::string>& annotations, std::string_view id);
 
 // The rule in words, for messages and docs.
 inline constexpr std::string_view kContainerIdRule =

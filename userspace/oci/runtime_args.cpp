@@ -22,9 +22,13 @@ constexpr std::array kGlobalWithValue = {"root"sv, "log"sv, "log-format"sv, "cri
 constexpr std::array kGlobalSwitches = {"debug"sv, "systemd-cgroup"sv, "help"sv, "version"sv, "usage"sv};
 constexpr std::array kGlobalShort = {"-h"sv, "-v"sv, "-V"sv, "-?"sv};
 
-// The flags of create and run that take a value (runc and crun), besides the
-// bundle's; a word after one of them is its value, never the bundle or id.
-constexpr std::array kCreateWithValue = {"console-socket"sv, "pid-file"sv, "preserve-fds"sv};
+// The flags of create, run and restore that take a value (runc and crun),
+// besides the bundle's; a word after one of them is its value, never the
+// bundle or id.
+constexpr std::array kCreateWithValue = {"console-socket"sv,      "pid-file"sv,  "preserve-fds"sv,
+                                         "image-path"sv,          "work-path"sv, "parent-path"sv,
+                                         "manage-cgroups-mode"sv, "empty-ns"sv,  "lsm-profile"sv,
+                                         "lsm-mount-context"sv,   "status-fd"sv, "page-server"sv};
 
 template <size_t N>
 bool among(const std::array<std::string_view, N>& set, std::string_view s) {
@@ -65,14 +69,21 @@ Status shim_flag(const Flag& f, const std::string& word, RuntimeArgs& out) {
   return {};
 }
 
-// The bundle among the words after create/run.
+// The bundle and the container id among the words after create/run/restore.
 Status find_bundle(std::span<const std::string> words, RuntimeArgs& out) {
   bool given = false;
   for (size_t i = 0; i < words.size(); ++i) {
     const std::string& w = words[i];
-    if (w == "--") break;  // what follows is positional
+    if (w == "--") {
+      // What follows is positional: the id first.
+      if (out.container_id.empty() && i + 1 < words.size()) out.container_id = words[i + 1];
+      break;
+    }
     auto f = as_flag(w);
-    if (!f) continue;  // the container id
+    if (!f) {
+      if (out.container_id.empty()) out.container_id = w;
+      continue;
+    }
     if (f->name == "config" || f->name == "f")
       return bad(quote(w) + ": a config file other than the bundle's config.json is not supported");
     const bool bundle = f->name == "bundle" || f->name == "b";
@@ -96,6 +107,10 @@ Status find_bundle(std::span<const std::string> words, RuntimeArgs& out) {
 }  // namespace
 
 bool creates_container(const std::string& subcommand) { return subcommand == "create" || subcommand == "run"; }
+
+bool starts_from_bundle(const std::string& subcommand) {
+  return creates_container(subcommand) || subcommand == "restore";
+}
 
 Result<RuntimeArgs> parse_runtime_args(std::span<const std::string> argv) {
   RuntimeArgs out;
@@ -127,7 +142,7 @@ Result<RuntimeArgs> parse_runtime_args(std::span<const std::string> argv) {
   if (argv[i].empty()) return bad("an empty word where the subcommand goes");
   out.subcommand = argv[i];
   out.runtime_argv.insert(out.runtime_argv.end(), argv.begin() + static_cast<std::ptrdiff_t>(i), argv.end());
-  if (creates_container(out.subcommand))
+  if (starts_from_bundle(out.subcommand))
     if (Status st = find_bundle(argv.subspan(i + 1), out); !st) return st.error();
   return out;
 }

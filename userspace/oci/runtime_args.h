@@ -26,6 +26,9 @@ struct RuntimeArgs {
   // directory) or "" when not given (the runtime then uses the current
   // directory).
   std::filesystem::path bundle;
+  // For create, run and restore: the container's id (the first word that is
+  // neither a flag nor a flag's value), "" when not given.
+  std::string container_id;
   // The shim's own flags (global, before the subcommand).
   std::optional<std::string> real_runtime;    // --agentcage-runtime=PATH
   std::optional<std::string> policy;          // --agentcage-policy=NAME
@@ -34,11 +37,14 @@ struct RuntimeArgs {
 
 // Whether SUBCOMMAND creates a container from a bundle (create, run).
 bool creates_container(const std::string& subcommand);
+// Whether SUBCOMMAND starts a container from a bundle: create, run, and
+// restore (from a checkpoint: its processes never exec).
+bool starts_from_bundle(const std::string& subcommand);
 
 // ARGV (argv[0] first). Errors: a global flag neither runc nor crun knows (its
 // value, if any, could be taken for the subcommand), a flag missing its
 // value, an unknown or repeated --agentcage-* flag or one without "=VALUE",
-// and, for create and run, crun's --config/-f (the runtime would read
+// and, for create, run and restore, crun's --config/-f (the runtime would read
 // another file than the bundle's config.json, which is the one the shim
 // edits) or a second bundle flag, or an empty word as the subcommand.
 Result<RuntimeArgs> parse_runtime_args(std::span<const std::string> argv);

@@ -136,7 +136,7 @@ int main(int argc, char** argv) {
   }
 
   const std::string runtime = real_runtime(*args);
-  if (oci::creates_container(args->subcommand)) {
+  if (oci::starts_from_bundle(args->subcommand)) {
     const fs::path dir = args->bundle.empty() ? fs::path(".") : args->bundle;
     const Result<oci::Bundle> bundle = oci::read_bundle(dir);
     const fs::path agentcage = own_directory() / "agentcage";
