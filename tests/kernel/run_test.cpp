@@ -318,6 +318,13 @@ TEST_F(Run, ExitStatusContract) {
   EXPECT_EQ(bad_user.code, 125) << bad_user.describe();
   EXPECT_EQ(bad_user.out, "");
   EXPECT_FALSE(bad_user.result["started"].get<bool>());
+  // A fixed identity among the dynamic uids would share one with a run.
+  for (const char* dynamic : {"1879048200", "1000:1879048200"}) {
+    Ran leased = run(py("print('ran')", {"--user", dynamic}));
+    EXPECT_EQ(leased.code, 125) << leased.describe();
+    EXPECT_EQ(leased.out, "");
+    EXPECT_NE(leased.err.find("range of dynamic uids"), std::string::npos) << leased.err;
+  }
 
   Ran not_exec = run({"--", "/etc/passwd"});
   EXPECT_EQ(not_exec.code, 126) << not_exec.describe();
@@ -683,6 +690,8 @@ TEST_F(Run, WhatTheRunMadeInAWorkspaceThatOutlivesItIsNotLeftToItsUid) {
       "os.symlink('/etc/passwd', 'link')\n"
       "open('pair', 'w').write('z')\n"
       "os.link('pair', 'pair2')\n"
+      "os.chmod('sub', 0o777)\n"
+      "os.chmod('sub/f', 0o666)\n"
       "print(os.getuid())\n";
   constexpr uid_t kOwner = 4321;
   char tmpl[] = "/tmp/agentcage-handback-XXXXXX";
@@ -700,6 +709,10 @@ TEST_F(Run, WhatTheRunMadeInAWorkspaceThatOutlivesItIsNotLeftToItsUid) {
     ASSERT_EQ(::lstat((ws / name).c_str(), &st), 0) << name;
     EXPECT_EQ(st.st_uid, kOwner) << name << " was left to uid " << st.st_uid;
     EXPECT_EQ(st.st_gid, kOwner) << name;
+    if (!S_ISLNK(st.st_mode)) {
+      EXPECT_EQ(st.st_mode & 0022, 0u)
+          << name << " is writable by group or others: " << std::oct << st.st_mode;
+    }
   }
   ASSERT_EQ(::lstat((ws / "pair").c_str(), &st), 0);
   EXPECT_EQ(st.st_uid, sandbox) << "a file of two links was given away";

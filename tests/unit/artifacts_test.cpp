@@ -3,8 +3,12 @@
 // copied into a workspace and back. What a hostile run leaves in its
 // workspace must come back as the caller's plain files and nothing more.
 // Needs root (it changes owners); skipped otherwise.
+#include <dirent.h>
 #include <fcntl.h>
+#include <grp.h>
 #include <sys/stat.h>
+#include <sys/wait.h>
+#include <sys/xattr.h>
 #include <unistd.h>
 
 #include <cstdlib>
@@ -12,6 +16,7 @@
 #include <fstream>
 #include <sstream>
 #include <string>
+#include <vector>
 
 #include <gtest/gtest.h>
 
@@ -101,6 +106,83 @@ TEST_F(IoDir, AHandedBackTreeGivesTheRunsEntriesToTheOwnerAndNothingElse) {
   ASSERT_EQ(::lchown((ws_ / "top").c_str(), kSandbox, kSandbox), 0);
   ASSERT_TRUE(hand_back_tree_at(fd.get(), ws_.string(), std::nullopt));
   EXPECT_EQ(owner(ws_ / "top").first, kSandbox);
+}
+
+// The workspace's owner may hold a descriptor of a directory in it from
+// before the run, and rename there while root walks. An entry swapped for a
+// hard link to someone else's file after it was listed is never given away:
+// each is changed through a descriptor checked to be the entry listed (by
+// name, root gave the victim to the workspace's owner).
+TEST_F(IoDir, AnEntrySwappedAfterItWasListedIsNotGivenAway) {
+  constexpr uid_t kVictim = 65533;
+  const fs::path victim = base_ / "victim";
+  std::ofstream(victim) << "v";
+  ASSERT_EQ(::chown(victim.c_str(), kVictim, kVictim), 0);
+  ::chmod(victim.c_str(), 0666);
+  std::ofstream(ws_ / "f") << "x";
+  ASSERT_EQ(::chown((ws_ / "f").c_str(), kSandbox, kSandbox), 0);
+  ASSERT_EQ(::mkfifo((ws_ / "p").c_str(), 0600), 0);
+  ASSERT_EQ(::chown((ws_ / "p").c_str(), kSandbox, kSandbox), 0);
+  UniqueFd fd = dir_fd(ws_);
+  const GiveAway give{kSandbox, kCaller, kCallerGid};
+  for (const char* name : {"f", "p"}) {
+    struct stat listed {};
+    ASSERT_EQ(::fstatat(fd.get(), name, &listed, AT_SYMLINK_NOFOLLOW), 0);
+    // Between the listing and the change: a link to the victim in its place.
+    ASSERT_EQ(::link(victim.c_str(), (ws_ / ".l").c_str()), 0);
+    ASSERT_EQ(::rename((ws_ / ".l").c_str(), (ws_ / name).c_str()), 0);
+    Status st = hand_back_entry(fd.get(), name, listed, name, give);
+    ASSERT_FALSE(st) << name;
+    EXPECT_EQ(st.error().code, EAGAIN) << st.error().message;
+    struct stat after {};
+    ASSERT_EQ(::stat(victim.c_str(), &after), 0);
+    EXPECT_EQ(after.st_uid, kVictim) << name << ": the victim was given away";
+    EXPECT_EQ(after.st_mode & 07777, 0666u) << name;
+  }
+  // The entry as listed is given.
+  std::ofstream(ws_ / "g") << "x";
+  ASSERT_EQ(::chown((ws_ / "g").c_str(), kSandbox, kSandbox), 0);
+  struct stat listed {};
+  ASSERT_EQ(::fstatat(fd.get(), "g", &listed, AT_SYMLINK_NOFOLLOW), 0);
+  ASSERT_TRUE(hand_back_entry(fd.get(), "g", listed, "g", give));
+  struct stat g {};
+  ASSERT_EQ(::stat((ws_ / "g").c_str(), &g), 0);
+  EXPECT_EQ(g.st_uid, kCaller);
+}
+
+// What the run leaves is handed back as the owner's plain files: no write
+// permission for group and others (the group becomes the owner's), no ACL
+// entry that names the run's uid (the next run to lease it).
+TEST_F(IoDir, GivenEntriesLoseGroupAndOtherWriteAndTheirAcls) {
+  fs::create_directories(ws_ / "open");
+  std::ofstream(ws_ / "open" / "f") << "f";
+  for (const char* p : {"", "open", "open/f"}) ASSERT_EQ(::lchown((ws_ / p).c_str(), kSandbox, kSandbox), 0);
+  ASSERT_EQ(::chmod((ws_ / "open").c_str(), 0777), 0);
+  ASSERT_EQ(::chmod((ws_ / "open" / "f").c_str(), 0666), 0);
+  // user::rw- user:kSandbox:rwx group::r-- mask::rwx other::r--
+  struct {
+    uint32_t version = 2;
+    struct {
+      uint16_t tag, perm;
+      uint32_t id;
+    } e[5] = {{0x01, 6, ~0u}, {0x02, 7, kSandbox}, {0x04, 4, ~0u}, {0x10, 7, ~0u}, {0x20, 4, ~0u}};
+  } acl;
+  const bool acls =
+      ::setxattr((ws_ / "open" / "f").c_str(), "system.posix_acl_access", &acl, sizeof acl, 0) == 0;
+  UniqueFd fd = dir_fd(ws_);
+  ASSERT_TRUE(hand_back_tree_at(fd.get(), ws_.string(), GiveAway{kSandbox, kCaller, kCallerGid}));
+  struct stat st {};
+  ASSERT_EQ(::stat((ws_ / "open").c_str(), &st), 0);
+  EXPECT_EQ(st.st_mode & 07777, 0755u);
+  ASSERT_EQ(::stat((ws_ / "open" / "f").c_str(), &st), 0);
+  EXPECT_EQ(st.st_mode & 0022, 0u) << std::oct << st.st_mode;
+  EXPECT_EQ(st.st_mode & 0600, 0600u) << std::oct << st.st_mode;
+  EXPECT_EQ(st.st_uid, kCaller);
+  if (acls) {
+    char buf[256];
+    EXPECT_LT(::getxattr((ws_ / "open" / "f").c_str(), "system.posix_acl_access", buf, sizeof buf), 0)
+        << "the run's ACL survived";
+  }
 }
 
 TEST_F(IoDir, OpensOnlyTheOwnersDirectoryByARealPath) {

@@ -13,6 +13,7 @@
 #include <sys/stat.h>
 #include <sys/syscall.h>
 #include <sys/wait.h>
+#include <sys/xattr.h>
 #include <unistd.h>
 
 #include <cerrno>
@@ -114,10 +115,37 @@ bool given(const std::optional<GiveAway>& give, const struct stat& st) {
   return give && st.st_uid == give->from && (S_ISDIR(st.st_mode) || st.st_nlink == 1);
 }
 
+// Gives the open regular file or directory `fd` (fstat: `st`) away when
+// `give` takes it: as the caller's plain file, without the ACL entries the
+// run may have set (one naming its uid would outlive the ownership) and
+// without write permission for group and others (its group becomes the new
+// owner's).
 Status give_away(int fd, const struct stat& st, const std::string& shown,
                  const std::optional<GiveAway>& give) {
-  if (given(give, st) && ::fchown(fd, give->uid, give->gid) != 0)
+  if (!given(give, st)) return {};
+  for (const char* acl : {"system.posix_acl_access", "system.posix_acl_default"})
+    if (::fremovexattr(fd, acl) != 0 && errno != ENODATA && errno != EOPNOTSUPP &&
+        !(errno == EACCES && !S_ISDIR(st.st_mode)))  // a default ACL on a file
+      return Error::from_errno("removing the ACL of " + shown);
+  if (::fchmod(fd, st.st_mode & 0755) != 0 || ::fchown(fd, give->uid, give->gid) != 0)
     return Error::from_errno("giving " + shown + " to uid " + std::to_string(give->uid));
+  return {};
+}
+
+// Gives away a listed entry that is neither a regular file nor a directory
+// (a link, FIFO or socket: never opened for reading), through an O_PATH
+// descriptor checked to be the entry listed: by name, whoever may rename in
+// the directory could put another file there between the listing and the
+// change.
+Status give_away_other(int dirfd, const Entry& e, const std::optional<GiveAway>& give) {
+  if (!given(give, e.listed)) return {};
+  UniqueFd fd(::openat(dirfd, e.name, O_PATH | O_NOFOLLOW | O_CLOEXEC));
+  struct stat st {};
+  if (!fd || ::fstat(fd.get(), &st) != 0) return Error::from_errno("opening " + e.shown);
+  if (st.st_dev != e.listed.st_dev || st.st_ino != e.listed.st_ino || !given(give, st))
+    return Error{e.shown + " changed while it was handed back", EAGAIN};
+  if (::fchownat(fd.get(), "", give->uid, give->gid, AT_EMPTY_PATH | AT_SYMLINK_NOFOLLOW) != 0)
+    return Error::from_errno("giving " + e.shown + " to uid " + std::to_string(give->uid));
   return {};
 }
 
@@ -125,20 +153,12 @@ Status give_away(int fd, const struct stat& st, const std::string& shown,
 // `give` takes (hand_back_tree_at).
 Status walk(int dirfd, int depth, const std::string& shown, const std::optional<GiveAway>& give) {
   return for_each_entry(dirfd, depth, shown, [&](const Entry& e) -> Status {
-    const bool dir = S_ISDIR(e.listed.st_mode);
-    if (!dir && !(S_ISREG(e.listed.st_mode) && (e.listed.st_mode & kSetId))) {
-      // No set-id bits to clear (they mean nothing on links, FIFOs and
-      // sockets): only the owner, of the entry itself, never followed.
-      if (given(give, e.listed) && ::fchownat(dirfd, e.name, give->uid, give->gid, AT_SYMLINK_NOFOLLOW) != 0)
-        return Error::from_errno("giving " + e.shown + " to uid " + std::to_string(give->uid));
-      return {};
-    }
+    if (!S_ISDIR(e.listed.st_mode)) return hand_back_entry(dirfd, e.name, e.listed, e.shown, give);
     struct stat st {};
     auto fd = open_listed(dirfd, e, &st);
     if (!fd) return fd.error();
     if (Status s = clear(fd->get(), st, e.shown); !s) return s;
-    if (dir)
-      if (Status s = walk(fd->get(), depth + 1, e.shown, give); !s) return s;
+    if (Status s = walk(fd->get(), depth + 1, e.shown, give); !s) return s;
     return give_away(fd->get(), st, e.shown, give);
   });
 }
@@ -268,6 +288,21 @@ Status remove_tree(const std::string& path) {
   fd.reset();
   if (::rmdir(path.c_str()) != 0 && errno != ENOENT) return Error::from_errno("removing " + shown);
   return {};
+}
+
+Status hand_back_entry(int dirfd, const char* name, const struct stat& listed, const std::string& shown,
+                       const std::optional<GiveAway>& give) {
+  const Entry e{name, shown, listed};
+  if (!S_ISREG(listed.st_mode)) return give_away_other(dirfd, e, give);
+  // A file with neither set-id bits nor anything to give: left unopened.
+  if ((listed.st_mode & kSetId) == 0 && !given(give, listed)) return {};
+  struct stat st {};
+  auto fd = open_listed(dirfd, e, &st);
+  if (!fd) return fd.error();
+  if (!given(give, st) && given(give, listed))
+    return Error{shown + " changed while it was handed back", EAGAIN};
+  if (Status s = clear(fd->get(), st, shown); !s) return s;
+  return give_away(fd->get(), st, shown, give);
 }
 
 Status hand_back_tree_at(int dir_fd, const std::string& dir, const std::optional<GiveAway>& give) {

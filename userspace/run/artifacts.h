@@ -4,6 +4,7 @@
 // privileges to whoever touches them next.
 #pragma once
 
+#include <sys/stat.h>
 #include <sys/types.h>
 
 #include <chrono>
@@ -43,6 +44,13 @@ struct GiveAway {
 // as is.
 inline constexpr int kMaxArtifactDepth = 256;
 Status hand_back_tree_at(int dir_fd, const std::string& dir, const std::optional<GiveAway>& give);
+
+// The same for one entry `name` of the open directory `dirfd` that is not a
+// directory, as it was listed (`listed`: fstatat, AT_SYMLINK_NOFOLLOW;
+// `shown`: its name in messages). An entry that is no longer the one listed
+// (someone renamed another file into its place) is not touched: EAGAIN.
+Status hand_back_entry(int dirfd, const char* name, const struct stat& listed, const std::string& shown,
+                       const std::optional<GiveAway>& give);
 
 // Removes the tree at `path` (a directory, or anything else in its place,
 // never followed), however deep: it holds two descriptors at most, going

@@ -256,6 +256,19 @@ Step choose_identity(Run& run) {
                           rc ? rc : ENOENT});
       run.identity = Identity{pw.pw_uid, pw.pw_gid, "user " + *spec->name};
     }
+    // Leased uids are one run's each: a fixed identity among them would
+    // share DAC and signals with whichever run holds that uid.
+    const uint64_t uid = run.identity->uid, gid = run.identity->gid;
+    for (uint64_t id : {uid, gid})
+      if (id >= kDynamicUidBase && id < uint64_t{kDynamicUidBase} + kDynamicUidCount)
+        return refused(
+            FailClosedReason::internal,
+            "--user " + policy::quote(*opts.user) + ": " + std::to_string(id) +
+                " is in agentcage's range of dynamic uids and gids (" + std::to_string(kDynamicUidBase) +
+                ".." + std::to_string(uint64_t{kDynamicUidBase} + kDynamicUidCount - 1) +
+                "), each leased to one run at a time",
+            "pick a uid and gid outside that range, or leave --user out for a dynamic uid of the run's own",
+            EINVAL);
   }
   run.res.uid = run.identity->uid;
   run.res.gid = run.identity->gid;

@@ -143,6 +143,7 @@ std::vector<std::string> teardown(Resources& r, RunResult& res, bool collect,
   }
   r.workspace_removal_deferred =
       defer_removal && !r.record.workspace.empty() && r.workspace_created && !keep_workspace;
+  const size_t before_workspace = problems.size();
   if (!r.record.workspace.empty() && drained && !r.workspace_removal_deferred) {
     bool kept = !r.workspace_created || keep_workspace;
     if (r.record.workspace_tmpfs_bytes) {
@@ -172,7 +173,13 @@ std::vector<std::string> teardown(Resources& r, RunResult& res, bool collect,
     if (!kept)
       if (Status st = remove_tree(r.record.workspace); !st)
         problems.push_back("removing workspace " + r.record.workspace + ": " + st.error().message);
-    if (problems.empty()) r.record.workspace.clear();
+    // Handed back (or removed): never again, not even by a reaper after
+    // another problem kept the record (the caller owns the directory now).
+    if (problems.size() == before_workspace) {
+      r.record.workspace.clear();
+      if (!problems.empty() && r.lease)
+        if (Status st = r.lease->write(r.record); !st) problems.push_back(st.error().message);
+    }
   }
   if (problems.empty() && !defer_removal) {
     if (r.lease) r.lease->finish();

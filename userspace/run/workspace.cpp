@@ -106,14 +106,13 @@ namespace {
 // Nothing of the run runs any more: make what it left safe to hand back
 // (run/artifacts.h). If that cannot be done, nobody but root may enter.
 std::vector<std::string> make_safe(int fd, const std::string& path, const std::optional<GiveAway>& give) {
-  std::vector<std::string> problems;
-  if (Status st = hand_back_tree_at(fd, path, give); !st) {
-    problems.push_back("workspace " + path + ": " + st.error().message +
-                       "; the workspace is left to root only (mode 0700)");
-    if (::fchown(fd, 0, 0) != 0 || ::fchmod(fd, 0700) != 0)
-      problems.push_back("restricting " + path + ": " + std::strerror(errno));
-  }
-  return problems;
+  Status st = hand_back_tree_at(fd, path, give);
+  if (st) return {};
+  if (::fchown(fd, 0, 0) != 0 || ::fchmod(fd, 0700) != 0)
+    return {"workspace " + path + ": " + st.error().message +
+            "; and restricting it to root: " + std::strerror(errno)};
+  return {"workspace " + path + ": " + st.error().message +
+          "; the workspace is left to root only (mode 0700)"};
 }
 
 }  // namespace
@@ -142,13 +141,15 @@ std::vector<std::string> hand_back_callers_workspace(int fd, const std::string& 
 std::vector<std::string> hand_back_kept_workspace(const std::string& path, const RunRecord& record) {
   UniqueFd fd(::open(path.c_str(), O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC));
   if (!fd) {
-    std::vector<std::string> problems{"workspace " + path + ": opening it: " + std::strerror(errno) +
-                                      "; the workspace is left to root only (mode 0700)"};
+    const std::string why = std::strerror(errno);
     struct stat st {};
-    if (::lstat(path.c_str(), &st) == 0 && S_ISDIR(st.st_mode) &&
-        (::chown(path.c_str(), 0, 0) != 0 || ::chmod(path.c_str(), 0700) != 0))
-      problems.push_back("restricting " + path + ": " + std::strerror(errno));
-    return problems;
+    if (::lstat(path.c_str(), &st) != 0 || !S_ISDIR(st.st_mode))
+      return {"workspace " + path + ": opening it: " + why + "; not handed back"};
+    if (::chown(path.c_str(), 0, 0) != 0 || ::chmod(path.c_str(), 0700) != 0)
+      return {"workspace " + path + ": opening it: " + why +
+              "; and restricting it to root: " + std::strerror(errno)};
+    return {"workspace " + path + ": opening it: " + why +
+            "; the workspace is left to root only (mode 0700)"};
   }
   std::optional<GiveAway> give;
   if (record.sandbox_uid) give = GiveAway{*record.sandbox_uid, 0, 0};
