@@ -116,7 +116,9 @@ class Dns : public ::testing::Test {
               "--host-record=a.pkg.wild.test,198.18.0.4", "--host-record=pkg.wild.test,198.18.0.5",
               "--host-record=other.allowed.test,198.18.0.6", "--host-record=loop.allowed.test,127.0.0.1",
               "--address=/zero.allowed.test/0.0.0.0", "--cname=alias.allowed.test,api.allowed.test",
-              static_cast<char*>(nullptr));
+              "--host-record=metadata.allowed.test,100.100.100.200",
+              "--host-record=wireserver.allowed.test,168.63.129.16",
+              "--host-record=imds6.allowed.test,fd00:ec2::254", static_cast<char*>(nullptr));
       ::_exit(127);
     }
     // Up when it answers on 127.0.0.1:53 (its log says so).
@@ -504,6 +506,27 @@ TEST_F(Dns, AnAnswerPointingAtThisHostIsNeverPinned) {
   ASSERT_EQ(r.code, 0) << r.describe();
   EXPECT_EQ(r.out, "127.0.0.1 denied 0.0.0.0 denied\n") << r.describe();
   EXPECT_EQ(r.result["dns"]["not_pinned"].get<int>(), 2) << r.result.dump(2);
+  EXPECT_EQ(r.result["dns"]["pinned"].get<int>(), 0) << r.result.dump(2);
+}
+
+// Cloud metadata services outside link-local addresses (Alibaba's
+// 100.100.100.200, Azure's WireServer 168.63.129.16, AWS's IPv6
+// fd00:ec2::254) hand out the instance's credentials: an allowed name whose
+// answer points there (a dangling alias, a wildcard) pins nothing.
+TEST_F(Dns, AnAnswerPointingAtACloudMetadataServiceIsNeverPinned) {
+  const std::string p = policy("dns-meta", "      - {domain: \"*.allowed.test\", ports: [80]}\n");
+  Ran r = run(py(attempt_lib() +
+                 "for name in ('metadata.allowed.test', 'wireserver.allowed.test'):\n"
+                 "    a = resolve(name); out.append(a or '-'); connect(a, 80)\n"
+                 "try:\n"
+                 "    out.append(socket.getaddrinfo('imds6.allowed.test', None, socket.AF_INET6)[0][4][0])\n"
+                 "except socket.gaierror as e:\n"
+                 "    out.append('gai%d' % e.errno)\n"
+                 "print(' '.join(out))\n"),
+              with(p));
+  ASSERT_EQ(r.code, 0) << r.describe();
+  EXPECT_EQ(r.out, "100.100.100.200 denied 168.63.129.16 denied fd00:ec2::254\n") << r.describe();
+  EXPECT_EQ(r.result["dns"]["not_pinned"].get<int>(), 3) << r.result.dump(2);
   EXPECT_EQ(r.result["dns"]["pinned"].get<int>(), 0) << r.result.dump(2);
 }
 

@@ -1041,6 +1041,67 @@ TEST_F(DnsTest, MalformedInputsLeaveTheResolverHealthy) {
   ASSERT_TRUE(f);
   EXPECT_EQ(ldns_pkt_id(f.get()), 41);
   EXPECT_EQ(ldns_pkt_get_rcode(f.get()), LDNS_RCODE_FORMERR);
+  // What no stub resolver sends is refused from its header, unparsed (a
+  // large message makes the parser follow thousands of compression
+  // pointers, in agentcage's process): an answer or authority record, two
+  // additional ones, or more than 512 bytes, even around one question.
+  const auto formerr_for = [&](Bytes msg, uint16_t id) {
+    msg[0] = static_cast<uint8_t>(id >> 8);
+    msg[1] = static_cast<uint8_t>(id & 0xff);
+    send_bad(msg);
+    std::optional<Bytes> got = recv_udp(*r, fd.get());
+    ASSERT_TRUE(got) << id;
+    PktPtr g = parse(*got);
+    ASSERT_TRUE(g) << id;
+    EXPECT_EQ(ldns_pkt_id(g.get()), id);
+    EXPECT_EQ(ldns_pkt_get_rcode(g.get()), LDNS_RCODE_FORMERR) << id;
+  };
+  Bytes with_answer = query("api.example.com", LDNS_RR_TYPE_A, 0);
+  with_answer[7] = 1;  // ancount
+  formerr_for(with_answer, 46);
+  Bytes two_additional = query("api.example.com", LDNS_RR_TYPE_A, 0);
+  two_additional[11] = 2;  // arcount
+  formerr_for(two_additional, 47);
+  // One question and an EDNS OPT record padded to 600 bytes (option 12).
+  Bytes padded = query("api.example.com", LDNS_RR_TYPE_A, 0);
+  padded[10] = 0;
+  padded[11] = 1;
+  const size_t pad = 600 - padded.size() - 11 - 4;
+  const Bytes opt{0x00,
+                  0x00,
+                  0x29,
+                  0x10,
+                  0x00,
+                  0x00,
+                  0x00,
+                  0x00,
+                  0x00,
+                  static_cast<uint8_t>((pad + 4) >> 8),
+                  static_cast<uint8_t>((pad + 4) & 0xff),
+                  0x00,
+                  0x0c,
+                  static_cast<uint8_t>(pad >> 8),
+                  static_cast<uint8_t>(pad & 0xff)};
+  padded.insert(padded.end(), opt.begin(), opt.end());
+  padded.insert(padded.end(), pad, 0x00);
+  ASSERT_EQ(padded.size(), 600u);
+  ASSERT_TRUE(parse(padded)) << "the padded query is a well-formed message: the test proves nothing";
+  formerr_for(padded, 48);
+  // Thousands of questions pointing down a chain of compression pointers.
+  Bytes chain(12, 0);
+  chain[4] = 0x0f;
+  chain[5] = 0xa0;  // 4000 questions
+  chain.insert(chain.end(), {0x01, 'a', 0x00});
+  for (int i = 0; i < 8000; ++i) {
+    const size_t to = chain.size() - (i ? 2 : 3);
+    chain.push_back(static_cast<uint8_t>(0xc0 | (to >> 8)));
+    chain.push_back(static_cast<uint8_t>(to & 0xff));
+  }
+  const size_t head = chain.size() - 2;
+  for (int i = 0; i < 4000; ++i)
+    chain.insert(chain.end(), {static_cast<uint8_t>(0xc0 | (head >> 8)), static_cast<uint8_t>(head & 0xff),
+                               0x00, 0x01, 0x00, 0x01});
+  formerr_for(chain, 49);
   // Another opcode: NOTIMP.
   PktPtr notify = parse(query("api.example.com", LDNS_RR_TYPE_A, 42));
   ldns_pkt_set_opcode(notify.get(), LDNS_PACKET_NOTIFY);

@@ -398,6 +398,20 @@ void ResolverImpl::reply(const Origin& origin, const ClientQuery& query, uint8_t
 // --- queries -----------------------------------------------------------------
 
 void ResolverImpl::on_query(std::span<const uint8_t> wire, const Origin& origin) {
+  if (wire.size() < 12 || (wire[2] & 0x80)) {
+    ++stats_.malformed;  // not a DNS message, or an answer: no reply
+    return;
+  }
+  if (wire.size() > kMaxQueryBytes || read16(&wire[4]) != 1 || read16(&wire[6]) != 0 ||
+      read16(&wire[8]) != 0 || read16(&wire[10]) > 1) {
+    ++stats_.malformed;
+    ClientQuery query;
+    query.id = read16(&wire[0]);
+    query.rd = (wire[2] & 0x01) != 0;
+    query.opcode = detail::opcode(wire);
+    reply(origin, query, LDNS_RCODE_FORMERR);
+    return;
+  }
   Pkt pkt = detail::parse(wire);
   if (!pkt || ldns().pkt_qr(pkt.get())) {
     ++stats_.malformed;  // not a DNS message, or an answer: no reply

@@ -30,6 +30,12 @@ using Clock = std::chrono::steady_clock;
 
 inline constexpr size_t kMaxClients = 32;           // open TCP client connections
 inline constexpr size_t kMaxTcpQuery = 4096;        // bytes of one query over TCP
+// What a stub resolver sends: one question, no answer or authority record,
+// at most one additional one (EDNS's OPT), in a few hundred bytes. Anything
+// else is refused from its header, unparsed: the parser follows every
+// compression pointer of a message (thousands in one large datagram), in
+// agentcage's own process, outside the run's CPU limit.
+inline constexpr size_t kMaxQueryBytes = 512;
 inline constexpr size_t kMaxClientOut = 64 * 1024;  // unread answers of one connection
 inline constexpr auto kClientIdle = std::chrono::seconds(10);
 inline constexpr size_t kUdpLimit = 512;

@@ -6,6 +6,7 @@
 #include <sys/socket.h>
 
 #include <algorithm>
+#include <array>
 #include <cstring>
 #include <optional>
 
@@ -25,8 +26,10 @@ std::string key_bytes(const ac_pin_key& k) {
 // Addresses an answer never pins: they are not a remote host's. This host
 // itself (unspecified, loopback: 0.0.0.0 is what filtering resolvers answer
 // for a blocked name, and a connect to it reaches the host), link-local
-// (cloud metadata services at 169.254.169.254), multicast and broadcast,
-// and an IPv4 address dressed as IPv6 in an AAAA record.
+// (cloud metadata services at 169.254.169.254), the cloud metadata services
+// elsewhere (Alibaba's 100.100.100.200, Azure's WireServer 168.63.129.16,
+// AWS's IPv6 fd00:ec2::254), multicast and broadcast, and an IPv4 address
+// dressed as IPv6 in an AAAA record.
 bool never_pinned(const dns::Address& a) {
   const auto& b = a.addr;
   const bool mapped = std::all_of(b.begin(), b.begin() + 10, [](uint8_t x) { return x == 0; }) &&
@@ -34,9 +37,16 @@ bool never_pinned(const dns::Address& a) {
   if (a.family == AF_INET) {
     if (!mapped) return true;
     const uint8_t first = b[12];
-    return first == 0 || first == 127 || (first == 169 && b[13] == 254) || first >= 224;
+    const auto is = [&](uint8_t x, uint8_t y, uint8_t z, uint8_t w) {
+      return b[12] == x && b[13] == y && b[14] == z && b[15] == w;
+    };
+    return first == 0 || first == 127 || (first == 169 && b[13] == 254) || first >= 224 ||
+           is(100, 100, 100, 200) || is(168, 63, 129, 16);
   }
   if (mapped) return true;
+  static constexpr std::array<uint8_t, 16> kAwsImds6{0xfd, 0x00, 0x0e, 0xc2, 0, 0, 0,    0,
+                                                     0,    0,    0,    0,    0, 0, 0x02, 0x54};
+  if (std::equal(b.begin(), b.end(), kAwsImds6.begin())) return true;
   const bool zero_but_last = std::all_of(b.begin(), b.begin() + 15, [](uint8_t x) { return x == 0; });
   return (zero_but_last && (b[15] == 0 || b[15] == 1)) ||  // :: and ::1
          (b[0] == 0xfe && (b[1] & 0xc0) == 0x80) ||        // fe80::/10
