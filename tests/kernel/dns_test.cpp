@@ -118,7 +118,10 @@ class Dns : public ::testing::Test {
               "--address=/zero.allowed.test/0.0.0.0", "--cname=alias.allowed.test,api.allowed.test",
               "--host-record=metadata.allowed.test,100.100.100.200",
               "--host-record=wireserver.allowed.test,168.63.129.16",
-              "--host-record=imds6.allowed.test,fd00:ec2::254", static_cast<char*>(nullptr));
+              "--host-record=ec2-198-18-0-3.compute-1.amazonaws.com,198.18.0.3",
+              "--host-record=rented.s3.amazonaws.com,198.18.0.3",
+              "--host-record=sts.amazonaws.com,198.18.0.2", "--host-record=imds6.allowed.test,fd00:ec2::254",
+              static_cast<char*>(nullptr));
       ::_exit(127);
     }
     // Up when it answers on 127.0.0.1:53 (its log says so).
@@ -507,6 +510,29 @@ TEST_F(Dns, AnAnswerPointingAtThisHostIsNeverPinned) {
   EXPECT_EQ(r.out, "127.0.0.1 denied 0.0.0.0 denied\n") << r.describe();
   EXPECT_EQ(r.result["dns"]["not_pinned"].get<int>(), 2) << r.result.dump(2);
   EXPECT_EQ(r.result["dns"]["pinned"].get<int>(), 0) << r.result.dump(2);
+}
+
+// A wildcard over a registrant's domain (`*.amazonaws.com`, a common
+// allowlist entry) does not reach the names under its operator's own public
+// suffixes below it: an EC2 instance's public name and a bucket are anyone's
+// to rent. The registrant's own names still resolve. Before, both rented
+// names resolved and connected.
+TEST_F(Dns, AWildcardDoesNotReachTheRegistrantsOfPublicSuffixesBelowIt) {
+  Listener allowed(kAllowedAddr, kPort), evil(kEvilAddr, kPort);
+  ASSERT_TRUE(allowed.ok() && evil.ok());
+  const std::string p = policy("dns-psl", "      - {domain: \"*.amazonaws.com\", ports: [8443]}\n");
+  Ran r = run(py(attempt_lib() +
+                 "for name in ('ec2-198-18-0-3.compute-1.amazonaws.com', 'rented.s3.amazonaws.com'):\n"
+                 "    a = resolve(name); out.append(a or '-')\n"
+                 "connect('198.18.0.3', 8443)\n"
+                 "a = resolve('sts.amazonaws.com'); out.append(a or '-'); connect(a, 8443)\n"
+                 "print(' '.join(out))\n"),
+              with(p));
+  ASSERT_EQ(r.code, 0) << r.describe();
+  EXPECT_EQ(r.out, "nxdomain - nxdomain - denied 198.18.0.2 connected\n") << r.describe();
+  EXPECT_FALSE(upstream_saw("ec2-198-18-0-3.compute-1.amazonaws.com"))
+      << "a refused name reached the upstream";
+  EXPECT_TRUE(upstream_saw("sts.amazonaws.com"));
 }
 
 // Cloud metadata services outside link-local addresses (Alibaba's

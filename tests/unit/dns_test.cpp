@@ -767,6 +767,32 @@ TEST_F(DnsTest, WildcardEndToEnd) {
   EXPECT_EQ(pins_.size(), 2u);
 }
 
+// A wildcard's match can be vetoed (the run vetoes names under a public
+// suffix below the wildcard's base): NXDOMAIN with the veto's reason, never
+// forwarded; an exact entry for the same name is not vetoed.
+TEST_F(DnsTest, AVetoedWildcardMatchIsRefusedButAnExactEntryStands) {
+  Options o = options({{"pkg.example.org", true}, {"ok.bad.pkg.example.org", false}});
+  o.veto = [](std::string_view qname, const Name& rule) -> std::string {
+    EXPECT_TRUE(rule.wildcard);
+    return qname.find("bad.") != std::string_view::npos ? "under a suffix of its own" : "";
+  };
+  auto r = open(std::move(o));
+  ASSERT_TRUE(r);
+  PktPtr bad = ask_udp(*r, query("x.bad.pkg.example.org", LDNS_RR_TYPE_A, 21));
+  ASSERT_TRUE(bad);
+  EXPECT_EQ(ldns_pkt_get_rcode(bad.get()), LDNS_RCODE_NXDOMAIN);
+  ASSERT_EQ(refused_.size(), 1u);
+  EXPECT_EQ(refused_[0].reason, "under a suffix of its own");
+  EXPECT_EQ(upstream_.asked("x.bad.pkg.example.org."), 0u);
+  PktPtr exact = ask_udp(*r, query("ok.bad.pkg.example.org", LDNS_RR_TYPE_A, 22));
+  ASSERT_TRUE(exact);
+  EXPECT_EQ(upstream_.asked("ok.bad.pkg.example.org."), 1u);  // allowed, so forwarded
+  PktPtr good = ask_udp(*r, query("a.pkg.example.org", LDNS_RR_TYPE_A, 23));
+  ASSERT_TRUE(good);
+  EXPECT_EQ(ldns_pkt_get_rcode(good.get()), LDNS_RCODE_NOERROR);
+  EXPECT_EQ(refused_.size(), 1u);
+}
+
 TEST_F(DnsTest, OtherTypeOfAnAllowedNameIsEmptyNoerrorNotForwarded) {
   auto r = open(options());
   ASSERT_TRUE(r);

@@ -8,6 +8,7 @@
 #include <cstdint>
 #include <string>
 
+#include "policy/public_suffix.h"
 #include "policy/values.h"
 
 namespace agentcage::policy {
@@ -284,6 +285,29 @@ TEST(ParseDomain, WildcardUnderAPublicSuffixIsAccepted) {
     ASSERT_TRUE(d.ok()) << text << ": " << error_of(d);
     EXPECT_TRUE(d->wildcard);
   }
+}
+
+// A wildcard over a registrant's domain is accepted, but the names under
+// its operator's own public suffixes below it are not the registrant's: the
+// run's resolver asks which suffix a matched name is under.
+TEST(PublicSuffixBelow, NamesUnderTheOperatorsSuffixesBelowAWildcardsBase) {
+  const auto below = [](std::string_view name, std::string_view base) {
+    auto r = public_suffix_below(name, base);
+    EXPECT_TRUE(r.ok()) << (r.ok() ? "" : r.error().message);
+    return r.ok() ? *r : std::string("error");
+  };
+  // An EC2 instance's public name ("*.compute-1.amazonaws.com" makes every
+  // such name a suffix of its own) and a bucket under "s3.amazonaws.com".
+  EXPECT_EQ(below("ec2-203-0-113-7.compute-1.amazonaws.com", "amazonaws.com"),
+            "ec2-203-0-113-7.compute-1.amazonaws.com");
+  EXPECT_EQ(below("attacker-bucket.s3.amazonaws.com", "amazonaws.com"), "s3.amazonaws.com");
+  EXPECT_EQ(below("S3.AmazonAWS.com", "amazonaws.com"), "s3.amazonaws.com");
+  EXPECT_EQ(below("x.y.example.github.io", "github.io"), "");  // the suffix is the base itself
+  // The registrant's own names.
+  EXPECT_EQ(below("sts.amazonaws.com", "amazonaws.com"), "");
+  EXPECT_EQ(below("a.b.pkg.example.org", "pkg.example.org"), "");
+  EXPECT_EQ(below("a.pkg.wild.test", "wild.test"), "");  // a top-level domain the list does not name
+  EXPECT_EQ(below("x.bucket.s3.amazonaws.com", "bucket.s3.amazonaws.com"), "");
 }
 
 // The top-level check stays first, with its own message, and covers top-level

@@ -443,11 +443,24 @@ void ResolverImpl::on_query(std::span<const uint8_t> wire, const Origin& origin)
   }
   const detail::NameText name = detail::name_text(ldns().rr_owner(question));
   std::vector<size_t> rules = name.clean ? match(options_.names, name.text) : std::vector<size_t>{};
+  std::string vetoed;
+  if (options_.veto)
+    std::erase_if(rules, [&](size_t i) {
+      if (!options_.names[i].wildcard) return false;
+      std::string why;
+      try {
+        why = options_.veto(name.text, options_.names[i]);
+      } catch (...) {
+        why = "its check failed";
+      }
+      if (!why.empty() && vetoed.empty()) vetoed = why;
+      return !why.empty();
+    });
   if (rules.empty()) {
     ++stats_.refused;
     if (options_.refused) {
       try {
-        options_.refused(Refused{name.shown, qtype, "not allowed by the policy"});
+        options_.refused(Refused{name.shown, qtype, vetoed.empty() ? "not allowed by the policy" : vetoed});
       } catch (...) {
       }
     }

@@ -76,6 +76,10 @@ struct Options {
   // Called for each query that is answered without asking the upstream for a
   // name the policy does not allow (NXDOMAIN). Not for malformed messages.
   std::function<void(const Refused&)> refused;
+  // Called for a name that a wildcard entry `rule` matches: a reason not to
+  // allow it by that entry after all ("" : allowed). An exception is a
+  // reason too.
+  std::function<std::string(std::string_view qname, const Name& rule)> veto;
 };
 
 struct Stats {

@@ -25,4 +25,14 @@ enum class SuffixSection {
 // only when libpsl has no list at all.
 Result<SuffixSection> public_suffix_section(std::string_view name);
 
+// For a name `name` that a wildcard over `base` matches (strictly under it):
+// the public suffix, strictly under `base`, that `name` is or is under
+// ("" when there is none). A wildcard over a registrant's domain that has
+// public suffixes of its operator's below it (`*.amazonaws.com` has
+// `s3.amazonaws.com` and every `*.compute-1.amazonaws.com`) would hand every
+// registrant under those to a run: such a name is not allowed by the
+// wildcard (an exact rule may still name it). Case is ignored. Fails only
+// when libpsl has no list at all.
+Result<std::string> public_suffix_below(std::string_view name, std::string_view base);
+
 }  // namespace agentcage::policy

@@ -9,6 +9,9 @@
 #include <array>
 #include <cstring>
 #include <optional>
+#include <string_view>
+
+#include "policy/public_suffix.h"
 
 namespace agentcage::run {
 namespace {
@@ -88,6 +91,14 @@ Result<std::unique_ptr<RunDns>> RunDns::open(const policy::Policy& policy, bpf::
   RunDns* raw = self.get();
   options.pin = [raw](const dns::Resolved& r) { return raw->pin(r); };
   options.refused = [raw](const dns::Refused& r) { raw->refused(r); };
+  // A wildcard over a registrant's domain does not reach the registrants of
+  // its operator's public suffixes below it (policy/public_suffix.h).
+  options.veto = [](std::string_view qname, const dns::Name& rule) -> std::string {
+    auto below = policy::public_suffix_below(qname, rule.name);
+    if (!below) return "its public suffix could not be checked: " + below.error().message;
+    if (below->empty()) return "";
+    return "under the public suffix " + *below + " (its registrants are not *." + rule.name + "'s owner)";
+  };
   auto resolver = dns::Resolver::open(std::move(options));
   if (!resolver) return resolver.error().wrap("dns: the run's resolver");
   self->resolver_ = std::move(*resolver);
