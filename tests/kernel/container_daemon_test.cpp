@@ -242,5 +242,52 @@ TEST_F(ContainerDaemon, AContainerWhoseCgroupVanishedWithoutPoststopIsSwept) {
   EXPECT_EQ(scrape("agentcage_container_operations_total{op=\"sweep\",result=\"success\"}"), 1);
 }
 
+// A container restarted under its id after a missed poststop (the daemon
+// was down, the hook timed out): its previous record names a cgroup that is
+// gone, and the new attach releases it and confines the new one at once,
+// rather than being refused until the sweep. While the previous container's
+// cgroup is there, the id is still refused.
+TEST_F(ContainerDaemon, AContainerRestartedUnderItsIdAfterAMissedPoststopIsConfinedAtOnce) {
+  start_daemon();
+  const std::string id = "ctr-again-" + std::to_string(::getpid());
+  auto& first = make_cgroup("again1");
+  int go[2], report[2];
+  ASSERT_EQ(::pipe2(go, O_CLOEXEC), 0);
+  ASSERT_EQ(::pipe2(report, O_CLOEXEC), 0);
+  const pid_t init = park_init(first, go[0], report[1], {"/usr/bin/true"}, dir_ / "again1.out");
+  ASSERT_GT(init, 0);
+  json one = attach(first, id, init);
+  ASSERT_TRUE(one.value("ok", false)) << one.dump();
+  const uint64_t first_id = one["cgroup_id"].get<uint64_t>();
+  auto& second = make_cgroup("again2");
+  int go2[2], report2[2];
+  ASSERT_EQ(::pipe2(go2, O_CLOEXEC), 0);
+  ASSERT_EQ(::pipe2(report2, O_CLOEXEC), 0);
+  const pid_t init2 =
+      park_init(second, go2[0], report2[1], {"/usr/bin/cat", "/etc/passwd"}, dir_ / "again2.out");
+  ASSERT_GT(init2, 0);
+  json refused = attach(second, id, init2);
+  EXPECT_FALSE(refused.value("ok", true)) << refused.dump();
+  EXPECT_NE(refused.value("error", std::string()).find("confined already"), std::string::npos)
+      << refused.dump();
+  // The first "runtime" dies without its poststop.
+  ::kill(init, SIGKILL);
+  ::waitpid(init, nullptr, 0);
+  ASSERT_TRUE(first.remove().ok());
+  json again = attach(second, id, init2);
+  ASSERT_TRUE(again.value("ok", false)) << again.dump() << log();
+  const json st = status();
+  EXPECT_TRUE(has_container(st, id)) << st.dump();
+  EXPECT_FALSE(has_scope(st, first_id)) << st.dump();
+  EXPECT_TRUE(has_scope(st, again["cgroup_id"].get<uint64_t>())) << st.dump();
+  // The new container is confined from its entrypoint's exec on.
+  ASSERT_EQ(::write(go2[1], "x", 1), 1);
+  char err = -1;
+  ASSERT_EQ(::read(report2[0], &err, 1), 1);
+  EXPECT_EQ(wait_exit(init2), 1) << slurp(dir_ / "again2.out");
+  EXPECT_NE(slurp(dir_ / "again2.out").find("Permission denied"), std::string::npos)
+      << slurp(dir_ / "again2.out");
+}
+
 }  // namespace
 }  // namespace agentcage::kt

@@ -652,10 +652,30 @@ json Daemon::attach(const Request& r) {
   std::string workspace;
   const bool container = !r.container_id.empty();
   if (container) {
-    if (const ContainerScope* known = containers_.find(r.container_id))
-      return {{"ok", false},
-              {"error", "container " + r.container_id + " is confined already (cgroup " + known->cgroup +
-                            ", policy " + known->policy + "): detach it first"}};
+    if (const ContainerScope* known = containers_.find(r.container_id)) {
+      // The id's previous container, whose cgroup is gone without its
+      // poststop (a restart under the same id after a missed poststop):
+      // released now rather than by the sweep, which would refuse the
+      // restart until then. One whose cgroup is still there is refused.
+      auto current = cgroup::cgroup_id(known->cgroup);
+      const bool gone = current ? *current != known->cgroup_id : current.error().code == ENOENT;
+      if (!gone)
+        return {{"ok", false},
+                {"error", "container " + r.container_id + " is confined already (cgroup " + known->cgroup +
+                              ", policy " + known->policy + "): detach it first"}};
+      json released = detach_container(r.container_id);
+      if (!released.value("ok", false))
+        return {{"ok", false},
+                {"error", "container " + r.container_id +
+                              ": releasing the scope of its previous container, whose "
+                              "cgroup is gone: " +
+                              released.value("error", std::string("(no reason)"))}};
+      gone_since_.erase(r.container_id);
+      log::warn(
+          "container " + r.container_id +
+          ": attached again; the scope of its previous container, whose cgroup is gone without a poststop "
+          "hook, was released");
+    }
   }
   if (!r.workspace.empty() && container) {
     // The container's own view (its mount namespace after pivot_root):
