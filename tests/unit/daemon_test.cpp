@@ -23,6 +23,7 @@
 #include "daemon/run_service.h"
 #include "daemon/status.h"
 #include "in_child.h"
+#include "run/dns.h"
 #include "telemetry/audit.h"
 #include "telemetry/metrics.h"
 
@@ -57,6 +58,13 @@ TEST(DaemonConfig, EmptyFileGivesDefaults) {
   EXPECT_EQ(r.config->cgroup_layout, cgroup::LayoutSetting::automatic);
   EXPECT_EQ(r.config->pin_root, "/sys/fs/bpf/agentcage");
   EXPECT_FALSE(r.config->control_group);
+}
+
+// The default number of runs at once, each at its limit of DNS pins, fits
+// the kernel's pin map: one client's runs cannot starve another's names.
+TEST(DaemonConfig, TheDefaultRunsFitThePinMap) {
+  EXPECT_LE(daemon::Config{}.max_runs * run::kMaxPinsPerRun, size_t{AC_MAX_PINS});
+  EXPECT_LE(daemon::Config{}.max_runs_per_client * run::kMaxPinsPerRun * 2, size_t{AC_MAX_PINS});
 }
 
 TEST(DaemonConfig, EverySetting) {

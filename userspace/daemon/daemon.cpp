@@ -32,10 +32,10 @@
 #include "cgroup/cgroup.h"
 #include "cgroup/delegation.h"
 #include "control/protocol.h"
-#include "daemon/control_server.h"
-#include "daemon/event_sink.h"
 #include "daemon/bindings.h"
 #include "daemon/containers.h"
+#include "daemon/control_server.h"
+#include "daemon/event_sink.h"
 #include "daemon/loop.h"
 #include "daemon/named_slots.h"
 #include "daemon/policy_dir.h"
@@ -44,6 +44,7 @@
 #include "daemon/runs.h"
 #include "daemon/service_manager.h"
 #include "daemon/status.h"
+#include "run/dns.h"
 #include "run/runner.h"
 #include "run/state.h"
 #include "scope/attach.h"
@@ -848,6 +849,12 @@ int run_daemon(const Config& config, const std::string& config_file, const Comma
   log::info("runs through the daemon live in " + layout->parent + " below the cgroup2 root (" +
             layout->reason + ")");
   if (!layout->warning.empty()) log::warn(layout->warning);
+  if (cfg.max_runs * run::kMaxPinsPerRun > AC_MAX_PINS)
+    log::warn("max_runs " + std::to_string(cfg.max_runs) + ": that many runs at their limit of " +
+              std::to_string(run::kMaxPinsPerRun) + " DNS pins each would fill the kernel's " +
+              std::to_string(AC_MAX_PINS) +
+              "; a run's allowed names then fail (SERVFAIL) until others end. " + "Keep max_runs at " +
+              std::to_string(AC_MAX_PINS / run::kMaxPinsPerRun) + " or below where runs allow many names");
   // Then, while this process has one thread: the fork server runs' start
   // from (daemon/run_forker.h). Without it runs are exec'd.
   RunForker forker;

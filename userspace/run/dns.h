@@ -35,7 +35,11 @@ struct DnsReport {
 
 // Pins one run may hold at once (address x port x protocol), of the host's
 // AC_MAX_PINS: more is refused (SERVFAIL) rather than crowding out others.
-inline constexpr size_t kMaxPinsPerRun = 4096;
+// The daemon's default max_runs (32) at this limit fill the map exactly, so
+// its clients' runs cannot starve each other; a daemon allowed more runs
+// warns at its start (a run that resolves hundreds of names needs a few
+// hundred pins).
+inline constexpr size_t kMaxPinsPerRun = 2048;
 
 // A socket made outside the run's cgroup is not redirected to its resolver
 // (the cgroup's programs run for the sockets made in it), so a run with
