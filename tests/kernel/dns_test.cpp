@@ -121,7 +121,7 @@ class Dns : public ::testing::Test {
               "--host-record=ec2-198-18-0-3.compute-1.amazonaws.com,198.18.0.3",
               "--host-record=rented.s3.amazonaws.com,198.18.0.3",
               "--host-record=sts.amazonaws.com,198.18.0.2", "--host-record=imds6.allowed.test,fd00:ec2::254",
-              static_cast<char*>(nullptr));
+              "--host-record=podid.allowed.test,fd00:ec2::23", static_cast<char*>(nullptr));
       ::_exit(127);
     }
     // Up when it answers on 127.0.0.1:53 (its log says so).
@@ -537,22 +537,24 @@ TEST_F(Dns, AWildcardDoesNotReachTheRegistrantsOfPublicSuffixesBelowIt) {
 
 // Cloud metadata services outside link-local addresses (Alibaba's
 // 100.100.100.200, Azure's WireServer 168.63.129.16, AWS's IPv6
-// fd00:ec2::254) hand out the instance's credentials: an allowed name whose
+// fd00:ec2::254 and EKS Pod Identity's fd00:ec2::23) hand out credentials: an allowed name whose
 // answer points there (a dangling alias, a wildcard) pins nothing.
 TEST_F(Dns, AnAnswerPointingAtACloudMetadataServiceIsNeverPinned) {
   const std::string p = policy("dns-meta", "      - {domain: \"*.allowed.test\", ports: [80]}\n");
-  Ran r = run(py(attempt_lib() +
-                 "for name in ('metadata.allowed.test', 'wireserver.allowed.test'):\n"
-                 "    a = resolve(name); out.append(a or '-'); connect(a, 80)\n"
-                 "try:\n"
-                 "    out.append(socket.getaddrinfo('imds6.allowed.test', None, socket.AF_INET6)[0][4][0])\n"
-                 "except socket.gaierror as e:\n"
-                 "    out.append('gai%d' % e.errno)\n"
-                 "print(' '.join(out))\n"),
-              with(p));
+  Ran r =
+      run(py(attempt_lib() + "for name in ('metadata.allowed.test', 'wireserver.allowed.test'):\n"
+                             "    a = resolve(name); out.append(a or '-'); connect(a, 80)\n"
+                             "for name in ('imds6.allowed.test', 'podid.allowed.test'):\n"
+                             "    try:\n"
+                             "        out.append(socket.getaddrinfo(name, None, socket.AF_INET6)[0][4][0])\n"
+                             "    except socket.gaierror as e:\n"
+                             "        out.append('gai%d' % e.errno)\n"
+                             "print(' '.join(out))\n"),
+          with(p));
   ASSERT_EQ(r.code, 0) << r.describe();
-  EXPECT_EQ(r.out, "100.100.100.200 denied 168.63.129.16 denied fd00:ec2::254\n") << r.describe();
-  EXPECT_EQ(r.result["dns"]["not_pinned"].get<int>(), 3) << r.result.dump(2);
+  EXPECT_EQ(r.out, "100.100.100.200 denied 168.63.129.16 denied fd00:ec2::254 fd00:ec2::23\n")
+      << r.describe();
+  EXPECT_EQ(r.result["dns"]["not_pinned"].get<int>(), 4) << r.result.dump(2);
   EXPECT_EQ(r.result["dns"]["pinned"].get<int>(), 0) << r.result.dump(2);
 }
 

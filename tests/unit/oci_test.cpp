@@ -619,6 +619,7 @@ TEST(OciRuntimeArgs, FindsTheContainerId) {
               "--bundle", "/b", "--detach", "id9"}),
        "id9"},
       {words({"runc", "create", "--bundle", "/b"}), ""},
+      {words({"runc", "create", "--bundle", "/b", "--pidfd-socket", "/run/s", "ID"}), "ID"},  // runc 1.2
       {words({"runc", "start", "id"}), ""},  // no bundle, no id looked for
   };
   for (const auto& [argv, id] : cases) {

@@ -28,7 +28,8 @@ constexpr std::array kGlobalShort = {"-h"sv, "-v"sv, "-V"sv, "-?"sv};
 constexpr std::array kCreateWithValue = {"console-socket"sv,      "pid-file"sv,  "preserve-fds"sv,
                                          "image-path"sv,          "work-path"sv, "parent-path"sv,
                                          "manage-cgroups-mode"sv, "empty-ns"sv,  "lsm-profile"sv,
-                                         "lsm-mount-context"sv,   "status-fd"sv, "page-server"sv};
+                                         "lsm-mount-context"sv,   "status-fd"sv, "page-server"sv,
+                                         "pidfd-socket"sv};
 
 template <size_t N>
 bool among(const std::array<std::string_view, N>& set, std::string_view s) {

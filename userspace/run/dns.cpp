@@ -31,8 +31,9 @@ std::string key_bytes(const ac_pin_key& k) {
 // for a blocked name, and a connect to it reaches the host), link-local
 // (cloud metadata services at 169.254.169.254), the cloud metadata services
 // elsewhere (Alibaba's 100.100.100.200, Azure's WireServer 168.63.129.16,
-// AWS's IPv6 fd00:ec2::254), multicast and broadcast, and an IPv4 address
-// dressed as IPv6 in an AAAA record.
+// AWS's IPv6 fd00:ec2::/64: the instance metadata at ::254, EKS Pod
+// Identity's credentials at ::23, its DNS and NTP), multicast and broadcast,
+// and an IPv4 address dressed as IPv6 in an AAAA record.
 bool never_pinned(const dns::Address& a) {
   const auto& b = a.addr;
   const bool mapped = std::all_of(b.begin(), b.begin() + 10, [](uint8_t x) { return x == 0; }) &&
@@ -47,9 +48,8 @@ bool never_pinned(const dns::Address& a) {
            is(100, 100, 100, 200) || is(168, 63, 129, 16);
   }
   if (mapped) return true;
-  static constexpr std::array<uint8_t, 16> kAwsImds6{0xfd, 0x00, 0x0e, 0xc2, 0, 0, 0,    0,
-                                                     0,    0,    0,    0,    0, 0, 0x02, 0x54};
-  if (std::equal(b.begin(), b.end(), kAwsImds6.begin())) return true;
+  static constexpr std::array<uint8_t, 8> kAwsLocal6{0xfd, 0x00, 0x0e, 0xc2, 0, 0, 0, 0};  // fd00:ec2::/64
+  if (std::equal(kAwsLocal6.begin(), kAwsLocal6.end(), b.begin())) return true;
   const bool zero_but_last = std::all_of(b.begin(), b.begin() + 15, [](uint8_t x) { return x == 0; });
   return (zero_but_last && (b[15] == 0 || b[15] == 1)) ||  // :: and ::1
          (b[0] == 0xfe && (b[1] & 0xc0) == 0x80) ||        // fe80::/10
