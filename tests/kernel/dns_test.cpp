@@ -32,6 +32,7 @@
 #include <nlohmann/json.hpp>
 
 #include "bpf/enforcer.h"
+#include "daemon_env.h"
 #include "kernel_env.h"
 #include "probes.h"
 #include "run_helpers.h"
@@ -533,6 +534,27 @@ TEST_F(Dns, AWildcardDoesNotReachTheRegistrantsOfPublicSuffixesBelowIt) {
   EXPECT_FALSE(upstream_saw("ec2-198-18-0-3.compute-1.amazonaws.com"))
       << "a refused name reached the upstream";
   EXPECT_TRUE(upstream_saw("sts.amazonaws.com"));
+  // Why, in the result and on stderr: the policy's author expected them allowed.
+  const json why = r.result["denials"]["dns"].value("why", json::object());
+  EXPECT_NE(why.value("rented.s3.amazonaws.com", std::string()).find("public suffix s3.amazonaws.com"),
+            std::string::npos)
+      << r.result["denials"].dump(2);
+  EXPECT_TRUE(why.contains("ec2-198-18-0-3.compute-1.amazonaws.com")) << r.result["denials"].dump(2);
+  EXPECT_FALSE(why.contains("sts.amazonaws.com"));
+  EXPECT_NE(r.err.find("agentcage: dns: rented.s3.amazonaws.com was refused, under the public suffix"),
+            std::string::npos)
+      << r.err;
+  // The result with its reasons is the documented one (docs/schema/result.schema.json).
+  const fs::path doc = dir_ / "psl-result.json";
+  std::ofstream(doc) << r.result.dump();
+  const std::string check =
+      "import json, sys; sys.path.insert(0, sys.argv[1]); import schemas; "
+      "e = schemas.errors('result', json.load(open(sys.argv[2]))); print(e); sys.exit(1 if e else 0)";
+  const int valid = wait_exit(spawn({"/usr/bin/python3", "-c", check,
+                                     std::string(AGENTCAGE_SOURCE_DIR) + "/tests/scripts", doc.string()},
+                                    dir_ / "psl-schema.out")
+                                  .pid);
+  EXPECT_EQ(valid, 0) << slurp(dir_ / "psl-schema.out");
 }
 
 // Cloud metadata services outside link-local addresses (Alibaba's

@@ -460,7 +460,8 @@ void ResolverImpl::on_query(std::span<const uint8_t> wire, const Origin& origin)
     ++stats_.refused;
     if (options_.refused) {
       try {
-        options_.refused(Refused{name.shown, qtype, vetoed.empty() ? "not allowed by the policy" : vetoed});
+        options_.refused(Refused{name.shown, qtype, vetoed.empty() ? "not allowed by the policy" : vetoed,
+                                 !vetoed.empty()});
       } catch (...) {
       }
     }

@@ -59,7 +59,8 @@ struct Resolved {
 struct Refused {
   std::string name;    // as asked, lower-case, no trailing dot; printable ASCII only ('?' for the rest)
   uint16_t qtype = 0;
-  std::string reason;  // "not allowed by the policy", ...
+  std::string reason;   // "not allowed by the policy", or the veto's (Options::veto)
+  bool vetoed = false;  // a wildcard matched it, and its veto said no
 };
 
 struct Options {

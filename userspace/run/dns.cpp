@@ -173,6 +173,8 @@ Status RunDns::pin(const dns::Resolved& resolved) {
 
 void RunDns::refused(const dns::Refused& r) {
   ++report_.refused_total;
+  if (r.vetoed && report_.refused_why.size() < DnsReport::kNames)
+    report_.refused_why.emplace(r.name, r.reason);
   auto it = report_.refused_by_name.find(r.name);
   if (it != report_.refused_by_name.end()) {
     ++it->second;

@@ -30,6 +30,9 @@ struct DnsReport {
   uint64_t not_pinned = 0;  // addresses of answers that are never pinned (this host, link-local, multicast)
   uint64_t refused_total = 0;
   std::map<std::string, uint64_t> refused_by_name;  // the first kNames distinct names
+  // Why a name a wildcard matched was refused after all (its veto), for the
+  // first kNames such names.
+  std::map<std::string, std::string> refused_why;
   static constexpr size_t kNames = 256;
 };
 

@@ -157,6 +157,7 @@ nlohmann::json to_json(const RunResult& r) {
     json by_name = json::object();
     for (const auto& [name, count] : r.dns->refused_by_name) by_name[name] = count;
     denials["dns"] = {{"total", r.dns->refused_total}, {"by_name", std::move(by_name)}};
+    if (!r.dns->refused_why.empty()) denials["dns"]["why"] = r.dns->refused_why;
   } else {
     denials["dns"] = nullptr;
   }
@@ -170,11 +171,34 @@ std::string result_text(const RunResult& r) {
   return to_json(r).dump(2, ' ', false, nlohmann::json::error_handler_t::replace) + "\n";
 }
 
+namespace {
+
+// Names a wildcard matched and its veto refused (run/dns.h): the policy's
+// author expected them allowed, so each says why (the first few).
+std::string vetoed_names(const RunResult& r) {
+  if (!r.dns) return "";
+  constexpr size_t kShown = 4;
+  std::string out;
+  size_t shown = 0;
+  for (const auto& [name, why] : r.dns->refused_why) {
+    if (shown++ == kShown) {
+      out += "agentcage: dns: ... and " + std::to_string(r.dns->refused_why.size() - kShown) +
+             " more (the result's denials.dns.why)\n";
+      break;
+    }
+    out += "agentcage: dns: " + escape(name, 160) + " was refused, " + escape(why, 200) +
+           "; allow it by an exact rule if you mean to\n";
+  }
+  return out;
+}
+
+}  // namespace
+
 std::string denial_summary(const RunResult& r) {
   const bpf::ScopeReport report = r.report.value_or(bpf::ScopeReport{});
   const SyscallReport calls = r.syscalls.value_or(SyscallReport{});
   const uint64_t total = report.denied_total() + calls.total;
-  if (total == 0) return "";
+  if (total == 0) return vetoed_names(r);
   // Long enough for a real path, short enough that a flood stays one line.
   constexpr size_t kTargetMax = 160;
   std::string line =
@@ -195,7 +219,7 @@ std::string denial_summary(const RunResult& r) {
   }
   if (report.records_taken > report.records.size() || calls.records_taken > calls.records.size())
     line += ", ...";
-  return line + "\n";
+  return line + "\n" + vetoed_names(r);
 }
 
 control::RunEnd run_end_notice(const RunResult& res) {
