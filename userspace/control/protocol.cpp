@@ -19,13 +19,6 @@ Error bad_policy_name() {
   return bad("\"policy\" must be a policy name (" + std::string(policy::kPolicyNameRule) + ")");
 }
 
-bool valid_run_id(const std::string& s) {
-  if (s.size() != 16) return false;
-  for (char c : s)
-    if (!((c >= '0' && c <= '9') || (c >= 'a' && c <= 'f'))) return false;
-  return true;
-}
-
 bool valid_path_text(const std::string& s, bool absolute) {
   if (s.empty() || s.size() >= 4096 || s.find('\0') != std::string::npos) return false;
   return !absolute || s.front() == '/';
@@ -394,6 +387,13 @@ json to_json(const Request& r) {
       break;
   }
   return j;
+}
+
+bool valid_run_id(std::string_view s) {
+  if (s.size() != 16) return false;
+  for (char c : s)
+    if (!((c >= '0' && c <= '9') || (c >= 'a' && c <= 'f'))) return false;
+  return true;
 }
 
 }  // namespace agentcage::control

@@ -22,6 +22,10 @@
 
 namespace agentcage::control {
 
+// A run's id: 16 lowercase hex digits, as run/options.h formats them (in
+// requests, run records and the uid leases that name them).
+bool valid_run_id(std::string_view s);
+
 // The protocol's version: a client says which it speaks in "hello", the
 // daemon answers with its own. Changes that old clients could misread bump
 // it; new optional fields do not.

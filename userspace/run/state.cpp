@@ -14,20 +14,13 @@
 #include <filesystem>
 #include <fstream>
 
+#include "control/protocol.h"
 #include "util/file.h"
 
 namespace agentcage::run {
 namespace fs = std::filesystem;
 
 namespace {
-
-// A run id as a file name under runs/: nothing that leaves the directory.
-bool valid_run_id(const std::string& s) {
-  if (s.empty() || s.size() > 32) return false;
-  for (char c : s)
-    if (!((c >= '0' && c <= '9') || (c >= 'a' && c <= 'z') || c == '-')) return false;
-  return true;
-}
 
 // Opens (creating) `path` and takes an exclusive flock without waiting.
 // Returns an invalid fd when someone else holds it.
@@ -182,7 +175,7 @@ Result<UidLease> UidLease::acquire(const std::string& state_dir, uid_t base, uin
   if (Status st = make_private_dir(state_dir, 0755); !st) return st.error().wrap("run state");
   const std::string dir = state_dir + "/uids";
   if (Status st = make_private_dir(dir, 0700); !st) return st.error().wrap("run state");
-  if (!valid_run_id(run_id))
+  if (!control::valid_run_id(run_id))
     return Error{"run state: a dynamic uid for the malformed run id " + run_id, EINVAL};
   const std::string runs = state_dir + "/runs/";
   // Bounded probing: the chance that 256 probes all hit uids in use is nil
@@ -203,7 +196,7 @@ Result<UidLease> UidLease::acquire(const std::string& state_dir, uid_t base, uin
     const std::string holder(last, static_cast<size_t>(n));
     if (!holder.empty()) {
       struct stat st {};
-      if (!valid_run_id(holder) || ::lstat((runs + holder + ".lock").c_str(), &st) == 0 ||
+      if (!control::valid_run_id(holder) || ::lstat((runs + holder + ".lock").c_str(), &st) == 0 ||
           ::lstat((runs + holder + ".json").c_str(), &st) == 0) {
         ++unreaped;
         continue;
