@@ -47,7 +47,7 @@ void state(std::string_view text) {
   check(s->bundle.is_absolute());
   check(s->pid >= 0);
   (void)oci::check_container_id(s->id);
-  (void)oci::is_sandbox_container(s->annotations);
+  (void)oci::is_sandbox_container(s->annotations, s->id);
 }
 
 void bundle(std::string_view text) {

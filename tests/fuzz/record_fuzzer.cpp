@@ -112,7 +112,8 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   report.denied[ev.hook % AC_HOOK_COUNT] = 1 + (ev.pid & 0xff);
   report.audited[ev.reason % AC_HOOK_COUNT] = ev.tid & 0xff;
   report.records_taken = ev.uid;
-  for (size_t i = 0; i < 1 + (ev.decision % AC_REPORT_RECORDS); ++i) report.records.push_back(ev);
+  for (size_t i = 0; i < 1 + static_cast<size_t>(ev.decision % AC_REPORT_RECORDS); ++i)
+    report.records.push_back(ev);
   res.report = report;
   nlohmann::json doc = check_json(run::result_text(res));
   check(doc["denials"]["records"].is_array() && doc["denials"]["records"].size() == report.records.size());
