@@ -202,6 +202,29 @@ inline int wait_exit(pid_t pid) {
   return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
 }
 
+// What docs/schema/SCHEMA.schema.json finds wrong with the JSON document in
+// `file` (tests/scripts/schemas.py, run by python3): empty when it is valid.
+// The checker's output goes to `file` + ".schema-check".
+inline std::string schema_errors(const std::string& schema, const std::filesystem::path& file) {
+  const std::string check =
+      "import json, sys; sys.path.insert(0, sys.argv[1]); import schemas; "
+      "e = schemas.errors(sys.argv[2], json.load(open(sys.argv[3]))); print(e); sys.exit(1 if e else 0)";
+  std::filesystem::path out = file;
+  out += ".schema-check";
+  std::error_code ec;
+  std::filesystem::remove(out, ec);
+  const int rc =
+      wait_exit(spawn({"/usr/bin/python3", "-c", check, std::string(AGENTCAGE_SOURCE_DIR) + "/tests/scripts",
+                       schema, file.string()},
+                      out)
+                    .pid);
+  if (rc == 0) return "";
+  std::ifstream in(out);
+  std::ostringstream text;
+  text << in.rdbuf();
+  return "exit " + std::to_string(rc) + ": " + text.str();
+}
+
 inline Result<nlohmann::json> control(const nlohmann::json& req) {
   return control::call(kSocket, req, 10000);
 }

@@ -26,34 +26,55 @@ std::string key_bytes(const ac_pin_key& k) {
   return std::string(reinterpret_cast<const char*>(&k), sizeof k);
 }
 
-// Addresses an answer never pins: they are not a remote host's. This host
-// itself (unspecified, loopback: 0.0.0.0 is what filtering resolvers answer
-// for a blocked name, and a connect to it reaches the host), link-local
-// (cloud metadata services at 169.254.169.254), the cloud metadata services
-// elsewhere (Alibaba's 100.100.100.200, Azure's WireServer 168.63.129.16,
-// AWS's IPv6 fd00:ec2::/64: the instance metadata at ::254, EKS Pod
-// Identity's credentials at ::23, its DNS and NTP), multicast and broadcast,
-// and an IPv4 address dressed as IPv6 in an AAAA record.
+// IPv4 addresses an answer never pins: they are not a remote host's. This
+// host itself (0.0.0.0/8: 0.0.0.0 is what filtering resolvers answer for a
+// blocked name, and a connect to it reaches the host; 127.0.0.0/8),
+// link-local (cloud metadata services at 169.254.169.254), the cloud metadata
+// services elsewhere (Alibaba's 100.100.100.200, Azure's WireServer
+// 168.63.129.16), multicast and broadcast.
+bool never_pinned_v4(uint8_t a, uint8_t b, uint8_t c, uint8_t d) {
+  const auto is = [&](uint8_t w, uint8_t x, uint8_t y, uint8_t z) {
+    return a == w && b == x && c == y && d == z;
+  };
+  return a == 0 || a == 127 || (a == 169 && b == 254) || a >= 224 || is(100, 100, 100, 200) ||
+         is(168, 63, 129, 16);
+}
+
+// An IPv6 address that carries an IPv4 one to an IPv4 host is judged as that
+// IPv4 address: a NAT64 gateway on the host's network (DNS64 networks, AWS's
+// IPv6-only subnets) turns 64:ff9b::a9fe:a9fe into 169.254.169.254. Checked:
+// the well-known prefix 64:ff9b::/96 (RFC 6052), each place RFC 6052 puts
+// the IPv4 address under the local-use 64:ff9b:1::/48 (RFC 8215: prefixes
+// of 48, 56, 64 and 96 bits). A NAT64 prefix of the network's own choosing
+// cannot be told from any other address (docs/policy.md).
+bool carries_never_pinned_v4(const std::array<uint8_t, 16>& b) {
+  const auto v4 = [&](int i, int j, int k, int l) { return never_pinned_v4(b[i], b[j], b[k], b[l]); };
+  static constexpr std::array<uint8_t, 12> kWellKnown{0, 0x64, 0xff, 0x9b, 0, 0, 0, 0, 0, 0, 0, 0};
+  if (std::equal(kWellKnown.begin(), kWellKnown.end(), b.begin())) return v4(12, 13, 14, 15);
+  static constexpr std::array<uint8_t, 6> kLocalUse{0, 0x64, 0xff, 0x9b, 0, 1};
+  if (!std::equal(kLocalUse.begin(), kLocalUse.end(), b.begin())) return false;
+  return v4(6, 7, 9, 10) || v4(7, 9, 10, 11) || v4(9, 10, 11, 12) || v4(12, 13, 14, 15);
+}
+
+// Addresses an answer never pins: the IPv4 ones above, as themselves or
+// carried in IPv6 (above); IPv6's own unspecified, loopback, link-local and
+// multicast addresses; all of ::/96 (::, ::1 and the deprecated
+// IPv4-compatible addresses, which a host may tunnel to the IPv4 address
+// they carry); AWS's fd00:ec2::/64 (the instance metadata at ::254,
+// EKS Pod Identity's credentials at ::23, its DNS and NTP); and an IPv4
+// address dressed as IPv6 (::ffff:0:0/96) in an AAAA record.
 bool never_pinned(const dns::Address& a) {
   const auto& b = a.addr;
   const bool mapped = std::all_of(b.begin(), b.begin() + 10, [](uint8_t x) { return x == 0; }) &&
                       b[10] == 0xff && b[11] == 0xff;
-  if (a.family == AF_INET) {
-    if (!mapped) return true;
-    const uint8_t first = b[12];
-    const auto is = [&](uint8_t x, uint8_t y, uint8_t z, uint8_t w) {
-      return b[12] == x && b[13] == y && b[14] == z && b[15] == w;
-    };
-    return first == 0 || first == 127 || (first == 169 && b[13] == 254) || first >= 224 ||
-           is(100, 100, 100, 200) || is(168, 63, 129, 16);
-  }
+  if (a.family == AF_INET) return !mapped || never_pinned_v4(b[12], b[13], b[14], b[15]);
   if (mapped) return true;
   static constexpr std::array<uint8_t, 8> kAwsLocal6{0xfd, 0x00, 0x0e, 0xc2, 0, 0, 0, 0};  // fd00:ec2::/64
   if (std::equal(kAwsLocal6.begin(), kAwsLocal6.end(), b.begin())) return true;
-  const bool zero_but_last = std::all_of(b.begin(), b.begin() + 15, [](uint8_t x) { return x == 0; });
-  return (zero_but_last && (b[15] == 0 || b[15] == 1)) ||  // :: and ::1
-         (b[0] == 0xfe && (b[1] & 0xc0) == 0x80) ||        // fe80::/10
-         b[0] == 0xff;                                     // ff00::/8
+  const bool compatible = std::all_of(b.begin(), b.begin() + 12, [](uint8_t x) { return x == 0; });
+  return compatible || carries_never_pinned_v4(b) ||  // ::/96; NAT64
+         (b[0] == 0xfe && (b[1] & 0xc0) == 0x80) ||   // fe80::/10
+         b[0] == 0xff;                                // ff00::/8
 }
 
 }  // namespace
