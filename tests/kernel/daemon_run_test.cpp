@@ -7,6 +7,7 @@
 // enforces (the VM: tests/vm/run --kernel 6.1|6.12).
 #include <fcntl.h>
 #include <grp.h>
+#include <netinet/in.h>
 #include <signal.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
@@ -570,6 +571,99 @@ TEST_F(DaemonRun, MalformedAndOversizedRunRequestsGetAnErrorAndChangeNothing) {
   EXPECT_EQ(wait_exit(child), 0);
   EXPECT_TRUE(run_cgroups().empty());
   EXPECT_EQ(status()["daemon"]["runs_active"], 0);
+}
+
+// A descriptor whose close waits as long as its sender likes: a TCP socket
+// with SO_LINGER whose unsent data its peer never takes. A member sends one
+// with a request the daemon refuses (descriptors with a status request; a run
+// of a policy that does not exist) and drops its own copy, so that the
+// daemon's close is the last. The daemon closes such descriptors off its
+// loop (daemon/closer.h): root's status is answered at once, the daemon lets
+// go of both sockets (the linger wait is interrupted), and a member's run
+// goes on as before. Without that, the loop waited in close() for the
+// linger's hour, and every client, root's too, with it.
+TEST_F(DaemonRun, ADescriptorWhoseCloseWaitsDoesNotStallTheDaemon) {
+  start();
+  const auto fd_count = [pid = daemon_.pid] {
+    size_t n = 0;
+    std::error_code ec;
+    for (auto it = fs::directory_iterator("/proc/" + std::to_string(pid) + "/fd", ec);
+         !ec && it != fs::end(it); it.increment(ec))
+      ++n;
+    return n;
+  };
+  const size_t before = fd_count();
+  int said[2], go[2];
+  ASSERT_EQ(::pipe2(said, O_CLOEXEC), 0);
+  ASSERT_EQ(::pipe2(go, O_CLOEXEC), 0);
+  pid_t child = ::fork();
+  if (child == 0) {
+    ::close(said[0]);
+    ::close(go[1]);
+    become_client(true)();
+    // A listener that never accepts: the connections wait in its backlog,
+    // their receive buffers full.
+    const int listener = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    sockaddr_in a{};
+    a.sin_family = AF_INET;
+    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    socklen_t alen = sizeof a;
+    if (::bind(listener, reinterpret_cast<sockaddr*>(&a), sizeof a) != 0 || ::listen(listener, 8) != 0 ||
+        ::getsockname(listener, reinterpret_cast<sockaddr*>(&a), &alen) != 0)
+      ::_exit(90);
+    const auto lingering = [&a]() -> int {
+      const int s = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+      if (::connect(s, reinterpret_cast<sockaddr*>(&a), sizeof a) != 0) ::_exit(91);
+      const linger l{1, 3600};
+      ::setsockopt(s, SOL_SOCKET, SO_LINGER, &l, sizeof l);
+      ::fcntl(s, F_SETFL, O_NONBLOCK);
+      static char junk[65536];
+      while (::send(s, junk, sizeof junk, MSG_NOSIGNAL) > 0) {
+      }
+      return s;
+    };
+    auto ask = [](const std::string& line, int sock, int count) -> std::string {
+      auto fd = control::connect_control(kSocket, 5000);
+      if (!fd) return "no connection";
+      const int fds[3] = {sock, sock, sock};
+      if (send_with_fds(fd->get(), line.data(), line.size(), fds, static_cast<size_t>(count)) < 0)
+        return "send failed";
+      ::close(sock);  // the daemon's copy is the last
+      std::string buf;
+      auto l = control::read_line(fd->get(), buf, 10000);
+      return l ? *l : "no answer";
+    };
+    std::string answers =
+        ask("{\"op\":\"status\"}\n", lingering(), 1) + "\n" +
+        ask("{\"op\":\"run\",\"policy\":\"nosuchpolicy\",\"argv\":[\"true\"]}\n", lingering(), 3);
+    (void)!::write(said[1], answers.data(), answers.size());
+    ::close(said[1]);
+    char byte;
+    (void)!::read(go[0], &byte, 1);  // the listener stays until the parent is done
+    ::_exit(0);
+  }
+  ::close(said[1]);
+  ::close(go[0]);
+  std::string answers;
+  char buf[1024];
+  for (ssize_t n; (n = ::read(said[0], buf, sizeof buf)) > 0;) answers.append(buf, static_cast<size_t>(n));
+  ::close(said[0]);
+  EXPECT_NE(answers.find("descriptors go only with a run request"), std::string::npos) << answers;
+  EXPECT_NE(answers.find("no policy named 'nosuchpolicy'"), std::string::npos) << answers;
+  // Root is answered at once.
+  const auto asked = std::chrono::steady_clock::now();
+  const json st = status();
+  const auto took = std::chrono::steady_clock::now() - asked;
+  EXPECT_TRUE(named_slot(st, "drun").has_value()) << log();
+  EXPECT_LT(took, 3s) << "the daemon's loop was held";
+  // Both sockets are let go of: no descriptor is kept waiting.
+  EXPECT_TRUE(wait_until([&] { return fd_count() <= before; }, 10s))
+      << fd_count() << " descriptors, " << before << " before";
+  // A member's run goes on as before.
+  Proc after = client_run("after-linger", {}, {"cat", "/etc/hostname"});
+  EXPECT_EQ(wait_exit(after.pid), 0) << out("after-linger");
+  ::close(go[1]);
+  EXPECT_EQ(wait_exit(child), 0);
 }
 
 TEST_F(DaemonRun, ADaemonStopEndsRunsInFlightAndTheClientIsTold) {

@@ -45,8 +45,15 @@ Result<std::optional<gid_t>> control_gid(const std::optional<std::string>& group
 
 }  // namespace
 
-ControlServer::ControlServer(ControlOptions options, EventLoop& loop, ControlHandler& handler)
-    : opt_(std::move(options)), loop_(loop), handler_(handler) {}
+ControlServer::ControlServer(ControlOptions options, EventLoop& loop, ControlHandler& handler, Closer& closer)
+    : opt_(std::move(options)), loop_(loop), handler_(handler), closer_(closer) {}
+
+ControlServer::~ControlServer() {
+  for (auto& [fd, c] : clients_) {
+    closer_.close(std::move(c.fd));
+    closer_.close(c.fds);
+  }
+}
 
 Status ControlServer::listen() {
   const std::string& path = opt_.path;
@@ -131,12 +138,17 @@ void ControlServer::accept_clients() {
     if (!fd) return;
     ucred cred{};
     socklen_t len = sizeof cred;
-    if (::getsockopt(fd.get(), SOL_SOCKET, SO_PEERCRED, &cred, &len) != 0) continue;
+    if (::getsockopt(fd.get(), SOL_SOCKET, SO_PEERCRED, &cred, &len) != 0) {
+      closer_.close(std::move(fd));
+      continue;
+    }
     bool root = cred.uid == 0;
     bool member = root || in_group(fd.get(), cred.gid, gid_);
+    // What the peer queued before it was refused may hold descriptors.
     auto refuse = [&](const std::string& why) {
       std::string msg = json{{"ok", false}, {"error", why}}.dump() + "\n";
       (void)!::send(fd.get(), msg.data(), msg.size(), MSG_NOSIGNAL | MSG_DONTWAIT);
+      closer_.close(std::move(fd));
     };
     if (!member) {
       log::warn("control socket: refused uid " + std::to_string(cred.uid) + " (pid " + std::to_string(cred.pid) +
@@ -220,6 +232,8 @@ void ControlServer::close(int fd) {
   const bool running = it->second.running;
   const uint64_t id = it->second.peer.id;
   loop_.remove(fd);
+  closer_.close(std::move(it->second.fd));
+  closer_.close(it->second.fds);
   clients_.erase(it);
   if (running) handler_.client_gone(id);
 }
@@ -255,7 +269,7 @@ void ControlServer::on_client(int fd, uint32_t events) {
         break;
       }
       if (c.fds.size() > control::kRunDescriptors || (flags & MSG_CTRUNC)) {
-        c.fds.clear();
+        closer_.close(c.fds);
         respond(c, {{"ok", false},
                     {"error", "request: at most " + std::to_string(control::kRunDescriptors) +
                                   " descriptors (stdin, stdout, stderr), sent with a run request"}});
@@ -263,7 +277,7 @@ void ControlServer::on_client(int fd, uint32_t events) {
       }
       // Nothing more is read from a stream or during a run (but its end).
       if (c.streaming || c.close_after_flush || c.running) {
-        c.fds.clear();
+        closer_.close(c.fds);
         continue;
       }
       c.in.append(buf, static_cast<size_t>(n));
@@ -307,7 +321,7 @@ void ControlServer::handle_line(Client& c, const std::string& line) {
   }
   if (req->op == Op::run) {
     if (c.fds.size() != control::kRunDescriptors) {
-      c.fds.clear();
+      closer_.close(c.fds);
       respond(
           c, {{"ok", false},
               {"error", "request: a run request carries exactly " + std::to_string(control::kRunDescriptors) +
@@ -316,8 +330,8 @@ void ControlServer::handle_line(Client& c, const std::string& line) {
       c.close_after_flush = true;
       return;
     }
-    std::optional<json> refused = handler_.start_run(*req, c.peer, std::move(c.fds));
-    c.fds.clear();
+    std::optional<json> refused = handler_.start_run(*req, c.peer, c.fds);
+    closer_.close(c.fds);  // the daemon's copies: the runner has its own
     if (refused) {
       respond(c, *refused);
       c.close_after_flush = true;
@@ -328,7 +342,7 @@ void ControlServer::handle_line(Client& c, const std::string& line) {
     return;
   }
   if (!c.fds.empty()) {
-    c.fds.clear();
+    closer_.close(c.fds);
     respond(c, {{"ok", false}, {"error", "request: descriptors go only with a run request"}});
     c.close_after_flush = true;
     return;

@@ -21,6 +21,7 @@
 #include <nlohmann/json.hpp>
 
 #include "control/protocol.h"
+#include "daemon/closer.h"
 #include "daemon/loop.h"
 #include "util/result.h"
 #include "util/unique_fd.h"
@@ -44,8 +45,10 @@ class ControlHandler {
   virtual nlohmann::json handle(const control::Request& request, const Peer& peer) = 0;
   // A run with the client's stdin, stdout and stderr: a refusal now, or
   // nullopt when it started (the answer comes with ControlServer::finish_run).
+  // It moves out of `stdio` what it keeps; the caller has the rest closed
+  // off the loop (daemon/closer.h).
   virtual std::optional<nlohmann::json> start_run(const control::Request& request, const Peer& peer,
-                                                  std::vector<UniqueFd> stdio) = 0;
+                                                  std::vector<UniqueFd>& stdio) = 0;
   // The client of a started run closed its connection or died.
   virtual void client_gone(uint64_t id) = 0;
   // The ring of recent audit lines, for the events op.
@@ -70,7 +73,12 @@ inline constexpr int kIdleClientSeconds = 30;
 
 class ControlServer {
  public:
-  ControlServer(ControlOptions options, EventLoop& loop, ControlHandler& handler);
+  // Connections and the descriptors clients send are closed by `closer`
+  // (daemon/closer.h), never by the loop.
+  ControlServer(ControlOptions options, EventLoop& loop, ControlHandler& handler, Closer& closer);
+  ~ControlServer();
+  ControlServer(const ControlServer&) = delete;
+  ControlServer& operator=(const ControlServer&) = delete;
 
   // Binds and listens (replacing a socket a dead daemon left), and registers
   // with the loop.
@@ -122,6 +130,7 @@ class ControlServer {
   ControlOptions opt_;
   EventLoop& loop_;
   ControlHandler& handler_;
+  Closer& closer_;
   UniqueFd listen_fd_;
   std::optional<gid_t> gid_;
   std::map<int, Client> clients_;

@@ -100,10 +100,10 @@ class Daemon final : private PolicyDirListener, private ControlHandler {
         watch_(cfg_.policy_dir),
         server_({cfg_.control_socket, cfg_.control_group, cfg_.max_clients, cfg_.max_clients_per_uid,
                  cfg_.client_buffer_bytes},
-                loop_, *this),
+                loop_, *this, closer_),
         runner_(
             cfg_, loop_, [this](uint64_t client, const json& reply) { server_.finish_run(client, reply); },
-            [this](const Request& notice) { note_run(notice); }, forker) {
+            [this](const Request& notice) { note_run(notice); }, closer_, forker) {
     // A runner that left something of its run: reaped at once, not at the next minute.
     runner_.on_left_behind([this] {
       if (enf_) reap_stale_runs();
@@ -139,10 +139,10 @@ class Daemon final : private PolicyDirListener, private ControlHandler {
 
   // ControlHandler
   json handle(const Request& req, const Peer& peer) override;
-  std::optional<json> start_run(const Request& req, const Peer& peer, std::vector<UniqueFd> stdio) override {
+  std::optional<json> start_run(const Request& req, const Peer& peer, std::vector<UniqueFd>& stdio) override {
     if (!enf_)
       return json{{"ok", false}, {"error", "cannot enforce: " + enforcer_error_}, {"exit_code", 125}};
-    return runner_.start(req, peer, std::move(stdio), dir_.limits(req.policy));
+    return runner_.start(req, peer, stdio, dir_.limits(req.policy));
   }
   void client_gone(uint64_t id) override { runner_.client_gone(id); }
   const std::deque<std::string>& recent_events() override { return sink_.recent(); }
@@ -181,6 +181,8 @@ class Daemon final : private PolicyDirListener, private ControlHandler {
   Bindings bindings_;
   PolicyWatch watch_;
   bool watch_registered_ = false;
+  // Closes what clients sent, off the loop; outlives the two below.
+  Closer closer_;
   ControlServer server_;
   RunService runner_;
   uint64_t ticks_ = 0;

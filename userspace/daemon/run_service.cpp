@@ -71,8 +71,8 @@ Status cap_one(const char* name, const char* key, std::optional<T> effective, co
 // descriptions it may use that way: the runner (root) reopens a regular
 // file stdin read-only (run/stdio.h), which must grant nothing the client's
 // own description does not. So no O_PATH descriptor (no read right at all),
-// stdin readable, stdout and stderr writable, and nothing of procfs or
-// sysfs (files whose open checks the opener, root here).
+// stdin readable, stdout and stderr writable, nothing of procfs or sysfs
+// (files whose open checks the opener, root here), and no FUSE file.
 std::string stdio_refusal(const std::vector<UniqueFd>& stdio) {
   static const char* const kNames[] = {"stdin", "stdout", "stderr"};
   for (size_t i = 0; i < stdio.size() && i < 3; ++i) {
@@ -91,6 +91,12 @@ std::string stdio_refusal(const std::vector<UniqueFd>& stdio) {
     if (fs.f_type == PROC_SUPER_MAGIC || fs.f_type == SYSFS_MAGIC)
       return "the descriptor passed as " + name +
              " is a file of /proc or /sys: pass a file, pipe or terminal";
+    // Each close of a FUSE file waits for its server's answer to FLUSH,
+    // in any process: the fork server's would hold every run's start.
+    if (fs.f_type == FUSE_SUPER_MAGIC)
+      return "the descriptor passed as " + name +
+             " is a file of a FUSE file system, whose server decides how long closing it takes: pass a pipe, "
+             "or a file of another file system";
   }
   return "";
 }
@@ -163,8 +169,14 @@ Result<control::RunLimits> capped_limits(const policy::Limits& policy_limits, co
   return out;
 }
 
-RunService::RunService(const Config& cfg, EventLoop& loop, Finish finish, Notice notice, RunForker* forker)
-    : cfg_(cfg), loop_(loop), finish_(std::move(finish)), notice_(std::move(notice)), forker_(forker) {}
+RunService::RunService(const Config& cfg, EventLoop& loop, Finish finish, Notice notice, Closer& closer,
+                       RunForker* forker)
+    : cfg_(cfg),
+      loop_(loop),
+      finish_(std::move(finish)),
+      notice_(std::move(notice)),
+      closer_(closer),
+      forker_(forker) {}
 
 size_t RunService::active() const { return runs_.size(); }
 
@@ -185,6 +197,7 @@ std::optional<std::string> RunService::over_cap(uid_t uid, bool count_removing) 
 }
 
 RunService::~RunService() {
+  for (Parked& p : parked_) closer_.close(p.stdio);
   for (auto& [fd, r] : runs_) {
     ::kill(r.pid, SIGKILL);
     siginfo_t info{};
@@ -193,7 +206,7 @@ RunService::~RunService() {
 }
 
 std::optional<json> RunService::start(const control::Request& req, const Peer& peer,
-                                      std::vector<UniqueFd> stdio,
+                                      std::vector<UniqueFd>& stdio,
                                       const std::optional<policy::Limits>& limits) {
   if (!limits)
     return refusal("no policy named '" + req.policy + "' is loaded by the daemon (policy dir " +
@@ -207,7 +220,7 @@ std::optional<json> RunService::start(const control::Request& req, const Peer& p
     }
     return refusal(*why);
   }
-  return launch(req, peer, std::move(stdio), *limits);
+  return launch(req, peer, stdio, *limits);
 }
 
 void RunService::retry_parked() {
@@ -215,12 +228,13 @@ void RunService::retry_parked() {
   waiting.swap(parked_);
   for (Parked& p : waiting) {
     const uint64_t client = p.peer.id;
-    if (auto reply = start(p.request, p.peer, std::move(p.stdio), p.limits)) finish_(client, *reply);
+    if (auto reply = start(p.request, p.peer, p.stdio, p.limits)) finish_(client, *reply);
+    closer_.close(p.stdio);
   }
 }
 
 std::optional<json> RunService::launch(const control::Request& req, const Peer& peer,
-                                       std::vector<UniqueFd> stdio, const policy::Limits& limits) {
+                                       const std::vector<UniqueFd>& stdio, const policy::Limits& limits) {
   auto capped = capped_limits(limits, req.limits, cfg_.run_caps);
   if (!capped) return refusal(capped.error().message);
   if (std::string why = stdio_refusal(stdio); !why.empty()) return refusal(why);
@@ -453,8 +467,14 @@ void RunService::reaped(int key) {
 }
 
 void RunService::client_gone(uint64_t client) {
-  for (auto it = parked_.begin(); it != parked_.end();)
-    it = it->peer.id == client ? parked_.erase(it) : std::next(it);
+  for (auto it = parked_.begin(); it != parked_.end();) {
+    if (it->peer.id != client) {
+      ++it;
+      continue;
+    }
+    closer_.close(it->stdio);
+    it = parked_.erase(it);
+  }
   for (auto& [fd, r] : runs_)
     if (r.client == client && !r.abandoned && !r.answered) {
       r.abandoned = true;
@@ -477,8 +497,10 @@ void RunService::tick() {
 }
 
 void RunService::stop_all(int grace_ms) {
-  for (Parked& p : parked_)
+  for (Parked& p : parked_) {
     finish_(p.peer.id, refusal("the daemon is stopping: the run was not started"));
+    closer_.close(p.stdio);
+  }
   parked_.clear();
   if (runs_.empty()) return;
   log::info("stopping: ending " + std::to_string(runs_.size()) + " run(s) in flight");

@@ -41,6 +41,7 @@
 #include <nlohmann/json.hpp>
 
 #include "control/protocol.h"
+#include "daemon/closer.h"
 #include "daemon/config.h"
 #include "daemon/control_server.h"
 #include "daemon/loop.h"
@@ -68,15 +69,19 @@ class RunService {
   using Notice = std::function<void(const control::Request& notice)>;
 
   // Runners come from `forker` while it runs (no exec), else by fork + exec.
-  RunService(const Config& cfg, EventLoop& loop, Finish finish, Notice notice, RunForker* forker = nullptr);
+  // The descriptors of requests it holds (parked) are closed by `closer`.
+  RunService(const Config& cfg, EventLoop& loop, Finish finish, Notice notice, Closer& closer,
+             RunForker* forker = nullptr);
   ~RunService();
   RunService(const RunService&) = delete;
   RunService& operator=(const RunService&) = delete;
 
   // Starts the run, or the refusal (with "exit_code": 125). `limits` are
-  // the policy's (nullopt: no policy of that name enforces now).
+  // the policy's (nullopt: no policy of that name enforces now). What it
+  // keeps of `stdio` (a parked request's) it moves out; the caller closes
+  // the rest (the runner has its own copies).
   std::optional<nlohmann::json> start(const control::Request& request, const Peer& peer,
-                                      std::vector<UniqueFd> stdio,
+                                      std::vector<UniqueFd>& stdio,
                                       const std::optional<policy::Limits>& limits);
   // The client hung up: its run ends (its answer goes nowhere). Its runner
   // gets SIGTERM, and SIGKILL kAbandonedGrace later if it is still there
@@ -133,7 +138,7 @@ class RunService {
   // still removing what is left or not.
   std::optional<std::string> over_cap(uid_t uid, bool count_removing) const;
   std::optional<nlohmann::json> launch(const control::Request& request, const Peer& peer,
-                                       std::vector<UniqueFd> stdio, const policy::Limits& limits);
+                                       const std::vector<UniqueFd>& stdio, const policy::Limits& limits);
   void retry_parked();
   void read_result(Running& r);
   void read_notices(Running& r);
@@ -145,6 +150,7 @@ class RunService {
   Finish finish_;
   Notice notice_;
   std::vector<char> notice_buf_;  // one notice at a time, reused
+  Closer& closer_;
   RunForker* forker_;
   std::function<void()> left_behind_;
   std::map<int, Running> runs_;  // by pidfd

@@ -85,7 +85,7 @@ ssize_t send_with_fds(int sock, const void* data, size_t size, const int* fds, s
 ssize_t recv_with_fds(int sock, void* buf, size_t size, std::vector<UniqueFd>& fds, int* msg_flags,
                       bool nonblock) {
   iovec iov{buf, size};
-  alignas(cmsghdr) char control[CMSG_SPACE(sizeof(int) * kMaxPassedFds)] = {};
+  alignas(cmsghdr) char control[CMSG_SPACE(sizeof(int) * kMaxReceivedFds)] = {};
   msghdr msg{};
   msg.msg_iov = &iov;
   msg.msg_iovlen = 1;

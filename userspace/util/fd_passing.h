@@ -25,9 +25,13 @@ ssize_t recv_with_fd(int sock, void* buf, size_t size, UniqueFd& fd, int* msg_fl
 // Up to kMaxPassedFds descriptors with one message.
 inline constexpr size_t kMaxPassedFds = 8;
 ssize_t send_with_fds(int sock, const void* data, size_t size, const int* fds, size_t count);
+// The most descriptors the kernel passes with one message (SCM_MAX_FD).
+inline constexpr size_t kMaxReceivedFds = 253;
 // Receives up to `size` bytes and appends the descriptors sent with them to
-// `fds` (close-on-exec; at most kMaxPassedFds: MSG_CTRUNC in *msg_flags when
-// the kernel had to drop some, which it closes). MSG_DONTWAIT when `nonblock`.
+// `fds` (close-on-exec). There is room for kMaxReceivedFds, so the kernel
+// never has to drop (and close, in the receiver) descriptors a message
+// carried: the caller decides where each is closed. *msg_flags gets the
+// message's flags. MSG_DONTWAIT when `nonblock`.
 ssize_t recv_with_fds(int sock, void* buf, size_t size, std::vector<UniqueFd>& fds, int* msg_flags,
                       bool nonblock);
 
