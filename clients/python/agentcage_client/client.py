@@ -25,6 +25,7 @@ import os
 import selectors
 import shutil
 import socket
+import stat
 import tempfile
 from dataclasses import dataclass, field
 from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple, Union
@@ -173,6 +174,43 @@ def _digests(root: str) -> Dict[str, str]:
     return out
 
 
+def _write_under(root: str, rel: str, data: bytes) -> None:
+    """Writes ROOT/REL as a new regular file, never through a symbolic link.
+
+    A workspace used again holds what the last run left there, links among
+    them: a link at REL or at a directory on the way to it (`main.py` ->
+    ~/.bashrc, `sub` -> ~/.ssh) is replaced, not followed.
+    """
+    parts = rel.split(os.sep)
+    dfd = os.open(root, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+    try:
+        for part in parts[:-1]:
+            try:
+                if stat.S_ISLNK(os.stat(part, dir_fd=dfd, follow_symlinks=False).st_mode):
+                    os.unlink(part, dir_fd=dfd)
+            except FileNotFoundError:
+                pass
+            try:
+                os.mkdir(part, 0o777, dir_fd=dfd)
+            except FileExistsError:
+                pass
+            sub = os.open(part, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC, dir_fd=dfd)
+            os.close(dfd)
+            dfd = sub
+        name = parts[-1]
+        try:
+            if not stat.S_ISREG(os.stat(name, dir_fd=dfd, follow_symlinks=False).st_mode):
+                os.unlink(name, dir_fd=dfd)  # a directory there is an error (IsADirectoryError)
+        except FileNotFoundError:
+            pass
+        fd = os.open(name, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW | os.O_CLOEXEC, 0o666,
+                     dir_fd=dfd)
+        with os.fdopen(fd, "wb") as f:
+            f.write(data)
+    finally:
+        os.close(dfd)
+
+
 class _Workspace:
     """The caller's directory the run's workspace is copied from and back to."""
 
@@ -189,11 +227,7 @@ class _Workspace:
         # The daemon opens it by a path without symbolic links.
         self.path = os.path.realpath(workspace)
         for name, content in (files or {}).items():
-            rel = _safe_relative(name)
-            dest = os.path.join(self.path, rel)
-            os.makedirs(os.path.dirname(dest), exist_ok=True)
-            with open(dest, "wb") as f:
-                f.write(content.encode() if isinstance(content, str) else content)
+            _write_under(self.path, _safe_relative(name), content.encode() if isinstance(content, str) else content)
         self.before = _digests(self.path)
 
     def artifacts(self) -> Dict[str, bytes]:

@@ -7,6 +7,7 @@ end the run). The real daemon is tested in the VM: test_daemon.py."""
 import asyncio
 import json
 import os
+import shutil
 import socket
 import sys
 import tempfile
@@ -170,6 +171,32 @@ class RunTest(unittest.TestCase):
         r = Client(self.daemon.path, max_output=1000).run(["true"], policy="p")
         self.assertEqual(len(r.stdout), 1000)
         self.assertTrue(r.output_truncated)
+
+    def test_files_are_not_written_through_links_a_run_left(self):
+        # A run left main.py -> a file of the caller's and sub -> a directory
+        # of the caller's in the workspace; the next run's files replace the
+        # links and leave their targets alone.
+        outside = tempfile.mkdtemp()
+        self.addCleanup(shutil.rmtree, outside, True)
+        victim = os.path.join(outside, "bashrc")
+        with open(victim, "w") as f:
+            f.write("mine")
+        os.mkdir(os.path.join(outside, "ssh"))
+        ws = os.path.join(outside, "ws")
+        os.mkdir(ws)
+        os.symlink(victim, os.path.join(ws, "main.py"))
+        os.symlink(os.path.join(outside, "ssh"), os.path.join(ws, "sub"))
+        client = self.start(lambda req, fds, conn: answer(conn, {"ok": True, "exit_code": 0,
+                                                                  "result": result_doc()}))
+        client.run(["true"], policy="p", workspace=ws, files={"main.py": "code", "sub/key": "k"})
+        with open(victim) as f:
+            self.assertEqual(f.read(), "mine")
+        self.assertEqual(os.listdir(os.path.join(outside, "ssh")), [])
+        self.assertFalse(os.path.islink(os.path.join(ws, "main.py")))
+        with open(os.path.join(ws, "main.py")) as f:
+            self.assertEqual(f.read(), "code")
+        with open(os.path.join(ws, "sub", "key")) as f:
+            self.assertEqual(f.read(), "k")
 
     def test_file_names_stay_inside_the_workspace(self):
         client = Client("/nonexistent.sock")
