@@ -127,7 +127,9 @@ class Dns : public ::testing::Test {
               "--host-record=nat64-loop.allowed.test,64:ff9b::7f00:1",
               "--host-record=local48-imds.allowed.test,64:ff9b:1:a9fe:a9:fe00::",
               "--host-record=compat.allowed.test,::c612:2",
-              "--host-record=nat64-api.allowed.test,64:ff9b::c612:2", static_cast<char*>(nullptr));
+              "--host-record=nat64-api.allowed.test,64:ff9b::c612:2",
+              "--host-record=local96-api.allowed.test,64:ff9b:1::c612:2",
+              "--host-record=local48-api.allowed.test,64:ff9b:1:c612:0:2::", static_cast<char*>(nullptr));
       ::_exit(127);
     }
     // Up when it answers on 127.0.0.1:53 (its log says so).
@@ -582,40 +584,44 @@ TEST_F(Dns, AnAnswerPointingAtACloudMetadataServiceIsNeverPinned) {
 // NAT64 gateway: 64:ff9b::a9fe:a9fe is the metadata service's
 // 169.254.169.254. Such an address is judged as the IPv4 address it carries
 // (well-known prefix, local-use /48, the deprecated IPv4-compatible ::/96):
-// not pinned, so its connect is denied. The same prefix carrying an
-// ordinary address (198.18.0.2) is pinned: its connect passes agentcage
-// and fails in the network (there is no NAT64 gateway here), not with EPERM.
+// not pinned, so its connect is denied. The same prefixes carrying an
+// ordinary address (198.18.0.2; under the local-use prefix at the places
+// of a /96 and a /48, where its bytes read elsewhere look like 0.x.x.x) are
+// pinned: their connects pass agentcage and fail in the network (there is
+// no NAT64 gateway here), not with EPERM.
 TEST_F(Dns, AnIpv6AnswerCarryingAMetadataAddressToANat64GatewayIsNeverPinned) {
   const std::string p = policy("dns-nat64", "      - {domain: \"*.allowed.test\", ports: [80]}\n");
-  Ran r = run(py(attempt_lib() +
-                 "def connect6(name):\n"
-                 "    try:\n"
-                 "        a = socket.getaddrinfo(name, 80, socket.AF_INET6, socket.SOCK_STREAM)[0][4]\n"
-                 "    except socket.gaierror as e:\n"
-                 "        out.append('gai%d' % e.errno); return\n"
-                 "    out.append(a[0])\n"
-                 "    s = socket.socket(socket.AF_INET6, socket.SOCK_STREAM)\n"
-                 "    s.settimeout(3)\n"
-                 "    try:\n"
-                 "        s.connect(a); out.append('connected')\n"
-                 "    except PermissionError:\n"
-                 "        out.append('denied')\n"
-                 "    except OSError:\n"
-                 "        out.append('passed')\n"
-                 "    s.close()\n"
-                 "for name in ('nat64-imds', 'nat64-loop', 'local48-imds', 'compat', 'nat64-api'):\n"
-                 "    connect6(name + '.allowed.test')\n"
-                 "print(' '.join(out))\n"),
-              with(p));
+  Ran r = run(
+      py(attempt_lib() +
+         "def connect6(name):\n"
+         "    try:\n"
+         "        a = socket.getaddrinfo(name, 80, socket.AF_INET6, socket.SOCK_STREAM)[0][4]\n"
+         "    except socket.gaierror as e:\n"
+         "        out.append('gai%d' % e.errno); return\n"
+         "    out.append(a[0])\n"
+         "    s = socket.socket(socket.AF_INET6, socket.SOCK_STREAM)\n"
+         "    s.settimeout(3)\n"
+         "    try:\n"
+         "        s.connect(a); out.append('connected')\n"
+         "    except PermissionError:\n"
+         "        out.append('denied')\n"
+         "    except OSError:\n"
+         "        out.append('passed')\n"
+         "    s.close()\n"
+         "for name in ('nat64-imds', 'nat64-loop', 'local48-imds', 'compat', 'nat64-api', 'local96-api',\n"
+         "             'local48-api'):\n"
+         "    connect6(name + '.allowed.test')\n"
+         "print(' '.join(out))\n"),
+      with(p));
   ASSERT_EQ(r.code, 0) << r.describe();
   EXPECT_EQ(
       r.out,
       "64:ff9b::a9fe:a9fe denied 64:ff9b::7f00:1 denied 64:ff9b:1:a9fe:a9:fe00:: denied ::198.18.0.2 denied "
-      "64:ff9b::c612:2 passed\n")
+      "64:ff9b::c612:2 passed 64:ff9b:1::c612:2 passed 64:ff9b:1:c612:0:2:: passed\n")
       << r.describe();
   EXPECT_EQ(r.result["dns"]["not_pinned"].get<int>(), 4) << r.result.dump(2);
-  // 64:ff9b::c612:2 on port 80 over TCP and UDP.
-  EXPECT_EQ(r.result["dns"]["pinned"].get<int>(), 2) << r.result.dump(2);
+  // The three ordinary addresses on port 80 over TCP and UDP.
+  EXPECT_EQ(r.result["dns"]["pinned"].get<int>(), 6) << r.result.dump(2);
 }
 
 // A socket made outside the run is not redirected to its resolver (the

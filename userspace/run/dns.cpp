@@ -40,20 +40,38 @@ bool never_pinned_v4(uint8_t a, uint8_t b, uint8_t c, uint8_t d) {
          is(168, 63, 129, 16);
 }
 
-// An IPv6 address that carries an IPv4 one to an IPv4 host is judged as that
-// IPv4 address: a NAT64 gateway on the host's network (DNS64 networks, AWS's
-// IPv6-only subnets) turns 64:ff9b::a9fe:a9fe into 169.254.169.254. Checked:
-// the well-known prefix 64:ff9b::/96 (RFC 6052), each place RFC 6052 puts
-// the IPv4 address under the local-use 64:ff9b:1::/48 (RFC 8215: prefixes
-// of 48, 56, 64 and 96 bits). A NAT64 prefix of the network's own choosing
-// cannot be told from any other address (docs/policy.md).
+// The IPv4 services of a host itself that an address translated for it
+// would reach: loopback, link-local (the metadata service at
+// 169.254.169.254), Alibaba's and Azure's metadata services.
+bool hosts_own_v4(uint8_t a, uint8_t b, uint8_t c, uint8_t d) {
+  return a == 127 || (a == 169 && b == 254) || (a == 100 && b == 100 && c == 100 && d == 200) ||
+         (a == 168 && b == 63 && c == 129 && d == 16);
+}
+
+// An IPv6 address that carries an IPv4 one to a NAT64 gateway (DNS64
+// networks, AWS's IPv6-only subnets), which turns 64:ff9b::a9fe:a9fe into
+// 169.254.169.254. The well-known prefix 64:ff9b::/96 (RFC 6052) carries
+// only global addresses, so the whole IPv4 rule applies. Under the
+// local-use 64:ff9b:1::/48 (RFC 8215) the network picks the prefix length,
+// so each place RFC 6052 may put the address is read (prefixes of 48, 56 and
+// 64 bits with their zero u-octet and zero suffix, and 96 bits) and judged
+// by the narrower hosts_own_v4: a byte of an ordinary address read at the
+// wrong place must not make it unreachable. A NAT64 prefix of the network's
+// own choosing cannot be told from any other address (docs/policy.md).
 bool carries_never_pinned_v4(const std::array<uint8_t, 16>& b) {
-  const auto v4 = [&](int i, int j, int k, int l) { return never_pinned_v4(b[i], b[j], b[k], b[l]); };
   static constexpr std::array<uint8_t, 12> kWellKnown{0, 0x64, 0xff, 0x9b, 0, 0, 0, 0, 0, 0, 0, 0};
-  if (std::equal(kWellKnown.begin(), kWellKnown.end(), b.begin())) return v4(12, 13, 14, 15);
+  if (std::equal(kWellKnown.begin(), kWellKnown.end(), b.begin()))
+    return never_pinned_v4(b[12], b[13], b[14], b[15]);
   static constexpr std::array<uint8_t, 6> kLocalUse{0, 0x64, 0xff, 0x9b, 0, 1};
   if (!std::equal(kLocalUse.begin(), kLocalUse.end(), b.begin())) return false;
-  return v4(6, 7, 9, 10) || v4(7, 9, 10, 11) || v4(9, 10, 11, 12) || v4(12, 13, 14, 15);
+  const auto zero_from = [&](size_t i) {
+    return std::all_of(b.begin() + static_cast<long>(i), b.end(), [](uint8_t x) { return x == 0; });
+  };
+  const bool u_zero = b[8] == 0;
+  return (u_zero && zero_from(11) && hosts_own_v4(b[6], b[7], b[9], b[10])) ||    // /48
+         (u_zero && zero_from(12) && hosts_own_v4(b[7], b[9], b[10], b[11])) ||   // /56
+         (u_zero && zero_from(13) && hosts_own_v4(b[9], b[10], b[11], b[12])) ||  // /64
+         hosts_own_v4(b[12], b[13], b[14], b[15]);                                // /96
 }
 
 // Addresses an answer never pins: the IPv4 ones above, as themselves or
@@ -62,13 +80,16 @@ bool carries_never_pinned_v4(const std::array<uint8_t, 16>& b) {
 // IPv4-compatible addresses, which a host may tunnel to the IPv4 address
 // they carry); AWS's fd00:ec2::/64 (the instance metadata at ::254,
 // EKS Pod Identity's credentials at ::23, its DNS and NTP); and an IPv4
-// address dressed as IPv6 (::ffff:0:0/96) in an AAAA record.
+// address dressed as IPv6 in an AAAA record (::ffff:0:0/96, and SIIT's
+// ::ffff:0:0:0/96).
 bool never_pinned(const dns::Address& a) {
   const auto& b = a.addr;
   const bool mapped = std::all_of(b.begin(), b.begin() + 10, [](uint8_t x) { return x == 0; }) &&
                       b[10] == 0xff && b[11] == 0xff;
   if (a.family == AF_INET) return !mapped || never_pinned_v4(b[12], b[13], b[14], b[15]);
-  if (mapped) return true;
+  const bool translated = std::all_of(b.begin(), b.begin() + 8, [](uint8_t x) { return x == 0; }) &&
+                          b[8] == 0xff && b[9] == 0xff && b[10] == 0 && b[11] == 0;
+  if (mapped || translated) return true;
   static constexpr std::array<uint8_t, 8> kAwsLocal6{0xfd, 0x00, 0x0e, 0xc2, 0, 0, 0, 0};  // fd00:ec2::/64
   if (std::equal(kAwsLocal6.begin(), kAwsLocal6.end(), b.begin())) return true;
   const bool compatible = std::all_of(b.begin(), b.begin() + 12, [](uint8_t x) { return x == 0; });
