@@ -159,12 +159,18 @@ def _safe_relative(name: str) -> str:
     return norm
 
 
-def _digests(root: str) -> Dict[str, str]:
+def _digests(root: str, max_size: int) -> Dict[str, str]:
+    """The SHA-256 of each regular file under ROOT of at most MAX_SIZE bytes.
+
+    A larger one can never be an artifact, and is not read: a run may leave
+    a sparse file of a petabyte.
+    """
     out: Dict[str, str] = {}
     for dirpath, dirnames, filenames in os.walk(root, followlinks=False):
         for name in filenames:
             path = os.path.join(dirpath, name)
-            if os.path.islink(path) or not os.path.isfile(path):
+            st = os.lstat(path)
+            if not stat.S_ISREG(st.st_mode) or st.st_size > max_size:
                 continue
             h = hashlib.sha256()
             with open(path, "rb") as f:
@@ -228,14 +234,14 @@ class _Workspace:
         self.path = os.path.realpath(workspace)
         for name, content in (files or {}).items():
             _write_under(self.path, _safe_relative(name), content.encode() if isinstance(content, str) else content)
-        self.before = _digests(self.path)
+        self.before = _digests(self.path, max_artifacts)
 
     def artifacts(self) -> Dict[str, bytes]:
         if self.path is None:
             return {}
         out: Dict[str, bytes] = {}
         budget = self.max_artifacts
-        for rel, digest in sorted(_digests(self.path).items()):
+        for rel, digest in sorted(_digests(self.path, self.max_artifacts).items()):
             if self.before.get(rel) == digest:
                 continue
             path = os.path.join(self.path, rel)

@@ -198,6 +198,21 @@ class RunTest(unittest.TestCase):
         with open(os.path.join(ws, "sub", "key")) as f:
             self.assertEqual(f.read(), "k")
 
+    def test_a_huge_sparse_file_the_run_left_is_not_read(self):
+        ws = tempfile.mkdtemp()
+        self.addCleanup(shutil.rmtree, ws, True)
+
+        def serve(req, fds, conn):
+            with open(os.path.join(req["workspace"], "huge"), "wb") as f:
+                f.truncate(1 << 40)  # a terabyte of holes
+            with open(os.path.join(req["workspace"], "small"), "wb") as f:
+                f.write(b"ok")
+            answer(conn, {"ok": True, "exit_code": 0, "result": result_doc()})
+
+        client = self.start(serve)
+        r = client.run(["true"], policy="p", workspace=ws)
+        self.assertEqual(r.artifacts, {"small": b"ok"})
+
     def test_file_names_stay_inside_the_workspace(self):
         client = Client("/nonexistent.sock")
         for bad in ("../x", "/etc/passwd", "a/../../x"):
