@@ -9,7 +9,10 @@
 
 #include <condition_variable>
 #include <deque>
+#include <map>
 #include <mutex>
+#include <optional>
+#include <system_error>
 #include <thread>
 
 namespace agentcage::daemon {
@@ -24,15 +27,45 @@ void interrupted(int) {}
 }  // namespace
 
 struct Closer::State {
-  std::mutex mu;
+  struct Owner {
+    std::deque<int> fds;
+    size_t busy = 0;
+  };
+  std::function<int(int)> close_fd;
+  mutable std::mutex mu;
   std::condition_variable ready;
-  std::deque<int> fds;
-  size_t workers = 0;
-  size_t busy = 0;
+  std::map<uid_t, Owner> owners;
+  uid_t last = 0;  // the owner served last: the next turn starts after it
+  size_t queued = 0, workers = 0, busy = 0;
   bool stop = false;
+
+  // The next descriptor in turn whose owner may have another worker.
+  std::optional<std::pair<uid_t, int>> take() {
+    if (queued == 0 || owners.empty()) return std::nullopt;
+    auto start = owners.upper_bound(last);
+    for (size_t i = 0; i < owners.size(); ++i, ++start) {
+      if (start == owners.end()) start = owners.begin();
+      Owner& o = start->second;
+      if (o.fds.empty() || o.busy >= kMaxBusyPerOwner) continue;
+      const int fd = o.fds.front();
+      o.fds.pop_front();
+      ++o.busy;
+      --queued;
+      ++busy;
+      last = start->first;
+      return std::make_pair(start->first, fd);
+    }
+    return std::nullopt;
+  }
+  void done(uid_t owner) {
+    --busy;
+    auto it = owners.find(owner);
+    if (--it->second.busy == 0 && it->second.fds.empty()) owners.erase(it);
+  }
 };
 
-Closer::Closer() : state_(std::make_shared<State>()) {
+Closer::Closer(std::function<int(int)> close_fd) : state_(std::make_shared<State>()) {
+  state_->close_fd = std::move(close_fd);
   struct sigaction sa {};
   sa.sa_handler = interrupted;  // no SA_RESTART: the wait ends
   sigemptyset(&sa.sa_mask);
@@ -45,42 +78,53 @@ Closer::~Closer() {
   state_->ready.notify_all();
 }
 
-void Closer::close(UniqueFd fd) {
+void Closer::close(uid_t owner, UniqueFd fd) {
   if (!fd) return;
   std::vector<UniqueFd> one;
   one.push_back(std::move(fd));
-  close(one);
+  close(owner, one);
 }
 
-void Closer::close(std::vector<UniqueFd>& fds) {
+void Closer::close(uid_t owner, std::vector<UniqueFd>& fds) {
   if (fds.empty()) return;
   std::unique_lock lock(state_->mu);
+  State::Owner& o = state_->owners[owner];
   for (UniqueFd& fd : fds)
-    if (fd) state_->fds.push_back(fd.release());
-  fds.clear();
-  state_->ready.notify_all();
-  // Another worker when more wait than there are workers free (one that is
-  // in a close may be held there).
-  if (state_->fds.size() > state_->workers - state_->busy && state_->workers < kMaxWorkers) {
-    ++state_->workers;
-    lock.unlock();
-    try {
-      std::thread([s = state_] { work(s); }).detach();
-    } catch (const std::system_error&) {
-      lock.lock();
-      --state_->workers;  // the ones there are take the queue
+    if (fd) {
+      o.fds.push_back(fd.release());
+      ++state_->queued;
     }
+  fds.clear();
+  if (o.fds.empty() && o.busy == 0) state_->owners.erase(owner);
+  state_->ready.notify_all();
+  spawn(state_, lock);
+}
+
+// Another worker when more wait than there are workers free (one that is in
+// a close may be held there). Called with `lock` held; returns with it held.
+void Closer::spawn(const std::shared_ptr<State>& s, std::unique_lock<std::mutex>& lock) {
+  if (s->queued <= s->workers - s->busy || s->workers >= kMaxWorkers) return;
+  ++s->workers;
+  lock.unlock();
+  try {
+    std::thread([s] { work(s); }).detach();
+  } catch (const std::system_error&) {
+    lock.lock();
+    --s->workers;  // the ones there are take the queue
+    return;
   }
+  lock.lock();
 }
 
-size_t Closer::queued() const {
+size_t Closer::pending(uid_t owner) const {
   std::lock_guard lock(state_->mu);
-  return state_->fds.size() + state_->busy;
+  auto it = state_->owners.find(owner);
+  return it == state_->owners.end() ? 0 : it->second.fds.size() + it->second.busy;
 }
 
-size_t Closer::busy() const {
+size_t Closer::pending() const {
   std::lock_guard lock(state_->mu);
-  return state_->busy;
+  return state_->queued + state_->busy;
 }
 
 void Closer::work(const std::shared_ptr<State>& s) {
@@ -96,27 +140,27 @@ void Closer::work(const std::shared_ptr<State>& s) {
   ev._sigev_un._tid = static_cast<pid_t>(::syscall(SYS_gettid));
   timer_t timer{};
   const bool timed = ::timer_create(CLOCK_MONOTONIC, &ev, &timer) == 0;
-  const auto ns = std::chrono::duration_cast<std::chrono::nanoseconds>(Closer::kInterruptAfter).count();
+  const auto ns = std::chrono::duration_cast<std::chrono::nanoseconds>(kInterruptEvery).count();
   const timespec every{static_cast<time_t>(ns / 1000000000), static_cast<long>(ns % 1000000000)};
   std::unique_lock lock(s->mu);
   for (;;) {
-    s->ready.wait(lock, [&] { return s->stop || !s->fds.empty(); });
-    if (s->fds.empty()) break;  // stopping, nothing left
-    const int fd = s->fds.front();
-    s->fds.pop_front();
-    ++s->busy;
+    std::optional<std::pair<uid_t, int>> next;
+    s->ready.wait(lock, [&] { return (next = s->take()) || (s->stop && s->queued == 0); });
+    if (!next) break;  // stopping, nothing left
+    spawn(s, lock);    // the rest is not left behind this close
     lock.unlock();
     if (timed) {
       const itimerspec arm{every, every};
       ::timer_settime(timer, 0, &arm, nullptr);
     }
-    ::close(fd);
+    s->close_fd(next->second);
     if (timed) {
       const itimerspec disarm{};
       ::timer_settime(timer, 0, &disarm, nullptr);
     }
     lock.lock();
-    --s->busy;
+    s->done(next->first);
+    s->ready.notify_all();  // the owner may have another turn now
   }
   --s->workers;
   lock.unlock();

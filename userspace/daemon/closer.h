@@ -3,22 +3,31 @@
 //
 // A close can wait, for as long as a client likes: a TCP socket with
 // SO_LINGER and unsent data waits for its peer to take the data, a FUSE file
-// for its server's answer to FLUSH, and a unix socket releases the
-// descriptors still queued on it (a lingering socket among them). The
-// daemon's loop never closes such a descriptor itself: every descriptor a
-// client sent and every client connection goes to a Closer, whose worker
-// threads close them.
+// for its server's answer to FLUSH (on every close, by any process), and a
+// unix socket releases the descriptors still queued on it (a lingering
+// socket among them). The daemon's loop never closes such a descriptor
+// itself: every client connection and every descriptor a client sent goes to
+// the Closer, whose worker threads close them.
 //
-// A close still waiting after kInterruptAfter is interrupted with a signal
-// aimed at its worker, again each kInterruptAfter: that ends a linger wait.
-// One that no signal ends (a FUSE FLUSH the server never answers) holds its
-// worker; the queue goes to another, up to kMaxWorkers. With every worker
-// held the queue waits, and the loop goes on (docs/daemon.md).
+// A close is interrupted by a signal aimed at its worker every
+// kInterruptEvery while it lasts: a linger wait ends at once. What no signal
+// ends (a FUSE FLUSH its server never answers) holds its worker. Each owner
+// (a client's uid; kConnections for the connections themselves, whose close
+// never waits on a FLUSH) has its own queue, taken in turn, and at most
+// kMaxBusyPerOwner workers at once: one owner's held closes never hold
+// another's. pending(owner) says how many of an owner's wait, so that the
+// daemon stops reading from an owner whose descriptors pile up
+// (daemon/control_server.h).
 #pragma once
+
+#include <sys/types.h>
+#include <unistd.h>
 
 #include <chrono>
 #include <cstddef>
+#include <functional>
 #include <memory>
+#include <mutex>
 #include <vector>
 
 #include "util/unique_fd.h"
@@ -28,25 +37,31 @@ namespace agentcage::daemon {
 class Closer {
  public:
   static constexpr size_t kMaxWorkers = 16;
-  static constexpr std::chrono::milliseconds kInterruptAfter{250};
+  static constexpr size_t kMaxBusyPerOwner = 4;
+  static constexpr std::chrono::milliseconds kInterruptEvery{1};
+  // The owner of client connections (no uid has it: uid_t(-1) is invalid).
+  static constexpr uid_t kConnections = static_cast<uid_t>(-1);
 
-  Closer();
+  // `close_fd` is what closes (::close; the unit tests hold it).
+  explicit Closer(std::function<int(int)> close_fd = ::close);
   // Workers still closing go on alone; nothing waits for them.
   ~Closer();
   Closer(const Closer&) = delete;
   Closer& operator=(const Closer&) = delete;
 
   // Takes `fd` (nothing when it is not valid).
-  void close(UniqueFd fd);
+  void close(uid_t owner, UniqueFd fd);
   // Takes every descriptor of `fds`, leaving it empty.
-  void close(std::vector<UniqueFd>& fds);
-  // Descriptors taken and not yet closed; workers in a close.
-  size_t queued() const;
-  size_t busy() const;
+  void close(uid_t owner, std::vector<UniqueFd>& fds);
+  // An owner's descriptors taken and not yet closed (queued or in a close).
+  size_t pending(uid_t owner) const;
+  // All of them.
+  size_t pending() const;
 
  private:
   struct State;
   static void work(const std::shared_ptr<State>& s);
+  static void spawn(const std::shared_ptr<State>& s, std::unique_lock<std::mutex>& lock);
   std::shared_ptr<State> state_;
 };
 

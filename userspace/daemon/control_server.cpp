@@ -50,8 +50,8 @@ ControlServer::ControlServer(ControlOptions options, EventLoop& loop, ControlHan
 
 ControlServer::~ControlServer() {
   for (auto& [fd, c] : clients_) {
-    closer_.close(std::move(c.fd));
-    closer_.close(c.fds);
+    closer_.close(Closer::kConnections, std::move(c.fd));
+    closer_.close(c.peer.uid, c.fds);
   }
 }
 
@@ -135,11 +135,21 @@ Status ControlServer::reconfigure(const ControlOptions& next) {
 void ControlServer::accept_clients() {
   for (;;) {
     UniqueFd fd(::accept4(listen_fd_.get(), nullptr, nullptr, SOCK_NONBLOCK | SOCK_CLOEXEC));
-    if (!fd) return;
+    if (!fd) {
+      // Out of descriptors: the pending connection keeps the socket
+      // readable, so it is not asked again until the next tick.
+      if (errno == EMFILE || errno == ENFILE) {
+        log::warn("control socket: out of file descriptors (" + std::string(std::strerror(errno)) +
+                  "); new connections wait");
+        accept_paused_ = true;
+        loop_.modify(listen_fd_.get(), 0);
+      }
+      return;
+    }
     ucred cred{};
     socklen_t len = sizeof cred;
     if (::getsockopt(fd.get(), SOL_SOCKET, SO_PEERCRED, &cred, &len) != 0) {
-      closer_.close(std::move(fd));
+      closer_.close(Closer::kConnections, std::move(fd));
       continue;
     }
     bool root = cred.uid == 0;
@@ -148,7 +158,7 @@ void ControlServer::accept_clients() {
     auto refuse = [&](const std::string& why) {
       std::string msg = json{{"ok", false}, {"error", why}}.dump() + "\n";
       (void)!::send(fd.get(), msg.data(), msg.size(), MSG_NOSIGNAL | MSG_DONTWAIT);
-      closer_.close(std::move(fd));
+      closer_.close(Closer::kConnections, std::move(fd));
     };
     if (!member) {
       log::warn("control socket: refused uid " + std::to_string(cred.uid) + " (pid " + std::to_string(cred.pid) +
@@ -211,12 +221,26 @@ void ControlServer::flush(Client& c) {
 
 uint32_t ControlServer::interest(const Client& c) const {
   // During a run nothing is read (the client may even shut down its
-  // writing side): only a hang-up (EPOLLHUP, always reported) ends it.
-  const uint32_t in = c.running ? 0u : (EPOLLIN | EPOLLRDHUP);
+  // writing side): only a hang-up (EPOLLHUP, always reported) ends it. Nor
+  // while the client's descriptors wait to be closed (muted).
+  const uint32_t in = c.running || c.muted ? 0u : (EPOLLIN | EPOLLRDHUP);
   return in | (c.want_out ? EPOLLOUT : 0u);
 }
 
+bool ControlServer::over_pending(const Client& c) const {
+  return !c.peer.root && closer_.pending(c.peer.uid) >= kMaxPendingDescriptors;
+}
+
 void ControlServer::tick() {
+  for (auto& [fd, c] : clients_)
+    if (c.muted && !over_pending(c)) {
+      c.muted = false;
+      loop_.modify(c.fd.get(), interest(c));
+    }
+  if (accept_paused_) {
+    accept_paused_ = false;
+    loop_.modify(listen_fd_.get(), EPOLLIN);
+  }
   const auto now = std::chrono::steady_clock::now();
   std::vector<int> idle;
   for (const auto& [fd, c] : clients_)
@@ -232,8 +256,8 @@ void ControlServer::close(int fd) {
   const bool running = it->second.running;
   const uint64_t id = it->second.peer.id;
   loop_.remove(fd);
-  closer_.close(std::move(it->second.fd));
-  closer_.close(it->second.fds);
+  closer_.close(Closer::kConnections, std::move(it->second.fd));
+  closer_.close(it->second.peer.uid, it->second.fds);
   clients_.erase(it);
   if (running) handler_.client_gone(id);
 }
@@ -255,7 +279,16 @@ void ControlServer::on_client(int fd, uint32_t events) {
   auto it = clients_.find(fd);
   if (it == clients_.end()) return;
   Client& c = it->second;
-  if ((events & EPOLLIN) && !c.running) {
+  // Each read may bring descriptors: none while this client's earlier ones
+  // still wait to be closed (a close held by their sender: daemon/closer.h).
+  if (!c.running && !c.muted && over_pending(c)) {
+    c.muted = true;
+    loop_.modify(c.fd.get(), interest(c));
+    log::warn("control socket: uid " + std::to_string(c.peer.uid) + " has " +
+              std::to_string(closer_.pending(c.peer.uid)) +
+              " descriptors still being closed; its connections are not read until they are");
+  }
+  if ((events & EPOLLIN) && !c.running && !c.muted) {
     char buf[16384];
     // A bounded amount per wake-up: one client cannot hold the loop.
     for (int reads = 0; reads < 16 && !c.running; ++reads) {
@@ -269,7 +302,7 @@ void ControlServer::on_client(int fd, uint32_t events) {
         break;
       }
       if (c.fds.size() > control::kRunDescriptors || (flags & MSG_CTRUNC)) {
-        closer_.close(c.fds);
+        closer_.close(c.peer.uid, c.fds);
         respond(c, {{"ok", false},
                     {"error", "request: at most " + std::to_string(control::kRunDescriptors) +
                                   " descriptors (stdin, stdout, stderr), sent with a run request"}});
@@ -277,7 +310,7 @@ void ControlServer::on_client(int fd, uint32_t events) {
       }
       // Nothing more is read from a stream or during a run (but its end).
       if (c.streaming || c.close_after_flush || c.running) {
-        closer_.close(c.fds);
+        closer_.close(c.peer.uid, c.fds);
         continue;
       }
       c.in.append(buf, static_cast<size_t>(n));
@@ -302,7 +335,7 @@ void ControlServer::on_client(int fd, uint32_t events) {
       }
     }
   }
-  if ((events & (EPOLLHUP | EPOLLERR)) && (c.running || !(events & EPOLLIN))) return close(fd);
+  if ((events & (EPOLLHUP | EPOLLERR)) && (c.running || c.muted || !(events & EPOLLIN))) return close(fd);
   flush(c);
   if (c.close_after_flush && c.out.empty()) close(fd);
 }
@@ -321,7 +354,7 @@ void ControlServer::handle_line(Client& c, const std::string& line) {
   }
   if (req->op == Op::run) {
     if (c.fds.size() != control::kRunDescriptors) {
-      closer_.close(c.fds);
+      closer_.close(c.peer.uid, c.fds);
       respond(
           c, {{"ok", false},
               {"error", "request: a run request carries exactly " + std::to_string(control::kRunDescriptors) +
@@ -331,7 +364,7 @@ void ControlServer::handle_line(Client& c, const std::string& line) {
       return;
     }
     std::optional<json> refused = handler_.start_run(*req, c.peer, c.fds);
-    closer_.close(c.fds);  // the daemon's copies: the runner has its own
+    closer_.close(c.peer.uid, c.fds);  // the daemon's copies: the runner has its own
     if (refused) {
       respond(c, *refused);
       c.close_after_flush = true;
@@ -342,7 +375,7 @@ void ControlServer::handle_line(Client& c, const std::string& line) {
     return;
   }
   if (!c.fds.empty()) {
-    closer_.close(c.fds);
+    closer_.close(c.peer.uid, c.fds);
     respond(c, {{"ok", false}, {"error", "request: descriptors go only with a run request"}});
     c.close_after_flush = true;
     return;

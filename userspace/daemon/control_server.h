@@ -71,6 +71,10 @@ inline constexpr size_t kRootReservedClients = 16;
 // streaming or waiting for its run) is closed.
 inline constexpr int kIdleClientSeconds = 30;
 
+// A member whose descriptors still waiting to be closed reach this many is
+// not read from until they are fewer (daemon/closer.h).
+inline constexpr size_t kMaxPendingDescriptors = 32;
+
 class ControlServer {
  public:
   // Connections and the descriptors clients send are closed by `closer`
@@ -114,6 +118,7 @@ class ControlServer {
     bool close_after_flush = false;
     bool want_out = false;  // EPOLLOUT registered
     uint64_t dropped = 0;   // events not queued since the last notice
+    bool muted = false;     // not read: too many of its uid's descriptors wait to be closed
   };
 
   static bool in_group(int fd, gid_t peer_gid, const std::optional<gid_t>& group);
@@ -126,6 +131,8 @@ class ControlServer {
   // The events to wait for: nothing but a hang-up during a run, else input,
   // and output while some is queued.
   uint32_t interest(const Client& c) const;
+  // A member with kMaxPendingDescriptors or more waiting in the Closer.
+  bool over_pending(const Client& c) const;
 
   ControlOptions opt_;
   EventLoop& loop_;
@@ -136,6 +143,7 @@ class ControlServer {
   std::map<int, Client> clients_;
   uint64_t next_id_ = 1;
   uint64_t stream_dropped_ = 0;
+  bool accept_paused_ = false;  // out of descriptors: accepting again at the next tick
 };
 
 }  // namespace agentcage::daemon

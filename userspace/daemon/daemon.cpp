@@ -12,6 +12,7 @@
 #include <signal.h>
 #include <sys/epoll.h>
 #include <sys/file.h>
+#include <sys/resource.h>
 #include <unistd.h>
 
 #include <chrono>
@@ -244,6 +245,13 @@ Status Daemon::serve_metrics(const Config& c) {
 }
 
 Status Daemon::start() {
+  // Descriptors clients sent wait in the Closer while a close is held
+  // (daemon/closer.h): room for them up to the hard limit. Runners and the
+  // fork server keep the limit the daemon started with.
+  if (rlimit nofile{}; ::getrlimit(RLIMIT_NOFILE, &nofile) == 0 && nofile.rlim_cur < nofile.rlim_max) {
+    nofile.rlim_cur = nofile.rlim_max;
+    ::setrlimit(RLIMIT_NOFILE, &nofile);
+  }
   if (Status st = run::make_private_dir(cfg_.state_dir, 0755); !st) return st.error().wrap("state directory");
   const std::string lock = cfg_.state_dir + "/daemon.lock";
   instance_lock_.reset(::open(lock.c_str(), O_RDWR | O_CREAT | O_CLOEXEC | O_NOFOLLOW, 0600));

@@ -341,7 +341,15 @@ void RunForker::stop() {
   if (!sock_) return;
   sock_.reset();  // the server exits when it reads the end
   ::kill(pid_, SIGKILL);
-  ::waitpid(pid_, nullptr, 0);
+  // Reaped if it goes within a second. A server held in a close that no
+  // signal ends (a FUSE file's FLUSH, daemon/closer.h) is left to end when
+  // it can (a zombie until the daemon exits): never a wait without end.
+  for (int i = 0; i < 100; ++i) {
+    const pid_t got = ::waitpid(pid_, nullptr, WNOHANG);
+    if (got == pid_ || (got < 0 && errno != EINTR)) return;
+    ::usleep(10000);
+  }
+  log::warn("fork server (pid " + std::to_string(pid_) + ") did not end within 1 s of SIGKILL; left behind");
 }
 
 }  // namespace agentcage::daemon

@@ -7,6 +7,7 @@
 #include <signal.h>
 #include <sys/epoll.h>
 #include <sys/prctl.h>
+#include <sys/resource.h>
 #include <sys/socket.h>
 #include <sys/statfs.h>
 #include <sys/syscall.h>
@@ -106,7 +107,7 @@ pid_t pidfd_open(pid_t pid) { return static_cast<pid_t>(::syscall(SYS_pidfd_open
 // A runner by fork + exec of this binary (when there is no fork server):
 // the same words, environment and descriptors as the fork server's.
 Result<Runner> exec_runner(std::vector<std::string> args, std::vector<std::string> env,
-                           const int fds[kRunnerFds]) {
+                           const int fds[kRunnerFds], const rlimit& nofile) {
   // Everything the child needs is built before fork: after it, only system calls.
   std::vector<char*> argv, envp;
   for (auto& a : args) argv.push_back(a.data());
@@ -123,6 +124,7 @@ Result<Runner> exec_runner(std::vector<std::string> args, std::vector<std::strin
     sigemptyset(&none);
     ::sigprocmask(SIG_SETMASK, &none, nullptr);
     ::signal(SIGPIPE, SIG_DFL);
+    ::setrlimit(RLIMIT_NOFILE, &nofile);  // the daemon's own is raised (daemon/closer.h)
     if (!install_runner_fds(fds)) ::_exit(125);
     ::execve("/proc/self/exe", argv.data(), envp.data());
     ::_exit(125);
@@ -176,7 +178,9 @@ RunService::RunService(const Config& cfg, EventLoop& loop, Finish finish, Notice
       finish_(std::move(finish)),
       notice_(std::move(notice)),
       closer_(closer),
-      forker_(forker) {}
+      forker_(forker) {
+  ::getrlimit(RLIMIT_NOFILE, &nofile_);
+}
 
 size_t RunService::active() const { return runs_.size(); }
 
@@ -197,7 +201,7 @@ std::optional<std::string> RunService::over_cap(uid_t uid, bool count_removing) 
 }
 
 RunService::~RunService() {
-  for (Parked& p : parked_) closer_.close(p.stdio);
+  for (Parked& p : parked_) closer_.close(p.peer.uid, p.stdio);
   for (auto& [fd, r] : runs_) {
     ::kill(r.pid, SIGKILL);
     siginfo_t info{};
@@ -229,7 +233,7 @@ void RunService::retry_parked() {
   for (Parked& p : waiting) {
     const uint64_t client = p.peer.id;
     if (auto reply = start(p.request, p.peer, p.stdio, p.limits)) finish_(client, *reply);
-    closer_.close(p.stdio);
+    closer_.close(p.peer.uid, p.stdio);
   }
 }
 
@@ -289,7 +293,7 @@ std::optional<json> RunService::launch(const control::Request& req, const Peer& 
     if (!runner && forker_->running())
       return refusal("the daemon could not start the run: " + runner.error().message);
   }
-  if (!runner) runner = exec_runner(args, env, fds);  // no fork server (any more)
+  if (!runner) runner = exec_runner(args, env, fds, nofile_);  // no fork server (any more)
   if (!runner) return refusal("the daemon could not start the run: " + runner.error().message);
   result_write.reset();
   notices_runner.reset();
@@ -472,7 +476,7 @@ void RunService::client_gone(uint64_t client) {
       ++it;
       continue;
     }
-    closer_.close(it->stdio);
+    closer_.close(it->peer.uid, it->stdio);
     it = parked_.erase(it);
   }
   for (auto& [fd, r] : runs_)
@@ -499,7 +503,7 @@ void RunService::tick() {
 void RunService::stop_all(int grace_ms) {
   for (Parked& p : parked_) {
     finish_(p.peer.id, refusal("the daemon is stopping: the run was not started"));
-    closer_.close(p.stdio);
+    closer_.close(p.peer.uid, p.stdio);
   }
   parked_.clear();
   if (runs_.empty()) return;

@@ -26,6 +26,7 @@
 // the client is told), and when the daemon dies (PR_SET_PDEATHSIG).
 #pragma once
 
+#include <sys/resource.h>
 #include <sys/types.h>
 
 #include <chrono>
@@ -151,6 +152,7 @@ class RunService {
   Notice notice_;
   std::vector<char> notice_buf_;  // one notice at a time, reused
   Closer& closer_;
+  rlimit nofile_{};  // RLIMIT_NOFILE as the daemon started: its exec'd runners get it back
   RunForker* forker_;
   std::function<void()> left_behind_;
   std::map<int, Running> runs_;  // by pidfd
