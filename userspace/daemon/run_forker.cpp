@@ -33,6 +33,10 @@ constexpr size_t kMaxMessage = 192 * 1024;
 // How long the daemon waits for the server to answer a request (it only
 // clones: milliseconds).
 constexpr int kAnswerSeconds = 10;
+// What a request to the server carries: the runner's result pipe and notice
+// channel (its 3 and 4), its go-ahead pipe, and its end of the pair its
+// stdin, stdout and stderr come over from the daemon.
+constexpr size_t kServerFds = 4;
 
 int thread_count() {
   std::error_code ec;
@@ -113,10 +117,21 @@ bool close_all_but(unsigned first, std::vector<int> keep) {
 // its request and policy, then waits (run::await_start_gate). A runner the
 // daemon does not know of (its answer lost) reads end-of-file there and
 // exits, never runs the command.
-[[noreturn]] void become_runner(pid_t daemon, int go, const int fds[kRunnerFds],
+[[noreturn]] void become_runner(pid_t daemon, int go, int handover, int result, int notices,
                                 std::vector<std::string> argv, const std::vector<std::string>& env,
                                 const CommandLine& command_line) {
   if (::prctl(PR_SET_PDEATHSIG, SIGTERM) != 0 || ::getppid() != daemon) ::_exit(125);
+  // The client's stdin, stdout and stderr come from the daemon itself, never
+  // through the server: a close of a client's descriptor can wait as long as
+  // the client likes (a FUSE file's FLUSH, daemon/closer.h), and the server
+  // starts every run.
+  std::vector<UniqueFd> stdio;
+  int flags = 0;
+  char byte = 0;
+  if (recv_with_fds(handover, &byte, 1, stdio, &flags, false) != 1 || stdio.size() != 3 ||
+      (flags & (MSG_CTRUNC | MSG_TRUNC)))
+    ::_exit(125);
+  const int fds[kRunnerFds] = {stdio[0].release(), stdio[1].release(), stdio[2].release(), result, notices};
   ::prctl(PR_SET_NAME, "agentcage", 0, 0, 0);
   struct sigaction dfl {};
   dfl.sa_handler = SIG_DFL;
@@ -169,7 +184,7 @@ bool close_all_but(unsigned first, std::vector<int> keep) {
     if (n < 0) ::_exit(errno == EINTR ? 0 : 1);
     std::string policy_file;
     std::vector<std::string> argv, env;
-    if ((flags & (MSG_TRUNC | MSG_CTRUNC)) || fds.size() != kRunnerFds + 1 ||
+    if ((flags & (MSG_TRUNC | MSG_CTRUNC)) || fds.size() != kServerFds ||
         !decode(buf.data(), static_cast<size_t>(n), policy_file, argv, env)) {
       answer(sock, "error malformed request");
       continue;
@@ -182,15 +197,14 @@ bool close_all_but(unsigned first, std::vector<int> keep) {
     } catch (...) {
       // The runner parses the file and opens the set itself.
     }
-    int raw[kRunnerFds];
-    for (int i = 0; i < kRunnerFds; ++i) raw[i] = fds[static_cast<size_t>(i)].get();
-    const int go = fds[kRunnerFds].get();
+    // The result pipe, the notice channel, the go-ahead, the handover of stdio.
+    const int result = fds[0].get(), notices = fds[1].get(), go = fds[2].get(), handover = fds[3].get();
     int pidfd = -1;
     clone_args args{};
     args.flags = CLONE_PARENT | CLONE_PIDFD;
     args.pidfd = reinterpret_cast<uintptr_t>(&pidfd);
     const long pid = ::syscall(SYS_clone3, &args, sizeof args);
-    if (pid == 0) become_runner(daemon, go, raw, std::move(argv), env, command_line);
+    if (pid == 0) become_runner(daemon, go, handover, result, notices, std::move(argv), env, command_line);
     if (pid < 0) {
       // No clone3 here at all (an older kernel, a seccomp profile that
       // refuses it): the daemon execs its runners instead. Anything else
@@ -276,10 +290,14 @@ Result<Runner> RunForker::spawn(const std::vector<std::string>& argv, const std:
   int go[2];
   if (::pipe2(go, O_CLOEXEC) != 0) return Error::from_errno("pipe2 for the run's go-ahead");
   UniqueFd go_read(go[0]), go_write(go[1]);
-  int all[kRunnerFds + 1];
-  for (int i = 0; i < kRunnerFds; ++i) all[i] = fds[i];
-  all[kRunnerFds] = go_read.get();
-  if (send_with_fds(sock_.get(), msg.data(), msg.size(), all, kRunnerFds + 1) < 0) {
+  // The client's stdin, stdout and stderr go to the runner itself, over
+  // this pair, once it exists: the server never holds them.
+  int pair[2];
+  if (::socketpair(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0, pair) != 0)
+    return Error::from_errno("socketpair for the run's stdio");
+  UniqueFd handover(pair[0]), handover_runner(pair[1]);
+  const int all[kServerFds] = {fds[3], fds[4], go_read.get(), handover_runner.get()};
+  if (send_with_fds(sock_.get(), msg.data(), msg.size(), all, kServerFds) < 0) {
     const int err = errno;
     // A message the socket cannot take is this run's problem, not the
     // server's.
@@ -289,6 +307,7 @@ Result<Runner> RunForker::spawn(const std::vector<std::string>& argv, const std:
     return Error{"the fork server is gone", err};
   }
   go_read.reset();
+  handover_runner.reset();
   char buf[512];
   UniqueFd pidfd;
   int flags = 0;
@@ -322,6 +341,13 @@ Result<Runner> RunForker::spawn(const std::vector<std::string>& argv, const std:
     return Error{"the fork server is gone", EPROTO};
   }
   const char byte = 1;
+  if (send_with_fds(handover.get(), &byte, 1, fds, 3) != 1) {
+    const int err = errno;
+    ::kill(static_cast<pid_t>(pid), SIGKILL);
+    ::waitpid(static_cast<pid_t>(pid), nullptr, 0);
+    return Error{std::string("handing the runner its stdio: ") + std::strerror(err), err};
+  }
+  handover.reset();
   if (::write(go_write.get(), &byte, 1) != 1) {
     const int err = errno;
     ::kill(static_cast<pid_t>(pid), SIGKILL);

@@ -18,6 +18,11 @@
 // be the one pinned now), and each runner inherits it instead of adopting
 // the set again.
 //
+// The client's stdin, stdout and stderr never pass through the server: the
+// daemon hands them to the runner itself, over a socket pair of the run's,
+// once the server has answered. A close of a client's descriptor can wait as
+// long as the client likes (daemon/closer.h), and the server starts every run.
+//
 // A runner creates and writes nothing until the daemon, holding its pidfd,
 // sends it a go-ahead byte on a pipe of its own (meanwhile it parses its
 // command line and checks its request and policy): a runner whose answer
