@@ -204,8 +204,9 @@ RunService::~RunService() {
   for (Parked& p : parked_) closer_.close(p.peer.uid, p.stdio);
   for (auto& [fd, r] : runs_) {
     ::kill(r.pid, SIGKILL);
+    // Reaped if it has gone; never waited for (one may be held: stop_all).
     siginfo_t info{};
-    (void)::waitid(static_cast<idtype_t>(kPidfdIdType), static_cast<id_t>(fd), &info, WEXITED);
+    (void)::waitid(static_cast<idtype_t>(kPidfdIdType), static_cast<id_t>(fd), &info, WEXITED | WNOHANG);
   }
 }
 
@@ -531,7 +532,23 @@ void RunService::stop_all(int grace_ms) {
               " did not end in time: killed (the next run reaps its run)");
     ::kill(r.pid, SIGKILL);
   }
-  while (!runs_.empty()) reaped(runs_.begin()->first);
+  // A runner held in a close that no signal ends (a FUSE file's FLUSH,
+  // daemon/closer.h) does not go even so: after kKilledWait it is left, and
+  // the daemon stops without it.
+  const auto killed_by = std::chrono::steady_clock::now() + kKilledWait;
+  while (!runs_.empty()) {
+    std::vector<pollfd> fds;
+    for (auto& [fd, r] : runs_) fds.push_back({fd, POLLIN, 0});
+    const auto left =
+        std::chrono::duration_cast<std::chrono::milliseconds>(killed_by - std::chrono::steady_clock::now())
+            .count();
+    if (left <= 0) break;
+    if (::poll(fds.data(), fds.size(), static_cast<int>(left)) < 0 && errno != EINTR) break;
+    for (auto& p : fds)
+      if (p.revents & POLLIN) reaped(p.fd);
+  }
+  for (auto& [fd, r] : runs_)
+    log::warn("runner pid " + std::to_string(r.pid) + " did not end after SIGKILL: left behind");
 }
 
 }  // namespace agentcage::daemon

@@ -97,6 +97,8 @@ class RunService {
   // removes it), each client is told, within `grace_ms` (then SIGKILL: the
   // next run's reaper removes what is left).
   void stop_all(int grace_ms);
+  // How long stop_all waits for runners after their SIGKILL.
+  static constexpr std::chrono::seconds kKilledWait{2};
   // Hands every notice the runners have sent so far to `notice` (before
   // the daemon reads decision records: a run's start comes before them).
   void read_all_notices();
