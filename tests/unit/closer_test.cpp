@@ -131,6 +131,8 @@ TEST(Closer, AnOwnersHeldClosesNeverHoldAnotherOwners) {
   std::this_thread::sleep_for(100ms);
   EXPECT_EQ(waiting, static_cast<int>(Closer::kMaxBusyPerOwner)) << "more workers than one owner may hold";
   EXPECT_EQ(closer.pending(1000), 10u);
+  // All ten have waited 100 ms (what the daemon mutes a member for).
+  EXPECT_EQ(closer.pending(1000, 50ms), 10u);
   // Another owner's descriptor is closed meanwhile.
   int p[2];
   ASSERT_EQ(::pipe2(p, O_CLOEXEC), 0);

@@ -12,6 +12,7 @@
 #include <map>
 #include <mutex>
 #include <optional>
+#include <set>
 #include <system_error>
 #include <thread>
 
@@ -27,9 +28,10 @@ void interrupted(int) {}
 }  // namespace
 
 struct Closer::State {
+  using Clock = std::chrono::steady_clock;
   struct Owner {
-    std::deque<int> fds;
-    size_t busy = 0;
+    std::deque<std::pair<int, Clock::time_point>> fds;  // and when each was taken
+    std::multiset<Clock::time_point> busy;              // when each close in progress was taken
   };
   std::function<int(int)> close_fd;
   mutable std::mutex mu;
@@ -39,28 +41,34 @@ struct Closer::State {
   size_t queued = 0, workers = 0, busy = 0;
   bool stop = false;
 
+  struct Taken {
+    uid_t owner;
+    int fd;
+    Clock::time_point since;
+  };
   // The next descriptor in turn whose owner may have another worker.
-  std::optional<std::pair<uid_t, int>> take() {
+  std::optional<Taken> take() {
     if (queued == 0 || owners.empty()) return std::nullopt;
     auto start = owners.upper_bound(last);
     for (size_t i = 0; i < owners.size(); ++i, ++start) {
       if (start == owners.end()) start = owners.begin();
       Owner& o = start->second;
-      if (o.fds.empty() || o.busy >= kMaxBusyPerOwner) continue;
-      const int fd = o.fds.front();
+      if (o.fds.empty() || o.busy.size() >= kMaxBusyPerOwner) continue;
+      const auto [fd, since] = o.fds.front();
       o.fds.pop_front();
-      ++o.busy;
+      o.busy.insert(since);
       --queued;
       ++busy;
       last = start->first;
-      return std::make_pair(start->first, fd);
+      return Taken{start->first, fd, since};
     }
     return std::nullopt;
   }
-  void done(uid_t owner) {
+  void done(const Taken& t) {
     --busy;
-    auto it = owners.find(owner);
-    if (--it->second.busy == 0 && it->second.fds.empty()) owners.erase(it);
+    auto it = owners.find(t.owner);
+    it->second.busy.erase(it->second.busy.find(t.since));
+    if (it->second.busy.empty() && it->second.fds.empty()) owners.erase(it);
   }
 };
 
@@ -89,13 +97,14 @@ void Closer::close(uid_t owner, std::vector<UniqueFd>& fds) {
   if (fds.empty()) return;
   std::unique_lock lock(state_->mu);
   State::Owner& o = state_->owners[owner];
+  const auto now = State::Clock::now();
   for (UniqueFd& fd : fds)
     if (fd) {
-      o.fds.push_back(fd.release());
+      o.fds.emplace_back(fd.release(), now);
       ++state_->queued;
     }
   fds.clear();
-  if (o.fds.empty() && o.busy == 0) state_->owners.erase(owner);
+  if (o.fds.empty() && o.busy.empty()) state_->owners.erase(owner);
   state_->ready.notify_all();
   spawn(state_, lock);
 }
@@ -116,10 +125,15 @@ void Closer::spawn(const std::shared_ptr<State>& s, std::unique_lock<std::mutex>
   lock.lock();
 }
 
-size_t Closer::pending(uid_t owner) const {
+size_t Closer::pending(uid_t owner, std::chrono::milliseconds older_than) const {
   std::lock_guard lock(state_->mu);
   auto it = state_->owners.find(owner);
-  return it == state_->owners.end() ? 0 : it->second.fds.size() + it->second.busy;
+  if (it == state_->owners.end()) return 0;
+  const auto before = State::Clock::now() - older_than;
+  size_t n = 0;
+  for (const auto& [fd, since] : it->second.fds) n += since <= before;
+  for (const auto& since : it->second.busy) n += since <= before;
+  return n;
 }
 
 size_t Closer::pending() const {
@@ -144,7 +158,7 @@ void Closer::work(const std::shared_ptr<State>& s) {
   const timespec every{static_cast<time_t>(ns / 1000000000), static_cast<long>(ns % 1000000000)};
   std::unique_lock lock(s->mu);
   for (;;) {
-    std::optional<std::pair<uid_t, int>> next;
+    std::optional<State::Taken> next;
     s->ready.wait(lock, [&] { return (next = s->take()) || (s->stop && s->queued == 0); });
     if (!next) break;  // stopping, nothing left
     spawn(s, lock);    // the rest is not left behind this close
@@ -153,13 +167,13 @@ void Closer::work(const std::shared_ptr<State>& s) {
       const itimerspec arm{every, every};
       ::timer_settime(timer, 0, &arm, nullptr);
     }
-    s->close_fd(next->second);
+    s->close_fd(next->fd);
     if (timed) {
       const itimerspec disarm{};
       ::timer_settime(timer, 0, &disarm, nullptr);
     }
     lock.lock();
-    s->done(next->first);
+    s->done(*next);
     s->ready.notify_all();  // the owner may have another turn now
   }
   --s->workers;

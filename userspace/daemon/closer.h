@@ -15,9 +15,9 @@
 // (a client's uid; kConnections for the connections themselves, whose close
 // never waits on a FLUSH) has its own queue, taken in turn, and at most
 // kMaxBusyPerOwner workers at once: one owner's held closes never hold
-// another's. pending(owner) says how many of an owner's wait, so that the
-// daemon stops reading from an owner whose descriptors pile up
-// (daemon/control_server.h).
+// another's. pending(owner, older_than) says how many of an owner's have
+// waited that long, so that the daemon stops reading from an owner whose
+// descriptors pile up (daemon/control_server.h).
 #pragma once
 
 #include <sys/types.h>
@@ -53,8 +53,9 @@ class Closer {
   void close(uid_t owner, UniqueFd fd);
   // Takes every descriptor of `fds`, leaving it empty.
   void close(uid_t owner, std::vector<UniqueFd>& fds);
-  // An owner's descriptors taken and not yet closed (queued or in a close).
-  size_t pending(uid_t owner) const;
+  // An owner's descriptors taken at least `older_than` ago and not yet
+  // closed (queued or in a close).
+  size_t pending(uid_t owner, std::chrono::milliseconds older_than = std::chrono::milliseconds{0}) const;
   // All of them.
   size_t pending() const;
 

@@ -228,7 +228,7 @@ uint32_t ControlServer::interest(const Client& c) const {
 }
 
 bool ControlServer::over_pending(const Client& c) const {
-  return !c.peer.root && closer_.pending(c.peer.uid) >= kMaxPendingDescriptors;
+  return !c.peer.root && closer_.pending(c.peer.uid, kPendingAfter) >= kMaxPendingDescriptors;
 }
 
 void ControlServer::tick() {
@@ -279,19 +279,22 @@ void ControlServer::on_client(int fd, uint32_t events) {
   auto it = clients_.find(fd);
   if (it == clients_.end()) return;
   Client& c = it->second;
-  // Each read may bring descriptors: none while this client's earlier ones
-  // still wait to be closed (a close held by their sender: daemon/closer.h).
-  if (!c.running && !c.muted && over_pending(c)) {
+  // Each read may bring descriptors (up to SCM_MAX_FD): none while this
+  // client's earlier ones still wait to be closed (a close held by their
+  // sender: daemon/closer.h).
+  const auto mute_if_over = [&] {
+    if (c.running || c.muted || !over_pending(c)) return c.muted;
     c.muted = true;
     loop_.modify(c.fd.get(), interest(c));
     log::warn("control socket: uid " + std::to_string(c.peer.uid) + " has " +
-              std::to_string(closer_.pending(c.peer.uid)) +
+              std::to_string(closer_.pending(c.peer.uid, kPendingAfter)) +
               " descriptors still being closed; its connections are not read until they are");
-  }
-  if ((events & EPOLLIN) && !c.running && !c.muted) {
+    return true;
+  };
+  if ((events & EPOLLIN) && !c.running && !mute_if_over()) {
     char buf[16384];
     // A bounded amount per wake-up: one client cannot hold the loop.
-    for (int reads = 0; reads < 16 && !c.running; ++reads) {
+    for (int reads = 0; reads < 16 && !c.running && !mute_if_over(); ++reads) {
       int flags = 0;
       ssize_t n = recv_with_fds(fd, buf, sizeof buf, c.fds, &flags, true);
       if (n < 0) break;

@@ -71,9 +71,11 @@ inline constexpr size_t kRootReservedClients = 16;
 // streaming or waiting for its run) is closed.
 inline constexpr int kIdleClientSeconds = 30;
 
-// A member whose descriptors still waiting to be closed reach this many is
+// A member with this many descriptors still waiting to be closed after
+// kPendingAfter (a close takes microseconds unless its sender holds it) is
 // not read from until they are fewer (daemon/closer.h).
 inline constexpr size_t kMaxPendingDescriptors = 32;
+inline constexpr std::chrono::milliseconds kPendingAfter{100};
 
 class ControlServer {
  public:
