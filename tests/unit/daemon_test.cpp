@@ -727,6 +727,33 @@ TEST(AuditLine, StableFieldNames) {
       "\n");
 }
 
+// A sandbox names its files and sockets, a member its labels: what a
+// terminal or a reader that splits on Unicode line breaks would take for a
+// control (C1 such as U+009B CSI and U+0085, the bidirectional overrides,
+// U+2028) and DEL are \u escapes in the line, so `agentcage events` and a
+// `tail` of the log print none of them raw; the JSON value is the same.
+TEST(AuditLine, NoTerminalControlReachesTheLine) {
+  ac_event_decision ev = sample_event();
+  const std::string target =
+      "/w/\xc2\x9b"
+      "2J\xe2\x80\xae"
+      "txt.exe\xc2\x85\xe2\x80\xa8\x7f|\xe2\x80\x94";
+  std::memset(ev.target, 0, sizeof ev.target);
+  std::memcpy(ev.target, target.data(), target.size());
+  ev.target_len = static_cast<uint16_t>(target.size());
+  const std::string label =
+      "\xc2\x9b"
+      "31m";
+  const std::string line = telemetry::event_line(ev, {0, "p", "0123456789abcdef", {{"task", label}}, ""});
+  for (const char* raw : {"\xc2\x9b", "\xc2\x85", "\xe2\x80\xae", "\xe2\x80\xa8", "\x7f"})
+    EXPECT_EQ(line.find(raw), std::string::npos) << line;
+  EXPECT_NE(line.find(R"(\u009b2J\u202etxt.exe\u0085\u2028\u007f|)"), std::string::npos) << line;
+  EXPECT_NE(line.find("\xe2\x80\x94"), std::string::npos) << "an ordinary character stays as it is: " << line;
+  const json j = json::parse(line);
+  EXPECT_EQ(j["target"], target);
+  EXPECT_EQ(j["labels"]["task"], label);
+}
+
 TEST(AuditLine, InetTargetUnknownRunAndHostileBytes) {
   ac_event_decision ev = sample_event();
   ev.hook = AC_HOOK_SOCKET_CONNECT;

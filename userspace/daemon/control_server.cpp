@@ -16,6 +16,7 @@
 
 #include "util/fd_passing.h"
 #include "util/log.h"
+#include "util/text.h"
 
 namespace agentcage::daemon {
 
@@ -196,7 +197,7 @@ void ControlServer::accept_clients() {
 }
 
 void ControlServer::respond(Client& c, const json& j) {
-  c.out += j.dump(-1, ' ', false, json::error_handler_t::replace) + "\n";
+  c.out += json_display_safe(j.dump(-1, ' ', false, json::error_handler_t::replace)) + "\n";
 }
 
 void ControlServer::flush(Client& c) {

@@ -168,7 +168,7 @@ nlohmann::json to_json(const RunResult& r) {
 }
 
 std::string result_text(const RunResult& r) {
-  return to_json(r).dump(2, ' ', false, nlohmann::json::error_handler_t::replace) + "\n";
+  return json_display_safe(to_json(r).dump(2, ' ', false, nlohmann::json::error_handler_t::replace)) + "\n";
 }
 
 namespace {

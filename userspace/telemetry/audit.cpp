@@ -30,7 +30,9 @@ nlohmann::json event_json(const ac_event_decision& ev, const EventContext& ctx) 
 }
 
 std::string event_line(const ac_event_decision& ev, const EventContext& ctx) {
-  return event_json(ev, ctx).dump(-1, ' ', false, nlohmann::json::error_handler_t::replace) + "\n";
+  return json_display_safe(
+             event_json(ev, ctx).dump(-1, ' ', false, nlohmann::json::error_handler_t::replace)) +
+         "\n";
 }
 
 std::string refused_name_line(const std::string& name, uint64_t count, const EventContext& ctx) {
@@ -44,7 +46,7 @@ std::string refused_name_line(const std::string& name, uint64_t count, const Eve
                       {"target_kind", "name"},
                       {"count", count}};
   if (!ctx.labels.empty()) j["labels"] = ctx.labels;
-  return j.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace) + "\n";
+  return json_display_safe(j.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace)) + "\n";
 }
 
 }  // namespace agentcage::telemetry

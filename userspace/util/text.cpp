@@ -86,6 +86,34 @@ std::string escape(std::string_view text, size_t max) {
   return out;
 }
 
+std::string json_display_safe(std::string json) {
+  size_t i = 0;
+  for (; i < json.size(); ++i) {  // most lines have nothing to escape: no copy
+    const auto b = static_cast<unsigned char>(json[i]);
+    if (b == 0x7f || b >= 0x80) break;
+  }
+  if (i == json.size()) return json;
+  std::string out = json.substr(0, i);
+  while (i < json.size()) {
+    const auto b = static_cast<unsigned char>(json[i]);
+    const size_t n = b < 0x80 ? 1 : utf8_sequence_length(json, i);
+    if (b == 0x7f || (n >= 2 && is_terminal_control(json, i, n))) {
+      uint32_t cp = b;
+      if (n == 2) cp = ((b & 0x1Fu) << 6) | (static_cast<unsigned char>(json[i + 1]) & 0x3Fu);
+      if (n == 3)
+        cp = ((b & 0x0Fu) << 12) | ((static_cast<unsigned char>(json[i + 1]) & 0x3Fu) << 6) |
+             (static_cast<unsigned char>(json[i + 2]) & 0x3Fu);
+      char buf[8];
+      std::snprintf(buf, sizeof buf, "\\u%04x", static_cast<unsigned>(cp));
+      out += buf;
+    } else {
+      out.append(json, i, n == 0 ? 1 : n);
+    }
+    i += n == 0 ? 1 : n;
+  }
+  return out;
+}
+
 std::string quote(std::string_view text, size_t max) { return "'" + escape(text, max) + "'"; }
 
 std::string valid_utf8(std::string_view bytes) {

@@ -30,6 +30,13 @@ std::string valid_utf8(std::string_view bytes);
 // `max` bytes with "...".
 std::string escape(std::string_view text, size_t max);
 
+// `json` (a JSON text of valid UTF-8, as nlohmann's dump with its replace
+// handler makes it) with every character escape() hides, and DEL, written as
+// a \uXXXX escape instead: the same JSON value, which no terminal or reader
+// that splits on Unicode line breaks takes for a control (audit lines, the
+// events a client follows, the result document).
+std::string json_display_safe(std::string json);
+
 // `text` quoted for an error message: in single quotes, escaped as above,
 // cut after `max` bytes with "...".
 std::string quote(std::string_view text, size_t max = 64);
