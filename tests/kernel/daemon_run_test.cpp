@@ -576,8 +576,8 @@ TEST_F(DaemonRun, MalformedAndOversizedRunRequestsGetAnErrorAndChangeNothing) {
 // A descriptor whose close waits as long as its sender likes: a TCP socket
 // with SO_LINGER whose unsent data its peer never takes. A member sends one
 // with a request the daemon refuses (descriptors with a status request; a run
-// of a policy that does not exist) and drops its own copy, so that the
-// daemon's close is the last. The daemon closes such descriptors off its
+// of a policy that does not exist) and drops its own copy while the request
+// is incomplete, so that the daemon's close is the last. The daemon closes such descriptors off its
 // loop (daemon/closer.h): root's status is answered at once, the daemon lets
 // go of both sockets (the linger wait is interrupted), and a member's run
 // goes on as before. Without that, the loop waited in close() for the
@@ -625,10 +625,14 @@ TEST_F(DaemonRun, ADescriptorWhoseCloseWaitsDoesNotStallTheDaemon) {
     auto ask = [](const std::string& line, int sock, int count) -> std::string {
       auto fd = control::connect_control(kSocket, 5000);
       if (!fd) return "no connection";
+      // The descriptors go with the first byte of the request; the daemon
+      // keeps them until the line is complete, so this copy is dropped
+      // before the daemon can close its own, which is then the last (were
+      // this one the last, this close would wait the linger's hour).
       const int fds[3] = {sock, sock, sock};
-      if (send_with_fds(fd->get(), line.data(), line.size(), fds, static_cast<size_t>(count)) < 0)
-        return "send failed";
-      ::close(sock);  // the daemon's copy is the last
+      if (send_with_fds(fd->get(), line.data(), 1, fds, static_cast<size_t>(count)) < 0) return "send failed";
+      ::close(sock);
+      if (!control::write_all(fd->get(), std::string_view(line).substr(1), 5000)) return "send failed";
       std::string buf;
       auto l = control::read_line(fd->get(), buf, 10000);
       return l ? *l : "no answer";
