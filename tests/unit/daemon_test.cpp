@@ -46,6 +46,31 @@ TEST(StatusText, APendingScopeSaysWhichExecArmsIt) {
   EXPECT_NE(text.find("  cgroup 8  policy box\n"), std::string::npos) << text;
 }
 
+// The daemon's answer carries names others chose (a container's id and
+// workspace, a policy file's name and error): none of its control
+// characters reaches the operator's terminal, each is shown escaped.
+TEST(StatusText, NoTerminalControlFromTheAnswerReachesTheText) {
+  const std::string evil =
+      "a\x1b]0;owned\x07"
+      "b\xc2\x9b"
+      "2J\xe2\x80\xae"
+      "c\r\nfake: line";
+  nlohmann::json s = {
+      {"daemon",
+       {{"running", true}, {"pid", 1}, {"version", evil}, {"policy_dir", evil}, {"metrics_url", evil}}},
+      {"enforcement", {{"ready", false}, {"detail", evil}, {"pin_dir", evil}}},
+      {"policies", {{{"slot", 1}, {"name", evil}, {"owner", "named"}, {"mode", "enforce"}}}},
+      {"policy_files", {{{"file", evil}, {"state", "rejected"}, {"error", evil}}}},
+      {"scopes", {{{"cgroup_id", 7}, {"policy", evil}, {"run_id", evil}}}},
+      {"containers", {{{"container_id", evil}, {"cgroup_id", 8}, {"policy", evil}, {"workspace", evil}}}},
+      {"counters", {{{"policy", evil}, {"hook", evil}}}}};
+  const std::string text = daemon::format_status_text(s);
+  for (const char* bad : {"\x1b", "\x07", "\xc2\x9b", "\xe2\x80\xae", "\r", "\nfake"})
+    EXPECT_EQ(text.find(bad), std::string::npos) << text;
+  EXPECT_NE(text.find("a\\x1b]0;owned\\x07b"), std::string::npos) << text;
+  EXPECT_GE(std::count(text.begin(), text.end(), '\n'), 10);
+}
+
 TEST(DaemonConfig, EmptyFileGivesDefaults) {
   EXPECT_TRUE(daemon::parse_config("# nothing set\n\n", "d.yaml").ok());
   auto r = daemon::parse_config("", "d.yaml");

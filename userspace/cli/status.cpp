@@ -16,6 +16,7 @@
 #include "core/paths.h"
 #include "daemon/status.h"
 #include "util/log.h"
+#include "util/text.h"
 
 namespace agentcage::cli {
 namespace {
@@ -52,7 +53,7 @@ int status_command(bool json_out, const std::string& socket_path) {
     }
   }
   if (json_out)
-    std::cout << status.dump(2) << "\n";
+    std::cout << json_display_safe(status.dump(2, ' ', false, json::error_handler_t::replace)) << "\n";
   else
     std::cout << daemon::format_status_text(status);
   return status.value("enforcement", json::object()).value("ready", false) ? 0 : 1;

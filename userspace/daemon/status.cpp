@@ -9,6 +9,7 @@
 
 #include "bpf/lsm.h"
 #include "bpf/names.h"
+#include "util/text.h"
 #include "util/unique_fd.h"
 
 namespace agentcage::daemon {
@@ -121,16 +122,22 @@ json kernel_status(const bpf::Enforcer& enforcer, const std::map<uint64_t, std::
 
 std::string format_status_text(const json& s) {
   std::ostringstream o;
+  // Every value is the daemon's answer, which carries names and paths others
+  // chose (a container's id and workspace, a policy file's name and error):
+  // nothing in it reaches the terminal as a control character.
   auto str = [](const json& v) {
-    return v.is_string() ? v.get<std::string>() : v.is_null() ? std::string("-") : v.dump();
+    return escape(v.is_string() ? v.get<std::string>()
+                  : v.is_null() ? std::string("-")
+                                : v.dump(-1, ' ', false, json::error_handler_t::replace),
+                  4096);
   };
   const json& d = s.value("daemon", json::object());
   if (d.value("running", false)) {
     o << "daemon:      running (pid " << str(d.value("pid", json())) << ", version "
       << str(d.value("version", json())) << ")\n";
     // metrics_url is absent from an older daemon's answer: its address then.
-    const std::string url = d.value("metrics_url", d.value("metrics_address", std::string()));
-    const std::string auth = d.value("metrics_auth", std::string("none"));
+    const std::string url = escape(d.value("metrics_url", d.value("metrics_address", std::string())), 4096);
+    const std::string auth = escape(d.value("metrics_auth", std::string("none")), 64);
     o << "  policy dir " << str(d.value("policy_dir", json())) << ", metrics "
       << (url.empty() ? std::string("off") : url + (auth == "none" ? "" : " (" + auth + " auth)"))
       << ", audit log " << str(d.value("audit_log", json())) << "\n";
@@ -143,7 +150,7 @@ std::string format_status_text(const json& s) {
   if (!s.contains("enforcement")) return o.str();
   const json& e = s["enforcement"];
   o << "enforcement: " << (e.value("ready", false) ? "ready" : "NOT ready");
-  if (!e.value("detail", std::string()).empty()) o << " (" << e.value("detail", std::string()) << ")";
+  if (!e.value("detail", std::string()).empty()) o << " (" << str(e["detail"]) << ")";
   o << "\n  programs: " << e.value("programs", json::array()).size() << " loaded from "
     << str(e.value("pin_dir", json())) << "\n";
   o << "policies:\n";
@@ -157,7 +164,7 @@ std::string format_status_text(const json& s) {
   o << "scopes: " << s.value("scopes", json::array()).size() << "\n";
   for (const auto& sc : s.value("scopes", json::array()))
     o << "  cgroup " << sc.value("cgroup_id", uint64_t{0}) << "  policy " << str(sc.value("policy", json()))
-      << (sc.value("run_id", json()).is_string() ? "  run " + sc["run_id"].get<std::string>() : std::string())
+      << (sc.value("run_id", json()).is_string() ? "  run " + str(sc["run_id"]) : std::string())
       << (sc.value("arm_pid", json()).is_number()
               ? "  pending (arms at exec of pid " + std::to_string(sc["arm_pid"].get<uint64_t>()) + ")"
               : std::string())
@@ -170,8 +177,7 @@ std::string format_status_text(const json& s) {
     for (const auto& c : s["containers"])
       o << "  " << str(c.value("container_id", json())) << "  cgroup " << c.value("cgroup_id", uint64_t{0})
         << "  policy " << str(c.value("policy", json()))
-        << (c.value("workspace", json()).is_string() ? "  workspace " + c["workspace"].get<std::string>()
-                                                      : std::string())
+        << (c.value("workspace", json()).is_string() ? "  workspace " + str(c["workspace"]) : std::string())
         << "  since " << str(c.value("attached", json())) << "\n";
   }
   o << "decisions (allow/deny/audit):\n";
