@@ -77,6 +77,91 @@ TEST_F(DaemonRun, AGroupMemberRunsUnderANamedPolicyWithItsLabelsAndDenialsReport
   EXPECT_TRUE(wait_until([&] { return nothing_left(); }, 10s));
 }
 
+// Members of the control group share the daemon, not each other's runs: a
+// member sees the audit events (recent and followed) and the status scopes
+// of its own runs only, and no containers, bindings or counters; root sees
+// all. Another member's denial carries its paths and labels.
+TEST_F(DaemonRun, AMemberSeesOnlyItsOwnRunsEventsAndScopes) {
+  start();
+  constexpr uid_t kOtherUid = 65533;
+  const auto become_other = [] {
+    gid_t groups[] = {kControlGid};
+    if (::setgroups(1, groups) != 0 || ::setgid(kOtherUid) != 0 || ::setuid(kOtherUid) != 0) ::_exit(98);
+  };
+  const fs::path other_dir = dir_ / "other";
+  fs::create_directories(other_dir);
+  ASSERT_EQ(::chown(other_dir.c_str(), kOtherUid, kOtherUid), 0);
+  const std::vector<std::string> follow = {agentcage_bin(), "events", "--follow"};
+  Proc root_follows = spawn(follow, dir_ / "root-follow.out");
+  Proc own_follows = spawn(follow, client_ / "own-follow.out", {}, become_client(true));
+  Proc other_follows = spawn(follow, other_dir / "follow.out", {}, become_other);
+  ASSERT_TRUE(wait_until([&] { return status()["daemon"].value("clients", 0) >= 3; }, 20s)) << log();
+
+  Proc run = client_run("mine", {"--label", "secret=alpha"}, {"sh", "-c", "cat /etc/passwd; sleep 4"});
+  std::string run_id;
+  ASSERT_TRUE(wait_until(
+      [&] {
+        const json st = status();
+        for (const json& sc : st["scopes"])
+          if (sc.value("policy", json()) == "drun" && sc.value("run_id", json()).is_string())
+            run_id = sc["run_id"];
+        return !run_id.empty();
+      },
+      30s))
+      << out("mine");
+  const auto status_as = [&](const fs::path& file, const std::function<void()>& become) {
+    Proc p = spawn({agentcage_bin(), "status", "--json"}, file, {}, become);
+    wait_exit(p.pid);
+    return json::parse(slurp(file), nullptr, false);
+  };
+  const json own = status_as(client_ / "status.out", become_client(true));
+  const json other = status_as(other_dir / "status.out", become_other);
+  ASSERT_TRUE(own.is_object()) << slurp(client_ / "status.out");
+  ASSERT_TRUE(other.is_object()) << slurp(other_dir / "status.out");
+  EXPECT_EQ(own["view"], "own runs");
+  ASSERT_EQ(own["scopes"].size(), 1u) << own.dump(2);
+  EXPECT_EQ(own["scopes"][0]["run_id"], run_id);
+  EXPECT_EQ(other["view"], "own runs");
+  EXPECT_TRUE(other["scopes"].empty()) << other.dump(2);
+  for (const char* hidden : {"containers", "bindings", "counters"}) {
+    EXPECT_FALSE(other.contains(hidden)) << hidden;
+    EXPECT_TRUE(status().contains(hidden)) << hidden;  // root's view has them
+  }
+  EXPECT_TRUE(named_slot(other, "drun").has_value());  // the policies are everyone's
+  EXPECT_EQ(status()["view"], "all");
+  EXPECT_EQ(wait_exit(run.pid), 0) << out("mine");
+
+  // The denial reaches root's stream and the member's own, not the other's.
+  const auto has_denial = [&](const fs::path& file) {
+    std::istringstream lines(slurp(file));
+    for (std::string line; std::getline(lines, line);) {
+      json e = json::parse(line, nullptr, false);
+      if (e.is_object() && e.value("run_id", json()) == run_id && e.value("target", "") == "/etc/passwd")
+        return true;
+    }
+    return false;
+  };
+  EXPECT_TRUE(wait_until([&] { return has_denial(dir_ / "root-follow.out"); }, 15s))
+      << slurp(dir_ / "root-follow.out");
+  EXPECT_TRUE(wait_until([&] { return has_denial(client_ / "own-follow.out"); }, 15s))
+      << slurp(client_ / "own-follow.out");
+  // And the recent events: the member's own, not the other's.
+  Proc own_recent = spawn({agentcage_bin(), "events"}, client_ / "recent.out", {}, become_client(true));
+  Proc other_recent = spawn({agentcage_bin(), "events"}, other_dir / "recent.out", {}, become_other);
+  EXPECT_EQ(wait_exit(own_recent.pid), 0) << slurp(client_ / "recent.out");
+  EXPECT_EQ(wait_exit(other_recent.pid), 0) << slurp(other_dir / "recent.out");
+  EXPECT_TRUE(has_denial(client_ / "recent.out")) << slurp(client_ / "recent.out");
+  for (const char* file : {"follow.out", "recent.out"}) {
+    const std::string seen = slurp(other_dir / file);
+    EXPECT_EQ(seen.find(run_id), std::string::npos) << file << ": " << seen;
+    EXPECT_EQ(seen.find("alpha"), std::string::npos) << file << ": " << seen;
+  }
+  for (const Proc& p : {root_follows, own_follows, other_follows}) {
+    ::kill(p.pid, SIGTERM);
+    wait_exit(p.pid);
+  }
+}
+
 TEST_F(DaemonRun, ACallerOutsideTheGroupIsRefused) {
   start();
   Proc p = client_run("outsider", {}, {"cat", "/etc/hostname"}, false);

@@ -388,18 +388,22 @@ void ControlServer::handle_line(Client& c, const std::string& line) {
     respond(c, handler_.handle(*req, c.peer));
     return;
   }
-  const std::deque<std::string>& recent = handler_.recent_events();
-  respond(c, {{"ok", true}, {"recent", recent.size()}, {"follow", req->follow}});
-  for (const auto& l : recent) c.out += l;
+  const std::deque<AuditEvent>& recent = handler_.recent_events();
+  size_t shown = 0;
+  for (const auto& e : recent) shown += c.peer.sees(e.owner);
+  respond(c, {{"ok", true}, {"recent", shown}, {"follow", req->follow}});
+  for (const auto& e : recent)
+    if (c.peer.sees(e.owner)) c.out += e.line;
   if (req->follow)
     c.streaming = true;
   else
     c.close_after_flush = true;
 }
 
-void ControlServer::stream(const std::string& line) {
+void ControlServer::stream(const AuditEvent& event) {
+  const std::string& line = event.line;
   for (auto& [fd, c] : clients_) {
-    if (!c.streaming) continue;
+    if (!c.streaming || !c.peer.sees(event.owner)) continue;
     std::string notice;
     if (c.dropped) notice = json{{"dropped", c.dropped}}.dump() + "\n";
     if (c.out.size() + notice.size() + line.size() > opt_.client_buffer_bytes) {

@@ -21,6 +21,7 @@
 #include <nlohmann/json.hpp>
 
 #include "control/protocol.h"
+#include "daemon/audit_event.h"
 #include "daemon/closer.h"
 #include "daemon/loop.h"
 #include "util/result.h"
@@ -36,6 +37,10 @@ struct Peer {
   gid_t gid = 0;
   pid_t pid = 0;
   bool root = false;
+  // Whether this peer may see what concerns a run of `owner` (none: root's
+  // runs, containers, the daemon's own): root sees everything, a member of
+  // the control group its own runs only.
+  bool sees(std::optional<uid_t> owner) const { return root || (owner && *owner == uid); }
 };
 
 class ControlHandler {
@@ -52,7 +57,7 @@ class ControlHandler {
   // The client of a started run closed its connection or died.
   virtual void client_gone(uint64_t id) = 0;
   // The ring of recent audit lines, for the events op.
-  virtual const std::deque<std::string>& recent_events() = 0;
+  virtual const std::deque<AuditEvent>& recent_events() = 0;
 };
 
 struct ControlOptions {
@@ -95,9 +100,10 @@ class ControlServer {
   // no longer allowed. The path cannot change. An error leaves the old
   // options, and the socket no wider than before (root-only at worst).
   Status reconfigure(const ControlOptions& next);
-  // One audit line to every streaming client; a client whose buffer is full
-  // misses it, and is told how many it missed before its next line.
-  void stream(const std::string& line);
+  // One audit line to every streaming client that sees it (Peer::sees); a
+  // client whose buffer is full misses it, and is told how many it missed
+  // before its next line.
+  void stream(const AuditEvent& event);
   // Sends what the streaming clients have buffered.
   void flush_streams();
   // Once a second: closes idle connections.

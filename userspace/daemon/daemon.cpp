@@ -104,7 +104,7 @@ class Daemon final : private PolicyDirListener, private ControlHandler {
                 loop_, *this, closer_),
         runner_(
             cfg_, loop_, [this](uint64_t client, const json& reply) { server_.finish_run(client, reply); },
-            [this](const Request& notice) { note_run(notice); }, closer_, forker) {
+            [this](const Request& notice, uid_t owner) { note_run(notice, owner); }, closer_, forker) {
     // A runner that left something of its run: reaped at once, not at the next minute.
     runner_.on_left_behind([this] {
       if (enf_) reap_stale_runs();
@@ -127,7 +127,10 @@ class Daemon final : private PolicyDirListener, private ControlHandler {
   void bind() {
     if (enf_ && !bindings_.empty()) bindings_.reconcile(*enf_, dir_);
   }
-  json status_json();
+  // What `peer` may see of the status: all of it for root; for a member of
+  // the control group the daemon, the enforcement and the policies, and of
+  // the scopes its own runs only (no containers, bindings or counters).
+  json status_json(const Peer& peer);
   json attach(const Request& r);
   json detach(const Request& r);
   // detach by container_id: the container's record says what to release.
@@ -136,7 +139,8 @@ class Daemon final : private PolicyDirListener, private ControlHandler {
   // runtime that died before its poststop hook).
   void sweep_containers();
   // A run_start or run_end notice, from the control socket or a runner's channel.
-  void note_run(const Request& notice);
+  // `owner`: the client a run through the daemon is for.
+  void note_run(const Request& notice, std::optional<uid_t> owner = std::nullopt);
 
   // ControlHandler
   json handle(const Request& req, const Peer& peer) override;
@@ -146,7 +150,7 @@ class Daemon final : private PolicyDirListener, private ControlHandler {
     return runner_.start(req, peer, stdio, dir_.limits(req.policy));
   }
   void client_gone(uint64_t id) override { runner_.client_gone(id); }
-  const std::deque<std::string>& recent_events() override { return sink_.recent(); }
+  const std::deque<AuditEvent>& recent_events() override { return sink_.recent(); }
 
   // PolicyDirListener: metrics, and the counter ordering rules (event_sink.h).
   void reloaded(bool success) override { metrics_.policy_reload(success); }
@@ -265,7 +269,7 @@ Status Daemon::start() {
     return st;
   if (Status st = sink_.open_audit_log(); !st) return st;
   if (Status st = serve_metrics(cfg_); !st) return st;
-  sink_.set_stream([this](const std::string& line) { server_.stream(line); });
+  sink_.set_stream([this](const AuditEvent& event) { server_.stream(event); });
   dir_.load_state_file();
   for (const std::string& w : containers_.load()) log::warn("container records: " + w);
   ensure_enforcer();
@@ -560,7 +564,7 @@ json Daemon::handle(const Request& req, const Peer& peer) {
     case Op::run:
       break;  // start_run
     case Op::status:
-      return {{"ok", true}, {"status", status_json()}};
+      return {{"ok", true}, {"status", status_json(peer)}};
     case Op::attach: {
       json reply = attach(req);
       if (!req.container_id.empty())
@@ -591,9 +595,9 @@ json Daemon::handle(const Request& req, const Peer& peer) {
   return {{"ok", false}, {"error", "request: op " + std::string(op_name(req.op)) + " is not handled here"}};
 }
 
-void Daemon::note_run(const Request& req) {
+void Daemon::note_run(const Request& req, std::optional<uid_t> owner) {
   if (req.op == Op::run_start) {
-    runs_.note(req.scope_id, req.run_id, req.labels);
+    runs_.note(req.scope_id, req.run_id, req.labels, owner);
   } else if (req.op == Op::run_end) {
     metrics_.run_finished(req.policy, req.outcome, req.duration_seconds);
     if (req.fail_closed) metrics_.fail_closed(*req.fail_closed, telemetry::FailClosedSource::run);
@@ -610,7 +614,7 @@ void Daemon::note_run(const Request& req) {
   }
 }
 
-json Daemon::status_json() {
+json Daemon::status_json(const Peer& peer) {
   json s = enf_ ? kernel_status(*enf_, runs_.ids())
                 : json{{"enforcement", {{"ready", false}, {"detail", "cannot enforce: " + enforcer_error_}}}};
   s["policy_files"] = dir_.status_json();
@@ -642,6 +646,14 @@ json Daemon::status_json() {
                           {"labels", c.labels},
                           {"attached", rfc3339_utc(c.attached_ns, 9)}});
   s["containers"] = containers;
+  s["view"] = peer.root ? "all" : "own runs";
+  if (!peer.root) {
+    json own = json::array();
+    for (const json& scope : s.value("scopes", json::array()))
+      if (peer.sees(runs_.owner(scope.value("scope_id", uint64_t{0})))) own.push_back(scope);
+    s["scopes"] = own;
+    for (const char* key : {"containers", "bindings", "counters"}) s.erase(key);
+  }
   return s;
 }
 

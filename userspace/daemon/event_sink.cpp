@@ -95,14 +95,16 @@ void EventSink::on_event(const ac_event_decision& ev) {
   telemetry::EventContext ctx;
   ctx.realtime_ns = static_cast<int64_t>(ev.hdr.time_ns) + boot_offset_ns_;
   ctx.policy = policy == "unknown" ? std::string() : policy;
+  std::optional<uid_t> owner;
   if (std::optional<std::string> run = runs_.run_id(ev.scope_id)) {
     ctx.run_id = *run;
     ctx.labels = runs_.labels(ev.scope_id);
+    owner = runs_.owner(ev.scope_id);
   } else if (std::string container = containers_.id_of_scope(ev.scope_id); !container.empty()) {
     ctx.container_id = std::move(container);
     if (const ContainerScope* c = containers_.find(ctx.container_id)) ctx.labels = c->labels;
   }
-  emit(telemetry::event_line(ev, ctx));
+  emit(telemetry::event_line(ev, ctx), owner);
 }
 
 void EventSink::refused_names(const std::string& run_id, const std::string& policy,
@@ -114,17 +116,19 @@ void EventSink::refused_names(const std::string& run_id, const std::string& poli
   ctx.policy = policy == "unknown" ? std::string() : policy;
   ctx.run_id = run_id;
   ctx.labels = runs_.labels_of_run(run_id);
-  for (const auto& [name, count] : by_name) emit(telemetry::refused_name_line(name, count, ctx));
+  const std::optional<uid_t> owner = runs_.owner_of_run(run_id);
+  for (const auto& [name, count] : by_name) emit(telemetry::refused_name_line(name, count, ctx), owner);
 }
 
-void EventSink::emit(std::string line) {
+void EventSink::emit(std::string line, std::optional<uid_t> owner) {
   if (audit_buf_.size() + line.size() <= kMaxAuditBuffer)
     audit_buf_ += line;
   else
     ++audit_dropped_;
-  if (stream_) stream_(line);
+  AuditEvent event{std::move(line), owner};
+  if (stream_) stream_(event);
   if (recent_max_) {
-    recent_.push_back(std::move(line));
+    recent_.push_back(std::move(event));
     while (recent_.size() > recent_max_) recent_.pop_front();
   }
 }

@@ -26,6 +26,7 @@
 
 #include "bpf/enforcer.h"
 #include "bpf/event_reader.h"
+#include "daemon/audit_event.h"
 #include "daemon/containers.h"
 #include "daemon/runs.h"
 #include "telemetry/metrics.h"
@@ -54,7 +55,7 @@ class EventSink {
   int attach(bpf::Enforcer& enforcer);
   // Where each audit line goes besides the log and the ring (the streaming
   // clients).
-  void set_stream(std::function<void(const std::string&)> stream) { stream_ = std::move(stream); }
+  void set_stream(std::function<void(const AuditEvent&)> stream) { stream_ = std::move(stream); }
 
   // Drains the ring buffer and writes the audit log.
   void consume();
@@ -70,7 +71,7 @@ class EventSink {
   // The kernel's lost and suppressed event counts into the metrics (every tick).
   void count_lost();
 
-  const std::deque<std::string>& recent() const { return recent_; }
+  const std::deque<AuditEvent>& recent() const { return recent_; }
   uint64_t delivered() const { return delivered_; }
   uint64_t malformed() const { return reader_ ? reader_->malformed() : 0; }
   uint64_t audit_dropped() const { return audit_dropped_; }
@@ -78,8 +79,9 @@ class EventSink {
  private:
   using Clock = std::chrono::steady_clock;
   void on_event(const ac_event_decision& ev);
-  // One audit line to the log, the ring of recent events and the streams.
-  void emit(std::string line);
+  // One audit line to the log, the ring of recent events and the streams;
+  // `owner`: the member whose run it is about (daemon/audit_event.h).
+  void emit(std::string line, std::optional<uid_t> owner);
   std::string slot_name(uint32_t slot);
 
   std::string audit_log_;
@@ -89,12 +91,12 @@ class EventSink {
   const ContainerIndex& containers_;
   bpf::Enforcer* enf_ = nullptr;
   std::unique_ptr<bpf::EventReader> reader_;
-  std::function<void(const std::string&)> stream_;
+  std::function<void(const AuditEvent&)> stream_;
   telemetry::CounterTracker tracker_;
   std::map<uint32_t, std::string> slot_names_;  // last known name of every slot
   UniqueFd audit_fd_;
   std::string audit_buf_;
-  std::deque<std::string> recent_;
+  std::deque<AuditEvent> recent_;
   // A kernel stat mirrored into a Prometheus counter.
   struct StatSeen {
     uint64_t seen = 0;

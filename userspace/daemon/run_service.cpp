@@ -386,7 +386,7 @@ void RunService::read_notices(Running& r) {
     }
     (start ? r.start_noticed : r.end_noticed) = true;
     if (start) r.noticed_run_id = notice->run_id;
-    notice_(*notice);
+    notice_(*notice, r.uid);
   }
 }
 

@@ -66,8 +66,8 @@ class RunService {
   using Finish = std::function<void(uint64_t client, const nlohmann::json& reply)>;
   // Called with each run_start and run_end notice a runner sends on its
   // channel (control/notify.h), in order; every notice of a run comes
-  // before its client's answer.
-  using Notice = std::function<void(const control::Request& notice)>;
+  // before its client's answer. `owner`: the uid of the run's client.
+  using Notice = std::function<void(const control::Request& notice, uid_t owner)>;
 
   // Runners come from `forker` while it runs (no exec), else by fork + exec.
   // The descriptors of requests it holds (parked) are closed by `closer`.

@@ -54,16 +54,22 @@ std::optional<std::string> RunIndex::run_id(uint64_t scope_id) {
   return run->second;
 }
 
-void RunIndex::note(uint64_t scope_id, const std::string& run_id, const core::Labels& labels) {
+void RunIndex::note(uint64_t scope_id, const std::string& run_id, const core::Labels& labels,
+                    std::optional<uid_t> owner) {
   if (!run_ids_.count(scope_id)) order_.push_back(scope_id);
   run_ids_[scope_id] = run_id;
   if (labels.empty())
     labels_.erase(scope_id);
   else
     labels_[scope_id] = labels;
+  if (owner)
+    owners_[scope_id] = *owner;
+  else
+    owners_.erase(scope_id);
   while (order_.size() > kMaxRunIds) {
     run_ids_.erase(order_.front());
     labels_.erase(order_.front());
+    owners_.erase(order_.front());
     order_.pop_front();
   }
 }
@@ -71,6 +77,17 @@ void RunIndex::note(uint64_t scope_id, const std::string& run_id, const core::La
 core::Labels RunIndex::labels(uint64_t scope_id) const {
   auto it = labels_.find(scope_id);
   return it == labels_.end() ? core::Labels{} : it->second;
+}
+
+std::optional<uid_t> RunIndex::owner(uint64_t scope_id) const {
+  auto it = owners_.find(scope_id);
+  return it == owners_.end() ? std::nullopt : std::optional<uid_t>(it->second);
+}
+
+std::optional<uid_t> RunIndex::owner_of_run(const std::string& run_id) const {
+  for (const auto& [scope, id] : run_ids_)
+    if (id == run_id) return owner(scope);
+  return std::nullopt;
 }
 
 core::Labels RunIndex::labels_of_run(const std::string& run_id) const {

@@ -147,6 +147,9 @@ std::string format_status_text(const json& s) {
     o << "daemon:      not running (" << str(d.value("detail", json("no answer on the control socket")))
       << ")\n";
   }
+  if (s.value("view", std::string()) == "own runs")
+    o << "view:        a member's: only the scopes of your own runs (root sees every scope, container and "
+         "counter)\n";
   if (!s.contains("enforcement")) return o.str();
   const json& e = s["enforcement"];
   o << "enforcement: " << (e.value("ready", false) ? "ready" : "NOT ready");
