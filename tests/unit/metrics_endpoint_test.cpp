@@ -3,8 +3,11 @@
 // metrics_basic_auth settings, the users file and its password hashes (real
 // crypt(3) hashes made here), and the real server over loopback, asked with
 // curl over HTTPS (a throwaway certificate made with the openssl command).
+#include <arpa/inet.h>
 #include <crypt.h>
 #include <gtest/gtest.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -15,10 +18,13 @@
 #include <fstream>
 #include <memory>
 #include <string>
+#include <thread>
+#include <vector>
 
 #include "daemon/config.h"
 #include "telemetry/basic_auth.h"
 #include "telemetry/metrics_server.h"
+#include "util/unique_fd.h"
 
 namespace agentcage {
 namespace {
@@ -330,6 +336,36 @@ TEST_F(MetricsServerTest, PlainHttpWithAndWithoutAuth) {
   const std::string url = "http://127.0.0.1:" + std::to_string((*guarded)->port()) + "/metrics";
   EXPECT_EQ(curl(url).substr(0, 4), "401 ");
   EXPECT_EQ(curl(url, "-u prom:right"), "200 agentcage_up 1\n");
+}
+
+// Idle connections from one address do not keep a scraper at another out:
+// an address has at most 16 at once.
+TEST_F(MetricsServerTest, IdleConnectionsFromOneAddressDoNotKeepTheScraperOut) {
+  auto server = start(std::nullopt, false);
+  ASSERT_TRUE(server) << server.error().message;
+  const auto port = static_cast<uint16_t>((*server)->port());
+  const std::string url = "http://127.0.0.1:" + std::to_string(port) + "/metrics";
+  std::vector<UniqueFd> idle;
+  for (int i = 0; i < 16; ++i) {
+    UniqueFd fd(::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0));
+    sockaddr_in a{};
+    a.sin_family = AF_INET;
+    a.sin_port = htons(port);
+    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    ASSERT_EQ(::connect(fd.get(), reinterpret_cast<sockaddr*>(&a), sizeof a), 0);
+    idle.push_back(std::move(fd));
+  }
+  // Their address gets no answer now; another gets its scrape.
+  EXPECT_EQ(curl(url, "--interface 127.0.0.1").rfind("curl exit", 0), 0u);
+  EXPECT_EQ(curl(url, "--interface 127.0.0.2"), "200 agentcage_up 1\n");
+  idle.clear();
+  EXPECT_TRUE([&] {
+    for (int i = 0; i < 100; ++i) {
+      if (curl(url, "--interface 127.0.0.1") == "200 agentcage_up 1\n") return true;
+      std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    }
+    return false;
+  }());
 }
 
 TEST_F(MetricsServerTest, UnusableTlsFilesAreRefused) {

@@ -24,7 +24,10 @@ namespace agentcage::telemetry {
 namespace {
 
 constexpr size_t kMaxPemBytes = 1 << 20;
-constexpr unsigned kMaxConnections = 64;
+// One address's connections are capped below the total, so that idle
+// connections from one host cannot keep the scraper out.
+constexpr unsigned kMaxConnections = 256;
+constexpr unsigned kMaxConnectionsPerAddress = 16;
 constexpr unsigned kConnectionTimeoutSeconds = 10;
 constexpr unsigned kThreads = 2;
 // TLS 1.2 and 1.3 only (what Prometheus speaks); GnuTLS's defaults otherwise.
@@ -245,6 +248,7 @@ Result<std::unique_ptr<MetricsServer>> MetricsServer::start(const ServeOptions& 
       {MHD_OPTION_EXTERNAL_LOGGER, reinterpret_cast<intptr_t>(&Callbacks::log), self.get()},
       {MHD_OPTION_THREAD_POOL_SIZE, kThreads, nullptr},
       {MHD_OPTION_CONNECTION_LIMIT, kMaxConnections, nullptr},
+      {MHD_OPTION_PER_IP_CONNECTION_LIMIT, kMaxConnectionsPerAddress, nullptr},
       {MHD_OPTION_CONNECTION_TIMEOUT, kConnectionTimeoutSeconds, nullptr},
   };
   if (options.tls) {
