@@ -960,6 +960,43 @@ TEST_F(Daemon, StatusAndEventsCommands) {
   EXPECT_NE(slurp(ev2.out).find("the daemon is not reachable"), std::string::npos) << slurp(ev2.out);
 }
 
+// Recent events over a client's buffer: the newest that fit are sent and
+// the older ones counted, not the whole answer dropped.
+TEST_F(Daemon, RecentEventsOverTheClientsBufferAreTheNewestThatFit) {
+  std::ofstream(dir_ / "daemon.yaml", std::ios::app) << "client_buffer_bytes: 4096\nrecent_events: 100\n";
+  start_daemon();
+  auto cg = cgroup::Cgroup::create(root_, root_, "ac-daemon-recent-" + std::to_string(::getpid()));
+  ASSERT_TRUE(cg);
+  ASSERT_TRUE(control(
+      {{"op", "attach"}, {"cgroup", cg->path().string()}, {"policy", "dtest"}, {"workspace", "/tmp"}}));
+  constexpr int kDenials = 40;  // some 300 bytes each: three times the buffer
+  for (int i = 0; i < kDenials; ++i) EXPECT_EQ(open_in(*cg, "/etc/shadow"), EACCES);
+  EXPECT_TRUE(control({{"op", "detach"}, {"cgroup", cg->path().string()}}));
+  EXPECT_TRUE(cg->remove());
+  ASSERT_TRUE(wait_until([&] { return status()["daemon"].value("events_delivered", 0) >= kDenials; }, 30s))
+      << status().dump(2);
+  Proc recent = spawn({agentcage_bin(), "events"}, dir_ / "recent.out");
+  EXPECT_EQ(wait_exit(recent.pid), 0);
+  const std::string out = slurp(recent.out);
+  int shown = 0;
+  size_t bytes = 0;
+  std::istringstream lines(out);
+  for (std::string l; std::getline(lines, l);) {
+    json e = json::parse(l, nullptr, false);
+    if (!e.is_object()) continue;
+    EXPECT_EQ(e.value("target", ""), "/etc/shadow") << l;
+    ++shown;
+    bytes += l.size() + 1;
+  }
+  EXPECT_GT(shown, 3) << out;
+  EXPECT_LT(shown, kDenials) << out;
+  EXPECT_LE(bytes, 4096u);
+  EXPECT_NE(out.find("oldest recent events did not fit the daemon's client_buffer_bytes; shown: the newest " +
+                     std::to_string(shown)),
+            std::string::npos)
+      << out;
+}
+
 // ---- SIGKILL and restart -----------------------------------------------------
 
 TEST_F(Daemon, SigkilledDaemonKeepsEnforcingAndARestartReadoptsAndReaps) {

@@ -34,6 +34,11 @@ int events_command(bool follow, const std::string& socket_path) {
               << "\n";
     return 1;
   }
+  if (const auto omitted = stream->head.find("omitted");
+      omitted != stream->head.end() && omitted->is_number())
+    std::cerr << "agentcage events: the " << omitted->dump()
+              << " oldest recent events did not fit the daemon's client_buffer_bytes; shown: the newest "
+              << stream->head.value("recent", nlohmann::json()).dump() << "\n";
   for (;;) {
     auto line = control::read_line(stream->fd.get(), stream->buffer, -1);
     if (!line) {

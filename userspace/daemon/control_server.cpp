@@ -388,12 +388,25 @@ void ControlServer::handle_line(Client& c, const std::string& line) {
     respond(c, handler_.handle(*req, c.peer));
     return;
   }
+  // The newest of the recent lines this client sees, as many as fit its
+  // buffer (with room for the answer's own line); the older ones are
+  // counted as omitted.
   const std::deque<AuditEvent>& recent = handler_.recent_events();
-  size_t shown = 0;
-  for (const auto& e : recent) shown += c.peer.sees(e.owner);
-  respond(c, {{"ok", true}, {"recent", shown}, {"follow", req->follow}});
-  for (const auto& e : recent)
-    if (c.peer.sees(e.owner)) c.out += e.line;
+  constexpr size_t kHeadRoom = 256;
+  const size_t budget = opt_.client_buffer_bytes > kHeadRoom ? opt_.client_buffer_bytes - kHeadRoom : 0;
+  size_t visible = 0, bytes = 0;
+  for (const auto& e : recent) visible += c.peer.sees(e.owner);
+  std::vector<const std::string*> shown;
+  for (auto it = recent.rbegin(); it != recent.rend(); ++it) {
+    if (!c.peer.sees(it->owner)) continue;
+    if (bytes + it->line.size() > budget) break;
+    bytes += it->line.size();
+    shown.push_back(&it->line);
+  }
+  json head = {{"ok", true}, {"recent", shown.size()}, {"follow", req->follow}};
+  if (shown.size() < visible) head["omitted"] = visible - shown.size();
+  respond(c, head);
+  for (auto it = shown.rbegin(); it != shown.rend(); ++it) c.out += **it;
   if (req->follow)
     c.streaming = true;
   else
