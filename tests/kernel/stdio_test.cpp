@@ -11,6 +11,7 @@
 #include <unistd.h>
 
 #include <cerrno>
+#include <cstdlib>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
@@ -101,6 +102,66 @@ TEST_F(Stdio, OutputToFilesIsBoundedByTheDiskLimit) {
   EXPECT_EQ(small.code, 0) << small.describe();
   EXPECT_EQ(small.out.size(), 8u * 65536) << small.describe();
   EXPECT_EQ(small.result.value("output_truncated", true), false) << small.describe();
+}
+
+// The run's output relayed into the caller's file is written as the run's
+// uid would write it for space (agentcage itself is root): it stops where an
+// unprivileged writer's would, with ENOSPC, and never takes the blocks ext4
+// keeps for root. A 16 MiB file system with half its blocks reserved: 12
+// MiB of output stop short of 8 MiB, root can still write into its reserve
+// afterwards, and a small output arrives whole.
+TEST_F(Stdio, OutputToFilesNeverTakesTheBlocksReservedForRoot) {
+  const fs::path dir = "/tmp/ac-stdio-reserved", image = "/tmp/ac-stdio-reserved.img";
+  fs::create_directories(dir);
+  const std::string make = "modprobe loop 2>/dev/null; truncate -s 16M " + image.string() +
+                           " && mkfs.ext4 -q -F -m 50 " + image.string() + " && mount -o loop " +
+                           image.string() + " " + dir.string();
+  ASSERT_EQ(std::system(make.c_str()), 0) << make << " (needs e2fsprogs and the loop module)";
+  struct Unmount {
+    std::string cmd;
+    ~Unmount() { (void)!std::system(cmd.c_str()); }
+  } unmount{"umount " + dir.string() + "; rm -f " + image.string()};
+  const std::string writer =
+      "import os, sys\n"
+      "chunk = b'x' * 65536\n"
+      "try:\n"
+      "    for i in range(int(sys.argv[1])):\n"
+      "        os.write(1, chunk)\n"
+      "except BrokenPipeError:\n"
+      "    sys.exit(3)\n";
+  auto to_file = [](const fs::path& path) {
+    SpawnOptions o;
+    o.in_child = [path] {
+      const int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+      if (fd < 0 || ::dup2(fd, 1) < 0) ::_exit(97);
+    };
+    return o;
+  };
+  auto args = [&](const char* chunks) {
+    std::vector<std::string> a = py(writer, {"--disk", "64Mi"});
+    a.push_back(chunks);
+    return a;
+  };
+  Ran big = run(args("192"), to_file(dir / "big.out"));
+  EXPECT_EQ(big.code, 3) << big.describe();
+  const auto written = fs::file_size(dir / "big.out");
+  EXPECT_GT(written, 4u << 20) << big.describe();
+  EXPECT_LT(written, 8u << 20) << big.describe();
+  EXPECT_NE(big.err.find("relaying the run's stdout: No space left on device"), std::string::npos)
+      << big.describe();
+  // The reserve is whole: root's own write of 4 MiB goes in.
+  {
+    std::ofstream more(dir / "root.bin", std::ios::binary);
+    const std::string mib(1u << 20, 'r');
+    for (int i = 0; i < 4; ++i) more << mib;
+    more.flush();
+    EXPECT_TRUE(more.good()) << "root could not write into its reserve";
+  }
+  fs::remove(dir / "big.out");
+  fs::remove(dir / "root.bin");
+  Ran small = run(args("8"), to_file(dir / "small.out"));
+  EXPECT_EQ(small.code, 0) << small.describe();
+  EXPECT_EQ(fs::file_size(dir / "small.out"), 8u * 65536) << small.describe();
 }
 
 TEST_F(Stdio, OutputOrderAndIsattyOfPipesAndFilesStayUsual) {

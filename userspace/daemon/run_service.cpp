@@ -513,20 +513,24 @@ void RunService::stop_all(int grace_ms) {
     r.stopping = true;
     ::kill(r.pid, SIGTERM);
   }
-  const auto deadline = std::chrono::steady_clock::now() + std::chrono::milliseconds(grace_ms);
-  while (!runs_.empty()) {
-    std::vector<pollfd> fds;
-    for (auto& [fd, r] : runs_) fds.push_back({fd, POLLIN, 0});
-    const auto left =
-        std::chrono::duration_cast<std::chrono::milliseconds>(deadline - std::chrono::steady_clock::now())
-            .count();
-    if (left <= 0) break;
-    if (::poll(fds.data(), fds.size(), static_cast<int>(left)) < 0 && errno != EINTR) break;
-    for (auto& p : fds) {
-      if (auto it = runs_.find(p.fd); it != runs_.end()) read_result(it->second);
-      if (p.revents & POLLIN) reaped(p.fd);
+  // Reaps runners as they exit until none is left or `deadline` passes;
+  // with `results`, reads what they write on the way.
+  const auto reap_until = [this](std::chrono::steady_clock::time_point deadline, bool results) {
+    while (!runs_.empty()) {
+      std::vector<pollfd> fds;
+      for (auto& [fd, r] : runs_) fds.push_back({fd, POLLIN, 0});
+      const auto left =
+          std::chrono::duration_cast<std::chrono::milliseconds>(deadline - std::chrono::steady_clock::now())
+              .count();
+      if (left <= 0) break;
+      if (::poll(fds.data(), fds.size(), static_cast<int>(left)) < 0 && errno != EINTR) break;
+      for (auto& p : fds) {
+        if (auto it = runs_.find(p.fd); results && it != runs_.end()) read_result(it->second);
+        if (p.revents & POLLIN) reaped(p.fd);
+      }
     }
-  }
+  };
+  reap_until(std::chrono::steady_clock::now() + std::chrono::milliseconds(grace_ms), true);
   for (auto& [fd, r] : runs_) {
     log::warn("runner pid " + std::to_string(r.pid) +
               " did not end in time: killed (the next run reaps its run)");
@@ -535,18 +539,7 @@ void RunService::stop_all(int grace_ms) {
   // A runner held in a close that no signal ends (a FUSE file's FLUSH,
   // daemon/closer.h) does not go even so: after kKilledWait it is left, and
   // the daemon stops without it.
-  const auto killed_by = std::chrono::steady_clock::now() + kKilledWait;
-  while (!runs_.empty()) {
-    std::vector<pollfd> fds;
-    for (auto& [fd, r] : runs_) fds.push_back({fd, POLLIN, 0});
-    const auto left =
-        std::chrono::duration_cast<std::chrono::milliseconds>(killed_by - std::chrono::steady_clock::now())
-            .count();
-    if (left <= 0) break;
-    if (::poll(fds.data(), fds.size(), static_cast<int>(left)) < 0 && errno != EINTR) break;
-    for (auto& p : fds)
-      if (p.revents & POLLIN) reaped(p.fd);
-  }
+  reap_until(std::chrono::steady_clock::now() + kKilledWait, false);
   for (auto& [fd, r] : runs_)
     log::warn("runner pid " + std::to_string(r.pid) + " did not end after SIGKILL: left behind");
 }

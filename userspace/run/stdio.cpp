@@ -2,6 +2,7 @@
 #include "run/stdio.h"
 
 #include <fcntl.h>
+#include <linux/capability.h>
 #include <linux/kcmp.h>
 #include <sys/stat.h>
 #include <sys/syscall.h>
@@ -25,6 +26,40 @@ bool same_description(int a, int b) {
   return ::fstat(a, &sa) == 0 && ::fstat(b, &sb) == 0 && sa.st_dev == sb.st_dev && sa.st_ino == sb.st_ino;
 }
 
+// While it lives, this thread writes as `uid` would for space: `uid` is its
+// file system uid (ext4 keeps its reserved blocks for s_resuid, root by
+// default) and CAP_SYS_RESOURCE (reserved blocks, quota limits) is out of
+// its effective set. Both come back after. ok() is false when they could
+// not be dropped: nothing is written then.
+class WritesAs {
+ public:
+  explicit WritesAs(uid_t uid) {
+    if (::syscall(SYS_capget, &hdr_, saved_) != 0) return;
+    __user_cap_data_struct lowered[2] = {saved_[0], saved_[1]};
+    lowered[CAP_TO_INDEX(CAP_SYS_RESOURCE)].effective &= ~CAP_TO_MASK(CAP_SYS_RESOURCE);
+    if (::syscall(SYS_capset, &hdr_, lowered) != 0) return;
+    lowered_ = true;
+    // setfsuid answers with the previous value, never an error: asking
+    // again with an invalid uid tells whether it took.
+    old_fsuid_ = static_cast<uid_t>(::syscall(SYS_setfsuid, uid));
+    fsuid_set_ = true;
+    ok_ = static_cast<uid_t>(::syscall(SYS_setfsuid, static_cast<uid_t>(-1))) == uid;
+  }
+  ~WritesAs() {
+    if (fsuid_set_) ::syscall(SYS_setfsuid, old_fsuid_);
+    if (lowered_) ::syscall(SYS_capset, &hdr_, saved_);
+  }
+  WritesAs(const WritesAs&) = delete;
+  WritesAs& operator=(const WritesAs&) = delete;
+  bool ok() const { return ok_; }
+
+ private:
+  __user_cap_header_struct hdr_{_LINUX_CAPABILITY_VERSION_3, 0};
+  __user_cap_data_struct saved_[2] = {};
+  uid_t old_fsuid_ = 0;
+  bool lowered_ = false, fsuid_set_ = false, ok_ = false;
+};
+
 }  // namespace
 
 StdioWay stdio_way(int fd, mode_t mode) {
@@ -32,9 +67,10 @@ StdioWay stdio_way(int fd, mode_t mode) {
   return fd == 0 ? StdioWay::read_only : StdioWay::relay;
 }
 
-Result<StdioRelay> StdioRelay::prepare(std::optional<uint64_t> max_bytes) {
+Result<StdioRelay> StdioRelay::prepare(std::optional<uint64_t> max_bytes, uid_t writer) {
   StdioRelay r;
   r.limit_ = max_bytes;
+  r.writer_ = writer;
   struct stat st[3] = {};
   for (int fd = 0; fd <= 2; ++fd)
     if (::fstat(fd, &st[fd]) != 0) return Error::from_errno("stdio: fstat " + std::to_string(fd));
@@ -115,6 +151,14 @@ void StdioRelay::drain() {
 
 void StdioRelay::move(Out& out, bool until_eof) {
   char buf[65536];
+  const WritesAs as_the_run(writer_);
+  if (!as_the_run.ok()) {
+    problems_.push_back(
+        "relaying the run's output: could not drop root's claim on disk space (the file system uid and "
+        "CAP_SYS_RESOURCE); the rest was not written");
+    out.read_end.reset();
+    return;
+  }
   // At most 16 buffers per wake-up, so a chatty run cannot starve the
   // signal and timeout checks of the wait loop.
   for (int round = 0; until_eof || round < 16; ++round) {

@@ -14,7 +14,12 @@
 //                   the caller's files this way is bounded by limits.disk
 //                   (both together): past it the pipe is closed, so the
 //                   run's next write fails with EPIPE as it would on a full
-//                   disk, and the result says the output was cut.
+//                   disk, and the result says the output was cut. They
+//                   are written as the run's uid would for space: with
+//                   its uid as the file system uid and without
+//                   CAP_SYS_RESOURCE, so that the run's output never takes
+//                   the blocks a file system reserves for root nor goes
+//                   past a quota (agentcage itself is root).
 //   stdin           is reopened read-only, a description of the run's own at
 //                   the caller's offset (the caller's offset does not move);
 //                   a stdin the caller could not read becomes /dev/null.
@@ -48,7 +53,8 @@ class StdioRelay {
  public:
   // Looks at this process's 0, 1 and 2 and prepares what the run gets.
   // max_bytes: at most this much relayed output in all (limits.disk).
-  static Result<StdioRelay> prepare(std::optional<uint64_t> max_bytes);
+  // writer: the uid the writes are made as for space (the run's).
+  static Result<StdioRelay> prepare(std::optional<uint64_t> max_bytes, uid_t writer);
 
   // The descriptor the child makes its `i` (dup2), or -1 to keep its own.
   std::array<int, 3> child_fds() const;
@@ -80,6 +86,7 @@ class StdioRelay {
   UniqueFd stdin_;  // the read-only reopened stdin, or /dev/null
   std::vector<std::string> problems_;
   std::optional<uint64_t> limit_;  // max_bytes
+  uid_t writer_ = 0;
   uint64_t relayed_ = 0;           // bytes written to the caller's files so far
   bool truncated_ = false;
 };
