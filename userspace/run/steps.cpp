@@ -11,10 +11,12 @@
 #include <chrono>
 #include <cstring>
 #include <filesystem>
+#include <ostream>
 
 #include "bpf/compile.h"
 #include "bpf/lsm.h"
 #include "cgroup/delegation.h"
+#include "control/notify.h"
 #include "policy/locate.h"
 #include "run/policy_cache.h"
 #include "run/runner.h"
@@ -210,7 +212,13 @@ Step open_enforcement(Run& run) {
   auto enforcer = bpf::Enforcer::open_shared();
   if (!enforcer) return enforcer_failure(enforcer.error());
   run.resources.enforcer = std::move(*enforcer);
-  reap_stale_runs(*run.resources.enforcer, run.opts.paths, run.err);
+  // What the reaper says names other runs (their ids, cgroups, workspaces):
+  // a runner of the daemon (started by exec once its fork server is gone)
+  // writes to its client's stderr, and a client is not told of other
+  // tenants' runs. It reaps silently.
+  std::ostream discard(nullptr);
+  reap_stale_runs(*run.resources.enforcer, run.opts.paths,
+                  control::notify_channel_adopted() ? discard : run.err);
   return {};
 }
 
