@@ -995,6 +995,25 @@ TEST_F(Daemon, RecentEventsOverTheClientsBufferAreTheNewestThatFit) {
                      std::to_string(shown)),
             std::string::npos)
       << out;
+  // What the connection has queued already counts: hellos and events in
+  // one write get all their answers, the events fewer.
+  auto fd = control::connect_control(kSocket, 5000);
+  ASSERT_TRUE(fd);
+  std::string both;
+  for (int i = 0; i < 4; ++i) both += "{\"op\":\"hello\",\"protocol\":1}\n";
+  both += "{\"op\":\"events\"}\n";
+  ASSERT_TRUE(control::write_all(fd->get(), both, 5000));
+  std::string buf, got;
+  for (;;) {
+    auto l = control::read_line(fd->get(), buf, 10000);
+    if (!l || l->empty()) break;
+    got += *l + "\n";
+  }
+  EXPECT_EQ(got.rfind("{", 0), 0u) << got;
+  EXPECT_NE(got.find("\"protocol\":1"), std::string::npos) << got;
+  EXPECT_NE(got.find("\"omitted\":"), std::string::npos) << got;
+  EXPECT_NE(got.find("/etc/shadow"), std::string::npos) << got;
+  EXPECT_LE(got.size(), 4096u);
 }
 
 // ---- SIGKILL and restart -----------------------------------------------------

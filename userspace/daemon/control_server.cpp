@@ -388,18 +388,18 @@ void ControlServer::handle_line(Client& c, const std::string& line) {
     respond(c, handler_.handle(*req, c.peer));
     return;
   }
-  // The newest of the recent lines this client sees, as many as fit its
-  // buffer (with room for the answer's own line); the older ones are
-  // counted as omitted.
+  // The newest of the recent lines this client sees, as many as fit what is
+  // left of its buffer (with room for the answer's own line); the others
+  // (older, or one too long on its own) are counted as omitted.
   const std::deque<AuditEvent>& recent = handler_.recent_events();
   constexpr size_t kHeadRoom = 256;
-  const size_t budget = opt_.client_buffer_bytes > kHeadRoom ? opt_.client_buffer_bytes - kHeadRoom : 0;
+  const size_t used = c.out.size() + kHeadRoom;
+  const size_t budget = opt_.client_buffer_bytes > used ? opt_.client_buffer_bytes - used : 0;
   size_t visible = 0, bytes = 0;
   for (const auto& e : recent) visible += c.peer.sees(e.owner);
   std::vector<const std::string*> shown;
-  for (auto it = recent.rbegin(); it != recent.rend(); ++it) {
-    if (!c.peer.sees(it->owner)) continue;
-    if (bytes + it->line.size() > budget) break;
+  for (auto it = recent.rbegin(); it != recent.rend() && bytes < budget; ++it) {
+    if (!c.peer.sees(it->owner) || bytes + it->line.size() > budget) continue;
     bytes += it->line.size();
     shown.push_back(&it->line);
   }

@@ -17,10 +17,11 @@
 
 #include <chrono>
 #include <filesystem>
-#include <map>
 #include <iostream>
+#include <map>
 #include <memory>
 #include <optional>
+#include <set>
 #include <sstream>
 #include <string>
 
@@ -648,11 +649,25 @@ json Daemon::status_json(const Peer& peer) {
   s["containers"] = containers;
   s["view"] = peer.root ? "all" : "own runs";
   if (!peer.root) {
+    // Of the scopes and transient policies, its own runs'; none of the
+    // counts that move with other tenants' runs and decisions.
     json own = json::array();
+    std::set<uint64_t> own_slots;
     for (const json& scope : s.value("scopes", json::array()))
-      if (peer.sees(runs_.owner(scope.value("scope_id", uint64_t{0})))) own.push_back(scope);
+      if (peer.sees(runs_.owner(scope.value("scope_id", uint64_t{0})))) {
+        own.push_back(scope);
+        own_slots.insert(scope.value("policy_slot", uint64_t{0}));
+      }
     s["scopes"] = own;
-    for (const char* key : {"containers", "bindings", "counters"}) s.erase(key);
+    json policies = json::array();
+    for (const json& p : s.value("policies", json::array()))
+      if (p.value("owner", "") != "transient" || own_slots.count(p.value("slot", uint64_t{0})))
+        policies.push_back(p);
+    s["policies"] = policies;
+    for (const char* key : {"containers", "bindings", "counters", "events"}) s.erase(key);
+    for (const char* key : {"events_delivered", "events_malformed", "audit_dropped", "stream_dropped",
+                            "clients", "runs_active"})
+      s["daemon"].erase(key);
   }
   return s;
 }

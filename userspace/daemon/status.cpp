@@ -141,15 +141,16 @@ std::string format_status_text(const json& s) {
     o << "  policy dir " << str(d.value("policy_dir", json())) << ", metrics "
       << (url.empty() ? std::string("off") : url + (auth == "none" ? "" : " (" + auth + " auth)"))
       << ", audit log " << str(d.value("audit_log", json())) << "\n";
-    o << "  events delivered " << str(d.value("events_delivered", json())) << ", runs active "
-      << str(d.value("runs_active", json())) << "\n";
+    if (d.contains("events_delivered"))
+      o << "  events delivered " << str(d.value("events_delivered", json())) << ", runs active "
+        << str(d.value("runs_active", json())) << "\n";
   } else {
     o << "daemon:      not running (" << str(d.value("detail", json("no answer on the control socket")))
       << ")\n";
   }
   if (s.value("view", std::string()) == "own runs")
-    o << "view:        a member's: only the scopes of your own runs (root sees every scope, container and "
-         "counter)\n";
+    o << "view:        a member's: only your own runs (root sees every scope, container, counter and the "
+         "daemon's totals)\n";
   if (!s.contains("enforcement")) return o.str();
   const json& e = s["enforcement"];
   o << "enforcement: " << (e.value("ready", false) ? "ready" : "NOT ready");
@@ -183,12 +184,13 @@ std::string format_status_text(const json& s) {
         << (c.value("workspace", json()).is_string() ? "  workspace " + str(c["workspace"]) : std::string())
         << "  since " << str(c.value("attached", json())) << "\n";
   }
-  o << "decisions (allow/deny/audit):\n";
+  if (s.contains("counters")) o << "decisions (allow/deny/audit):\n";
   for (const auto& c : s.value("counters", json::array()))
     o << "  " << str(c.value("policy", json())) << " " << str(c.value("hook", json())) << ": "
       << c.value("allow", uint64_t{0}) << "/" << c.value("deny", uint64_t{0}) << "/"
       << c.value("audit", uint64_t{0}) << "\n";
-  const json& ev = s.value("events", json::object());
+  if (!s.contains("events")) return o.str();
+  const json& ev = s["events"];
   o << "events: " << ev.value("sent", uint64_t{0}) << " sent, " << ev.value("lost", uint64_t{0}) << " lost, "
     << ev.value("suppressed", uint64_t{0}) << " suppressed (over a run's budget)\n";
   return o.str();
