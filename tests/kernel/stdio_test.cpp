@@ -25,6 +25,16 @@ namespace {
 
 namespace fs = std::filesystem;
 
+// Writes ARGV[1] chunks of 64 KiB of 'x' to stdout; exits 3 on EPIPE.
+const char* const kChunkWriter =
+    "import os, sys\n"
+    "chunk = b'x' * 65536\n"
+    "try:\n"
+    "    for i in range(int(sys.argv[1])):\n"
+    "        os.write(1, chunk)\n"
+    "except BrokenPipeError:\n"
+    "    sys.exit(3)\n";
+
 class Stdio : public ::testing::Test {
  protected:
   void SetUp() override { AC_REQUIRE_ENFORCER(); }
@@ -78,16 +88,8 @@ TEST_F(Stdio, RegularFileStdoutIsOnlyAppendedTo) {
 // limit: the file holds exactly the limit, the run's write past it fails
 // with EPIPE, the result and a warning say so. Half the limit arrives whole.
 TEST_F(Stdio, OutputToFilesIsBoundedByTheDiskLimit) {
-  const std::string writer =
-      "import os, sys\n"
-      "chunk = b'x' * 65536\n"
-      "try:\n"
-      "    for i in range(int(sys.argv[1])):\n"
-      "        os.write(1, chunk)\n"
-      "except BrokenPipeError:\n"
-      "    sys.exit(3)\n";
   auto args = [&](const char* chunks) {
-    std::vector<std::string> a = py(writer, {"--disk", "1Mi"});
+    std::vector<std::string> a = py(kChunkWriter, {"--disk", "1Mi"});
     a.push_back(chunks);
     return a;
   };
@@ -121,14 +123,6 @@ TEST_F(Stdio, OutputToFilesNeverTakesTheBlocksReservedForRoot) {
     std::string cmd;
     ~Unmount() { (void)!std::system(cmd.c_str()); }
   } unmount{"umount " + dir.string() + "; rm -f " + image.string()};
-  const std::string writer =
-      "import os, sys\n"
-      "chunk = b'x' * 65536\n"
-      "try:\n"
-      "    for i in range(int(sys.argv[1])):\n"
-      "        os.write(1, chunk)\n"
-      "except BrokenPipeError:\n"
-      "    sys.exit(3)\n";
   auto to_file = [](const fs::path& path) {
     SpawnOptions o;
     o.in_child = [path] {
@@ -138,7 +132,7 @@ TEST_F(Stdio, OutputToFilesNeverTakesTheBlocksReservedForRoot) {
     return o;
   };
   auto args = [&](const char* chunks) {
-    std::vector<std::string> a = py(writer, {"--disk", "64Mi"});
+    std::vector<std::string> a = py(kChunkWriter, {"--disk", "64Mi"});
     a.push_back(chunks);
     return a;
   };
