@@ -72,9 +72,11 @@ class Watchdog : public ::testing::EmptyTestEventListener {
       }
       const auto generation = generation_;
       if (cv_.wait_until(l, deadline_, [&] { return done_ || generation_ != generation; })) continue;
-      std::fprintf(stderr, "\nagentcage kernel tests: %s has run for over %llds: ending the tests\n",
-                   name_.c_str(), static_cast<long long>(limit_.count()));
-      std::fflush(nullptr);
+      // write(2), not stdio: the hung test may hold a FILE's lock (a
+      // popen'd command it reads).
+      const std::string line = "\nagentcage kernel tests: " + name_ + " has run for over " +
+                               std::to_string(limit_.count()) + "s: ending the tests\n";
+      (void)!::write(2, line.data(), line.size());
       ::_exit(124);
     }
   }

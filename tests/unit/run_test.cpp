@@ -169,7 +169,7 @@ TEST(RunStdio, RelayedOutputStopsAtTheLimit) {
   if (pid == 0) {
     ::signal(SIGPIPE, SIG_IGN);
     if (::dup2(file, 1) < 0 || ::dup2(file, 2) < 0) ::_exit(10);
-    auto relay = StdioRelay::prepare(100, ::getuid());
+    auto relay = StdioRelay::prepare(100, ::getuid(), ::getgid());
     if (!relay) ::_exit(11);
     const int w = relay->child_fds()[1];
     if (w < 0 || relay->child_fds()[2] != w) ::_exit(12);  // 2>&1: one pipe

@@ -26,14 +26,16 @@ bool same_description(int a, int b) {
   return ::fstat(a, &sa) == 0 && ::fstat(b, &sb) == 0 && sa.st_dev == sb.st_dev && sa.st_ino == sb.st_ino;
 }
 
-// While it lives, this thread writes as `uid` would for space: `uid` is its
-// file system uid (ext4 keeps its reserved blocks for s_resuid, root by
-// default) and CAP_SYS_RESOURCE (reserved blocks, quota limits) is out of
-// its effective set. Both come back after. ok() is false when they could
-// not be dropped: nothing is written then.
+// While it lives, this thread writes as `uid` and `gid` would for space:
+// they are its file system uid and gid (ext4 keeps its reserved blocks for
+// s_resuid, root by default, and the group s_resgid) and CAP_SYS_RESOURCE
+// (reserved blocks, quota limits) is out of its effective set. All come
+// back after. ok() is false when they could not be dropped: nothing is
+// written then. (Supplementary groups stay root's: a reserve given to one
+// of root's groups other than 0 is still open to the relay.)
 class WritesAs {
  public:
-  explicit WritesAs(uid_t uid) {
+  WritesAs(uid_t uid, gid_t gid) {
     if (::syscall(SYS_capget, &hdr_, saved_) != 0) return;
     __user_cap_data_struct lowered[2] = {saved_[0], saved_[1]};
     lowered[CAP_TO_INDEX(CAP_SYS_RESOURCE)].effective &= ~CAP_TO_MASK(CAP_SYS_RESOURCE);
@@ -41,12 +43,16 @@ class WritesAs {
     lowered_ = true;
     // setfsuid answers with the previous value, never an error: asking
     // again with an invalid uid tells whether it took.
+    old_fsgid_ = static_cast<gid_t>(::syscall(SYS_setfsgid, gid));
+    fsgid_set_ = true;
     old_fsuid_ = static_cast<uid_t>(::syscall(SYS_setfsuid, uid));
     fsuid_set_ = true;
-    ok_ = static_cast<uid_t>(::syscall(SYS_setfsuid, static_cast<uid_t>(-1))) == uid;
+    ok_ = static_cast<gid_t>(::syscall(SYS_setfsgid, static_cast<gid_t>(-1))) == gid &&
+          static_cast<uid_t>(::syscall(SYS_setfsuid, static_cast<uid_t>(-1))) == uid;
   }
   ~WritesAs() {
     if (fsuid_set_) ::syscall(SYS_setfsuid, old_fsuid_);
+    if (fsgid_set_) ::syscall(SYS_setfsgid, old_fsgid_);
     if (lowered_) ::syscall(SYS_capset, &hdr_, saved_);
   }
   WritesAs(const WritesAs&) = delete;
@@ -57,7 +63,8 @@ class WritesAs {
   __user_cap_header_struct hdr_{_LINUX_CAPABILITY_VERSION_3, 0};
   __user_cap_data_struct saved_[2] = {};
   uid_t old_fsuid_ = 0;
-  bool lowered_ = false, fsuid_set_ = false, ok_ = false;
+  gid_t old_fsgid_ = 0;
+  bool lowered_ = false, fsuid_set_ = false, fsgid_set_ = false, ok_ = false;
 };
 
 }  // namespace
@@ -67,10 +74,11 @@ StdioWay stdio_way(int fd, mode_t mode) {
   return fd == 0 ? StdioWay::read_only : StdioWay::relay;
 }
 
-Result<StdioRelay> StdioRelay::prepare(std::optional<uint64_t> max_bytes, uid_t writer) {
+Result<StdioRelay> StdioRelay::prepare(std::optional<uint64_t> max_bytes, uid_t uid, gid_t gid) {
   StdioRelay r;
   r.limit_ = max_bytes;
-  r.writer_ = writer;
+  r.writer_uid_ = uid;
+  r.writer_gid_ = gid;
   struct stat st[3] = {};
   for (int fd = 0; fd <= 2; ++fd)
     if (::fstat(fd, &st[fd]) != 0) return Error::from_errno("stdio: fstat " + std::to_string(fd));
@@ -151,10 +159,10 @@ void StdioRelay::drain() {
 
 void StdioRelay::move(Out& out, bool until_eof) {
   char buf[65536];
-  const WritesAs as_the_run(writer_);
+  const WritesAs as_the_run(writer_uid_, writer_gid_);
   if (!as_the_run.ok()) {
     problems_.push_back(
-        "relaying the run's output: could not drop root's claim on disk space (the file system uid and "
+        "relaying the run's output: could not drop root's claim on disk space (the file system uid and gid, "
         "CAP_SYS_RESOURCE); the rest was not written");
     out.read_end.reset();
     return;

@@ -16,7 +16,7 @@
 //                   run's next write fails with EPIPE as it would on a full
 //                   disk, and the result says the output was cut. They
 //                   are written as the run's uid would for space: with
-//                   its uid as the file system uid and without
+//                   its uid and gid as the file system's and without
 //                   CAP_SYS_RESOURCE, so that the run's output never takes
 //                   the blocks a file system reserves for root nor goes
 //                   past a quota (agentcage itself is root).
@@ -53,8 +53,8 @@ class StdioRelay {
  public:
   // Looks at this process's 0, 1 and 2 and prepares what the run gets.
   // max_bytes: at most this much relayed output in all (limits.disk).
-  // writer: the uid the writes are made as for space (the run's).
-  static Result<StdioRelay> prepare(std::optional<uint64_t> max_bytes, uid_t writer);
+  // uid, gid: who the writes are made as for space (the run's).
+  static Result<StdioRelay> prepare(std::optional<uint64_t> max_bytes, uid_t uid, gid_t gid);
 
   // The descriptor the child makes its `i` (dup2), or -1 to keep its own.
   std::array<int, 3> child_fds() const;
@@ -86,7 +86,8 @@ class StdioRelay {
   UniqueFd stdin_;  // the read-only reopened stdin, or /dev/null
   std::vector<std::string> problems_;
   std::optional<uint64_t> limit_;  // max_bytes
-  uid_t writer_ = 0;
+  uid_t writer_uid_ = 0;
+  gid_t writer_gid_ = 0;
   uint64_t relayed_ = 0;           // bytes written to the caller's files so far
   bool truncated_ = false;
 };

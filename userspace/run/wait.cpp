@@ -122,7 +122,7 @@ Step spawn(Run& run, std::optional<int>& unstarted) {
   auto filter = run.seccomp_filter ? Result<std::vector<sock_filter>>(std::move(*run.seccomp_filter))
                                    : build_seccomp_filter(run.policy->syscalls_allow);
   if (!filter) return internal(filter.error().message);
-  auto relay = StdioRelay::prepare(res.disk_max_bytes, run.identity->uid);
+  auto relay = StdioRelay::prepare(res.disk_max_bytes, run.identity->uid, run.identity->gid);
   if (!relay) return internal(relay.error().message, relay.error().code);
   run.stdio = std::move(*relay);
   ChildPlan plan(run.identity->uid, run.identity->gid, r.record.workspace,
