@@ -23,6 +23,7 @@
 #include "control/protocol.h"
 #include "core/paths.h"
 #include "daemon_run_env.h"
+#include "fuse_server.h"
 #include "util/fd_passing.h"
 
 namespace agentcage::kt {
@@ -793,6 +794,43 @@ TEST_F(DaemonRun, ADescriptorWhoseCloseWaitsDoesNotStallTheDaemon) {
   EXPECT_EQ(wait_exit(after.pid), 0) << out("after-linger");
   ::close(go[1]);
   EXPECT_EQ(wait_exit(child), 0);
+}
+
+// A FUSE file as a run's stdout is refused at once, and the daemon's loop
+// asks the FUSE server nothing on the way: this one never answers STATFS,
+// and with allow_other it is asked (an fstatfs on the loop held every
+// client, root's too, until the server died).
+TEST_F(DaemonRun, AFuseFileAsStdioIsRefusedWithoutAskingItsServer) {
+  start();
+  FuseServer fuse(dir_ / "fuse");
+  ASSERT_TRUE(fuse.ok()) << fuse.why();
+  int answer[2];
+  ASSERT_EQ(::pipe2(answer, O_CLOEXEC), 0);
+  const fs::path file = fuse.file();
+  pid_t child = ::fork();
+  if (child == 0) {
+    ::close(answer[0]);
+    become_client(true)();
+    const int out = ::open(file.c_str(), O_WRONLY | O_CLOEXEC);
+    if (out < 0) ::_exit(90);
+    const int stdio[3] = {0, out, 2};
+    json req = {{"op", "run"}, {"policy", "drun"}, {"argv", {"true"}}};
+    auto a = control::call_with_fds(kSocket, req, stdio, 3, 20000);
+    const std::string text = a ? a->dump() : "no answer: " + a.error().message;
+    (void)!::write(answer[1], text.data(), text.size());
+    ::_exit(0);
+  }
+  ::close(answer[1]);
+  std::string got;
+  char buf[4096];
+  for (ssize_t n; (n = ::read(answer[0], buf, sizeof buf)) > 0;) got.append(buf, static_cast<size_t>(n));
+  ::close(answer[0]);
+  EXPECT_EQ(wait_exit(child), 0);
+  EXPECT_NE(got.find("is a file of a FUSE file system"), std::string::npos) << got;
+  EXPECT_EQ(fuse.statfs_asked(), 0);
+  const auto asked = std::chrono::steady_clock::now();
+  EXPECT_TRUE(named_slot(status(), "drun").has_value()) << log();
+  EXPECT_LT(std::chrono::steady_clock::now() - asked, 3s) << "the daemon's loop was held";
 }
 
 TEST_F(DaemonRun, ADaemonStopEndsRunsInFlightAndTheClientIsTold) {

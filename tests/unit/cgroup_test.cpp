@@ -3,11 +3,15 @@
 
 #include <gtest/gtest.h>
 #include <stdlib.h>
+#include <sys/stat.h>
+#include <sys/sysmacros.h>
 
 #include <algorithm>
 #include <fstream>
 #include <string>
 #include <vector>
+
+#include "util/mountinfo.h"
 
 namespace agentcage::cgroup {
 namespace {
@@ -46,6 +50,26 @@ TEST(Mountinfo, UnescapesOctalAndHandlesOptionalFields) {
 
 TEST(Mountinfo, SkipsTruncatedLines) {
   EXPECT_TRUE(parse_cgroup2_mounts("41 22 0:36 / /sys/fs/cgroup\n- cgroup2\n\n").empty());
+}
+
+// The table's devices and types (util/mountinfo.h): a file's file system
+// is found from its st_dev without asking the file system.
+TEST(Mountinfo, EachMountHasItsDeviceAndType) {
+  auto all = parse_mountinfo(kHybridMountinfo);
+  ASSERT_EQ(all.size(), 4u);
+  EXPECT_EQ(all[1].major, 0u);
+  EXPECT_EQ(all[1].minor, 26u);
+  EXPECT_EQ(all[1].mount_point, "/sys/fs/cgroup");
+  EXPECT_EQ(all[1].fs_type, "tmpfs");
+  EXPECT_EQ(fs_type_of_device(all, ::makedev(0, 27)), "cgroup2");
+  EXPECT_EQ(fs_type_of_device(all, ::makedev(8, 1)), std::nullopt);
+  EXPECT_TRUE(parse_mountinfo("41 22 x:36 / /a rw - ext4 /dev/x rw\n41 22 0:36 / /b rw - \n").empty());
+  // This process's own table: /proc is proc.
+  auto mine = read_mountinfo();
+  ASSERT_TRUE(mine) << mine.error().message;
+  struct stat st {};
+  ASSERT_EQ(::stat("/proc/self/status", &st), 0);
+  EXPECT_EQ(fs_type_of_device(*mine, st.st_dev), "proc");
 }
 
 TEST(CgroupLevel, CountsComponentsBelowRoot) {

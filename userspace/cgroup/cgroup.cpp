@@ -19,45 +19,14 @@
 #include <sstream>
 #include <thread>
 
+#include "util/mountinfo.h"
+
 namespace agentcage::cgroup {
-namespace {
-
-// mountinfo escapes space, tab, newline and backslash as \ooo.
-std::string unescape_mountinfo(std::string_view s) {
-  std::string out;
-  for (size_t i = 0; i < s.size(); ++i) {
-    auto oct = [](char c) { return c >= '0' && c <= '7'; };
-    if (s[i] == '\\' && i + 3 < s.size() && oct(s[i + 1]) && oct(s[i + 2]) && oct(s[i + 3])) {
-      out.push_back(static_cast<char>((s[i + 1] - '0') * 64 + (s[i + 2] - '0') * 8 + (s[i + 3] - '0')));
-      i += 3;
-      continue;
-    }
-    out.push_back(s[i]);
-  }
-  return out;
-}
-
-}  // namespace
 
 std::vector<fs::path> parse_cgroup2_mounts(std::string_view mountinfo) {
-  // Fields: id parent major:minor root mountpoint options [optional...] - fstype source superopts
   std::vector<fs::path> out;
-  std::istringstream in{std::string(mountinfo)};
-  std::string line;
-  while (std::getline(in, line)) {
-    std::istringstream fields(line);
-    std::vector<std::string> f;
-    std::string tok;
-    while (fields >> tok) f.push_back(tok);
-    size_t dash = 0;
-    for (size_t i = 6; i < f.size(); ++i)
-      if (f[i] == "-") {
-        dash = i;
-        break;
-      }
-    if (f.size() < 5 || dash == 0 || dash + 1 >= f.size()) continue;
-    if (f[dash + 1] == "cgroup2") out.emplace_back(unescape_mountinfo(f[4]));
-  }
+  for (const auto& m : parse_mountinfo(mountinfo))
+    if (m.fs_type == "cgroup2") out.emplace_back(m.mount_point);
   return out;
 }
 

@@ -9,8 +9,10 @@
 #include <sys/prctl.h>
 #include <sys/resource.h>
 #include <sys/socket.h>
+#include <sys/stat.h>
 #include <sys/statfs.h>
 #include <sys/syscall.h>
+#include <sys/sysmacros.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -25,6 +27,7 @@
 #include "policy/values.h"
 #include "run/options.h"
 #include "util/log.h"
+#include "util/mountinfo.h"
 
 namespace agentcage::daemon {
 namespace {
@@ -76,6 +79,7 @@ Status cap_one(const char* name, const char* key, std::optional<T> effective, co
 // (files whose open checks the opener, root here), and no FUSE file.
 std::string stdio_refusal(const std::vector<UniqueFd>& stdio) {
   static const char* const kNames[] = {"stdin", "stdout", "stderr"};
+  std::optional<std::vector<MountEntry>> mounts;  // read once, if a file needs it
   for (size_t i = 0; i < stdio.size() && i < 3; ++i) {
     const int flags = ::fcntl(stdio[i].get(), F_GETFL);
     const std::string name = kNames[i];
@@ -86,15 +90,40 @@ std::string stdio_refusal(const std::vector<UniqueFd>& stdio) {
     const int mode = flags & O_ACCMODE;
     if (i == 0 && mode == O_WRONLY) return "the descriptor passed as stdin is not open for reading";
     if (i > 0 && mode == O_RDONLY) return "the descriptor passed as " + name + " is not open for writing";
-    struct statfs fs {};
-    if (::fstatfs(stdio[i].get(), &fs) != 0)
+    // Nothing here may ask a file system anything: a FUSE server answers
+    // when it likes (fstatfs and a stat that refreshes its attributes ask
+    // it, when the daemon may reach it: allow_other), and this is the loop.
+    struct statx sx {};
+    if (::statx(stdio[i].get(), "", AT_EMPTY_PATH | AT_STATX_DONT_SYNC, STATX_TYPE, &sx) != 0)
       return "the descriptor passed as " + name + " cannot be examined";
-    if (fs.f_type == PROC_SUPER_MAGIC || fs.f_type == SYSFS_MAGIC)
+    // A pipe, socket or device node is its own, on whatever file system.
+    if (!S_ISREG(sx.stx_mode) && !S_ISDIR(sx.stx_mode)) continue;
+    if (!mounts) {
+      auto table = read_mountinfo();
+      if (!table) return "the descriptor passed as " + name + " cannot be examined: " + table.error().message;
+      mounts = std::move(*table);
+    }
+    std::optional<std::string> type =
+        fs_type_of_device(*mounts, ::makedev(sx.stx_dev_major, sx.stx_dev_minor));
+    if (!type) {
+      // Mounted where the daemon does not see it (another mount namespace):
+      // a FUSE file system there is one the daemon cannot reach unless
+      // mounted in its user namespace with allow_other; its type is asked.
+      struct statfs fs {};
+      if (::fstatfs(stdio[i].get(), &fs) != 0)
+        return "the descriptor passed as " + name + " cannot be examined";
+      type = fs.f_type == PROC_SUPER_MAGIC   ? "proc"
+             : fs.f_type == SYSFS_MAGIC      ? "sysfs"
+             : fs.f_type == FUSE_SUPER_MAGIC ? "fuse"
+                                             : "other";
+    }
+    if (*type == "proc" || *type == "sysfs")
       return "the descriptor passed as " + name +
              " is a file of /proc or /sys: pass a file, pipe or terminal";
     // Each close of a FUSE file waits for its server's answer to FLUSH,
-    // in any process: the fork server's would hold every run's start.
-    if (fs.f_type == FUSE_SUPER_MAGIC)
+    // in any process: the daemon's closes and the run's start would wait.
+    if (*type == "fuse" || *type == "fuseblk" || type->rfind("fuse.", 0) == 0 ||
+        type->rfind("fuseblk.", 0) == 0)
       return "the descriptor passed as " + name +
              " is a file of a FUSE file system, whose server decides how long closing it takes: pass a pipe, "
              "or a file of another file system";

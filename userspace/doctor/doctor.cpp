@@ -17,6 +17,7 @@
 #include "cgroup/cgroup.h"
 #include "core/paths.h"
 #include "scope/scope.h"
+#include "util/mountinfo.h"
 
 namespace agentcage::doctor {
 namespace {
@@ -143,16 +144,12 @@ Check check_privileges(unsigned euid, uint64_t cap_eff) {
 }
 
 Check check_bpffs(std::string_view mountinfo) {
-  std::istringstream in{std::string(mountinfo)};
-  std::string line, elsewhere;
+  std::string elsewhere;
   const std::string bpffs = core::kDefaultBpffs;
-  while (std::getline(in, line)) {
-    if (line.find(" - bpf ") == std::string::npos) continue;
-    std::istringstream f(line);
-    std::string tok, mountpoint;
-    for (int i = 0; i < 5 && f >> tok; ++i) mountpoint = tok;
-    if (mountpoint == bpffs) return make("bpffs", Outcome::ok, "bpffs mounted at " + bpffs);
-    elsewhere = mountpoint;
+  for (const auto& m : parse_mountinfo(mountinfo)) {
+    if (m.fs_type != "bpf") continue;
+    if (m.mount_point == bpffs) return make("bpffs", Outcome::ok, "bpffs mounted at " + bpffs);
+    elsewhere = m.mount_point;
   }
   // Every agentcage process shares one program set pinned under
   // /sys/fs/bpf/agentcage: runs and attach refuse to start without it.
