@@ -833,6 +833,83 @@ TEST_F(DaemonRun, AFuseFileAsStdioIsRefusedWithoutAskingItsServer) {
   EXPECT_LT(std::chrono::steady_clock::now() - asked, 3s) << "the daemon's loop was held";
 }
 
+// Closes that never end hold only their sender's workers (daemon/closer.h):
+// a member sends six descriptors of a FUSE file whose server never answers
+// FLUSH (a close then waits, uninterruptibly, until the server is gone),
+// each with a request the daemon refuses. At most 4 of the daemon's closes
+// wait; root's status is answered at once, another member's run goes on;
+// once the server is gone, every descriptor is let go of.
+TEST_F(DaemonRun, FuseClosesThatNeverEndHoldOnlyTheirSendersWorkers) {
+  start();
+  const auto fd_count = [pid = daemon_.pid] {
+    size_t n = 0;
+    std::error_code ec;
+    for (auto it = fs::directory_iterator("/proc/" + std::to_string(pid) + "/fd", ec);
+         !ec && it != fs::end(it); it.increment(ec))
+      ++n;
+    return n;
+  };
+  const size_t before = fd_count();
+  constexpr int kSent = 6;
+  pid_t sender = -1;
+  {
+    FuseServer fuse(dir_ / "fuse", /*answer_flush=*/false);
+    ASSERT_TRUE(fuse.ok()) << fuse.why();
+    int said[2];
+    ASSERT_EQ(::pipe2(said, O_CLOEXEC), 0);
+    const fs::path file = fuse.file();
+    sender = ::fork();
+    if (sender == 0) {
+      ::close(said[0]);
+      constexpr uid_t kOtherUid = 65533;
+      gid_t groups[] = {kControlGid};
+      if (::setgroups(1, groups) != 0 || ::setgid(kOtherUid) != 0 || ::setuid(kOtherUid) != 0) ::_exit(98);
+      std::string answers;
+      for (int i = 0; i < kSent; ++i) {
+        // Its own copies stay open: their close would wait too.
+        const int f = ::open(file.c_str(), O_WRONLY | O_CLOEXEC);
+        auto fd = control::connect_control(kSocket, 5000);
+        if (f < 0 || !fd) ::_exit(90);
+        const std::string line = "{\"op\":\"status\"}\n";
+        if (send_with_fds(fd->get(), line.data(), line.size(), &f, 1) < 0) ::_exit(91);
+        std::string buf;
+        auto l = control::read_line(fd->get(), buf, 10000);
+        answers += (l ? *l : "no answer") + "\n";
+        (void)fd->release();  // not closed either: nothing here waits
+      }
+      (void)!::write(said[1], answers.data(), answers.size());
+      ::close(said[1]);
+      ::pause();
+      ::_exit(0);
+    }
+    ::close(said[1]);
+    std::string answers;
+    char buf[4096];
+    for (ssize_t n; (n = ::read(said[0], buf, sizeof buf)) > 0;) answers.append(buf, static_cast<size_t>(n));
+    ::close(said[0]);
+    size_t refused = 0;
+    for (size_t at = 0;
+         (at = answers.find("descriptors go only with a run request", at)) != std::string::npos; ++at)
+      ++refused;
+    EXPECT_EQ(refused, static_cast<size_t>(kSent)) << answers;
+    ASSERT_TRUE(wait_until([&] { return fuse.flushes_held() >= 1; }, 10s));
+    std::this_thread::sleep_for(1s);
+    EXPECT_LE(fuse.flushes_held(), 4) << "more than the sender's 4 workers wait";
+    // Root is answered at once, another member's run goes on.
+    const auto asked = std::chrono::steady_clock::now();
+    EXPECT_TRUE(named_slot(status(), "drun").has_value()) << log();
+    EXPECT_LT(std::chrono::steady_clock::now() - asked, 3s) << "the daemon's loop was held";
+    Proc other = client_run("beside-fuse", {}, {"cat", "/etc/hostname"});
+    EXPECT_EQ(wait_exit(other.pid), 0) << out("beside-fuse");
+    EXPECT_EQ(out("beside-fuse"), slurp("/etc/hostname"));
+    EXPECT_GT(fd_count(), before);  // the two queued behind the four held (a held one has left the table)
+    ::kill(sender, SIGKILL);
+  }  // the server is gone: every FLUSH ends
+  wait_exit(sender);
+  EXPECT_TRUE(wait_until([&] { return fd_count() <= before; }, 15s))
+      << fd_count() << " descriptors, " << before << " before";
+}
+
 TEST_F(DaemonRun, ADaemonStopEndsRunsInFlightAndTheClientIsTold) {
   start();
   Proc p = client_run("stop", {}, {"sleep", "300"});

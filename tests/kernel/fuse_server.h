@@ -1,8 +1,10 @@
 // SPDX-License-Identifier: Apache-2.0
 // A FUSE file system served by a child process of the test, speaking the
 // kernel's protocol on /dev/fuse directly: its root holds one empty regular
-// file, "f" (mode 0666), and it never answers STATFS (each one it is asked
-// is counted). Mounted by root with allow_other, so every uid may open "f",
+// file, "f" (mode 0666), and it never answers STATFS, nor FLUSH unless told
+// to (each one it is asked is counted). A FLUSH waits for its answer without
+// end (no signal ends it, SIGKILL neither): every close of "f", in any
+// process, until the server is gone. Mounted by root with allow_other, so every uid may open "f",
 // and a root process that asks the file system anything the cache does not
 // answer waits for the server. Needs root and the fuse module.
 #pragma once
@@ -28,7 +30,8 @@ namespace agentcage::kt {
 class FuseServer {
  public:
   // Mounts at `dir` (created) and starts serving; ok() says whether it did.
-  explicit FuseServer(std::filesystem::path dir) : dir_(std::move(dir)) {
+  explicit FuseServer(std::filesystem::path dir, bool answer_flush = true)
+      : dir_(std::move(dir)), answer_flush_(answer_flush) {
     (void)!std::system("modprobe fuse 2>/dev/null");
     std::filesystem::create_directories(dir_);
     const int fd = ::open("/dev/fuse", O_RDWR | O_CLOEXEC);
@@ -45,12 +48,12 @@ class FuseServer {
     }
     int counted[2];
     if (::pipe2(counted, O_CLOEXEC) != 0) return;
-    statfs_asked_ = counted[0];
-    ::fcntl(statfs_asked_, F_SETFL, O_NONBLOCK);
+    asked_ = counted[0];
+    ::fcntl(asked_, F_SETFL, O_NONBLOCK);
     pid_ = ::fork();
     if (pid_ == 0) {
       ::close(counted[0]);
-      serve(fd, counted[1]);
+      serve(fd, counted[1], answer_flush_);
       ::_exit(0);
     }
     ::close(counted[1]);
@@ -64,7 +67,7 @@ class FuseServer {
       }
     }
     if (mounted_) ::umount2(dir_.c_str(), MNT_DETACH);
-    if (statfs_asked_ >= 0) ::close(statfs_asked_);
+    if (asked_ >= 0) ::close(asked_);
   }
   FuseServer(const FuseServer&) = delete;
   FuseServer& operator=(const FuseServer&) = delete;
@@ -72,12 +75,14 @@ class FuseServer {
   bool ok() const { return mounted_ && pid_ > 0; }
   const std::string& why() const { return why_; }
   std::filesystem::path file() const { return dir_ / "f"; }
-  // How many STATFS requests came since the last call.
+  // How many STATFS and unanswered FLUSH requests came so far.
   int statfs_asked() {
-    char buf[64];
-    int n = 0;
-    for (ssize_t r; (r = ::read(statfs_asked_, buf, sizeof buf)) > 0;) n += static_cast<int>(r);
-    return n;
+    collect();
+    return statfs_;
+  }
+  int flushes_held() {
+    collect();
+    return flushes_;
   }
 
  private:
@@ -99,7 +104,12 @@ class FuseServer {
     if (!error && size) std::memcpy(out.data() + sizeof h, body, size);
     (void)!::write(fd, out.data(), out.size());
   }
-  static void serve(int fd, int counted) {
+  void collect() {
+    char buf[64];
+    for (ssize_t r; (r = ::read(asked_, buf, sizeof buf)) > 0;)
+      for (ssize_t i = 0; i < r; ++i) (buf[i] == 's' ? statfs_ : flushes_)++;
+  }
+  static void serve(int fd, int counted, bool answer_flush) {
     std::vector<char> buf(FUSE_MIN_READ_BUFFER + (1 << 20));
     for (;;) {
       const ssize_t n = ::read(fd, buf.data(), buf.size());
@@ -157,6 +167,12 @@ class FuseServer {
         case FUSE_INTERRUPT:
           break;
         case FUSE_FLUSH:
+          if (!answer_flush) {
+            (void)!::write(counted, "f", 1);  // and no answer
+            break;
+          }
+          reply(fd, in, 0, nullptr, 0);
+          break;
         case FUSE_RELEASE:
         case FUSE_RELEASEDIR:
           reply(fd, in, 0, nullptr, 0);
@@ -169,8 +185,10 @@ class FuseServer {
 
   std::filesystem::path dir_;
   std::string why_;
+  bool answer_flush_ = true;
   pid_t pid_ = -1;
-  int statfs_asked_ = -1;
+  int asked_ = -1;
+  int statfs_ = 0, flushes_ = 0;
   bool mounted_ = false;
 };
 
