@@ -831,6 +831,36 @@ TEST_F(DaemonRun, AFuseFileAsStdioIsRefusedWithoutAskingItsServer) {
   const auto asked = std::chrono::steady_clock::now();
   EXPECT_TRUE(named_slot(status(), "drun").has_value()) << log();
   EXPECT_LT(std::chrono::steady_clock::now() - asked, 3s) << "the daemon's loop was held";
+
+  // The same file once its mount is detached (umount -l): in no mount table,
+  // its file system is not asked what it is; it is refused all the same.
+  const int detached = ::open(file.c_str(), O_WRONLY | O_CLOEXEC);
+  ASSERT_GE(detached, 0);
+  ASSERT_EQ(::umount2((dir_ / "fuse").c_str(), MNT_DETACH), 0);
+  int answer2[2];
+  ASSERT_EQ(::pipe2(answer2, O_CLOEXEC), 0);
+  child = ::fork();
+  if (child == 0) {
+    ::close(answer2[0]);
+    become_client(true)();
+    const int stdio[3] = {0, detached, 2};
+    json req = {{"op", "run"}, {"policy", "drun"}, {"argv", {"true"}}};
+    auto a = control::call_with_fds(kSocket, req, stdio, 3, 20000);
+    const std::string text = a ? a->dump() : "no answer: " + a.error().message;
+    (void)!::write(answer2[1], text.data(), text.size());
+    ::_exit(0);
+  }
+  ::close(answer2[1]);
+  got.clear();
+  for (ssize_t n; (n = ::read(answer2[0], buf, sizeof buf)) > 0;) got.append(buf, static_cast<size_t>(n));
+  ::close(answer2[0]);
+  EXPECT_EQ(wait_exit(child), 0);
+  EXPECT_NE(got.find("is a file of a mount the daemon does not see"), std::string::npos) << got;
+  EXPECT_EQ(fuse.statfs_asked(), 0);
+  const auto asked2 = std::chrono::steady_clock::now();
+  EXPECT_TRUE(named_slot(status(), "drun").has_value()) << log();
+  EXPECT_LT(std::chrono::steady_clock::now() - asked2, 3s) << "the daemon's loop was held";
+  ::close(detached);
 }
 
 // Closes that never end hold only their sender's workers (daemon/closer.h):

@@ -1,10 +1,10 @@
 // SPDX-License-Identifier: Apache-2.0
 #include "cgroup/cgroup.h"
 
+#include <fcntl.h>
 #include <gtest/gtest.h>
 #include <stdlib.h>
 #include <sys/stat.h>
-#include <sys/sysmacros.h>
 
 #include <algorithm>
 #include <fstream>
@@ -52,24 +52,28 @@ TEST(Mountinfo, SkipsTruncatedLines) {
   EXPECT_TRUE(parse_cgroup2_mounts("41 22 0:36 / /sys/fs/cgroup\n- cgroup2\n\n").empty());
 }
 
-// The table's devices and types (util/mountinfo.h): a file's file system
-// is found from its st_dev without asking the file system.
-TEST(Mountinfo, EachMountHasItsDeviceAndType) {
+// The table's mounts and types (util/mountinfo.h): a file's file system is
+// found from its mount id without asking the file system.
+TEST(Mountinfo, EachMountHasItsIdDeviceAndType) {
   auto all = parse_mountinfo(kHybridMountinfo);
   ASSERT_EQ(all.size(), 4u);
+  EXPECT_EQ(all[1].id, 31u);
   EXPECT_EQ(all[1].major, 0u);
   EXPECT_EQ(all[1].minor, 26u);
   EXPECT_EQ(all[1].mount_point, "/sys/fs/cgroup");
   EXPECT_EQ(all[1].fs_type, "tmpfs");
-  EXPECT_EQ(fs_type_of_device(all, ::makedev(0, 27)), "cgroup2");
-  EXPECT_EQ(fs_type_of_device(all, ::makedev(8, 1)), std::nullopt);
-  EXPECT_TRUE(parse_mountinfo("41 22 x:36 / /a rw - ext4 /dev/x rw\n41 22 0:36 / /b rw - \n").empty());
+  EXPECT_EQ(fs_type_of_mount(all, 32), "cgroup2");
+  EXPECT_EQ(fs_type_of_mount(all, 99), std::nullopt);
+  EXPECT_TRUE(parse_mountinfo("41 22 x:36 / /a rw - ext4 /dev/x rw\nx 22 0:36 / /b rw - ext4 /dev/x rw\n"
+                              "41 22 0:36 / /b rw - \n")
+                  .empty());
   // This process's own table: /proc is proc.
   auto mine = read_mountinfo();
   ASSERT_TRUE(mine) << mine.error().message;
-  struct stat st {};
-  ASSERT_EQ(::stat("/proc/self/status", &st), 0);
-  EXPECT_EQ(fs_type_of_device(*mine, st.st_dev), "proc");
+  struct statx sx {};
+  ASSERT_EQ(::statx(AT_FDCWD, "/proc/self/status", AT_STATX_DONT_SYNC, STATX_MNT_ID, &sx), 0);
+  ASSERT_TRUE(sx.stx_mask & STATX_MNT_ID);
+  EXPECT_EQ(fs_type_of_mount(*mine, sx.stx_mnt_id), "proc");
 }
 
 TEST(CgroupLevel, CountsComponentsBelowRoot) {

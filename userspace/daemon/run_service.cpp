@@ -2,7 +2,6 @@
 #include "daemon/run_service.h"
 
 #include <fcntl.h>
-#include <linux/magic.h>
 #include <poll.h>
 #include <signal.h>
 #include <sys/epoll.h>
@@ -10,9 +9,7 @@
 #include <sys/resource.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
-#include <sys/statfs.h>
 #include <sys/syscall.h>
-#include <sys/sysmacros.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -93,36 +90,35 @@ std::string stdio_refusal(const std::vector<UniqueFd>& stdio) {
     // Nothing here may ask a file system anything: a FUSE server answers
     // when it likes (fstatfs and a stat that refreshes its attributes ask
     // it, when the daemon may reach it: allow_other), and this is the loop.
+    // statx answers from the cache; with no field asked for, a FUSE file
+    // system that does not let the daemon in answers too (the type and the
+    // mount are filled in all the same).
     struct statx sx {};
-    if (::statx(stdio[i].get(), "", AT_EMPTY_PATH | AT_STATX_DONT_SYNC, STATX_TYPE, &sx) != 0)
-      return "the descriptor passed as " + name + " cannot be examined";
+    if (::statx(stdio[i].get(), "", AT_EMPTY_PATH | AT_STATX_DONT_SYNC, 0, &sx) != 0)
+      return "the descriptor passed as " + name + " cannot be examined: " + std::strerror(errno);
     // A pipe, socket or device node is its own, on whatever file system.
     if (!S_ISREG(sx.stx_mode) && !S_ISDIR(sx.stx_mode)) continue;
+    if (!(sx.stx_mask & STATX_MNT_ID))
+      return "the descriptor passed as " + name + " cannot be examined: the kernel gave no mount id";
     if (!mounts) {
       auto table = read_mountinfo();
       if (!table) return "the descriptor passed as " + name + " cannot be examined: " + table.error().message;
       mounts = std::move(*table);
     }
-    std::optional<std::string> type =
-        fs_type_of_device(*mounts, ::makedev(sx.stx_dev_major, sx.stx_dev_minor));
-    if (!type) {
-      // Mounted where the daemon does not see it (another mount namespace):
-      // a FUSE file system there is one the daemon cannot reach unless
-      // mounted in its user namespace with allow_other; its type is asked.
-      struct statfs fs {};
-      if (::fstatfs(stdio[i].get(), &fs) != 0)
-        return "the descriptor passed as " + name + " cannot be examined";
-      type = fs.f_type == PROC_SUPER_MAGIC   ? "proc"
-             : fs.f_type == SYSFS_MAGIC      ? "sysfs"
-             : fs.f_type == FUSE_SUPER_MAGIC ? "fuse"
-                                             : "other";
-    }
+    const std::optional<std::string> type = fs_type_of_mount(*mounts, sx.stx_mnt_id);
+    // Detached, or mounted in another mount namespace: its file system is
+    // not known without asking it.
+    if (!type)
+      return "the descriptor passed as " + name +
+             " is a file of a mount the daemon does not see (detached, or of another mount namespace): pass "
+             "a "
+             "pipe, or a file of a file system mounted in the daemon's namespace";
     if (*type == "proc" || *type == "sysfs")
       return "the descriptor passed as " + name +
              " is a file of /proc or /sys: pass a file, pipe or terminal";
     // Each close of a FUSE file waits for its server's answer to FLUSH,
     // in any process: the daemon's closes and the run's start would wait.
-    if (*type == "fuse" || *type == "fuseblk" || type->rfind("fuse.", 0) == 0 ||
+    if (*type == "fuse" || *type == "fuseblk" || *type == "virtiofs" || type->rfind("fuse.", 0) == 0 ||
         type->rfind("fuseblk.", 0) == 0)
       return "the descriptor passed as " + name +
              " is a file of a FUSE file system, whose server decides how long closing it takes: pass a pipe, "

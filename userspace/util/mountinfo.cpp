@@ -2,8 +2,8 @@
 #include "util/mountinfo.h"
 
 #include <fcntl.h>
-#include <sys/sysmacros.h>
 
+#include <cerrno>
 #include <cstdio>
 #include <sstream>
 
@@ -51,6 +51,9 @@ std::vector<MountEntry> parse_mountinfo(std::string_view text) {
     if (dash == 0 || dash + 1 >= f.size()) continue;
     MountEntry e;
     char colon = 0, rest = 0;
+    unsigned long long id = 0;
+    if (std::sscanf(f[0].c_str(), "%llu%c", &id, &rest) != 1) continue;
+    e.id = id;
     if (std::sscanf(f[2].c_str(), "%u%c%u%c", &e.major, &colon, &e.minor, &rest) != 3 || colon != ':')
       continue;
     e.mount_point = unescape(f[4]);
@@ -63,14 +66,17 @@ std::vector<MountEntry> parse_mountinfo(std::string_view text) {
 Result<std::vector<MountEntry>> read_mountinfo() {
   UniqueFd fd(::open("/proc/self/mountinfo", O_RDONLY | O_CLOEXEC));
   if (!fd) return Error::from_errno("reading /proc/self/mountinfo");
-  auto text = read_up_to(fd.get(), kMaxMountinfoBytes);
+  auto text = read_up_to(fd.get(), kMaxMountinfoBytes + 1);
   if (!text) return text.error().wrap("reading /proc/self/mountinfo");
+  if (text->size() > kMaxMountinfoBytes)
+    return Error{"/proc/self/mountinfo is longer than " + std::to_string(kMaxMountinfoBytes) + " bytes",
+                 EFBIG};
   return parse_mountinfo(*text);
 }
 
-std::optional<std::string> fs_type_of_device(const std::vector<MountEntry>& mounts, dev_t dev) {
+std::optional<std::string> fs_type_of_mount(const std::vector<MountEntry>& mounts, uint64_t mount_id) {
   for (const auto& m : mounts)
-    if (m.major == ::major(dev) && m.minor == ::minor(dev)) return m.fs_type;
+    if (m.id == mount_id) return m.fs_type;
   return std::nullopt;
 }
 

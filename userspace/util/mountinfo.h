@@ -4,6 +4,7 @@
 
 #include <sys/types.h>
 
+#include <cstdint>
 #include <optional>
 #include <string>
 #include <string_view>
@@ -14,6 +15,7 @@
 namespace agentcage {
 
 struct MountEntry {
+  uint64_t id = 0;                // the mount's id (statx's stx_mnt_id)
   unsigned major = 0, minor = 0;  // the device of the mounted file system (st_dev)
   std::string mount_point;        // unescaped
   std::string fs_type;            // e.g. "ext4", "proc", "fuse.sshfs"
@@ -24,12 +26,14 @@ struct MountEntry {
 // a line without them is skipped. Mount points are unescaped (\ooo).
 std::vector<MountEntry> parse_mountinfo(std::string_view text);
 
-// This process's mount table (/proc/self/mountinfo).
+// This process's mount table (/proc/self/mountinfo); a table longer than
+// 16 MiB is an error, never cut.
 Result<std::vector<MountEntry>> read_mountinfo();
 
-// The type of the file system mounted from device `dev` in `mounts`, found
-// without asking the file system itself (fstatfs of a FUSE file asks its
-// server, which may never answer); none when no mount has that device.
-std::optional<std::string> fs_type_of_device(const std::vector<MountEntry>& mounts, dev_t dev);
+// The type of the file system of mount `mount_id` (statx's stx_mnt_id) in
+// `mounts`, found without asking the file system itself (fstatfs of a FUSE
+// file asks its server, which may never answer); none when no mount has that
+// id (detached, or of another mount namespace).
+std::optional<std::string> fs_type_of_mount(const std::vector<MountEntry>& mounts, uint64_t mount_id);
 
 }  // namespace agentcage
