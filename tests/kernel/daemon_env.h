@@ -195,6 +195,15 @@ inline Proc spawn(const std::vector<std::string>& argv, const std::filesystem::p
   return p;
 }
 
+// What `fd` gives until its end (a pipe: until every writer is gone).
+inline std::string read_to_end(int fd) {
+  std::string out;
+  char buf[4096];
+  for (ssize_t n; (n = ::read(fd, buf, sizeof buf)) > 0 || (n < 0 && errno == EINTR);)
+    if (n > 0) out.append(buf, static_cast<size_t>(n));
+  return out;
+}
+
 inline int wait_exit(pid_t pid) {
   int status = 0;
   while (::waitpid(pid, &status, 0) < 0 && errno == EINTR) {

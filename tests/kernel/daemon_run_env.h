@@ -96,6 +96,16 @@ class DaemonRun : public DaemonEnv {
   }
   std::string out(const std::string& tag) { return slurp(client_ / (tag + ".out")); }
 
+  // How many descriptors the daemon holds.
+  size_t daemon_fds() const {
+    size_t n = 0;
+    std::error_code ec;
+    for (auto it = fs::directory_iterator("/proc/" + std::to_string(daemon_.pid) + "/fd", ec);
+         !ec && it != fs::end(it); it.increment(ec))
+      ++n;
+    return n;
+  }
+
   // Nothing of any run is left: no run cgroup, no process of a sandbox uid.
   bool nothing_left() { return run_cgroups().empty() && processes_of_dynamic_uids().empty(); }
 

@@ -710,15 +710,7 @@ TEST_F(DaemonRun, MalformedAndOversizedRunRequestsGetAnErrorAndChangeNothing) {
 // linger's hour, and every client, root's too, with it.
 TEST_F(DaemonRun, ADescriptorWhoseCloseWaitsDoesNotStallTheDaemon) {
   start();
-  const auto fd_count = [pid = daemon_.pid] {
-    size_t n = 0;
-    std::error_code ec;
-    for (auto it = fs::directory_iterator("/proc/" + std::to_string(pid) + "/fd", ec);
-         !ec && it != fs::end(it); it.increment(ec))
-      ++n;
-    return n;
-  };
-  const size_t before = fd_count();
+  const size_t before = daemon_fds();
   int said[2], go[2];
   ASSERT_EQ(::pipe2(said, O_CLOEXEC), 0);
   ASSERT_EQ(::pipe2(go, O_CLOEXEC), 0);
@@ -774,9 +766,7 @@ TEST_F(DaemonRun, ADescriptorWhoseCloseWaitsDoesNotStallTheDaemon) {
   }
   ::close(said[1]);
   ::close(go[0]);
-  std::string answers;
-  char buf[1024];
-  for (ssize_t n; (n = ::read(said[0], buf, sizeof buf)) > 0;) answers.append(buf, static_cast<size_t>(n));
+  const std::string answers = read_to_end(said[0]);
   ::close(said[0]);
   EXPECT_NE(answers.find("descriptors go only with a run request"), std::string::npos) << answers;
   EXPECT_NE(answers.find("no policy named 'nosuchpolicy'"), std::string::npos) << answers;
@@ -787,8 +777,8 @@ TEST_F(DaemonRun, ADescriptorWhoseCloseWaitsDoesNotStallTheDaemon) {
   EXPECT_TRUE(named_slot(st, "drun").has_value()) << log();
   EXPECT_LT(took, 3s) << "the daemon's loop was held";
   // Both sockets are let go of: no descriptor is kept waiting.
-  EXPECT_TRUE(wait_until([&] { return fd_count() <= before; }, 10s))
-      << fd_count() << " descriptors, " << before << " before";
+  EXPECT_TRUE(wait_until([&] { return daemon_fds() <= before; }, 10s))
+      << daemon_fds() << " descriptors, " << before << " before";
   // A member's run goes on as before.
   Proc after = client_run("after-linger", {}, {"cat", "/etc/hostname"});
   EXPECT_EQ(wait_exit(after.pid), 0) << out("after-linger");
@@ -804,62 +794,50 @@ TEST_F(DaemonRun, AFuseFileAsStdioIsRefusedWithoutAskingItsServer) {
   start();
   FuseServer fuse(dir_ / "fuse");
   ASSERT_TRUE(fuse.ok()) << fuse.why();
-  int answer[2];
-  ASSERT_EQ(::pipe2(answer, O_CLOEXEC), 0);
   const fs::path file = fuse.file();
-  pid_t child = ::fork();
-  if (child == 0) {
+  // A member's run request with `out` as its stdout (none: the member opens
+  // the FUSE file itself); the daemon's answer.
+  const auto ask_with_stdout = [&](int out) {
+    int answer[2];
+    if (::pipe2(answer, O_CLOEXEC) != 0) return std::string("pipe2 failed");
+    pid_t child = ::fork();
+    if (child == 0) {
+      ::close(answer[0]);
+      become_client(true)();
+      if (out < 0) out = ::open(file.c_str(), O_WRONLY | O_CLOEXEC);
+      if (out < 0) ::_exit(90);
+      const int stdio[3] = {0, out, 2};
+      json req = {{"op", "run"}, {"policy", "drun"}, {"argv", {"true"}}};
+      auto a = control::call_with_fds(kSocket, req, stdio, 3, 20000);
+      const std::string text = a ? a->dump() : "no answer: " + a.error().message;
+      (void)!::write(answer[1], text.data(), text.size());
+      ::_exit(0);
+    }
+    ::close(answer[1]);
+    std::string got = read_to_end(answer[0]);
     ::close(answer[0]);
-    become_client(true)();
-    const int out = ::open(file.c_str(), O_WRONLY | O_CLOEXEC);
-    if (out < 0) ::_exit(90);
-    const int stdio[3] = {0, out, 2};
-    json req = {{"op", "run"}, {"policy", "drun"}, {"argv", {"true"}}};
-    auto a = control::call_with_fds(kSocket, req, stdio, 3, 20000);
-    const std::string text = a ? a->dump() : "no answer: " + a.error().message;
-    (void)!::write(answer[1], text.data(), text.size());
-    ::_exit(0);
-  }
-  ::close(answer[1]);
-  std::string got;
-  char buf[4096];
-  for (ssize_t n; (n = ::read(answer[0], buf, sizeof buf)) > 0;) got.append(buf, static_cast<size_t>(n));
-  ::close(answer[0]);
-  EXPECT_EQ(wait_exit(child), 0);
+    EXPECT_EQ(wait_exit(child), 0);
+    return got;
+  };
+  const auto root_is_answered_at_once = [&] {
+    const auto asked = std::chrono::steady_clock::now();
+    EXPECT_TRUE(named_slot(status(), "drun").has_value()) << log();
+    EXPECT_LT(std::chrono::steady_clock::now() - asked, 3s) << "the daemon's loop was held";
+  };
+  std::string got = ask_with_stdout(-1);
   EXPECT_NE(got.find("is a file of a FUSE file system"), std::string::npos) << got;
   EXPECT_EQ(fuse.statfs_asked(), 0);
-  const auto asked = std::chrono::steady_clock::now();
-  EXPECT_TRUE(named_slot(status(), "drun").has_value()) << log();
-  EXPECT_LT(std::chrono::steady_clock::now() - asked, 3s) << "the daemon's loop was held";
+  root_is_answered_at_once();
 
   // The same file once its mount is detached (umount -l): in no mount table,
   // its file system is not asked what it is; it is refused all the same.
   const int detached = ::open(file.c_str(), O_WRONLY | O_CLOEXEC);
   ASSERT_GE(detached, 0);
   ASSERT_EQ(::umount2((dir_ / "fuse").c_str(), MNT_DETACH), 0);
-  int answer2[2];
-  ASSERT_EQ(::pipe2(answer2, O_CLOEXEC), 0);
-  child = ::fork();
-  if (child == 0) {
-    ::close(answer2[0]);
-    become_client(true)();
-    const int stdio[3] = {0, detached, 2};
-    json req = {{"op", "run"}, {"policy", "drun"}, {"argv", {"true"}}};
-    auto a = control::call_with_fds(kSocket, req, stdio, 3, 20000);
-    const std::string text = a ? a->dump() : "no answer: " + a.error().message;
-    (void)!::write(answer2[1], text.data(), text.size());
-    ::_exit(0);
-  }
-  ::close(answer2[1]);
-  got.clear();
-  for (ssize_t n; (n = ::read(answer2[0], buf, sizeof buf)) > 0;) got.append(buf, static_cast<size_t>(n));
-  ::close(answer2[0]);
-  EXPECT_EQ(wait_exit(child), 0);
+  got = ask_with_stdout(detached);
   EXPECT_NE(got.find("is a file of a mount the daemon does not see"), std::string::npos) << got;
   EXPECT_EQ(fuse.statfs_asked(), 0);
-  const auto asked2 = std::chrono::steady_clock::now();
-  EXPECT_TRUE(named_slot(status(), "drun").has_value()) << log();
-  EXPECT_LT(std::chrono::steady_clock::now() - asked2, 3s) << "the daemon's loop was held";
+  root_is_answered_at_once();
   ::close(detached);
 }
 
@@ -871,15 +849,7 @@ TEST_F(DaemonRun, AFuseFileAsStdioIsRefusedWithoutAskingItsServer) {
 // once the server is gone, every descriptor is let go of.
 TEST_F(DaemonRun, FuseClosesThatNeverEndHoldOnlyTheirSendersWorkers) {
   start();
-  const auto fd_count = [pid = daemon_.pid] {
-    size_t n = 0;
-    std::error_code ec;
-    for (auto it = fs::directory_iterator("/proc/" + std::to_string(pid) + "/fd", ec);
-         !ec && it != fs::end(it); it.increment(ec))
-      ++n;
-    return n;
-  };
-  const size_t before = fd_count();
+  const size_t before = daemon_fds();
   constexpr int kSent = 6;
   pid_t sender = -1;
   {
@@ -913,9 +883,7 @@ TEST_F(DaemonRun, FuseClosesThatNeverEndHoldOnlyTheirSendersWorkers) {
       ::_exit(0);
     }
     ::close(said[1]);
-    std::string answers;
-    char buf[4096];
-    for (ssize_t n; (n = ::read(said[0], buf, sizeof buf)) > 0;) answers.append(buf, static_cast<size_t>(n));
+    const std::string answers = read_to_end(said[0]);
     ::close(said[0]);
     size_t refused = 0;
     for (size_t at = 0;
@@ -932,12 +900,12 @@ TEST_F(DaemonRun, FuseClosesThatNeverEndHoldOnlyTheirSendersWorkers) {
     Proc other = client_run("beside-fuse", {}, {"cat", "/etc/hostname"});
     EXPECT_EQ(wait_exit(other.pid), 0) << out("beside-fuse");
     EXPECT_EQ(out("beside-fuse"), slurp("/etc/hostname"));
-    EXPECT_GT(fd_count(), before);  // the two queued behind the four held (a held one has left the table)
+    EXPECT_GT(daemon_fds(), before);  // the two queued behind the four held (a held one has left the table)
     ::kill(sender, SIGKILL);
   }  // the server is gone: every FLUSH ends
   wait_exit(sender);
-  EXPECT_TRUE(wait_until([&] { return fd_count() <= before; }, 15s))
-      << fd_count() << " descriptors, " << before << " before";
+  EXPECT_TRUE(wait_until([&] { return daemon_fds() <= before; }, 15s))
+      << daemon_fds() << " descriptors, " << before << " before";
 }
 
 TEST_F(DaemonRun, ADaemonStopEndsRunsInFlightAndTheClientIsTold) {
