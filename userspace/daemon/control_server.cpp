@@ -324,9 +324,13 @@ void ControlServer::on_client(int fd, uint32_t events) {
         std::string line = c.in.substr(0, nl);
         c.in.erase(0, nl + 1);
         c.since = std::chrono::steady_clock::now();
+        const size_t queued = c.out.size();
         handle_line(c, line);
-        // Answers a client does not read are not kept without bound.
-        if (!c.streaming && c.out.size() > opt_.client_buffer_bytes) {
+        // Answers a client does not read are not kept without bound: one
+        // answer goes whole whatever its size (a status of many policies),
+        // but one that goes past client_buffer_bytes while earlier ones
+        // wait drops them all and closes the connection.
+        if (!c.streaming && queued > 0 && c.out.size() > opt_.client_buffer_bytes) {
           c.out.clear();
           c.close_after_flush = true;
         }
