@@ -86,7 +86,7 @@ class DaemonDelegation : public DaemonRun {
     std::vector<fs::path> out;
     std::error_code ec;
     for (const auto& e : fs::directory_iterator(unit_ / "runs", ec))
-      if (e.is_directory(ec)) out.push_back(e.path());
+      if (e.is_directory(ec) && !is_spare_run(e.path())) out.push_back(e.path());
     return out;
   }
 
@@ -162,8 +162,10 @@ TEST_F(DaemonDelegation, ARestartedDaemonReapsWhatThePreviousOneLeft) {
   const fs::path record = fs::path("/run/agentcage/runs") / (run_id + ".json");
   ASSERT_TRUE(fs::exists(record));
   pid_t runner = 0;
+  ASSERT_TRUE(wait_until([&] { return spare_pids().size() == 1; }, 15s)) << log();
+  const std::vector<pid_t> spares = spare_pids();
   for (const auto& [pid, comm] : children_of(daemon_.pid))
-    if (comm == "agentcage") runner = pid;
+    if (comm == "agentcage" && std::find(spares.begin(), spares.end(), pid) == spares.end()) runner = pid;
   ASSERT_GT(runner, 0) << log();
   ASSERT_EQ(::kill(runner, SIGKILL), 0);
   stop_daemon(SIGKILL);
@@ -215,7 +217,8 @@ TEST_F(DaemonDelegation, WithoutTheMarkRunsStayInTheFixedLayout) {
   EXPECT_FALSE(fs::exists(unit_ / "daemon"));
   EXPECT_NE(log().find("is not delegated to it"), std::string::npos) << log();
   Proc sleeper = client_run("sleeper", {}, {"sleep", "300"});
-  ASSERT_TRUE(wait_until([&] { return !run_cgroups().empty() && !processes_of_dynamic_uids().empty(); }, 30s))
+  ASSERT_TRUE(
+      wait_until([&] { return !runs_in_flight().empty() && !processes_of_dynamic_uids().empty(); }, 30s))
       << out("sleeper") << log();
   EXPECT_FALSE(fs::exists(unit_ / "runs"));
   stop_daemon(SIGTERM);

@@ -106,8 +106,34 @@ class DaemonRun : public DaemonEnv {
     return n;
   }
 
+  // The run cgroups of runs (not the daemon's spare run).
+  std::vector<std::string> runs_in_flight() {
+    std::vector<std::string> out;
+    for (auto& cg : run_cgroups())
+      if (!is_spare_run(cg)) out.push_back(std::move(cg));
+    return out;
+  }
+
+  // The pids of the daemon's spare runners (by their records).
+  static std::vector<pid_t> spare_pids() {
+    std::vector<pid_t> out;
+    std::error_code ec;
+    for (const auto& e : fs::directory_iterator("/run/agentcage/runs", ec)) {
+      if (e.path().extension() != ".json") continue;
+      const json record = json::parse(slurp(e.path()), nullptr, false);
+      if (record.is_object() && record.value("spare", false) && record.contains("owner_pid"))
+        out.push_back(record["owner_pid"].get<pid_t>());
+    }
+    return out;
+  }
+
   // Nothing of any run is left: no run cgroup, no process of a sandbox uid.
-  bool nothing_left() { return run_cgroups().empty() && processes_of_dynamic_uids().empty(); }
+  // The daemon's spare run (prepared ahead, no run's yet) is not a run.
+  bool nothing_left() {
+    for (const auto& cg : run_cgroups())
+      if (!is_spare_run(cg)) return false;
+    return processes_of_dynamic_uids().empty();
+  }
 
   fs::path client_;
 };

@@ -266,7 +266,8 @@ TEST_F(DaemonRun, TheClientsWorkspaceIsCopiedInAndBackAndAnyOtherIsRefused) {
 TEST_F(DaemonRun, AClientKilledMidRunLeavesNothing) {
   start();
   Proc p = client_run("killed", {}, {"sleep", "300"});
-  ASSERT_TRUE(wait_until([&] { return !run_cgroups().empty() && !processes_of_dynamic_uids().empty(); }, 30s))
+  ASSERT_TRUE(
+      wait_until([&] { return !runs_in_flight().empty() && !processes_of_dynamic_uids().empty(); }, 30s))
       << out("killed") << log();
   ::kill(p.pid, SIGKILL);
   wait_exit(p.pid);
@@ -311,7 +312,8 @@ TEST_F(DaemonRun, AClientThatHangsUpWithAFullStderrLeavesNothing) {
     ::_exit(0);
   }
   ::close(go[0]);
-  ASSERT_TRUE(wait_until([&] { return !run_cgroups().empty() && !processes_of_dynamic_uids().empty(); }, 30s))
+  ASSERT_TRUE(
+      wait_until([&] { return !runs_in_flight().empty() && !processes_of_dynamic_uids().empty(); }, 30s))
       << log();
   ASSERT_EQ(::write(go[1], "g", 1), 1);
   ::close(go[1]);
@@ -433,8 +435,10 @@ TEST_F(DaemonRun, RunsStartFromTheForkServerAndByExecOnceItIsGone) {
 
   auto runner_words = [&]() -> std::vector<std::string> {
     // (An exec'd runner's command name is "exe", from /proc/self/exe.)
+    const std::vector<pid_t> spares = spare_pids();
     for (const auto& [pid, comm] : children_of(daemon_.pid))
-      if (pid != server) return cmdline_of(pid);
+      if (pid != server && std::find(spares.begin(), spares.end(), pid) == spares.end())
+        return cmdline_of(pid);
     return {};
   };
   auto has = [](const std::vector<std::string>& words, const std::string& w) {
@@ -443,7 +447,7 @@ TEST_F(DaemonRun, RunsStartFromTheForkServerAndByExecOnceItIsGone) {
 
   Proc forked = client_run("forked", {}, {"sleep", "300"});
   std::vector<std::string> words;
-  ASSERT_TRUE(wait_until([&] { return !(words = runner_words()).empty() && !run_cgroups().empty(); }, 30s))
+  ASSERT_TRUE(wait_until([&] { return !(words = runner_words()).empty() && !runs_in_flight().empty(); }, 30s))
       << out("forked") << log();
   // (agentcage daemon execs agentcage-daemon: the command line is whatever
   // that program was started with, the runner's is the same.)
@@ -454,8 +458,14 @@ TEST_F(DaemonRun, RunsStartFromTheForkServerAndByExecOnceItIsGone) {
   ASSERT_TRUE(wait_until([&] { return nothing_left(); }, 15s)) << log();
 
   ASSERT_EQ(::kill(server, SIGKILL), 0);
+  // The spare the server cloned before (a run's next runner) goes too: the
+  // daemon reaps what it prepared.
+  ASSERT_TRUE(wait_until([&] { return !spare_pids().empty(); }, 15s)) << log();
+  for (pid_t spare : spare_pids()) ::kill(spare, SIGKILL);
+  ASSERT_TRUE(wait_until([&] { return log().find("before it had a run") != std::string::npos; }, 15s))
+      << log();
   Proc execd = client_run("execd", {}, {"sleep", "300"});
-  ASSERT_TRUE(wait_until([&] { return !(words = runner_words()).empty() && !run_cgroups().empty(); }, 30s))
+  ASSERT_TRUE(wait_until([&] { return !(words = runner_words()).empty() && !runs_in_flight().empty(); }, 30s))
       << out("execd") << log();
   EXPECT_TRUE(has(words, "run")) << testing::PrintToString(words);
   EXPECT_NE(log().find("fork server (pid " + std::to_string(server) + ") lost"), std::string::npos) << log();
@@ -499,8 +509,8 @@ TEST_F(DaemonRun, ARunnerTellsItsClientNothingOfOtherRunsItReaps) {
     Proc roots = spawn({agentcage_bin(), "run", "--policy", "drun", "--policy-dir",
                         (dir_ / "policies").string(), "--", "sleep", "300"},
                        dir_ / "roots.out");
-    ASSERT_TRUE(wait_until([&] { return !run_cgroups().empty(); }, 30s)) << slurp(dir_ / "roots.out");
-    stale = run_cgroups();
+    ASSERT_TRUE(wait_until([&] { return !runs_in_flight().empty(); }, 30s)) << slurp(dir_ / "roots.out");
+    stale = runs_in_flight();
     ::kill(roots.pid, SIGKILL);
     wait_exit(roots.pid);
 
@@ -547,6 +557,85 @@ TEST_F(DaemonRun, APolicyChangedOnDiskGovernsTheNextRunNotAPreparedCopy) {
   EXPECT_TRUE(wait_until([&] { return nothing_left(); }, 10s));
 }
 
+// A run's record, uid, workspace and cgroup are made ahead by a spare
+// runner, between requests: the next run takes them, and they are that
+// run's alone. A spare nobody took goes with the daemon, stopped or killed.
+TEST_F(DaemonRun, ASpareRunMadeAheadServesOneRunAndGoesWithTheDaemon) {
+  start();
+  Proc first = client_run("first", {}, {"cat", "/etc/hostname"});
+  ASSERT_EQ(wait_exit(first.pid), 0) << out("first");
+  ASSERT_TRUE(wait_until([&] { return spare_pids().size() == 1; }, 15s)) << log();
+  // What the spare made: an empty cgroup and an empty workspace of its uid.
+  auto spare_record = [] {
+    for (const auto& e : fs::directory_iterator("/run/agentcage/runs")) {
+      const json r = json::parse(slurp(e.path()), nullptr, false);
+      if (e.path().extension() == ".json" && r.is_object() && r.value("spare", false)) return r;
+    }
+    return json();
+  };
+  json spare;
+  ASSERT_TRUE(wait_until(
+      [&] {
+        return (spare = spare_record()).contains("sandbox_uid") && spare["cgroup_id"].get<uint64_t>() != 0;
+      },
+      15s))
+      << spare.dump();
+  const std::string cg = spare["cgroup"], ws = spare["workspace"], id = spare["run_id"];
+  const uint32_t uid = spare["sandbox_uid"];
+  EXPECT_TRUE(is_spare_run(cg)) << cg;
+  EXPECT_EQ(slurp(fs::path(cg) / "cgroup.procs"), "");
+  struct stat st {};
+  ASSERT_EQ(::stat(ws.c_str(), &st), 0) << ws;
+  EXPECT_EQ(st.st_uid, uid);
+  EXPECT_EQ(st.st_mode & 07777, 0700u);
+  EXPECT_TRUE(fs::is_empty(ws));
+  EXPECT_NE(uid, result("first")["uid"].get<uint32_t>());
+  EXPECT_TRUE(runs_in_flight().empty());
+  EXPECT_EQ(status()["daemon"]["runs_active"], 0) << "a spare is not a run";
+
+  // The next run is the spare's: its id, uid, workspace and cgroup, with
+  // the run's own limits written now.
+  Proc second = client_run("second", {}, {"sh", "-c", "cat /proc/self/cgroup; sleep 2"});
+  EXPECT_TRUE(wait_until(
+      [&] { return slurp(fs::path(cg) / "memory.max") == std::to_string(256u << 20) + "\n"; }, 15s))
+      << slurp(fs::path(cg) / "memory.max");
+  EXPECT_EQ(wait_exit(second.pid), 0) << out("second");
+  json r = result("second");
+  ASSERT_TRUE(r.is_object()) << out("second");
+  EXPECT_EQ(r["run_id"], id);
+  EXPECT_EQ(r["uid"], uid);
+  EXPECT_EQ(r["workspace"], ws);
+  EXPECT_EQ(r["cgroup"], cg);
+  EXPECT_NE(out("second").find(cg.substr(std::string("/sys/fs/cgroup").size())), std::string::npos)
+      << out("second");
+  // Gone with its run; the next spare is another uid, cgroup and workspace.
+  EXPECT_TRUE(wait_until([&] { return !fs::exists(cg) && !fs::exists(ws); }, 15s)) << log();
+  json next;
+  ASSERT_TRUE(wait_until(
+      [&] { return (next = spare_record()).contains("sandbox_uid") && next["run_id"] != id; }, 15s))
+      << next.dump();
+  EXPECT_NE(next["sandbox_uid"], uid);
+  EXPECT_NE(next["workspace"], ws);
+
+  // A stop: the spare removes what it made.
+  stop_daemon(SIGTERM);
+  EXPECT_TRUE(run_cgroups().empty()) << testing::PrintToString(run_cgroups());
+  EXPECT_FALSE(fs::exists(next["workspace"].get<std::string>()));
+  EXPECT_TRUE(spare_pids().empty());
+
+  // The daemon killed: its spare ends (PR_SET_PDEATHSIG) and removes what
+  // it made, with no reaper.
+  start();
+  Proc third = client_run("third", {}, {"true"});
+  ASSERT_EQ(wait_exit(third.pid), 0) << out("third");
+  ASSERT_TRUE(wait_until([&] { return spare_record().contains("sandbox_uid"); }, 15s)) << log();
+  const json last = spare_record();
+  stop_daemon(SIGKILL);
+  EXPECT_TRUE(wait_until([&] { return run_cgroups().empty() && spare_pids().empty(); }, 15s))
+      << testing::PrintToString(run_cgroups());
+  EXPECT_FALSE(fs::exists(last["workspace"].get<std::string>()));
+}
+
 TEST_F(DaemonRun, TwentyConcurrentClientsEachGetTheirOwnOutputAndResult) {
   start();
   std::vector<Proc> procs;
@@ -585,7 +674,8 @@ TEST_F(DaemonRun, ARequestOverTheCapsIsRefused) {
   // Concurrent runs per client: 22 allowed, the 23rd refused while they run.
   std::vector<Proc> sleepers;
   for (int i = 0; i < 22; ++i) sleepers.push_back(client_run("s" + std::to_string(i), {}, {"sleep", "300"}));
-  ASSERT_TRUE(wait_until([&] { return run_cgroups().size() == 22; }, 60s)) << run_cgroups().size() << log();
+  ASSERT_TRUE(wait_until([&] { return runs_in_flight().size() == 22; }, 60s))
+      << runs_in_flight().size() << log();
   Proc over = client_run("over", {}, {"true"});
   EXPECT_EQ(wait_exit(over.pid), 125);
   EXPECT_NE(out("over").find("max_runs_per_client 22"), std::string::npos) << out("over");
@@ -866,6 +956,11 @@ TEST_F(DaemonRun, AFuseFileAsStdioIsRefusedWithoutAskingItsServer) {
 // once the server is gone, every descriptor is let go of.
 TEST_F(DaemonRun, FuseClosesThatNeverEndHoldOnlyTheirSendersWorkers) {
   start();
+  // A first run: the spare for the next one is in place (its descriptors
+  // are the daemon's from here on).
+  Proc warm = client_run("warm", {}, {"true"});
+  ASSERT_EQ(wait_exit(warm.pid), 0) << out("warm");
+  ASSERT_TRUE(wait_until([&] { return spare_pids().size() == 1; }, 15s)) << log();
   const size_t before = daemon_fds();
   constexpr int kSent = 6;
   pid_t sender = -1;

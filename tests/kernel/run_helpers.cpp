@@ -11,6 +11,8 @@
 #include <fstream>
 #include <sstream>
 
+#include <nlohmann/json.hpp>
+
 namespace agentcage::kt {
 
 namespace fs = std::filesystem;
@@ -139,6 +141,16 @@ std::vector<std::string> run_cgroups() {
   for (const auto& e : fs::directory_iterator(kRunsCgroup, ec))
     if (e.is_directory(ec)) out.push_back(e.path().string());
   return out;
+}
+
+bool is_spare_run(const std::string& cg) {
+  const std::string id = fs::path(cg).filename().string();
+  std::ifstream in("/run/agentcage/runs/" + id + ".json");
+  const auto record = nlohmann::json::parse(in, nullptr, false);
+  if (!record.is_object() || record.value("spare", false) != true) return false;
+  std::ifstream procs(fs::path(cg) / "cgroup.procs");
+  std::string line;
+  return !std::getline(procs, line);
 }
 
 }  // namespace agentcage::kt

@@ -495,6 +495,7 @@ TEST(RunRecord, JsonRoundTrip) {
   r.workspace_dev = 66;
   r.workspace_ino = 1ull << 40;
   r.sandbox_uid = 0x70000001;
+  r.spare = true;
   auto back = record_from_json(to_json(r));
   ASSERT_TRUE(back) << back.error().message;
   EXPECT_EQ(back->cgroup, r.cgroup);
@@ -504,12 +505,15 @@ TEST(RunRecord, JsonRoundTrip) {
   EXPECT_EQ(*back->workspace_dev, 66u);
   EXPECT_EQ(*back->workspace_ino, 1ull << 40);
   EXPECT_EQ(*back->sandbox_uid, 0x70000001u);
+  EXPECT_TRUE(back->spare);
   RunRecord bare;
   bare.run_id = "x";
   auto b = record_from_json(to_json(bare));
   ASSERT_TRUE(b);
   EXPECT_FALSE(b->policy_slot);
   EXPECT_FALSE(b->sandbox_uid);
+  EXPECT_FALSE(b->spare);
+  EXPECT_FALSE(to_json(bare).contains("spare"));
   EXPECT_FALSE(record_from_json(nlohmann::json::object()));
 }
 

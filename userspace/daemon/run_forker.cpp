@@ -4,8 +4,10 @@
 
 #include <fcntl.h>
 #include <linux/sched.h>
+#include <poll.h>
 #include <signal.h>
 #include <sys/prctl.h>
+#include <sys/signalfd.h>
 #include <sys/socket.h>
 #include <sys/syscall.h>
 #include <sys/wait.h>
@@ -19,7 +21,9 @@
 #include <filesystem>
 #include <iostream>
 
+#include "run/options.h"
 #include "run/policy_cache.h"
+#include "run/runner.h"
 #include "util/fd_passing.h"
 #include "util/log.h"
 
@@ -78,8 +82,7 @@ bool decode(const char* data, size_t size, std::string& policy_file, std::vector
   if (start != size || words.empty()) return false;
   char* end = nullptr;
   const unsigned long argc = std::strtoul(words[0].c_str(), &end, 10);
-  if (end == words[0].c_str() || *end != '\0' || argc == 0 || words.size() < 2 || argc > words.size() - 2)
-    return false;
+  if (end == words[0].c_str() || *end != '\0' || words.size() < 2 || argc > words.size() - 2) return false;
   policy_file = words[1];
   argv.assign(words.begin() + 2, words.begin() + 2 + static_cast<long>(argc));
   env.assign(words.begin() + 2 + static_cast<long>(argc), words.end());
@@ -109,6 +112,59 @@ bool close_all_but(unsigned first, std::vector<int> keep) {
   return ::syscall(SYS_close_range, from, ~0U, 0U) == 0;
 }
 
+// Resets what the runner inherits of the server: the daemon's child, with
+// default signal handling, nothing blocked, only `fds` at 0..kRunnerFds-1
+// and `also` (and the prepared program set) open, and the daemon's
+// environment for runs.
+void enter_runner(pid_t daemon, const int fds[kRunnerFds], std::vector<int> also,
+                  const std::vector<std::string>& env) {
+  if (::prctl(PR_SET_PDEATHSIG, SIGTERM) != 0 || ::getppid() != daemon) ::_exit(125);
+  ::prctl(PR_SET_NAME, "agentcage", 0, 0, 0);
+  struct sigaction dfl {};
+  dfl.sa_handler = SIG_DFL;
+  for (int sig = 1; sig < NSIG; ++sig)
+    if (sig != SIGKILL && sig != SIGSTOP) ::sigaction(sig, &dfl, nullptr);
+  sigset_t none;
+  sigemptyset(&none);
+  ::sigprocmask(SIG_SETMASK, &none, nullptr);
+  // The prepared program set's descriptors stay open (the server keeps
+  // 0..kRunnerFds-1 taken, so they are above); should one not be, the set
+  // goes and the runner opens its own.
+  std::vector<int> keep = run::prepared_enforcer_fds();
+  if (std::any_of(keep.begin(), keep.end(), [](int fd) { return fd < kRunnerFds; })) {
+    run::take_prepared_enforcer().reset();
+    keep.clear();
+  }
+  // (The server keeps 0..kRunnerFds-1 taken: `also` is above them too.)
+  for (int fd : also)
+    if (fd < kRunnerFds) ::_exit(125);
+  keep.insert(keep.end(), also.begin(), also.end());
+  if (!install_runner_fds(fds) || !close_all_but(kRunnerFds, keep)) ::_exit(125);
+  if (::clearenv() != 0) ::_exit(125);
+  for (const auto& e : env) {
+    const size_t eq = e.find('=');
+    if (::setenv(e.substr(0, eq).c_str(), e.c_str() + eq + 1, 1) != 0) ::_exit(125);
+  }
+}
+
+// agentcage's command line, then the runner's exit.
+[[noreturn]] void run_command_line(std::vector<std::string> argv, const CommandLine& command_line) {
+  int code = 125;
+  try {
+    code = command_line(std::move(argv));
+  } catch (...) {
+    // Never unwind into the daemon's frames this process was copied from.
+    ::_exit(125);
+  }
+  // A command line that ended before its run waited (a usage error): what
+  // it said goes out only with the go-ahead, as a run's would.
+  if (!run::await_start_gate()) ::_exit(125);
+  std::cout.flush();
+  std::cerr.flush();
+  std::fflush(nullptr);
+  ::_exit(code);
+}
+
 // The runner, in the clone: the daemon's child, with only 0..4 open (and the
 // program set prepared for it: run/policy_cache.h), the daemon's words and
 // environment, default signal handling. It creates nothing before the
@@ -132,46 +188,66 @@ bool close_all_but(unsigned first, std::vector<int> keep) {
       (flags & (MSG_CTRUNC | MSG_TRUNC)))
     ::_exit(125);
   const int fds[kRunnerFds] = {stdio[0].release(), stdio[1].release(), stdio[2].release(), result, notices};
-  ::prctl(PR_SET_NAME, "agentcage", 0, 0, 0);
-  struct sigaction dfl {};
-  dfl.sa_handler = SIG_DFL;
-  for (int sig = 1; sig < NSIG; ++sig)
-    if (sig != SIGKILL && sig != SIGSTOP) ::sigaction(sig, &dfl, nullptr);
-  sigset_t none;
-  sigemptyset(&none);
-  ::sigprocmask(SIG_SETMASK, &none, nullptr);
-  // The prepared program set's descriptors stay open (the server keeps
-  // 0..kRunnerFds-1 taken, so they are above); should one not be, the set
-  // goes and the runner opens its own.
-  std::vector<int> keep = run::prepared_enforcer_fds();
-  if (std::any_of(keep.begin(), keep.end(), [](int fd) { return fd < kRunnerFds; })) {
-    run::take_prepared_enforcer().reset();
-    keep.clear();
-  }
-  // (The server keeps 0..kRunnerFds-1 taken: `go` is above them too.)
-  if (go < kRunnerFds) ::_exit(125);
-  keep.push_back(go);
-  if (!install_runner_fds(fds) || !close_all_but(kRunnerFds, keep)) ::_exit(125);
+  enter_runner(daemon, fds, {go}, env);
   run::set_start_gate(go);
-  if (::clearenv() != 0) ::_exit(125);
-  for (const auto& e : env) {
-    const size_t eq = e.find('=');
-    if (::setenv(e.substr(0, eq).c_str(), e.c_str() + eq + 1, 1) != 0) ::_exit(125);
+  run_command_line(std::move(argv), command_line);
+}
+
+// A spare runner (RunForker::spare): the same start as a runner's, with
+// /dev/null for stdin, stdout and stderr. Once the daemon, holding its
+// pidfd, gives the go-ahead, it prepares its run (run::prepare_spare_run)
+// and waits for the run's words and the client's stdin, stdout and stderr
+// on `handover`; then it is a runner like any other. When the daemon closes
+// `handover` instead, it removes what it prepared and exits.
+[[noreturn]] void become_spare(pid_t daemon, int go, int handover, int result, int notices,
+                               const std::vector<std::string>& env, const CommandLine& command_line) {
+  UniqueFd null(::open("/dev/null", O_RDWR | O_CLOEXEC));
+  if (!null) ::_exit(125);
+  const int fds[kRunnerFds] = {null.get(), null.get(), null.get(), result, notices};
+  enter_runner(daemon, fds, {go, handover}, env);
+  null.release();  // closed by enter_runner (it was above kRunnerFds)
+  char byte = 0;
+  ssize_t got;
+  while ((got = ::read(go, &byte, 1)) < 0 && errno == EINTR) {
   }
-  int code = 125;
-  try {
-    code = command_line(std::move(argv));
-  } catch (...) {
-    // Never unwind into the daemon's frames this process was copied from.
-    ::_exit(125);
+  ::close(go);
+  if (got != 1) ::_exit(0);  // the daemon does not know this process
+  // The signals that end a run (the daemon's death: PR_SET_PDEATHSIG) end
+  // the spare too, once it has removed what it prepared.
+  sigset_t ending;
+  sigemptyset(&ending);
+  for (int sig : {SIGTERM, SIGINT, SIGHUP}) sigaddset(&ending, sig);
+  if (::sigprocmask(SIG_BLOCK, &ending, nullptr) != 0) ::_exit(125);
+  UniqueFd signals(::signalfd(-1, &ending, SFD_CLOEXEC));
+  if (!signals) ::_exit(125);
+  if (Status st = run::prepare_spare_run(run::paths_from_env(environ)); !st) ::_exit(125);
+  std::vector<char> buf(kMaxMessage);
+  std::vector<UniqueFd> stdio;
+  int flags = 0;
+  pollfd waits[2] = {{handover, POLLIN, 0}, {signals.get(), POLLIN, 0}};
+  while (::poll(waits, 2, -1) < 0)
+    if (errno != EINTR) ::_exit(run::discard_spare_run().empty() ? 125 : 1);
+  const ssize_t n = (waits[1].revents & POLLIN)
+                        ? -1
+                        : recv_with_fds(handover, buf.data(), buf.size(), stdio, &flags, false);
+  std::string policy_file;
+  std::vector<std::string> argv, none;
+  if (n <= 0 || (flags & (MSG_CTRUNC | MSG_TRUNC)) || stdio.size() != 3 ||
+      !decode(buf.data(), static_cast<size_t>(n), policy_file, argv, none) || argv.empty() || !none.empty()) {
+    // No run (the daemon stops, or let go of this spare): what was
+    // prepared goes; what cannot is the reaper's.
+    ::_exit(run::discard_spare_run().empty() ? 0 : 1);
   }
-  // A command line that ended before its run waited (a usage error): what
-  // it said goes out only with the go-ahead, as a run's would.
-  if (!run::await_start_gate()) ::_exit(125);
-  std::cout.flush();
-  std::cerr.flush();
-  std::fflush(nullptr);
-  ::_exit(code);
+  ::close(handover);
+  buf = {};
+  signals.reset();
+  sigset_t unblocked;
+  sigemptyset(&unblocked);
+  ::sigprocmask(SIG_SETMASK, &unblocked, nullptr);
+  const int mine[kRunnerFds] = {stdio[0].get(), stdio[1].get(), stdio[2].get(), 3, 4};
+  if (!install_runner_fds(mine)) ::_exit(run::discard_spare_run().empty() ? 125 : 1);
+  stdio.clear();
+  run_command_line(std::move(argv), command_line);
 }
 
 [[noreturn]] void serve(int sock, pid_t daemon, const CommandLine& command_line) {
@@ -204,6 +280,7 @@ bool close_all_but(unsigned first, std::vector<int> keep) {
     args.flags = CLONE_PARENT | CLONE_PIDFD;
     args.pidfd = reinterpret_cast<uintptr_t>(&pidfd);
     const long pid = ::syscall(SYS_clone3, &args, sizeof args);
+    if (pid == 0 && argv.empty()) become_spare(daemon, go, handover, result, notices, env, command_line);
     if (pid == 0) become_runner(daemon, go, handover, result, notices, std::move(argv), env, command_line);
     if (pid < 0) {
       // No clone3 here at all (an older kernel, a seccomp profile that
@@ -280,10 +357,8 @@ Status RunForker::start(CommandLine command_line) {
   return {};
 }
 
-Result<Runner> RunForker::spawn(const std::vector<std::string>& argv, const std::vector<std::string>& env,
-                                const int fds[kRunnerFds], const std::string& policy_file) {
+Result<RunForker::Cloned> RunForker::clone_runner(const std::string& msg, int result, int notices) {
   if (!sock_) return Error{"the fork server is not running", ESRCH};
-  const std::string msg = encode(policy_file, argv, env);
   if (msg.empty()) return Error{"a word of the run's command line holds a NUL byte", EINVAL};
   if (msg.size() > kMaxMessage) return Error{"the run's command line is too long", E2BIG};
   // The go-ahead: the runner waits for one byte on this pipe.
@@ -296,7 +371,7 @@ Result<Runner> RunForker::spawn(const std::vector<std::string>& argv, const std:
   if (::socketpair(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0, pair) != 0)
     return Error::from_errno("socketpair for the run's stdio");
   UniqueFd handover(pair[0]), handover_runner(pair[1]);
-  const int all[kServerFds] = {fds[3], fds[4], go_read.get(), handover_runner.get()};
+  const int all[kServerFds] = {result, notices, go_read.get(), handover_runner.get()};
   if (send_with_fds(sock_.get(), msg.data(), msg.size(), all, kServerFds) < 0) {
     const int err = errno;
     // A message the socket cannot take is this run's problem, not the
@@ -340,21 +415,71 @@ Result<Runner> RunForker::spawn(const std::vector<std::string>& argv, const std:
     lost("an answer that is not one: " + text);
     return Error{"the fork server is gone", EPROTO};
   }
+  return Cloned{Runner{std::move(pidfd), static_cast<pid_t>(pid)}, std::move(go_write), std::move(handover)};
+}
+
+namespace {
+
+// Kills and reaps a runner the daemon gives up on before its run started.
+void abandon(const Runner& r) {
+  ::kill(r.pid, SIGKILL);
+  ::waitpid(r.pid, nullptr, 0);
+}
+
+}  // namespace
+
+Result<Runner> RunForker::spawn(const std::vector<std::string>& argv, const std::vector<std::string>& env,
+                                const int fds[kRunnerFds], const std::string& policy_file) {
+  if (argv.empty()) return Error{"a run without words", EINVAL};
+  auto cloned = clone_runner(encode(policy_file, argv, env), fds[3], fds[4]);
+  if (!cloned) return cloned.error();
   const char byte = 1;
-  if (send_with_fds(handover.get(), &byte, 1, fds, 3) != 1) {
+  if (send_with_fds(cloned->handover.get(), &byte, 1, fds, 3) != 1) {
     const int err = errno;
-    ::kill(static_cast<pid_t>(pid), SIGKILL);
-    ::waitpid(static_cast<pid_t>(pid), nullptr, 0);
+    abandon(cloned->runner);
     return Error{std::string("handing the runner its stdio: ") + std::strerror(err), err};
   }
-  handover.reset();
-  if (::write(go_write.get(), &byte, 1) != 1) {
+  cloned->handover.reset();
+  if (::write(cloned->go.get(), &byte, 1) != 1) {
     const int err = errno;
-    ::kill(static_cast<pid_t>(pid), SIGKILL);
-    ::waitpid(static_cast<pid_t>(pid), nullptr, 0);
+    abandon(cloned->runner);
     return Error{std::string("the go-ahead to the runner: ") + std::strerror(err), err};
   }
-  return Runner{std::move(pidfd), static_cast<pid_t>(pid)};
+  return std::move(cloned->runner);
+}
+
+Result<SpareRunner> RunForker::spare(const std::vector<std::string>& env, const std::string& policy_file) {
+  int pipe_fds[2];
+  if (::pipe2(pipe_fds, O_CLOEXEC) != 0) return Error::from_errno("pipe2 for a spare runner's result");
+  UniqueFd result_read(pipe_fds[0]), result_write(pipe_fds[1]);
+  int channel[2];
+  if (::socketpair(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0, channel) != 0)
+    return Error::from_errno("socketpair for a spare runner's notices");
+  UniqueFd notices(channel[0]), notices_runner(channel[1]);
+  auto cloned = clone_runner(encode(policy_file, {}, env), result_write.get(), notices_runner.get());
+  if (!cloned) return cloned.error();
+  // Room for the largest run's words in one message.
+  const int sndbuf = static_cast<int>(2 * kMaxMessage);
+  ::setsockopt(cloned->handover.get(), SOL_SOCKET, SO_SNDBUF, &sndbuf, sizeof sndbuf);
+  const char byte = 1;
+  if (::write(cloned->go.get(), &byte, 1) != 1) {
+    const int err = errno;
+    abandon(cloned->runner);
+    return Error{std::string("the go-ahead to a spare runner: ") + std::strerror(err), err};
+  }
+  return SpareRunner{std::move(cloned->runner), std::move(cloned->handover), std::move(result_read),
+                     std::move(notices)};
+}
+
+Status RunForker::hand_over(SpareRunner& spare, const std::vector<std::string>& argv, const int stdio[3]) {
+  if (argv.empty()) return Error{"a run without words", EINVAL};
+  const std::string msg = encode("", argv, {});
+  if (msg.empty()) return Error{"a word of the run's command line holds a NUL byte", EINVAL};
+  if (msg.size() > kMaxMessage) return Error{"the run's command line is too long", E2BIG};
+  if (send_with_fds(spare.handover.get(), msg.data(), msg.size(), stdio, 3) < 0)
+    return Error::from_errno("handing a spare runner its run");
+  spare.handover.reset();
+  return {};
 }
 
 void RunForker::lost(const std::string& why) {

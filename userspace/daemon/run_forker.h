@@ -63,6 +63,18 @@ struct Runner {
   pid_t pid = 0;
 };
 
+// A spare runner (RunForker::spare): cloned and given the go-ahead ahead
+// of a request, it prepares a run (run::prepare_spare_run) and waits for
+// the run's words and the client's stdin, stdout and stderr (hand_over).
+// Then it is a runner like any other, with these ends of its result pipe
+// and notice channel. When the daemon closes `handover` unused, the spare
+// removes what it prepared and exits.
+struct SpareRunner {
+  Runner runner;
+  UniqueFd handover;
+  UniqueFd result, notices;  // the daemon's ends of the runner's 3 and 4
+};
+
 class RunForker {
  public:
   RunForker() = default;
@@ -86,10 +98,26 @@ class RunForker {
   Result<Runner> spawn(const std::vector<std::string>& argv, const std::vector<std::string>& env,
                        const int fds[kRunnerFds], const std::string& policy_file = {});
 
+  // A spare runner with `env` (as spawn's), which prepares its run at once.
+  // `policy_file`: prepared by the server first, as spawn's (the spare
+  // inherits every policy the server prepared before it).
+  Result<SpareRunner> spare(const std::vector<std::string>& env, const std::string& policy_file = {});
+  // Hands `spare` its run: `argv` as spawn's, and the client's stdin,
+  // stdout and stderr. An error: the spare did not get them (kill it).
+  static Status hand_over(SpareRunner& spare, const std::vector<std::string>& argv, const int stdio[3]);
+
   // Ends the server (the daemon stops; runners already started go on).
   void stop();
 
  private:
+  // A runner cloned by the server for `msg`, with its result pipe and
+  // notice channel; not yet given its go-ahead (`go`) nor its stdio
+  // (`handover`).
+  struct Cloned {
+    Runner runner;
+    UniqueFd go, handover;
+  };
+  Result<Cloned> clone_runner(const std::string& msg, int result, int notices);
   void lost(const std::string& why);
   UniqueFd sock_;
   pid_t pid_ = 0;

@@ -227,6 +227,7 @@ std::optional<std::string> RunService::over_cap(uid_t uid, bool count_removing) 
 
 RunService::~RunService() {
   for (Parked& p : parked_) closer_.close(p.peer.uid, p.stdio);
+  if (spare_) drop_spare(std::chrono::seconds(1), false);
   for (auto& [fd, r] : runs_) {
     ::kill(r.pid, SIGKILL);
     // Reaped if it has gone; never waited for (one may be held: stop_all).
@@ -292,37 +293,55 @@ std::optional<json> RunService::launch(const control::Request& req, const Peer& 
   }
   args.insert(args.end(), {"--result-fd=3", "--"});
   args.insert(args.end(), req.argv.begin(), req.argv.end());
-  std::vector<std::string> env = {"PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin",
-                                  "AGENTCAGE_POLICY_DIR=" + cfg_.policy_dir,
-                                  "AGENTCAGE_CGROUP_PARENT=" + cfg_.run_parent(),
-                                  "AGENTCAGE_STATE_DIR=" + cfg_.state_dir,
-                                  "AGENTCAGE_CONTROL_SOCKET=" + cfg_.control_socket,
-                                  "AGENTCAGE_NOTIFY_FD=" + std::to_string(kRunnerFds - 1)};
-  if (const char* root = std::getenv("AGENTCAGE_WORKSPACE_ROOT"); root && *root)
-    env.push_back(std::string("AGENTCAGE_WORKSPACE_ROOT=") + root);
-  int pipe_fds[2];
-  if (::pipe2(pipe_fds, O_CLOEXEC) != 0)
-    return refusal("the daemon could not start the run: pipe2: " + std::string(std::strerror(errno)));
-  UniqueFd result_read(pipe_fds[0]), result_write(pipe_fds[1]);
-  int channel[2];
-  if (::socketpair(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0, channel) != 0)
-    return refusal("the daemon could not start the run: socketpair: " + std::string(std::strerror(errno)));
-  UniqueFd notices(channel[0]), notices_runner(channel[1]);
-  const int fds[kRunnerFds] = {stdio[0].get(), stdio[1].get(), stdio[2].get(), result_write.get(),
-                               notices_runner.get()};
+  const std::vector<std::string> env = runner_env();
+  // The server prepares the policy (run/policy_cache.h) for the runner
+  // to inherit; the runner resolves --policy and --policy-dir the same way.
+  auto resolved = policy::resolve_policy(req.policy, cfg_.policy_dir);
+  const std::string policy_file = resolved ? *resolved : std::string();
   Result<Runner> runner = Error{"", 0};
-  if (forker_ && forker_->running()) {
-    // The server prepares the policy (run/policy_cache.h) for the runner
-    // to inherit; the runner resolves --policy and --policy-dir the same way.
-    auto policy_file = policy::resolve_policy(req.policy, cfg_.policy_dir);
-    runner = forker_->spawn(args, env, fds, policy_file ? *policy_file : std::string());
-    if (!runner && forker_->running())
-      return refusal("the daemon could not start the run: " + runner.error().message);
+  UniqueFd result_read, notices;
+  if (spare_) {
+    // The spare, prepared ahead, takes this run; one that cannot (gone
+    // meanwhile) is let go, and a runner is started as below.
+    SpareRunner spare = std::move(*spare_);
+    spare_.reset();
+    loop_.remove(spare.runner.pidfd.get());
+    const int mine[3] = {stdio[0].get(), stdio[1].get(), stdio[2].get()};
+    if (Status st = RunForker::hand_over(spare, args, mine); st) {
+      runner = std::move(spare.runner);
+      result_read = std::move(spare.result);
+      notices = std::move(spare.notices);
+    } else {
+      log::warn("spare runner pid " + std::to_string(spare.runner.pid) + ": " + st.error().message +
+                "; starting a runner instead");
+      ::kill(spare.runner.pid, SIGKILL);
+      siginfo_t info{};
+      (void)::waitid(static_cast<idtype_t>(kPidfdIdType), static_cast<id_t>(spare.runner.pidfd.get()), &info,
+                     WEXITED);
+      if (left_behind_) left_behind_();
+    }
   }
-  if (!runner) runner = exec_runner(args, env, fds, nofile_);  // no fork server (any more)
-  if (!runner) return refusal("the daemon could not start the run: " + runner.error().message);
-  result_write.reset();
-  notices_runner.reset();
+  if (!runner) {
+    int pipe_fds[2];
+    if (::pipe2(pipe_fds, O_CLOEXEC) != 0)
+      return refusal("the daemon could not start the run: pipe2: " + std::string(std::strerror(errno)));
+    UniqueFd result_write(pipe_fds[1]);
+    result_read = UniqueFd(pipe_fds[0]);
+    int channel[2];
+    if (::socketpair(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0, channel) != 0)
+      return refusal("the daemon could not start the run: socketpair: " + std::string(std::strerror(errno)));
+    UniqueFd notices_runner(channel[1]);
+    notices = UniqueFd(channel[0]);
+    const int fds[kRunnerFds] = {stdio[0].get(), stdio[1].get(), stdio[2].get(), result_write.get(),
+                                 notices_runner.get()};
+    if (forker_ && forker_->running()) {
+      runner = forker_->spawn(args, env, fds, policy_file);
+      if (!runner && forker_->running())
+        return refusal("the daemon could not start the run: " + runner.error().message);
+    }
+    if (!runner) runner = exec_runner(args, env, fds, nofile_);  // no fork server (any more)
+    if (!runner) return refusal("the daemon could not start the run: " + runner.error().message);
+  }
   const pid_t pid = runner->pid;
   UniqueFd pidfd = std::move(runner->pidfd);
   ::fcntl(result_read.get(), F_SETFL, O_NONBLOCK);
@@ -344,7 +363,76 @@ std::optional<json> RunService::launch(const control::Request& req, const Peer& 
   loop_.add(key, EPOLLIN, [this, key](uint32_t) { reaped(key); });
   log::info("run for uid " + std::to_string(peer.uid) + " (pid " + std::to_string(peer.pid) +
             ") under policy " + req.policy + ": runner pid " + std::to_string(pid));
+  // The next run's spare, with this run's policy prepared.
+  spare_policy_file_ = policy_file;
+  prepare_spare();
   return std::nullopt;
+}
+
+std::vector<std::string> RunService::runner_env() const {
+  std::vector<std::string> env = {"PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin",
+                                  "AGENTCAGE_POLICY_DIR=" + cfg_.policy_dir,
+                                  "AGENTCAGE_CGROUP_PARENT=" + cfg_.run_parent(),
+                                  "AGENTCAGE_STATE_DIR=" + cfg_.state_dir,
+                                  "AGENTCAGE_CONTROL_SOCKET=" + cfg_.control_socket,
+                                  "AGENTCAGE_NOTIFY_FD=" + std::to_string(kRunnerFds - 1)};
+  if (const char* root = std::getenv("AGENTCAGE_WORKSPACE_ROOT"); root && *root)
+    env.push_back(std::string("AGENTCAGE_WORKSPACE_ROOT=") + root);
+  return env;
+}
+
+void RunService::prepare_spare() {
+  if (spare_ || stopping_ || !forker_ || !forker_->running() ||
+      std::chrono::steady_clock::now() < spares_paused_until_)
+    return;
+  auto spare = forker_->spare(runner_env(), spare_policy_file_);
+  if (!spare) {
+    if (forker_->running()) {
+      log::warn("no spare runner: " + spare.error().message + "; trying again in " +
+                std::to_string(kSparePause.count()) + " s");
+      spares_paused_until_ = std::chrono::steady_clock::now() + kSparePause;
+    }
+    return;
+  }
+  spare_ = std::move(*spare);
+  loop_.add(spare_->runner.pidfd.get(), EPOLLIN, [this](uint32_t) { spare_exited(); });
+}
+
+// A spare that exits before it has a run failed to prepare it (or was
+// killed): what it made is the reaper's, and no spare for a while.
+void RunService::spare_exited() {
+  if (!spare_) return;
+  siginfo_t info{};
+  if (::waitid(static_cast<idtype_t>(kPidfdIdType), static_cast<id_t>(spare_->runner.pidfd.get()), &info,
+               WEXITED | WNOHANG) != 0 ||
+      info.si_pid == 0)
+    return;
+  log::warn("spare runner pid " + std::to_string(spare_->runner.pid) + " " +
+            (info.si_code == CLD_EXITED ? "exited with status " + std::to_string(info.si_status)
+                                        : "was killed by signal " + std::to_string(info.si_status)) +
+            " before it had a run; runs start without a spare for " + std::to_string(kSparePause.count()) +
+            " s");
+  loop_.remove(spare_->runner.pidfd.get());
+  spare_.reset();
+  spares_paused_until_ = std::chrono::steady_clock::now() + kSparePause;
+  if (left_behind_) left_behind_();
+}
+
+void RunService::drop_spare(std::chrono::milliseconds wait, bool in_loop) {
+  if (!spare_) return;
+  SpareRunner spare = std::move(*spare_);
+  spare_.reset();
+  if (in_loop) loop_.remove(spare.runner.pidfd.get());
+  spare.handover.reset();  // the spare removes what it prepared and exits
+  pollfd p{spare.runner.pidfd.get(), POLLIN, 0};
+  if (::poll(&p, 1, static_cast<int>(wait.count())) != 1) {
+    log::warn("spare runner pid " + std::to_string(spare.runner.pid) + " did not end in time: killed");
+    ::kill(spare.runner.pid, SIGKILL);
+    (void)::poll(&p, 1, static_cast<int>(kKilledWait.count() * 1000));
+  }
+  siginfo_t info{};
+  (void)::waitid(static_cast<idtype_t>(kPidfdIdType), static_cast<id_t>(spare.runner.pidfd.get()), &info,
+                 WEXITED | WNOHANG);
 }
 
 void RunService::read_result(Running& r) {
@@ -516,6 +604,7 @@ void RunService::client_gone(uint64_t client) {
 
 void RunService::tick() {
   const auto now = std::chrono::steady_clock::now();
+  if (!spare_ && !spare_policy_file_.empty()) prepare_spare();
   for (auto& [fd, r] : runs_)
     if (r.kill_at && *r.kill_at <= now && !r.killed) {
       r.killed = true;
@@ -532,6 +621,8 @@ void RunService::stop_all(int grace_ms) {
     closer_.close(p.peer.uid, p.stdio);
   }
   parked_.clear();
+  stopping_ = true;
+  drop_spare(std::chrono::milliseconds(grace_ms));
   if (runs_.empty()) return;
   log::info("stopping: ending " + std::to_string(runs_.size()) + " run(s) in flight");
   for (auto& [fd, r] : runs_) {

@@ -156,7 +156,25 @@ class RunService {
   Closer& closer_;
   rlimit nofile_{};  // RLIMIT_NOFILE as the daemon started: its exec'd runners get it back
   RunForker* forker_;
+  // The environment of every runner.
+  std::vector<std::string> runner_env() const;
+  // A spare runner (daemon/run_forker.h) whose run is prepared ahead: the
+  // next run takes it, skipping the clone and the run's record, uid,
+  // workspace and cgroup. One at a time, while the fork server runs; after
+  // one that failed, none for kSparePause.
+  void prepare_spare();
+  void spare_exited();
+  // The spare goes: told so, it removes what it prepared, within `wait`
+  // (else SIGKILL, and the reaper removes it). `in_loop`: registered in
+  // the loop (not from the destructor).
+  void drop_spare(std::chrono::milliseconds wait, bool in_loop = true);
+  static constexpr std::chrono::seconds kSparePause{60};
+
   std::function<void()> left_behind_;
+  std::optional<SpareRunner> spare_;
+  std::string spare_policy_file_;  // the last run's, prepared for the next spare
+  std::chrono::steady_clock::time_point spares_paused_until_{};
+  bool stopping_ = false;        // stop_all: no more spares
   std::map<int, Running> runs_;  // by pidfd
   std::deque<Parked> parked_;
 };

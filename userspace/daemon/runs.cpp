@@ -33,11 +33,11 @@ size_t RunIndex::scan() {
         ::open((dir_ + "/" + name.substr(0, 16) + ".lock").c_str(), O_RDONLY | O_CLOEXEC | O_NOFOLLOW));
     if (!lock) continue;
     if (::flock(lock.get(), LOCK_SH | LOCK_NB) == 0) continue;  // owner died: the reaper's
-    ++alive;
     std::ifstream in(entry.path());
     nlohmann::json j = nlohmann::json::parse(in, nullptr, false);
-    if (!j.is_object()) continue;
-    auto rec = run::record_from_json(j);
+    auto rec = j.is_object() ? run::record_from_json(j) : Result<run::RunRecord>(Error{"", 0});
+    if (rec && rec->spare) continue;  // prepared ahead, no run's yet (run/runner.h)
+    ++alive;
     if (!rec || rec->cgroup_id == 0) continue;
     if (!run_ids_.count(rec->cgroup_id)) note(rec->cgroup_id, rec->run_id);
   }

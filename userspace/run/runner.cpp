@@ -10,6 +10,7 @@
 #include <cstring>
 #include <filesystem>
 #include <iostream>
+#include <memory>
 #include <ostream>
 
 #include "bpf/names.h"
@@ -81,6 +82,43 @@ int finish(Run& run) {
   return res.exit_code;
 }
 
+// What prepare_spare_run made, for the first run of this process.
+struct SpareRun {
+  RunOptions opts;
+  RunResult res;
+  Resources resources;
+  uint64_t seed = 0;
+  Identity identity;
+};
+
+std::unique_ptr<SpareRun>& spare_run() {
+  static std::unique_ptr<SpareRun> spare;
+  return spare;
+}
+
+// The spare run's record, uid, workspace and cgroup become this run's,
+// before create_record; removed instead for a run that names its own
+// workspace or identity.
+Step adopt_spare(Run& run) {
+  std::unique_ptr<SpareRun> spare = std::move(spare_run());
+  if (!spare) return {};
+  if (run.opts.workspace || run.opts.user) {
+    auto left = teardown(spare->resources, spare->res, false, std::nullopt, false);
+    for (const auto& p : left) run.err << "agentcage: cleanup: " << p << "\n";
+    return {};
+  }
+  Resources& from = spare->resources;
+  Resources& r = run.resources;
+  r.lease = std::move(from.lease);
+  r.record = std::move(from.record);
+  r.uid_lease = std::move(from.uid_lease);
+  r.workspace_created = from.workspace_created;
+  r.cg = std::move(from.cg);
+  run.seed = spare->seed;
+  run.identity = spare->identity;
+  return {};
+}
+
 // The run, from its first step to its result (with run.defer_removal, up to
 // the last removals).
 int run_steps(Run& run) {
@@ -93,8 +131,8 @@ int run_steps(Run& run) {
   Step checked = check_request(run);
   (void)await_go_ahead(run);
   if (!checked) return fail(run, checked.failure());
-  for (StepFn step : {check_root, block_signals, open_enforcement, create_record, choose_identity,
-                      prepare_workspace, create_cgroup, fill_workspace, confine})
+  for (StepFn step : {check_root, block_signals, open_enforcement, adopt_spare, create_record,
+                      choose_identity, prepare_workspace, create_cgroup, fill_workspace, confine})
     if (Step st = step(run); !st) return fail(run, st.failure());
 
   std::optional<int> unstarted;
@@ -125,6 +163,32 @@ void release_stdio(std::ostream& err) {
 }
 
 }  // namespace
+
+Status prepare_spare_run(const Paths& paths) {
+  auto spare = std::make_unique<SpareRun>();
+  spare->opts.paths = paths;
+  std::ostream quiet(nullptr);
+  Run run(spare->opts, spare->res, quiet);
+  run.resources.record.spare = true;
+  // No limit: no tmpfs, no controller; the run writes its own.
+  run.limits.emplace();
+  for (auto step : {check_root, create_record, choose_identity, prepare_workspace, create_cgroup})
+    if (Step st = step(run); !st) {
+      (void)teardown(run.resources, spare->res, false, std::nullopt, false);
+      return Error{st.failure().reason, st.failure().err};
+    }
+  spare->resources = std::move(run.resources);
+  spare->seed = run.seed;
+  spare->identity = *run.identity;
+  spare_run() = std::move(spare);
+  return {};
+}
+
+std::vector<std::string> discard_spare_run() {
+  std::unique_ptr<SpareRun> spare = std::move(spare_run());
+  if (!spare) return {};
+  return teardown(spare->resources, spare->res, false, std::nullopt, false);
+}
 
 int run_command(const RunOptions& opts, RunResult& res, std::ostream& err) {
   res.started_at = std::chrono::system_clock::now();

@@ -20,6 +20,7 @@
 
 #include "run/options.h"
 #include "run/result.h"
+#include "util/result.h"
 
 namespace agentcage::run {
 
@@ -47,6 +48,20 @@ inline constexpr int kExitLeftBehind = 1;
 // lock is free): cgroup, scope, policy slot, workspace, record. Messages
 // (one line each) go to `err`. Used at every run's start and by the daemon.
 void reap_stale_runs(bpf::Enforcer& enforcer, const Paths& paths, std::ostream& err);
+
+// A spare run: what every run through the daemon needs, whatever it asks
+// for, made by a spare runner of the daemon's fork server before its
+// request arrives (daemon/run_forker.h): the run id and its record, a
+// dynamic uid, an empty fresh workspace of that uid and an empty cgroup
+// below the cgroup parent, with no limit, no scope and no process. The
+// first run of this process takes it over (for a run that names its own
+// --workspace or --user it is removed instead); its limits, tmpfs, policy
+// and scope are the run's own, as always. An error (nothing is left then)
+// when a step fails.
+Status prepare_spare_run(const Paths& paths);
+// Removes the spare run that no run took (the daemon stops, say); what
+// could not be removed is left to the reaper (its record stays).
+std::vector<std::string> discard_spare_run();
 
 // run_command + writes --result FILE (atomically: a temporary file renamed)
 // or --result-fd. A runner of the daemon (its notice channel adopted:

@@ -77,6 +77,7 @@ nlohmann::json to_json(const RunRecord& r) {
   if (r.workspace_dev) j["workspace_dev"] = *r.workspace_dev;
   if (r.workspace_ino) j["workspace_ino"] = *r.workspace_ino;
   if (r.sandbox_uid) j["sandbox_uid"] = *r.sandbox_uid;
+  if (r.spare) j["spare"] = true;
   return j;
 }
 
@@ -99,6 +100,7 @@ Result<RunRecord> record_from_json(const nlohmann::json& j) {
     if (j.contains("workspace_dev")) r.workspace_dev = j["workspace_dev"].get<uint64_t>();
     if (j.contains("sandbox_uid")) r.sandbox_uid = j["sandbox_uid"].get<uint32_t>();
     if (j.contains("workspace_ino")) r.workspace_ino = j["workspace_ino"].get<uint64_t>();
+    if (j.contains("spare")) r.spare = j["spare"].get<bool>();
     return r;
   } catch (const nlohmann::json::exception& e) {
     return Error{std::string("run record: ") + e.what(), EINVAL};

@@ -51,6 +51,9 @@ struct RunRecord {
   // caller's workspace is given to the workspace's owner at the end
   // (run/workspace.h), never left to the next run that leases the uid.
   std::optional<uint32_t> sandbox_uid;
+  // Prepared ahead by a spare runner of the daemon, no run has it yet
+  // (run/runner.h: prepare_spare_run): an empty cgroup and workspace.
+  bool spare = false;
 };
 
 nlohmann::json to_json(const RunRecord& r);

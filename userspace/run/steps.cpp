@@ -224,10 +224,16 @@ Step open_enforcement(Run& run) {
 
 Step create_record(Run& run) {
   Resources& r = run.resources;
+  r.record.started_unix_ms = unix_ms();
+  if (r.lease) {
+    // Prepared ahead (adopt_spare): the run starts now.
+    run.res.run_id = r.record.run_id;
+    r.record.spare = false;
+    return save_record(run, FailClosedReason::internal);
+  }
   run.seed = random64();
   run.res.run_id = r.record.run_id = format_run_id(run.seed);
   r.record.owner_pid = ::getpid();
-  r.record.started_unix_ms = unix_ms();
   auto lease = RunLease::create(run.opts.paths.state_dir, run.res.run_id);
   if (!lease)
     return refused(FailClosedReason::internal, lease.error().message,
@@ -241,7 +247,9 @@ Step choose_identity(Run& run) {
   auto fail = [](const Error& e) {
     return refused(FailClosedReason::internal, e.message, "pass --user NAME|UID[:GID]", e.code);
   };
-  if (!opts.user) {
+  if (run.identity) {
+    // Leased ahead (adopt_spare).
+  } else if (!opts.user) {
     auto lease = UidLease::acquire(opts.paths.state_dir, kDynamicUidBase, kDynamicUidCount, run.seed >> 16,
                                    run.res.run_id);
     if (!lease) return fail(lease.error());
@@ -290,26 +298,30 @@ namespace {
 Status make_workspace(const RunOptions& opts, const Identity& id, const policy::Limits& limits,
                       Resources& r) {
   if (!opts.workspace) {
-    if (Status st = make_private_dir(opts.paths.workspace_root, 0711); !st)
-      return st.error().wrap("workspace");
-    std::error_code ec;
-    fs::path root = fs::canonical(opts.paths.workspace_root, ec);
-    if (ec)
-      return Error{"workspace: resolving " + opts.paths.workspace_root + ": " + ec.message(), ec.value()};
-    fs::path dir = root / r.record.run_id;
-    if (::mkdir(dir.c_str(), 0700) != 0) return Error::from_errno("workspace: creating " + dir.string());
-    r.workspace_created = true;
-    r.record.workspace = dir.string();
+    // Made ahead, empty and the identity's (adopt_spare), or now.
+    const bool made = r.workspace_created;
+    if (!made) {
+      if (Status st = make_private_dir(opts.paths.workspace_root, 0711); !st)
+        return st.error().wrap("workspace");
+      std::error_code ec;
+      fs::path root = fs::canonical(opts.paths.workspace_root, ec);
+      if (ec)
+        return Error{"workspace: resolving " + opts.paths.workspace_root + ": " + ec.message(), ec.value()};
+      fs::path dir = root / r.record.run_id;
+      if (::mkdir(dir.c_str(), 0700) != 0) return Error::from_errno("workspace: creating " + dir.string());
+      r.workspace_created = true;
+      r.record.workspace = dir.string();
+    }
     r.record.remove_workspace = !opts.keep;
     // The tmpfs is recorded with the directory, before it is mounted: a
     // reaper must unmount before it removes anything (and one that finds
     // nothing mounted there only removes the directory).
     if (limits.disk_bytes) r.record.workspace_tmpfs_bytes = *limits.disk_bytes;
     if (Status st = r.lease->write(r.record); !st) return st;
-    if (::chown(dir.c_str(), id.uid, id.gid) != 0)
-      return Error::from_errno("workspace: chown " + dir.string());
+    if (!made && ::chown(r.record.workspace.c_str(), id.uid, id.gid) != 0)
+      return Error::from_errno("workspace: chown " + r.record.workspace);
     if (limits.disk_bytes)
-      if (Status st = mount_workspace(dir.string(), *limits.disk_bytes, id.uid, id.gid); !st) return st;
+      if (Status st = mount_workspace(r.record.workspace, *limits.disk_bytes, id.uid, id.gid); !st) return st;
     return {};
   }
   std::error_code ec;
@@ -379,12 +391,15 @@ Step create_cgroup(Run& run) {
   if (!parent)
     return refused(why, parent.error().message, cgroup::controller_fix(*root, run.opts.paths.cgroup_parent),
                    parent.error().code);
-  r.record.cgroup = (*parent / res.run_id).string();
-  if (Step st = save_record(run, why); !st) return st;
-  auto cg = cgroup::Cgroup::create(*root, *parent, res.run_id);
-  if (!cg)
-    return refused(why, cg.error().message, "run as root on a writable cgroup v2 hierarchy", cg.error().code);
-  r.cg = std::move(*cg);
+  if (!r.cg) {  // else made ahead, empty (adopt_spare)
+    r.record.cgroup = (*parent / r.record.run_id).string();
+    if (Step st = save_record(run, why); !st) return st;
+    auto cg = cgroup::Cgroup::create(*root, *parent, r.record.run_id);
+    if (!cg)
+      return refused(why, cg.error().message, "run as root on a writable cgroup v2 hierarchy",
+                     cg.error().code);
+    r.cg = std::move(*cg);
+  }
   res.cgroup = r.cg->path().string();
   res.scope_id = r.cg->id();
   r.record.cgroup_id = r.cg->id();
