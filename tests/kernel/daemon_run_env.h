@@ -69,7 +69,8 @@ class DaemonRun : public DaemonEnv {
     if (auto e = bpf::Enforcer::open_shared())
       if (auto pols = (*e)->policies())
         for (const auto& p : *pols)
-          if (p.owner == AC_POLICY_OWNER_NAMED && (p.name == "drun" || p.name == "python-sandbox"))
+          if (p.owner == AC_POLICY_OWNER_NAMED &&
+              (p.name == "drun" || p.name == "dnsrun" || p.name == "python-sandbox"))
             (void)(*e)->remove_policy(p.slot);
   }
 

@@ -148,6 +148,9 @@ bool is_spare_run(const std::string& cg) {
   std::ifstream in("/run/agentcage/runs/" + id + ".json");
   const auto record = nlohmann::json::parse(in, nullptr, false);
   if (!record.is_object() || record.value("spare", false) != true) return false;
+  // Its spare runner is there (else it is a leftover).
+  const pid_t owner = record.value("owner_pid", 0);
+  if (owner <= 0 || process_gone(owner)) return false;
   std::ifstream procs(fs::path(cg) / "cgroup.procs");
   std::string line;
   return !std::getline(procs, line);

@@ -78,7 +78,8 @@ std::vector<pid_t> processes_of_dynamic_uids();
 // The run cgroups that exist now.
 std::vector<std::string> run_cgroups();
 // The run cgroup `cg` (of run_cgroups) is a daemon's spare run: its record
-// (in the default state directory) says so, and the cgroup holds no process.
+// (in the default state directory) says so, its spare runner is alive, and
+// the cgroup holds no process.
 bool is_spare_run(const std::string& cg);
 
 }  // namespace agentcage::kt

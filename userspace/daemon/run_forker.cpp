@@ -157,7 +157,9 @@ void enter_runner(pid_t daemon, const int fds[kRunnerFds], std::vector<int> also
     ::_exit(125);
   }
   // A command line that ended before its run waited (a usage error): what
-  // it said goes out only with the go-ahead, as a run's would.
+  // it said goes out only with the go-ahead, as a run's would; a spare run
+  // it never took goes.
+  (void)run::discard_spare_run();
   if (!run::await_start_gate()) ::_exit(125);
   std::cout.flush();
   std::cerr.flush();
@@ -220,23 +222,32 @@ void enter_runner(pid_t daemon, const int fds[kRunnerFds], std::vector<int> also
   if (::sigprocmask(SIG_BLOCK, &ending, nullptr) != 0) ::_exit(125);
   UniqueFd signals(::signalfd(-1, &ending, SFD_CLOEXEC));
   if (!signals) ::_exit(125);
-  if (Status st = run::prepare_spare_run(run::paths_from_env(environ)); !st) ::_exit(125);
+  // A spare run that cannot be prepared is not: the run then makes its own
+  // and says what fails.
+  (void)run::prepare_spare_run(run::paths_from_env(environ));
   std::vector<char> buf(kMaxMessage);
   std::vector<UniqueFd> stdio;
   int flags = 0;
   pollfd waits[2] = {{handover, POLLIN, 0}, {signals.get(), POLLIN, 0}};
   while (::poll(waits, 2, -1) < 0)
     if (errno != EINTR) ::_exit(run::discard_spare_run().empty() ? 125 : 1);
-  const ssize_t n = (waits[1].revents & POLLIN)
-                        ? -1
-                        : recv_with_fds(handover, buf.data(), buf.size(), stdio, &flags, false);
+  // A signal ends the spare, even with its run waiting (which is then
+  // answered 125, never 0).
+  if (waits[1].revents & POLLIN) {
+    const bool run_waiting = waits[0].revents & POLLIN;
+    const bool removed = run::discard_spare_run().empty();
+    ::_exit(run_waiting ? 125 : removed ? 0 : 1);
+  }
+  const ssize_t n = recv_with_fds(handover, buf.data(), buf.size(), stdio, &flags, false);
   std::string policy_file;
   std::vector<std::string> argv, none;
   if (n <= 0 || (flags & (MSG_CTRUNC | MSG_TRUNC)) || stdio.size() != 3 ||
       !decode(buf.data(), static_cast<size_t>(n), policy_file, argv, none) || argv.empty() || !none.empty()) {
-    // No run (the daemon stops, or let go of this spare): what was
-    // prepared goes; what cannot is the reaper's.
-    ::_exit(run::discard_spare_run().empty() ? 0 : 1);
+    // No run (the daemon stops, or let go of this spare: end of file), or
+    // one that is not (125): what was prepared goes; what cannot is the
+    // reaper's.
+    const bool removed = run::discard_spare_run().empty();
+    ::_exit(n != 0 ? 125 : removed ? 0 : 1);
   }
   ::close(handover);
   buf = {};

@@ -315,10 +315,20 @@ std::optional<json> RunService::launch(const control::Request& req, const Peer& 
       log::warn("spare runner pid " + std::to_string(spare.runner.pid) + ": " + st.error().message +
                 "; starting a runner instead");
       ::kill(spare.runner.pid, SIGKILL);
-      siginfo_t info{};
-      (void)::waitid(static_cast<idtype_t>(kPidfdIdType), static_cast<id_t>(spare.runner.pidfd.get()), &info,
-                     WEXITED);
-      if (left_behind_) left_behind_();
+      // Reaped by the loop once it has gone (never a wait here), then what
+      // it made is reaped.
+      const int key = spare.runner.pidfd.get();
+      dying_[key] = std::move(spare.runner.pidfd);
+      loop_.add(key, EPOLLIN, [this, key](uint32_t) {
+        siginfo_t info{};
+        if (::waitid(static_cast<idtype_t>(kPidfdIdType), static_cast<id_t>(key), &info, WEXITED | WNOHANG) !=
+                0 ||
+            info.si_pid == 0)
+          return;
+        loop_.remove(key);
+        dying_.erase(key);
+        if (left_behind_) left_behind_();
+      });
     }
   }
   if (!runner) {

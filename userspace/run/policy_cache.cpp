@@ -101,7 +101,17 @@ std::vector<int> prepared_enforcer_fds() {
   return set.enforcer ? set.enforcer->descriptors() : std::vector<int>{};
 }
 
-std::unique_ptr<bpf::Enforcer> take_prepared_enforcer() { return std::move(prepared_set().enforcer); }
+std::unique_ptr<bpf::Enforcer> take_prepared_enforcer() {
+  PreparedSet& set = prepared_set();
+  std::unique_ptr<bpf::Enforcer> taken = std::move(set.enforcer);
+  if (!taken) return nullptr;
+  // Still the set pinned now: a spare runner takes it long after the
+  // server checked (a set pinned anew since is opened afresh).
+  const std::string ready = bpf::Enforcer::shared_pin_dir(bpf::SharedOptions{}.pin_root) + "/ready";
+  struct stat now {};
+  if (::stat(ready.c_str(), &now) != 0 || now.st_dev != set.dev || now.st_ino != set.ino) return nullptr;
+  return taken;
+}
 
 namespace {
 

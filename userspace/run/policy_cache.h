@@ -59,8 +59,9 @@ Status prepare_enforcer();
 // The descriptors of the prepared set, for a child that inherits it (the
 // runner keeps them open); empty when there is none.
 std::vector<int> prepared_enforcer_fds();
-// The prepared set, handed over once (nullptr when there is none): the
-// runner's open_enforcement takes it instead of adopting the set again.
+// The prepared set, handed over once (nullptr when there is none, or when
+// it is no longer the set pinned: checked again here): the runner's
+// open_enforcement takes it instead of adopting the set again.
 std::unique_ptr<bpf::Enforcer> take_prepared_enforcer();
 
 // The daemon's go-ahead to a runner of its fork server, read by the run

@@ -130,9 +130,11 @@ int run_steps(Run& run) {
   // until the go-ahead (run/policy_cache.h).
   Step checked = check_request(run);
   (void)await_go_ahead(run);
+  // Whatever happens next, the spare run is this run's to use or remove.
+  (void)adopt_spare(run);
   if (!checked) return fail(run, checked.failure());
-  for (StepFn step : {check_root, block_signals, open_enforcement, adopt_spare, create_record,
-                      choose_identity, prepare_workspace, create_cgroup, fill_workspace, confine})
+  for (StepFn step : {check_root, block_signals, open_enforcement, create_record, choose_identity,
+                      prepare_workspace, create_cgroup, fill_workspace, confine})
     if (Step st = step(run); !st) return fail(run, st.failure());
 
   std::optional<int> unstarted;
