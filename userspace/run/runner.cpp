@@ -89,6 +89,7 @@ struct SpareRun {
   Resources resources;
   uint64_t seed = 0;
   Identity identity;
+  std::filesystem::path cgroup_root;
 };
 
 std::unique_ptr<SpareRun>& spare_run() {
@@ -116,6 +117,7 @@ Step adopt_spare(Run& run) {
   r.cg = std::move(from.cg);
   run.seed = spare->seed;
   run.identity = spare->identity;
+  run.cgroup_root = spare->cgroup_root;
   return {};
 }
 
@@ -182,6 +184,7 @@ Status prepare_spare_run(const Paths& paths) {
   spare->resources = std::move(run.resources);
   spare->seed = run.seed;
   spare->identity = *run.identity;
+  spare->cgroup_root = *run.cgroup_root;
   spare_run() = std::move(spare);
   return {};
 }

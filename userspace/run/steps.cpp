@@ -226,10 +226,11 @@ Step create_record(Run& run) {
   Resources& r = run.resources;
   r.record.started_unix_ms = unix_ms();
   if (r.lease) {
-    // Prepared ahead (adopt_spare): the run starts now.
+    // Prepared ahead (adopt_spare): the run starts now. The record says so
+    // with the workspace's next write (prepare_workspace).
     run.res.run_id = r.record.run_id;
     r.record.spare = false;
-    return save_record(run, FailClosedReason::internal);
+    return {};
   }
   run.seed = random64();
   run.res.run_id = r.record.run_id = format_run_id(run.seed);
@@ -379,9 +380,11 @@ Step create_cgroup(Run& run) {
   RunResult& res = run.res;
   const policy::Limits& limits = *run.limits;
   const auto why = FailClosedReason::cgroup;
-  auto root = cgroup::find_cgroup2_root();
+  // (A spare run found it ahead.)
+  auto root = run.cgroup_root ? Result<std::filesystem::path>(*run.cgroup_root) : cgroup::find_cgroup2_root();
   if (!root)
     return refused(why, root.error().message, "mount cgroup v2: mount -t cgroup2 none /sys/fs/cgroup");
+  run.cgroup_root = *root;
   std::vector<std::string> required;
   if (limits.memory_bytes) required.push_back("memory");
   if (limits.pids) required.push_back("pids");
@@ -391,7 +394,7 @@ Step create_cgroup(Run& run) {
   if (!parent)
     return refused(why, parent.error().message, cgroup::controller_fix(*root, run.opts.paths.cgroup_parent),
                    parent.error().code);
-  if (!r.cg) {  // else made ahead, empty (adopt_spare)
+  if (!r.cg) {  // else made ahead, empty, and in the record (adopt_spare)
     r.record.cgroup = (*parent / r.record.run_id).string();
     if (Step st = save_record(run, why); !st) return st;
     auto cg = cgroup::Cgroup::create(*root, *parent, r.record.run_id);
@@ -399,11 +402,11 @@ Step create_cgroup(Run& run) {
       return refused(why, cg.error().message, "run as root on a writable cgroup v2 hierarchy",
                      cg.error().code);
     r.cg = std::move(*cg);
+    r.record.cgroup_id = r.cg->id();
+    if (Step st = save_record(run, why); !st) return st;
   }
   res.cgroup = r.cg->path().string();
   res.scope_id = r.cg->id();
-  r.record.cgroup_id = r.cg->id();
-  if (Step st = save_record(run, why); !st) return st;
   if (Status st = write_limits(*r.cg, limits); !st)
     return refused(why, st.error().message, "check the cgroup controllers (agentcage doctor)",
                    st.error().code);

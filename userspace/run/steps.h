@@ -134,6 +134,8 @@ struct Run {
   // create_record, choose_identity
   uint64_t seed = 0;
   std::optional<Identity> identity;
+  // create_cgroup: the cgroup2 mount (found once)
+  std::optional<std::filesystem::path> cgroup_root;
   // spawn
   std::optional<StdioRelay> stdio;
   std::optional<pid_t> pid;
