@@ -4,6 +4,7 @@
 // read-write stdin is never written, and a terminal's input cannot be
 // pushed into (hook tty).
 #include <fcntl.h>
+#include <grp.h>
 #include <pty.h>
 #include <stdlib.h>
 #include <sys/stat.h>
@@ -156,6 +157,23 @@ TEST_F(Stdio, OutputToFilesNeverTakesTheBlocksReservedForRoot) {
   Ran small = run(args("8"), to_file(dir / "small.out"));
   EXPECT_EQ(small.code, 0) << small.describe();
   EXPECT_EQ(fs::file_size(dir / "small.out"), 8u * 65536) << small.describe();
+  fs::remove(dir / "small.out");
+
+  // A reserve given to a group (resgid, as `tune2fs -g` gives it) that
+  // agentcage's caller is in is not the run's either.
+  const std::string group = "mount -o remount,resgid=4242 " + dir.string();
+  ASSERT_EQ(std::system(group.c_str()), 0) << group;
+  SpawnOptions in_group = to_file(dir / "group.out");
+  in_group.in_child = [inner = in_group.in_child] {
+    const gid_t groups[] = {0, 4242};
+    if (::setgroups(2, groups) != 0) ::_exit(96);
+    inner();
+  };
+  Ran grouped = run(args("192"), in_group);
+  EXPECT_EQ(grouped.code, 3) << grouped.describe();
+  EXPECT_LT(fs::file_size(dir / "group.out"), 8u << 20) << grouped.describe();
+  EXPECT_NE(grouped.err.find("relaying the run's stdout: No space left on device"), std::string::npos)
+      << grouped.describe();
 }
 
 TEST_F(Stdio, OutputOrderAndIsattyOfPipesAndFilesStayUsual) {

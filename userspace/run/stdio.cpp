@@ -10,6 +10,7 @@
 
 #include <cerrno>
 #include <cstring>
+#include <vector>
 
 namespace agentcage::run {
 namespace {
@@ -30,9 +31,11 @@ bool same_description(int a, int b) {
 // they are its file system uid and gid (ext4 keeps its reserved blocks for
 // s_resuid, root by default, and the group s_resgid) and CAP_SYS_RESOURCE
 // (reserved blocks, quota limits) is out of its effective set. All come
-// back after. ok() is false when they could not be dropped: nothing is
-// written then. (Supplementary groups stay root's: a reserve given to one
-// of root's groups other than 0 is still open to the relay.)
+// back after, and so do its supplementary groups, which it has none of
+// meanwhile (a reserve given to one of root's groups, `tune2fs -g`, is not
+// the run's). ok() is false when any could not be dropped: nothing is
+// written then. Raw system calls: they change this thread's credentials
+// only (glibc's wrappers change every thread's).
 class WritesAs {
  public:
   WritesAs(uid_t uid, gid_t gid) {
@@ -47,10 +50,19 @@ class WritesAs {
     fsgid_set_ = true;
     old_fsuid_ = static_cast<uid_t>(::syscall(SYS_setfsuid, uid));
     fsuid_set_ = true;
-    ok_ = static_cast<gid_t>(::syscall(SYS_setfsgid, static_cast<gid_t>(-1))) == gid &&
-          static_cast<uid_t>(::syscall(SYS_setfsuid, static_cast<uid_t>(-1))) == uid;
+    if (static_cast<gid_t>(::syscall(SYS_setfsgid, static_cast<gid_t>(-1))) != gid ||
+        static_cast<uid_t>(::syscall(SYS_setfsuid, static_cast<uid_t>(-1))) != uid)
+      return;
+    const long n = ::syscall(SYS_getgroups, 0, nullptr);
+    if (n < 0) return;
+    groups_.resize(static_cast<size_t>(n));
+    if (n > 0 && ::syscall(SYS_getgroups, n, groups_.data()) != n) return;
+    if (::syscall(SYS_setgroups, 0, nullptr) != 0) return;
+    groups_dropped_ = true;
+    ok_ = true;
   }
   ~WritesAs() {
+    if (groups_dropped_) ::syscall(SYS_setgroups, groups_.size(), groups_.data());
     if (fsuid_set_) ::syscall(SYS_setfsuid, old_fsuid_);
     if (fsgid_set_) ::syscall(SYS_setfsgid, old_fsgid_);
     if (lowered_) ::syscall(SYS_capset, &hdr_, saved_);
@@ -64,7 +76,8 @@ class WritesAs {
   __user_cap_data_struct saved_[2] = {};
   uid_t old_fsuid_ = 0;
   gid_t old_fsgid_ = 0;
-  bool lowered_ = false, fsuid_set_ = false, fsgid_set_ = false, ok_ = false;
+  std::vector<gid_t> groups_;
+  bool lowered_ = false, fsuid_set_ = false, fsgid_set_ = false, groups_dropped_ = false, ok_ = false;
 };
 
 }  // namespace
