@@ -129,10 +129,11 @@ class DaemonRun : public DaemonEnv {
   }
 
   // Nothing of any run is left: no run cgroup, no process of a sandbox uid.
-  // The daemon's spare run (prepared ahead, no run's yet) is not a run.
+  // The daemon's one spare run (prepared ahead, no run's yet) is not a run.
   bool nothing_left() {
+    size_t spares = 0;
     for (const auto& cg : run_cgroups())
-      if (!is_spare_run(cg)) return false;
+      if (!is_spare_run(cg) || ++spares > 1) return false;
     return processes_of_dynamic_uids().empty();
   }
 

@@ -457,13 +457,18 @@ TEST_F(DaemonRun, RunsStartFromTheForkServerAndByExecOnceItIsGone) {
   wait_exit(forked.pid);
   ASSERT_TRUE(wait_until([&] { return nothing_left(); }, 15s)) << log();
 
+  ASSERT_TRUE(wait_until([&] { return spare_pids().size() == 1; }, 15s)) << log();
+  const pid_t spare = spare_pids().front();
   ASSERT_EQ(::kill(server, SIGKILL), 0);
-  // The spare the server cloned before (a run's next runner) goes too: the
-  // daemon reaps what it prepared.
-  ASSERT_TRUE(wait_until([&] { return !spare_pids().empty(); }, 15s)) << log();
-  for (pid_t spare : spare_pids()) ::kill(spare, SIGKILL);
-  ASSERT_TRUE(wait_until([&] { return log().find("before it had a run") != std::string::npos; }, 15s))
-      << log();
+  // The spare the server cloned before it went takes the next run: a
+  // runner like any other, not exec'd.
+  Proc spared = client_run("spared", {}, {"sleep", "300"});
+  ASSERT_TRUE(wait_until([&] { return !runs_in_flight().empty() && spare_pids().empty(); }, 30s))
+      << out("spared") << log();
+  EXPECT_EQ(cmdline_of(spare), cmdline_of(daemon_.pid)) << out("spared");
+  ::kill(spared.pid, SIGKILL);
+  wait_exit(spared.pid);
+  ASSERT_TRUE(wait_until([&] { return nothing_left(); }, 15s)) << log();
   Proc execd = client_run("execd", {}, {"sleep", "300"});
   ASSERT_TRUE(wait_until([&] { return !(words = runner_words()).empty() && !runs_in_flight().empty(); }, 30s))
       << out("execd") << log();
@@ -575,9 +580,10 @@ TEST_F(DaemonRun, ARunThatFailsEarlyRemovesTheSpareRunItTook) {
         for (const auto& e : fs::directory_iterator("/run/agentcage/runs"))
           if (e.path().extension() == ".json")
             if (json r = json::parse(slurp(e.path()), nullptr, false);
-                r.is_object() && r.value("spare", false))
+                r.is_object() && r.value("spare", false) && r.value("cgroup_id", uint64_t{0}) != 0 &&
+                is_spare_run(r.value("cgroup", "")))
               spare = r;
-        return spare.is_object() && spare.value("cgroup_id", uint64_t{0}) != 0;
+        return spare.is_object();
       },
       15s));
   int said[2];
@@ -603,7 +609,14 @@ TEST_F(DaemonRun, ARunThatFailsEarlyRemovesTheSpareRunItTook) {
   const std::string answer = read_to_end(said[0]);
   ::close(said[0]);
   EXPECT_EQ(wait_exit(child), 0);
-  EXPECT_NE(answer.find(R"("exit_code":125)"), std::string::npos) << answer;
+  // The spare's runner refused it, with its result.
+  const json reply = json::parse(answer, nullptr, false);
+  ASSERT_TRUE(reply.is_object()) << answer;
+  EXPECT_EQ(reply["ok"], true) << answer;
+  EXPECT_EQ(reply["exit_code"], 125) << answer;
+  EXPECT_NE(reply["result"].value("error", "").find("is an IPv4/IPv6 socket"), std::string::npos) << answer;
+  EXPECT_NE(log().find("runner pid " + std::to_string(spare["owner_pid"].get<pid_t>())), std::string::npos)
+      << log();
   EXPECT_TRUE(wait_until(
       [&] {
         return !fs::exists(spare["cgroup"].get<std::string>()) &&
@@ -660,6 +673,11 @@ TEST_F(DaemonRun, ASpareRunMadeAheadServesOneRunAndGoesWithTheDaemon) {
   EXPECT_TRUE(wait_until(
       [&] { return slurp(fs::path(cg) / "memory.max") == std::to_string(256u << 20) + "\n"; }, 15s))
       << slurp(fs::path(cg) / "memory.max");
+  // Its record is a run's now, and the daemon counts it.
+  const fs::path record = "/run/agentcage/runs/" + id + ".json";
+  const json live = json::parse(slurp(record), nullptr, false);
+  EXPECT_TRUE(live.is_object() && !live.contains("spare")) << live.dump();
+  EXPECT_TRUE(wait_until([&] { return status()["daemon"]["runs_active"] == 1; }, 5s));
   EXPECT_EQ(wait_exit(second.pid), 0) << out("second");
   json r = result("second");
   ASSERT_TRUE(r.is_object()) << out("second");

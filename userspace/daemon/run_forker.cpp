@@ -224,18 +224,29 @@ void enter_runner(pid_t daemon, const int fds[kRunnerFds], std::vector<int> also
   if (!signals) ::_exit(125);
   // A spare run that cannot be prepared is not: the run then makes its own
   // and says what fails.
-  (void)run::prepare_spare_run(run::paths_from_env(environ));
+  try {
+    (void)run::prepare_spare_run(run::paths_from_env(environ));
+  } catch (...) {
+    // (Nothing of it is held: a step's leftovers are the reaper's.)
+  }
+  const auto discard = [] {
+    try {
+      return run::discard_spare_run().empty();
+    } catch (...) {
+      return false;
+    }
+  };
   std::vector<char> buf(kMaxMessage);
   std::vector<UniqueFd> stdio;
   int flags = 0;
   pollfd waits[2] = {{handover, POLLIN, 0}, {signals.get(), POLLIN, 0}};
   while (::poll(waits, 2, -1) < 0)
-    if (errno != EINTR) ::_exit(run::discard_spare_run().empty() ? 125 : 1);
+    if (errno != EINTR) ::_exit(discard() ? 125 : 1);
   // A signal ends the spare, even with its run waiting (which is then
   // answered 125, never 0).
   if (waits[1].revents & POLLIN) {
     const bool run_waiting = waits[0].revents & POLLIN;
-    const bool removed = run::discard_spare_run().empty();
+    const bool removed = discard();
     ::_exit(run_waiting ? 125 : removed ? 0 : 1);
   }
   const ssize_t n = recv_with_fds(handover, buf.data(), buf.size(), stdio, &flags, false);
@@ -246,17 +257,17 @@ void enter_runner(pid_t daemon, const int fds[kRunnerFds], std::vector<int> also
     // No run (the daemon stops, or let go of this spare: end of file), or
     // one that is not (125): what was prepared goes; what cannot is the
     // reaper's.
-    const bool removed = run::discard_spare_run().empty();
+    const bool removed = discard();
     ::_exit(n != 0 ? 125 : removed ? 0 : 1);
   }
   ::close(handover);
   buf = {};
+  // The signals stay blocked: one that comes now (the client hung up) is
+  // the run's to take at its first look (run/steps.h: block_signals blocks
+  // the same ones), so that the run removes its spare run itself.
   signals.reset();
-  sigset_t unblocked;
-  sigemptyset(&unblocked);
-  ::sigprocmask(SIG_SETMASK, &unblocked, nullptr);
   const int mine[kRunnerFds] = {stdio[0].get(), stdio[1].get(), stdio[2].get(), 3, 4};
-  if (!install_runner_fds(mine)) ::_exit(run::discard_spare_run().empty() ? 125 : 1);
+  if (!install_runner_fds(mine)) ::_exit(discard() ? 125 : 1);
   stdio.clear();
   run_command_line(std::move(argv), command_line);
 }

@@ -13,6 +13,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <chrono>
 #include <cstdio>
@@ -632,13 +633,14 @@ void RunService::stop_all(int grace_ms) {
   }
   parked_.clear();
   stopping_ = true;
-  drop_spare(std::chrono::milliseconds(grace_ms));
-  if (runs_.empty()) return;
-  log::info("stopping: ending " + std::to_string(runs_.size()) + " run(s) in flight");
+  if (!runs_.empty()) log::info("stopping: ending " + std::to_string(runs_.size()) + " run(s) in flight");
   for (auto& [fd, r] : runs_) {
     r.stopping = true;
     ::kill(r.pid, SIGTERM);
   }
+  // The spare meanwhile (it only removes what it made: milliseconds).
+  drop_spare(std::chrono::milliseconds(std::min(grace_ms, 2000)));
+  if (runs_.empty()) return;
   // Reaps runners as they exit until none is left or `deadline` passes;
   // with `results`, reads what they write on the way.
   const auto reap_until = [this](std::chrono::steady_clock::time_point deadline, bool results) {
