@@ -51,6 +51,13 @@ int thread_count() {
   return ec ? -1 : n;
 }
 
+// A message encode() made, checked before it is sent.
+Status check_message(const std::string& msg) {
+  if (msg.empty()) return Error{"a word of the run's command line holds a NUL byte", EINVAL};
+  if (msg.size() > kMaxMessage) return Error{"the run's command line is too long", E2BIG};
+  return {};
+}
+
 // "" when a word holds a NUL (it would shift the words that follow).
 std::string encode(const std::string& policy_file, const std::vector<std::string>& argv,
                    const std::vector<std::string>& env) {
@@ -320,6 +327,20 @@ void enter_runner(pid_t daemon, const int fds[kRunnerFds], std::vector<int> also
 
 }  // namespace
 
+Result<RunnerChannels> runner_channels() {
+  RunnerChannels c;
+  int pipe_fds[2];
+  if (::pipe2(pipe_fds, O_CLOEXEC) != 0) return Error::from_errno("pipe2 for the run's result");
+  c.result.reset(pipe_fds[0]);
+  c.result_runner.reset(pipe_fds[1]);
+  int channel[2];
+  if (::socketpair(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0, channel) != 0)
+    return Error::from_errno("socketpair for the run's notices");
+  c.notices.reset(channel[0]);
+  c.notices_runner.reset(channel[1]);
+  return c;
+}
+
 bool install_runner_fds(const int fds[kRunnerFds]) {
   // Out of the way first: one of them may sit at 0..kRunnerFds-1.
   int high[kRunnerFds];
@@ -381,8 +402,7 @@ Status RunForker::start(CommandLine command_line) {
 
 Result<RunForker::Cloned> RunForker::clone_runner(const std::string& msg, int result, int notices) {
   if (!sock_) return Error{"the fork server is not running", ESRCH};
-  if (msg.empty()) return Error{"a word of the run's command line holds a NUL byte", EINVAL};
-  if (msg.size() > kMaxMessage) return Error{"the run's command line is too long", E2BIG};
+  if (Status st = check_message(msg); !st) return st.error();
   // The go-ahead: the runner waits for one byte on this pipe.
   int go[2];
   if (::pipe2(go, O_CLOEXEC) != 0) return Error::from_errno("pipe2 for the run's go-ahead");
@@ -471,14 +491,10 @@ Result<Runner> RunForker::spawn(const std::vector<std::string>& argv, const std:
 }
 
 Result<SpareRunner> RunForker::spare(const std::vector<std::string>& env, const std::string& policy_file) {
-  int pipe_fds[2];
-  if (::pipe2(pipe_fds, O_CLOEXEC) != 0) return Error::from_errno("pipe2 for a spare runner's result");
-  UniqueFd result_read(pipe_fds[0]), result_write(pipe_fds[1]);
-  int channel[2];
-  if (::socketpair(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0, channel) != 0)
-    return Error::from_errno("socketpair for a spare runner's notices");
-  UniqueFd notices(channel[0]), notices_runner(channel[1]);
-  auto cloned = clone_runner(encode(policy_file, {}, env), result_write.get(), notices_runner.get());
+  auto channels = runner_channels();
+  if (!channels) return channels.error();
+  auto cloned = clone_runner(encode(policy_file, {}, env), channels->result_runner.get(),
+                             channels->notices_runner.get());
   if (!cloned) return cloned.error();
   // Room for the largest run's words in one message.
   const int sndbuf = static_cast<int>(2 * kMaxMessage);
@@ -489,15 +505,14 @@ Result<SpareRunner> RunForker::spare(const std::vector<std::string>& env, const 
     abandon(cloned->runner);
     return Error{std::string("the go-ahead to a spare runner: ") + std::strerror(err), err};
   }
-  return SpareRunner{std::move(cloned->runner), std::move(cloned->handover), std::move(result_read),
-                     std::move(notices)};
+  return SpareRunner{std::move(cloned->runner), std::move(cloned->handover), std::move(channels->result),
+                     std::move(channels->notices)};
 }
 
 Status RunForker::hand_over(SpareRunner& spare, const std::vector<std::string>& argv, const int stdio[3]) {
   if (argv.empty()) return Error{"a run without words", EINVAL};
   const std::string msg = encode("", argv, {});
-  if (msg.empty()) return Error{"a word of the run's command line holds a NUL byte", EINVAL};
-  if (msg.size() > kMaxMessage) return Error{"the run's command line is too long", E2BIG};
+  if (Status st = check_message(msg); !st) return st;
   if (send_with_fds(spare.handover.get(), msg.data(), msg.size(), stdio, 3) < 0)
     return Error::from_errno("handing a spare runner its run");
   spare.handover.reset();

@@ -63,6 +63,14 @@ struct Runner {
   pid_t pid = 0;
 };
 
+// A runner's result pipe (its 3, --result-fd) and notice channel (its 4):
+// the daemon's ends and the runner's.
+struct RunnerChannels {
+  UniqueFd result, notices;                // the daemon's: read
+  UniqueFd result_runner, notices_runner;  // the runner's
+};
+Result<RunnerChannels> runner_channels();
+
 // A spare runner (RunForker::spare): cloned and given the go-ahead ahead
 // of a request, it prepares a run (run::prepare_spare_run) and waits for
 // the run's words and the client's stdin, stdout and stderr (hand_over).

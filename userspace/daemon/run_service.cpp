@@ -333,18 +333,12 @@ std::optional<json> RunService::launch(const control::Request& req, const Peer& 
     }
   }
   if (!runner) {
-    int pipe_fds[2];
-    if (::pipe2(pipe_fds, O_CLOEXEC) != 0)
-      return refusal("the daemon could not start the run: pipe2: " + std::string(std::strerror(errno)));
-    UniqueFd result_write(pipe_fds[1]);
-    result_read = UniqueFd(pipe_fds[0]);
-    int channel[2];
-    if (::socketpair(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0, channel) != 0)
-      return refusal("the daemon could not start the run: socketpair: " + std::string(std::strerror(errno)));
-    UniqueFd notices_runner(channel[1]);
-    notices = UniqueFd(channel[0]);
-    const int fds[kRunnerFds] = {stdio[0].get(), stdio[1].get(), stdio[2].get(), result_write.get(),
-                                 notices_runner.get()};
+    auto channels = runner_channels();
+    if (!channels) return refusal("the daemon could not start the run: " + channels.error().message);
+    result_read = std::move(channels->result);
+    notices = std::move(channels->notices);
+    const int fds[kRunnerFds] = {stdio[0].get(), stdio[1].get(), stdio[2].get(),
+                                 channels->result_runner.get(), channels->notices_runner.get()};
     if (forker_ && forker_->running()) {
       runner = forker_->spawn(args, env, fds, policy_file);
       if (!runner && forker_->running())

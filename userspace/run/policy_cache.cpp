@@ -40,6 +40,9 @@ PreparedSet& prepared_set() {
   return set;
 }
 
+// The shared set's "ready" pin, whose inode names the set pinned now.
+std::string ready_pin() { return bpf::Enforcer::shared_pin_dir(bpf::SharedOptions{}.pin_root) + "/ready"; }
+
 }  // namespace
 
 const PreparedPolicy* prepared_policy(const std::string& path, std::string_view text) {
@@ -73,7 +76,7 @@ Status prepare_policy(const std::string& path) {
 
 Status prepare_enforcer() {
   PreparedSet& set = prepared_set();
-  const std::string ready = bpf::Enforcer::shared_pin_dir(bpf::SharedOptions{}.pin_root) + "/ready";
+  const std::string ready = ready_pin();
   struct stat before {};
   if (::stat(ready.c_str(), &before) != 0) {
     set.enforcer.reset();
@@ -107,9 +110,9 @@ std::unique_ptr<bpf::Enforcer> take_prepared_enforcer() {
   if (!taken) return nullptr;
   // Still the set pinned now: a spare runner takes it long after the
   // server checked (a set pinned anew since is opened afresh).
-  const std::string ready = bpf::Enforcer::shared_pin_dir(bpf::SharedOptions{}.pin_root) + "/ready";
   struct stat now {};
-  if (::stat(ready.c_str(), &now) != 0 || now.st_dev != set.dev || now.st_ino != set.ino) return nullptr;
+  if (::stat(ready_pin().c_str(), &now) != 0 || now.st_dev != set.dev || now.st_ino != set.ino)
+    return nullptr;
   return taken;
 }
 
