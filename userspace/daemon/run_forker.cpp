@@ -223,9 +223,7 @@ void enter_runner(pid_t daemon, const int fds[kRunnerFds], std::vector<int> also
   if (got != 1) ::_exit(0);  // the daemon does not know this process
   // The signals that end a run (the daemon's death: PR_SET_PDEATHSIG) end
   // the spare too, once it has removed what it prepared.
-  sigset_t ending;
-  sigemptyset(&ending);
-  for (int sig : {SIGTERM, SIGINT, SIGHUP}) sigaddset(&ending, sig);
+  const sigset_t ending = run::run_ending_signals();
   if (::sigprocmask(SIG_BLOCK, &ending, nullptr) != 0) ::_exit(125);
   UniqueFd signals(::signalfd(-1, &ending, SFD_CLOEXEC));
   if (!signals) ::_exit(125);

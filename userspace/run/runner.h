@@ -11,6 +11,8 @@
 //   workspace and record -> result.
 #pragma once
 
+#include <signal.h>
+
 #include <functional>
 #include <iosfwd>
 #include <string>
@@ -62,6 +64,10 @@ Status prepare_spare_run(const Paths& paths);
 // Removes the spare run that no run took (the daemon stops, say); what
 // could not be removed is left to the reaper (its record stays).
 std::vector<std::string> discard_spare_run();
+// The signals that end a run (SIGINT, SIGTERM, SIGHUP): a run blocks them
+// and takes them through a signalfd, so that it removes what it made
+// (run/steps.h: SignalGuard); a spare runner keeps them blocked into its run.
+sigset_t run_ending_signals();
 
 // run_command + writes --result FILE (atomically: a temporary file renamed)
 // or --result-fd. A runner of the daemon (its notice channel adopted:

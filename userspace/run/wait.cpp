@@ -19,6 +19,7 @@
 #include <vector>
 
 #include "control/notify.h"
+#include "run/runner.h"
 #include "run/seccomp.h"
 #include "run/steps.h"
 #include "util/sys_names.h"
@@ -89,9 +90,14 @@ std::optional<std::string> read_text(const fs::path& p) {
 
 }  // namespace
 
-SignalGuard::SignalGuard() {
-  sigemptyset(&set_);
-  for (int s : {SIGINT, SIGTERM, SIGHUP}) sigaddset(&set_, s);
+sigset_t run_ending_signals() {
+  sigset_t set;
+  sigemptyset(&set);
+  for (int s : {SIGINT, SIGTERM, SIGHUP}) sigaddset(&set, s);
+  return set;
+}
+
+SignalGuard::SignalGuard() : set_(run_ending_signals()) {
   ::sigprocmask(SIG_BLOCK, &set_, &old_mask_);
   struct sigaction ign {};
   ign.sa_handler = SIG_IGN;
