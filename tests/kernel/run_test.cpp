@@ -302,6 +302,26 @@ TEST_F(Run, MemoryBombIsOomKilled) {
   EXPECT_LE(r.result["peak_memory_bytes"].get<uint64_t>(), 96u << 20);
 }
 
+TEST_F(Run, AnExecOverTheMemoryLimitFailsTheRunNotAgentcage) {
+  // COMMAND's process shares agentcage's memory until it execs (docs/run.md,
+  // step 5), and exec's copy of its arguments is charged to the run's
+  // cgroup. Over memory.max, the kernel must not pick that process as an
+  // out-of-memory victim: every process sharing its memory would go with
+  // it, agentcage included, with nothing reported and nothing removed.
+  SpawnOptions o;
+  o.policy = std::string(AGENTCAGE_SOURCE_DIR) + "/bench/run-true.yaml";  // /usr/bin/true, allowed
+  std::vector<std::string> args = {"--memory", "1Mi", "--", "/usr/bin/true"};
+  for (int i = 0; i < 1900; ++i) args.emplace_back(1023, 'x');  // 1.9 MB of arguments
+  Ran r = run(args, o);
+  ASSERT_TRUE(r.result.is_object()) << "agentcage did not report: " << r.describe();
+  EXPECT_NE(r.code, 0) << r.describe();
+  EXPECT_EQ(r.result["exit_code"], r.code) << r.result.dump(2);
+  EXPECT_TRUE(run_cgroups().empty()) << testing::PrintToString(run_cgroups());
+  // The same limit with arguments that fit: the run goes as usual.
+  Ran fits = run({"--memory", "1Mi", "--", "/usr/bin/true"}, o);
+  EXPECT_EQ(fits.code, 0) << fits.describe();
+}
+
 // ---- the exit-status contract -------------------------------------------------
 
 TEST_F(Run, ExitStatusContract) {

@@ -1,16 +1,20 @@
 // SPDX-License-Identifier: Apache-2.0
 // core/: the closed sets' names are metric labels and protocol values (a
 // contract with dashboards and clients), and each name maps back to its value.
+#include <fcntl.h>
 #include <gtest/gtest.h>
+#include <sys/syscall.h>
 #include <unistd.h>
 
 #include <algorithm>
+#include <cerrno>
 #include <set>
 #include <string>
 
 #include "core/fail_closed.h"
 #include "core/run_outcome.h"
 #include "util/file.h"
+#include "util/raw_syscall.h"
 #include "util/text.h"
 
 namespace agentcage {
@@ -71,3 +75,20 @@ TEST(UtilReadUpTo, ReadsAtMostMaxBytesWhateverTheSourceHolds) {
 
 }  // namespace
 }  // namespace agentcage
+
+TEST(UtilRawSyscall, ReturnsTheErrorAndLeavesErrnoAlone) {
+  // A child sharing its parent's memory must not write errno (the parent's).
+  int fds[2];
+  ASSERT_EQ(::pipe(fds), 0);
+  errno = 1234;
+  EXPECT_EQ(agentcage::raw_syscall(SYS_close, fds[0]), 0);
+  EXPECT_EQ(agentcage::raw_syscall(SYS_close, fds[0]), -EBADF);
+  EXPECT_EQ(
+      agentcage::raw_syscall(SYS_openat, AT_FDCWD, agentcage::sysarg("/nonexistent/agentcage"), O_RDONLY),
+      -ENOENT);
+  if (agentcage::kRawSyscalls) {
+    EXPECT_EQ(errno, 1234);
+  }
+  EXPECT_EQ(agentcage::raw_syscall(SYS_getpid), ::getpid());
+  ::close(fds[1]);
+}

@@ -53,10 +53,8 @@ int under_filter(const std::vector<sock_filter>& filter, const std::function<int
   ::close(sv[1]);
   int msg = 0;
   UniqueFd listener;
-  const char go = 1;
   std::optional<SyscallSupervisor> sup;
-  if (receive_report(sv[0], &msg, sizeof msg, listener) == static_cast<ssize_t>(sizeof msg) && listener &&
-      ::write(sv[0], &go, 1) == 1)
+  if (receive_report(sv[0], &msg, sizeof msg, listener) == static_cast<ssize_t>(sizeof msg) && listener)
     sup.emplace(std::move(listener));
   ::close(sv[0]);
   int st = 0;

@@ -6,6 +6,7 @@
 #include <poll.h>
 #include <sched.h>
 #include <signal.h>
+#include <sys/mman.h>
 #include <sys/stat.h>
 #include <sys/syscall.h>
 #include <sys/wait.h>
@@ -20,6 +21,7 @@
 #include <thread>
 
 #include "util/mountinfo.h"
+#include "util/raw_syscall.h"
 
 namespace agentcage::cgroup {
 
@@ -316,6 +318,128 @@ Result<pid_t> spawn_in_cgroup(int cgroup_fd, const std::function<int()>& child, 
     ::_exit(rc);
   }
   return static_cast<pid_t>(pid);
+}
+
+Result<ChildStack> ChildStack::map(size_t size) {
+  const size_t page = static_cast<size_t>(::sysconf(_SC_PAGESIZE));
+  size = (size + page - 1) / page * page;
+  void* m =
+      ::mmap(nullptr, size + page, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_STACK, -1, 0);
+  if (m == MAP_FAILED) return Error::from_errno("mapping a child's stack");
+  ChildStack s;
+  s.map_ = m;
+  s.len_ = size + page;
+  if (::mprotect(m, page, PROT_NONE) != 0) return Error::from_errno("guarding a child's stack");
+  return s;
+}
+
+ChildStack::ChildStack(ChildStack&& o) noexcept : map_(o.map_), len_(o.len_) {
+  o.map_ = nullptr;
+  o.len_ = 0;
+}
+
+ChildStack& ChildStack::operator=(ChildStack&& o) noexcept {
+  if (this != &o) {
+    if (map_) ::munmap(map_, len_);
+    map_ = o.map_;
+    len_ = o.len_;
+    o.map_ = nullptr;
+    o.len_ = 0;
+  }
+  return *this;
+}
+
+ChildStack::~ChildStack() {
+  if (map_) ::munmap(map_, len_);
+}
+
+void* ChildStack::base() const {
+  const size_t page = static_cast<size_t>(::sysconf(_SC_PAGESIZE));
+  return map_ ? static_cast<char*>(map_) + page : nullptr;
+}
+
+size_t ChildStack::size() const {
+  const size_t page = static_cast<size_t>(::sysconf(_SC_PAGESIZE));
+  return map_ ? len_ - page : 0;
+}
+
+namespace {
+
+#if defined(__x86_64__)
+// clone3 whose child calls child(arg) on the stack `args` names (the kernel
+// points its stack pointer at the top, 16-byte aligned: a call from there
+// is what the ABI expects), then exits 127 should it return. The child's
+// pid or -errno in the caller.
+long clone3_calling(clone_args* args, void (*child)(void*), void* arg) {
+  long ret;
+  asm volatile(
+      "mov %[child], %%r12\n\t"
+      "mov %[arg], %%r13\n\t"
+      "syscall\n\t"
+      "test %%rax, %%rax\n\t"
+      "jnz 1f\n\t"
+      "xor %%ebp, %%ebp\n\t"
+      "mov %%r13, %%rdi\n\t"
+      "call *%%r12\n\t"
+      "mov $127, %%edi\n\t"
+      "mov %[exit_group], %%eax\n\t"
+      "syscall\n\t"
+      "ud2\n\t"
+      "1:\n\t"
+      : "=a"(ret)
+      : "0"(static_cast<long>(SYS_clone3)), "D"(args),
+        "S"(sizeof(clone_args)), [child] "r"(child), [arg] "r"(arg), [exit_group] "i"(SYS_exit_group)
+      : "rcx", "r11", "r12", "r13", "memory", "cc");
+  return ret;
+}
+#endif
+
+}  // namespace
+
+bool can_spawn_sharing_memory() {
+#if defined(__x86_64__)
+  return true;
+#else
+  return false;
+#endif
+}
+
+Result<pid_t> spawn_in_cgroup_sharing_memory(int cgroup_fd, const ChildStack& stack, void (*child)(void*),
+                                             void* arg, uint64_t clone_flags) {
+#if defined(__x86_64__)
+  if (!stack.base()) return Error{"cgroup: a child without a stack", EINVAL};
+  struct clone_args args {};
+  args.flags = CLONE_VM | CLONE_VFORK | CLONE_INTO_CGROUP | clone_flags;
+  args.exit_signal = SIGCHLD;
+  args.cgroup = static_cast<uint64_t>(cgroup_fd);
+  args.stack = reinterpret_cast<uint64_t>(stack.base());
+  args.stack_size = stack.size();
+  // No handler of the caller's may run in the child (it would run in the
+  // caller's memory): the child starts with every signal blocked and sets
+  // its own handling before it unblocks them. Raw calls: the library's
+  // own would leave its two internal signals (cancellation, set*id) open.
+  const unsigned long all = ~0UL;
+  unsigned long old = 0;
+  if (const long blocked =
+          raw_syscall(SYS_rt_sigprocmask, SIG_SETMASK, sysarg(&all), sysarg(&old), sizeof all);
+      blocked < 0)
+    return Error{std::string("cgroup: blocking signals: ") + std::strerror(static_cast<int>(-blocked)),
+                 static_cast<int>(-blocked)};
+  const long pid = clone3_calling(&args, child, arg);
+  (void)raw_syscall(SYS_rt_sigprocmask, SIG_SETMASK, sysarg(&old), 0, sizeof old);
+  if (pid < 0) {
+    const int err = static_cast<int>(-pid);
+    return Error{std::string(clone_flags & CLONE_NEWIPC
+                                 ? "cgroup: clone3(CLONE_VM | CLONE_VFORK | CLONE_INTO_CGROUP | CLONE_NEWIPC)"
+                                 : "cgroup: clone3(CLONE_VM | CLONE_VFORK | CLONE_INTO_CGROUP)") +
+                     ": " + std::strerror(err),
+                 err};
+  }
+  return static_cast<pid_t>(pid);
+#else
+  (void)cgroup_fd, (void)stack, (void)child, (void)arg, (void)clone_flags;
+  return Error{"cgroup: a child sharing memory: not on this architecture", ENOSYS};
+#endif
 }
 
 Result<int> wait_for(pid_t pid) {

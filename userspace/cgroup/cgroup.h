@@ -120,6 +120,43 @@ Status remove_tree(const fs::path& dir);
 // a new IPC namespace, which ends with its last process).
 Result<pid_t> spawn_in_cgroup(int cgroup_fd, const std::function<int()>& child, uint64_t clone_flags = 0);
 
+// Memory for a child's stack (spawn_in_cgroup_sharing_memory): a mapping
+// with a guard page below it, unmapped when the object goes. The caller
+// keeps it until the child has exec'd or exited.
+class ChildStack {
+ public:
+  static Result<ChildStack> map(size_t size);
+  ChildStack() = default;
+  ChildStack(ChildStack&& o) noexcept;
+  ChildStack& operator=(ChildStack&& o) noexcept;
+  ChildStack(const ChildStack&) = delete;
+  ChildStack& operator=(const ChildStack&) = delete;
+  ~ChildStack();
+  // The usable part: from the guard page's end to the top.
+  void* base() const;
+  size_t size() const;
+
+ private:
+  void* map_ = nullptr;
+  size_t len_ = 0;
+};
+
+// Whether spawn_in_cgroup_sharing_memory can work here (x86_64).
+bool can_spawn_sharing_memory();
+
+// spawn_in_cgroup, but the child shares the caller's memory until it execs
+// or exits (CLONE_VM | CLONE_VFORK, as posix_spawn's child does): no page
+// tables are copied and neither side takes copy-on-write faults. The
+// calling thread waits until then (so the child never outlives what it
+// reads, and the kernel never picks it as an out-of-memory victim, which
+// would take the caller with it). `child(arg)` runs on `stack` with every
+// signal blocked and must never return; until it execs it may make raw
+// system calls only (util/raw_syscall.h): no allocation, no errno, nothing
+// of the C library's state, and it must never wait for the caller. ENOSYS
+// where the architecture is not supported (can_spawn_sharing_memory).
+Result<pid_t> spawn_in_cgroup_sharing_memory(int cgroup_fd, const ChildStack& stack, void (*child)(void*),
+                                             void* arg, uint64_t clone_flags = 0);
+
 // waitpid until `pid` exits; returns the raw wait status.
 Result<int> wait_for(pid_t pid);
 

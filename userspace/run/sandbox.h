@@ -6,8 +6,8 @@
 // child only makes system calls: no allocation, no locks, no name lookups.
 // Failures are reported to the parent as a ChildFailure on a CLOEXEC socket
 // (SOCK_SEQPACKET: one message each); an EOF on it means exec succeeded.
-// Before that, the child sends the seccomp listener on it and waits for the
-// parent's go-ahead (run/seccomp_notify.h).
+// Before that, the child sends the seccomp listener on it
+// (run/seccomp_notify.h).
 #pragma once
 
 #include <linux/filter.h>
@@ -83,6 +83,26 @@ class ChildPlan {
 
 // Runs in the child; never returns. `report_fd` is the child's end of the
 // CLOEXEC report socket, `parent` the parent's pid (for the parent-death check).
+// Raw system calls only (util/raw_syscall.h): the child may share the
+// parent's memory until it execs (cgroup::spawn_in_cgroup_sharing_memory).
 [[noreturn]] void child_main(const ChildPlan& plan, int report_fd, pid_t parent);
+
+// Whether COMMAND's process may start in agentcage's memory
+// (cgroup::spawn_in_cgroup_sharing_memory): where the architecture allows
+// it, and only while fs.suid_dumpable is 0. Otherwise the identity change
+// would leave the child dumpable (the kernel sets suid_dumpable then), and
+// agentcage's memory open to the sandbox user's ptrace until the exec; a
+// fork then.
+bool child_may_share_memory();
+
+// child_main's arguments for a child started with one pointer.
+struct ChildStart {
+  const ChildPlan* plan;
+  int report_fd;
+  pid_t parent;
+};
+// child_main(*start->plan, start->report_fd, start->parent); `arg` is a
+// ChildStart, which must outlive the child's exec or exit.
+[[noreturn]] void start_child(void* arg);
 
 }  // namespace agentcage::run

@@ -16,6 +16,7 @@
 #include <sstream>
 
 #include "util/fd_passing.h"
+#include "util/raw_syscall.h"
 
 namespace agentcage::run {
 namespace {
@@ -136,16 +137,27 @@ SyscallReport SyscallSupervisor::report() const {
 }
 
 int hand_over_listener(int sock, int listener, const void* message, size_t size) {
-  ssize_t n = send_with_fd(sock, message, size, listener);
-  int err = n == static_cast<ssize_t>(size) ? 0 : n < 0 ? errno : EIO;
+  // Raw calls only (util/raw_syscall.h): the child may share the parent's
+  // memory, errno included.
+  iovec iov{const_cast<void*>(message), size};
+  alignas(cmsghdr) char control[CMSG_SPACE(sizeof(int))] = {};
+  msghdr msg{};
+  msg.msg_iov = &iov;
+  msg.msg_iovlen = 1;
+  msg.msg_control = control;
+  msg.msg_controllen = sizeof control;
+  cmsghdr* c = CMSG_FIRSTHDR(&msg);
+  c->cmsg_level = SOL_SOCKET;
+  c->cmsg_type = SCM_RIGHTS;
+  c->cmsg_len = CMSG_LEN(sizeof(int));
+  std::memcpy(CMSG_DATA(c), &listener, sizeof(int));
+  long n;
+  do n = raw_syscall(SYS_sendmsg, sock, sysarg(&msg), MSG_NOSIGNAL);
+  while (n == -EINTR);
+  const int err = n == static_cast<long>(size) ? 0 : n < 0 ? static_cast<int>(-n) : EIO;
   // The run must never hold the listener: it could answer its own calls.
-  ::close(listener);
-  if (err) return err;
-  char go = 0;
-  do n = ::read(sock, &go, 1);
-  while (n < 0 && errno == EINTR);
-  if (n != 1 || go != 1) return n < 0 ? errno : ECONNRESET;
-  return 0;
+  (void)raw_syscall(SYS_close, listener);
+  return err;
 }
 
 ssize_t receive_report(int sock, void* buf, size_t size, UniqueFd& fd) {

@@ -3,7 +3,8 @@
 // not answer a denied call itself: it hands it to a user-notification
 // listener (SECCOMP_RET_USER_NOTIF), which the child creates with the filter
 // (SECCOMP_FILTER_FLAG_NEW_LISTENER) and passes to agentcage over its report
-// socket before exec. agentcage answers every notification with EPERM and
+// socket before exec (and agentcage ends a run whose listener it does not
+// receive). agentcage answers every notification with EPERM and
 // counts it; the call never runs.
 //
 // Why this cannot let a denied call through: only the listener can make a
@@ -69,9 +70,12 @@ class SyscallSupervisor {
 };
 
 // Child side, after the filter is installed with its listener: sends the
-// listener on `sock` (SCM_RIGHTS, with `message` as the payload), closes it,
-// and waits for agentcage's one-byte go-ahead. No allocation (runs between
-// clone3 and exec). Returns 0 or an errno.
+// listener on `sock` (SCM_RIGHTS, with `message` as the payload) and closes
+// its own copy. From then on the listener is agentcage's, on its way or
+// taken: a denied call waits for agentcage's answer (or fails with ENOSYS
+// should agentcage never take it). Raw system calls only, no allocation
+// (runs between clone3 and exec, in the parent's memory:
+// util/raw_syscall.h). Returns 0 or an errno.
 int hand_over_listener(int sock, int listener, const void* message, size_t size);
 
 // Parent side: one message from the child's report socket into `buf`

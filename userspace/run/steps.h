@@ -139,6 +139,12 @@ struct Run {
   // spawn
   std::optional<StdioRelay> stdio;
   std::optional<pid_t> pid;
+  // What COMMAND's process reads in this process's memory until it execs
+  // or is gone (cgroup::spawn_in_cgroup_sharing_memory): its plan, its
+  // arguments and its stack. Kept as long as the run.
+  std::optional<ChildPlan> child_plan;
+  std::optional<ChildStart> child_start;
+  std::optional<cgroup::ChildStack> child_stack;
   UniqueFd pidfd;
   std::chrono::steady_clock::time_point started{};
   // wait_for_end

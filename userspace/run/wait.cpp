@@ -88,6 +88,9 @@ std::optional<std::string> read_text(const fs::path& p) {
   return *r;
 }
 
+// child_main's frames are small; the rest is room to spare.
+constexpr size_t kChildStackBytes = 64 * 1024;
+
 }  // namespace
 
 sigset_t run_ending_signals() {
@@ -131,9 +134,12 @@ Step spawn(Run& run, std::optional<int>& unstarted) {
   auto relay = StdioRelay::prepare(res.disk_max_bytes, run.identity->uid, run.identity->gid);
   if (!relay) return internal(relay.error().message, relay.error().code);
   run.stdio = std::move(*relay);
-  ChildPlan plan(run.identity->uid, run.identity->gid, r.record.workspace,
-                 exec_candidates(run.opts.command[0], kSandboxPath), run.opts.command, std::move(*env),
-                 std::move(*filter), run.stdio->child_fds());
+  // (The run's, not this function's: the child may read it in this
+  // process's memory until it has exec'd or is gone.)
+  const ChildPlan& plan =
+      run.child_plan.emplace(run.identity->uid, run.identity->gid, r.record.workspace,
+                             exec_candidates(run.opts.command[0], kSandboxPath), run.opts.command,
+                             std::move(*env), std::move(*filter), run.stdio->child_fds());
   if (int sig = run.signals->take()) {
     res.interrupted_by = sig;
     return Failure{128 + sig, "interrupted by " + signal_name(sig) + " before COMMAND started", "", 0,
@@ -150,8 +156,24 @@ Step spawn(Run& run, std::optional<int>& unstarted) {
   // A new IPC namespace: the run's System V IPC objects and message queues
   // are its own (the scope allows only those: AC_SCOPE_F_OWN_IPC, set by
   // confine) and go with the namespace when its last process ends.
-  auto pid = cgroup::spawn_in_cgroup(
-      r.cg->fd(), [&]() -> int { child_main(plan, report_wr.get(), self); }, CLONE_NEWIPC);
+  // Where it can, the child shares this process's memory until it execs,
+  // and this thread waits meanwhile: no copy of this process's page
+  // tables, no copy-on-write faults on either side (child_main makes raw
+  // system calls only). Else a fork.
+  Result<pid_t> pid = Error{"", 0};
+  if (child_may_share_memory()) {
+    if (!run.child_stack) {
+      auto stack = cgroup::ChildStack::map(kChildStackBytes);
+      if (!stack) return internal(stack.error().message, stack.error().code);
+      run.child_stack = std::move(*stack);
+    }
+    ChildStart& start = run.child_start.emplace(ChildStart{&plan, report_wr.get(), self});
+    pid = cgroup::spawn_in_cgroup_sharing_memory(r.cg->fd(), *run.child_stack, start_child, &start,
+                                                 CLONE_NEWIPC);
+  } else {
+    pid = cgroup::spawn_in_cgroup(
+        r.cg->fd(), [&]() -> int { child_main(plan, report_wr.get(), self); }, CLONE_NEWIPC);
+  }
   if (!pid) return internal(pid.error().message, pid.error().code);
   run.pid = *pid;
   report_wr.reset();
@@ -168,11 +190,10 @@ Step spawn(Run& run, std::optional<int>& unstarted) {
                                   report.step == static_cast<int32_t>(ChildStep::seccomp_listener) &&
                                   report.err == 0;
     if (!listener_message) break;
-    // The listener, exactly once; then the child may go on to exec.
-    const char go = 1;
-    if (!passed || r.seccomp || ::write(report_rd.get(), &go, 1) != 1) {
-      // The child waits for the go-ahead (never given) or fails on the
-      // closed socket: it runs nothing of COMMAND.
+    // The listener, exactly once. Else the run ends here: whatever of
+    // COMMAND started meanwhile, its denied calls waited for the listener
+    // (or fail with ENOSYS once it is gone with this socket).
+    if (!passed || r.seccomp) {
       report = ChildFailure{static_cast<int32_t>(ChildStep::seccomp_listener), passed ? EPROTO : EBADMSG};
       got = sizeof report;
       (void)r.cg->kill_all();
@@ -182,8 +203,8 @@ Step spawn(Run& run, std::optional<int>& unstarted) {
   }
   report_rd.reset();
   if (got == 0 && !r.seccomp) {
-    // exec without a listener cannot happen (the child waits for the
-    // go-ahead); should it, the run ends here, before it does anything.
+    // exec without a listener cannot happen (the child sends it first);
+    // should it, the run ends here.
     (void)r.cg->kill_all();
     report = ChildFailure{static_cast<int32_t>(ChildStep::seccomp_listener), EPROTO};
     got = sizeof report;
