@@ -31,6 +31,7 @@
 #include "kernel_env.h"
 #include "probes.h"
 #include "run/options.h"
+#include "run/sandbox.h"
 #include "run_helpers.h"
 
 namespace agentcage::kt {
@@ -308,6 +309,10 @@ TEST_F(Run, AnExecOverTheMemoryLimitFailsTheRunNotAgentcage) {
   // cgroup. Over memory.max, the kernel must not pick that process as an
   // out-of-memory victim: every process sharing its memory would go with
   // it, agentcage included, with nothing reported and nothing removed.
+  if (cgroup::can_spawn_sharing_memory()) {
+    ASSERT_TRUE(run::child_may_share_memory())
+        << "fs.suid_dumpable 1: runs fork, the shared clone goes untested";
+  }
   SpawnOptions o;
   o.policy = std::string(AGENTCAGE_SOURCE_DIR) + "/bench/run-true.yaml";  // /usr/bin/true, allowed
   std::vector<std::string> args = {"--memory", "1Mi", "--", "/usr/bin/true"};

@@ -13,6 +13,7 @@
 #include <filesystem>
 #include <fstream>
 #include <string>
+#include <utility>
 
 #include "cgroup/cgroup.h"
 #include "kernel_env.h"
@@ -96,22 +97,26 @@ TEST(SpawnSharingMemory, TheChildStartsInTheCgroupInTheCallersMemoryOnItsOwnStac
   EXPECT_TRUE(cg->remove().ok());
 }
 
-TEST(SpawnSharingMemory, OnlyWhileTheIdentityChangeLeavesTheChildNotDumpable) {
+TEST(SpawnSharingMemory, NotWhileTheIdentityChangeLeavesTheChildDumpableByItsUser) {
   if (!cgroup::can_spawn_sharing_memory()) GTEST_SKIP() << "not on this architecture: runs fork";
   if (!::agentcage::kt::kernel_required() && ::geteuid() != 0) GTEST_SKIP() << "needs root";
-  // With fs.suid_dumpable 1 the kernel leaves a process dumpable through
-  // setresuid: the sandbox user could then ptrace COMMAND's process while it
-  // is still in agentcage's memory. A run forks then.
+  // setresuid sets a process's dumpable flag to fs.suid_dumpable. At 1 the
+  // sandbox user could ptrace COMMAND's process while it is still in
+  // agentcage's memory: a run forks then. 0 and 2 leave it to CAP_SYS_PTRACE.
   const fs::path sysctl = "/proc/sys/fs/suid_dumpable";
   std::string was;
   std::ifstream(sysctl) >> was;
-  ASSERT_EQ(was, "0");
-  for (const char* value : {"1", "2"}) {
+  ASSERT_FALSE(was.empty());
+  struct Restore {
+    const fs::path& file;
+    const std::string& value;
+    ~Restore() { std::ofstream(file) << value; }
+  } restore{sysctl, was};
+  const std::pair<const char*, bool> cases[] = {{"1", false}, {"2", true}, {"0", true}};
+  for (const auto& [value, shares] : cases) {
     std::ofstream(sysctl) << value;
-    EXPECT_FALSE(run::child_may_share_memory()) << "fs.suid_dumpable " << value;
+    EXPECT_EQ(run::child_may_share_memory(), shares) << "fs.suid_dumpable " << value;
   }
-  std::ofstream(sysctl) << "0";
-  EXPECT_TRUE(run::child_may_share_memory());
 }
 
 }  // namespace

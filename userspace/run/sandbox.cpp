@@ -248,7 +248,7 @@ bool child_may_share_memory() {
   if (fd < 0) return false;
   const ssize_t n = ::read(fd, value, sizeof value - 1);
   ::close(fd);
-  return n >= 1 && value[0] == '0' && (n == 1 || value[1] == '\n');
+  return n >= 1 && (value[0] == '0' || value[0] == '2') && (n == 1 || value[1] == '\n');
 }
 
 void start_child(void* arg) {

@@ -89,10 +89,10 @@ class ChildPlan {
 
 // Whether COMMAND's process may start in agentcage's memory
 // (cgroup::spawn_in_cgroup_sharing_memory): where the architecture allows
-// it, and only while fs.suid_dumpable is 0. Otherwise the identity change
-// would leave the child dumpable (the kernel sets suid_dumpable then), and
-// agentcage's memory open to the sandbox user's ptrace until the exec; a
-// fork then.
+// it, and unless fs.suid_dumpable is 1. The identity change sets the
+// child's dumpable flag to that value; 1 would leave it, and agentcage's
+// memory, open to the sandbox user's ptrace until the exec (0 and 2 need
+// CAP_SYS_PTRACE). A fork then; also when the value cannot be read.
 bool child_may_share_memory();
 
 // child_main's arguments for a child started with one pointer.

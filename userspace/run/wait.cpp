@@ -209,10 +209,16 @@ Step spawn(Run& run, std::optional<int>& unstarted) {
     report = ChildFailure{static_cast<int32_t>(ChildStep::seccomp_listener), EPROTO};
     got = sizeof report;
   }
-  if (got != 0)
+  if (got != 0) {
+    // Not started, whatever was said: nothing of the run goes on without
+    // agentcage watching it. A child that reported a failure exits anyway;
+    // one whose report was lost (a receive error) may have exec'd: its
+    // cgroup is killed before agentcage waits for it.
+    (void)r.cg->kill_all();
     unstarted = report_unstarted(run, got, report);
-  else
+  } else {
     res.started = true;
+  }
   return {};
 }
 
