@@ -94,8 +94,8 @@ namespace {
 constexpr int kReportFd = 3;
 
 // The child makes raw system calls only (util/raw_syscall.h): it may share
-// the parent's memory (spawn_child), errno and the C library's state
-// included. Each returns its result or -errno.
+// the parent's memory (cgroup::spawn_in_cgroup_sharing_memory), errno and
+// the C library's state included. Each returns its result or -errno.
 [[noreturn]] void child_exit(int code) {
   for (;;) (void)raw_syscall(SYS_exit_group, code);
 }

@@ -139,21 +139,7 @@ SyscallReport SyscallSupervisor::report() const {
 int hand_over_listener(int sock, int listener, const void* message, size_t size) {
   // Raw calls only (util/raw_syscall.h): the child may share the parent's
   // memory, errno included.
-  iovec iov{const_cast<void*>(message), size};
-  alignas(cmsghdr) char control[CMSG_SPACE(sizeof(int))] = {};
-  msghdr msg{};
-  msg.msg_iov = &iov;
-  msg.msg_iovlen = 1;
-  msg.msg_control = control;
-  msg.msg_controllen = sizeof control;
-  cmsghdr* c = CMSG_FIRSTHDR(&msg);
-  c->cmsg_level = SOL_SOCKET;
-  c->cmsg_type = SCM_RIGHTS;
-  c->cmsg_len = CMSG_LEN(sizeof(int));
-  std::memcpy(CMSG_DATA(c), &listener, sizeof(int));
-  long n;
-  do n = raw_syscall(SYS_sendmsg, sock, sysarg(&msg), MSG_NOSIGNAL);
-  while (n == -EINTR);
+  const long n = send_with_fd_raw(sock, message, size, listener);
   const int err = n == static_cast<long>(size) ? 0 : n < 0 ? static_cast<int>(-n) : EIO;
   // The run must never hold the listener: it could answer its own calls.
   (void)raw_syscall(SYS_close, listener);

@@ -162,11 +162,9 @@ Step spawn(Run& run, std::optional<int>& unstarted) {
   // system calls only). Else a fork.
   Result<pid_t> pid = Error{"", 0};
   if (child_may_share_memory()) {
-    if (!run.child_stack) {
-      auto stack = cgroup::ChildStack::map(kChildStackBytes);
-      if (!stack) return internal(stack.error().message, stack.error().code);
-      run.child_stack = std::move(*stack);
-    }
+    auto stack = cgroup::ChildStack::map(kChildStackBytes);
+    if (!stack) return internal(stack.error().message, stack.error().code);
+    run.child_stack = std::move(*stack);
     ChildStart& start = run.child_start.emplace(ChildStart{&plan, report_wr.get(), self});
     pid = cgroup::spawn_in_cgroup_sharing_memory(r.cg->fd(), *run.child_stack, start_child, &start,
                                                  CLONE_NEWIPC);

@@ -6,6 +6,8 @@
 #include <cerrno>
 #include <cstring>
 
+#include "util/raw_syscall.h"
+
 namespace agentcage {
 namespace {
 
@@ -28,16 +30,25 @@ struct OneFdMessage {
 
 }  // namespace
 
-ssize_t send_with_fd(int sock, const void* data, size_t size, int fd) {
+long send_with_fd_raw(int sock, const void* data, size_t size, int fd) {
   OneFdMessage m(const_cast<void*>(data), size);
   cmsghdr* c = CMSG_FIRSTHDR(&m.msg);
   c->cmsg_level = SOL_SOCKET;
   c->cmsg_type = SCM_RIGHTS;
   c->cmsg_len = CMSG_LEN(sizeof(int));
   std::memcpy(CMSG_DATA(c), &fd, sizeof(int));
-  ssize_t n;
-  do n = ::sendmsg(sock, &m.msg, MSG_NOSIGNAL);
-  while (n < 0 && errno == EINTR);
+  long n;
+  do n = raw_syscall(SYS_sendmsg, sock, sysarg(&m.msg), MSG_NOSIGNAL);
+  while (n == -EINTR);
+  return n;
+}
+
+ssize_t send_with_fd(int sock, const void* data, size_t size, int fd) {
+  const long n = send_with_fd_raw(sock, data, size, fd);
+  if (n < 0) {
+    errno = static_cast<int>(-n);
+    return -1;
+  }
   return n;
 }
 

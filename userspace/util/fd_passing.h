@@ -14,6 +14,9 @@ namespace agentcage {
 // Sends `size` bytes of `data` with `fd` attached on `sock` (MSG_NOSIGNAL,
 // EINTR retried). The bytes sent, or -1 with errno.
 ssize_t send_with_fd(int sock, const void* data, size_t size, int fd);
+// The same with a raw system call (util/raw_syscall.h), for a child that
+// may share its parent's memory: the bytes sent or -errno, errno untouched.
+long send_with_fd_raw(int sock, const void* data, size_t size, int fd);
 
 // Receives up to `size` bytes into `buf` and the descriptor sent with them,
 // if any, into `fd` (close-on-exec; room for one: a message with more is
