@@ -7,20 +7,25 @@
 // enforces (the VM: tests/vm/run --kernel 6.1|6.12).
 #include <fcntl.h>
 #include <grp.h>
+#include <linux/magic.h>
 #include <netinet/in.h>
 #include <signal.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
+#include <sys/statfs.h>
 #include <unistd.h>
 
 #include <algorithm>
 #include <cstdio>
 #include <cstring>
 #include <ctime>
+#include <fstream>
+#include <sstream>
 #include <string>
 #include <vector>
 
 #include "control/protocol.h"
+#include "core/limits.h"
 #include "core/paths.h"
 #include "daemon_run_env.h"
 #include "fuse_server.h"
@@ -668,15 +673,19 @@ TEST_F(DaemonRun, ASpareRunMadeAheadServesOneRunAndGoesWithTheDaemon) {
       << "a spare is not a run";
 
   // The next run is the spare's: its id, uid, workspace and cgroup, with
-  // the run's own limits written now.
+  // the run's limits (the first run's: written ahead by the spare).
   Proc second = client_run("second", {}, {"sh", "-c", "cat /proc/self/cgroup; sleep 2"});
-  EXPECT_TRUE(wait_until(
-      [&] { return slurp(fs::path(cg) / "memory.max") == std::to_string(256u << 20) + "\n"; }, 15s))
-      << slurp(fs::path(cg) / "memory.max");
   // Its record is a run's now, and the daemon counts it.
   const fs::path record = "/run/agentcage/runs/" + id + ".json";
-  const json live = json::parse(slurp(record), nullptr, false);
-  EXPECT_TRUE(live.is_object() && !live.contains("spare")) << live.dump();
+  json live;
+  EXPECT_TRUE(wait_until(
+      [&] {
+        live = json::parse(slurp(record), nullptr, false);
+        return live.is_object() && !live.contains("spare");
+      },
+      15s))
+      << live.dump();
+  EXPECT_EQ(slurp(fs::path(cg) / "memory.max"), std::to_string(256u << 20) + "\n");
   EXPECT_TRUE(wait_until([&] { return status()["daemon"]["runs_active"] == 1; }, 5s));
   EXPECT_EQ(wait_exit(second.pid), 0) << out("second");
   json r = result("second");
@@ -713,6 +722,116 @@ TEST_F(DaemonRun, ASpareRunMadeAheadServesOneRunAndGoesWithTheDaemon) {
   EXPECT_TRUE(wait_until([&] { return run_cgroups().empty() && spare_pids().empty(); }, 15s))
       << testing::PrintToString(run_cgroups());
   EXPECT_FALSE(fs::exists(last["workspace"].get<std::string>()));
+}
+
+// The limits a spare wrote ahead (the last run's) serve a run with the same
+// ones; a run with others has exactly its own: what it lacks goes back to
+// the kernel's default, and its workspace's tmpfs is of its own size.
+TEST_F(DaemonRun, TheLimitsASpareWroteAheadAreTheRunsOwnOrReplacedByThem) {
+  start();
+  const auto spare = [] {
+    for (const auto& e : fs::directory_iterator("/run/agentcage/runs")) {
+      const json r = json::parse(slurp(e.path()), nullptr, false);
+      if (e.path().extension() == ".json" && r.is_object() && r.value("spare", false) &&
+          r.contains("sandbox_uid") && r.value("cgroup_id", uint64_t{0}) != 0)
+        return r;
+    }
+    return json();
+  };
+  const auto tmpfs_bytes = [](const std::string& dir) -> uint64_t {
+    struct statfs s {};
+    if (::statfs(dir.c_str(), &s) != 0 || s.f_type != TMPFS_MAGIC) return 0;
+    return static_cast<uint64_t>(s.f_blocks) * static_cast<uint64_t>(s.f_bsize);
+  };
+  // How many file systems are mounted at `dir` (one tmpfs, never one over another).
+  const auto mounts_at = [](const std::string& dir) {
+    std::ifstream in("/proc/self/mountinfo");
+    size_t n = 0;
+    for (std::string line; std::getline(in, line);) {
+      std::istringstream fields(line);
+      std::string id, parent, dev, root, point;
+      fields >> id >> parent >> dev >> root >> point;
+      n += point == dir;
+    }
+    return n;
+  };
+  struct Seen {
+    std::string memory, pids, cpu;
+    uint64_t disk = 0;
+  };
+  const auto seen = [&](const json& record) {
+    const fs::path cg = record["cgroup"].get<std::string>();
+    return Seen{slurp(cg / "memory.max"), slurp(cg / "pids.max"), slurp(cg / "cpu.max"),
+                tmpfs_bytes(record["workspace"].get<std::string>())};
+  };
+  const std::vector<std::string> first = {"--memory", "300Mi", "--pids", "8", "--disk", "2Mi"};
+  Proc a = client_run("a", first, {"true"});
+  ASSERT_EQ(wait_exit(a.pid), 0) << out("a");
+  json next;
+  ASSERT_TRUE(wait_until([&] { return (next = spare()).is_object(); }, 15s)) << log();
+  // Ahead: the cgroup's limits and the workspace's tmpfs, in the record too.
+  ASSERT_TRUE(wait_until([&] { return seen(next).disk != 0; }, 15s)) << next.dump();
+  next = spare();
+  Seen s = seen(next);
+  EXPECT_EQ(s.memory, std::to_string(300u << 20) + "\n");
+  EXPECT_EQ(s.pids, "8\n");
+  EXPECT_EQ(s.disk, 2u << 20);
+  EXPECT_EQ(next.value("workspace_tmpfs_bytes", uint64_t{0}), 2u << 20) << next.dump();
+
+  // The same limits: the spare's, as they are.
+  Proc b = client_run("b", first, {"sh", "-c", "echo x > out.txt; sleep 2"});
+  ASSERT_TRUE(wait_until(
+      [&] {
+        return result("b").is_object() ||
+               fs::exists(fs::path(next["workspace"].get<std::string>()) / "out.txt");
+      },
+      15s));
+  s = seen(next);
+  EXPECT_EQ(s.memory, std::to_string(300u << 20) + "\n");
+  EXPECT_EQ(s.pids, "8\n");
+  EXPECT_EQ(s.disk, 2u << 20);
+  ASSERT_EQ(wait_exit(b.pid), 0) << out("b");
+  EXPECT_EQ(result("b")["run_id"], next["run_id"]);
+  EXPECT_EQ(result("b")["limits"]["pids"], 8);
+
+  // Others: a cpu limit the spare had not, the policy's memory and the
+  // default pids it had others of, another disk size.
+  ASSERT_TRUE(wait_until([&] { return (next = spare()).is_object() && seen(next).disk != 0; }, 15s)) << log();
+  Proc c = client_run("c", {"--cpu", "0.5", "--disk", "4Mi"}, {"sh", "-c", "echo x > out.txt; sleep 2"});
+  ASSERT_TRUE(wait_until(
+      [&] {
+        return result("c").is_object() ||
+               fs::exists(fs::path(next["workspace"].get<std::string>()) / "out.txt");
+      },
+      15s));
+  s = seen(next);
+  EXPECT_EQ(s.memory, std::to_string(256u << 20) + "\n");
+  EXPECT_EQ(s.pids, std::string(core::kDefaultPids) + "\n");
+  EXPECT_EQ(s.cpu, "50000 100000\n");
+  EXPECT_EQ(s.disk, 4u << 20);
+  EXPECT_EQ(mounts_at(next["workspace"]), 1u);
+  const json live = json::parse(slurp("/run/agentcage/runs/" + next["run_id"].get<std::string>() + ".json"),
+                                nullptr, false);
+  EXPECT_EQ(live.value("workspace_tmpfs_bytes", uint64_t{0}), 4u << 20) << live.dump();
+  ASSERT_EQ(wait_exit(c.pid), 0) << out("c");
+  EXPECT_EQ(result("c")["run_id"], next["run_id"]);
+
+  // A limit the spare wrote (the cpu's) and the run has none of goes.
+  ASSERT_TRUE(wait_until([&] { return (next = spare()).is_object() && seen(next).disk != 0; }, 15s)) << log();
+  EXPECT_EQ(seen(next).cpu, "50000 100000\n");
+  Proc d = client_run("d", {}, {"sh", "-c", "echo x > out.txt; sleep 2"});
+  ASSERT_TRUE(wait_until(
+      [&] {
+        return result("d").is_object() ||
+               fs::exists(fs::path(next["workspace"].get<std::string>()) / "out.txt");
+      },
+      15s));
+  s = seen(next);
+  EXPECT_EQ(s.cpu, "max 100000\n");
+  EXPECT_EQ(s.disk, uint64_t{1} << 30);
+  ASSERT_EQ(wait_exit(d.pid), 0) << out("d");
+  EXPECT_EQ(result("d")["run_id"], next["run_id"]);
+  EXPECT_TRUE(wait_until([&] { return nothing_left(); }, 15s));
 }
 
 TEST_F(DaemonRun, TwentyConcurrentClientsEachGetTheirOwnOutputAndResult) {

@@ -77,6 +77,37 @@ std::string encode(const std::string& policy_file, const std::vector<std::string
   return out;
 }
 
+// A spare's words (instead of a runner's, which start with "agentcage"):
+// kSpareWord, then the limits of the run it expects, "NAME=VALUE" each.
+constexpr const char* kSpareWord = "spare";
+
+std::vector<std::string> spare_words(const run::RunOptions& limits) {
+  std::vector<std::string> words{kSpareWord};
+  for (const auto& [name, value] : {std::pair{"memory", &limits.memory},
+                                    {"pids", &limits.pids},
+                                    {"cpu", &limits.cpu},
+                                    {"disk", &limits.disk}})
+    if (*value) words.push_back(std::string(name) + "=" + **value);
+  return words;
+}
+
+// The limits of spare_words (a word it does not know is left out: the run
+// writes what the spare did not).
+run::RunOptions spare_limits(const std::vector<std::string>& words) {
+  run::RunOptions limits;
+  for (size_t i = 1; i < words.size(); ++i) {
+    const std::string& w = words[i];
+    const size_t eq = w.find('=');
+    if (eq == std::string::npos) continue;
+    const std::string name = w.substr(0, eq), value = w.substr(eq + 1);
+    if (name == "memory") limits.memory = value;
+    if (name == "pids") limits.pids = value;
+    if (name == "cpu") limits.cpu = value;
+    if (name == "disk") limits.disk = value;
+  }
+  return limits;
+}
+
 bool decode(const char* data, size_t size, std::string& policy_file, std::vector<std::string>& argv,
             std::vector<std::string>& env) {
   std::vector<std::string> words;
@@ -209,7 +240,8 @@ void enter_runner(pid_t daemon, const int fds[kRunnerFds], std::vector<int> also
 // on `handover`; then it is a runner like any other. When the daemon closes
 // `handover` instead, it removes what it prepared and exits.
 [[noreturn]] void become_spare(pid_t daemon, int go, int handover, int result, int notices,
-                               const std::vector<std::string>& env, const CommandLine& command_line) {
+                               const std::vector<std::string>& env, const run::RunOptions& limits,
+                               const CommandLine& command_line) {
   UniqueFd null(::open("/dev/null", O_RDWR | O_CLOEXEC));
   if (!null) ::_exit(125);
   const int fds[kRunnerFds] = {null.get(), null.get(), null.get(), result, notices};
@@ -230,7 +262,7 @@ void enter_runner(pid_t daemon, const int fds[kRunnerFds], std::vector<int> also
   // A spare run that cannot be prepared is not: the run then makes its own
   // and says what fails.
   try {
-    (void)run::prepare_spare_run(run::paths_from_env(environ));
+    (void)run::prepare_spare_run(run::paths_from_env(environ), limits);
   } catch (...) {
     // (Nothing of it is held: a step's leftovers are the reaper's.)
   }
@@ -307,7 +339,8 @@ void enter_runner(pid_t daemon, const int fds[kRunnerFds], std::vector<int> also
     args.flags = CLONE_PARENT | CLONE_PIDFD;
     args.pidfd = reinterpret_cast<uintptr_t>(&pidfd);
     const long pid = ::syscall(SYS_clone3, &args, sizeof args);
-    if (pid == 0 && argv.empty()) become_spare(daemon, go, handover, result, notices, env, command_line);
+    if (pid == 0 && !argv.empty() && argv[0] == kSpareWord)
+      become_spare(daemon, go, handover, result, notices, env, spare_limits(argv), command_line);
     if (pid == 0) become_runner(daemon, go, handover, result, notices, std::move(argv), env, command_line);
     if (pid < 0) {
       // No clone3 here at all (an older kernel, a seccomp profile that
@@ -488,10 +521,11 @@ Result<Runner> RunForker::spawn(const std::vector<std::string>& argv, const std:
   return std::move(cloned->runner);
 }
 
-Result<SpareRunner> RunForker::spare(const std::vector<std::string>& env, const std::string& policy_file) {
+Result<SpareRunner> RunForker::spare(const std::vector<std::string>& env, const std::string& policy_file,
+                                     const run::RunOptions& limits) {
   auto channels = runner_channels();
   if (!channels) return channels.error();
-  auto cloned = clone_runner(encode(policy_file, {}, env), channels->result_runner.get(),
+  auto cloned = clone_runner(encode(policy_file, spare_words(limits), env), channels->result_runner.get(),
                              channels->notices_runner.get());
   if (!cloned) return cloned.error();
   // Room for the largest run's words in one message.

@@ -40,6 +40,7 @@
 #include <string>
 #include <vector>
 
+#include "run/options.h"
 #include "util/result.h"
 #include "util/unique_fd.h"
 
@@ -108,8 +109,11 @@ class RunForker {
 
   // A spare runner with `env` (as spawn's), which prepares its run at once.
   // `policy_file`: prepared by the server first, as spawn's (the spare
-  // inherits every policy the server prepared before it).
-  Result<SpareRunner> spare(const std::vector<std::string>& env, const std::string& policy_file = {});
+  // inherits every policy the server prepared before it). `limits`: those
+  // of the run it expects, as a run's --memory, --pids, --cpu and --disk
+  // (a value or `unlimited`; --timeout is not used), written ahead.
+  Result<SpareRunner> spare(const std::vector<std::string>& env, const std::string& policy_file = {},
+                            const run::RunOptions& limits = {});
   // Hands `spare` its run: `argv` as spawn's, and the client's stdin,
   // stdout and stderr. An error: the spare did not get them (kill it).
   static Status hand_over(SpareRunner& spare, const std::vector<std::string>& argv, const int stdio[3]);

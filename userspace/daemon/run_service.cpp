@@ -368,8 +368,14 @@ std::optional<json> RunService::launch(const control::Request& req, const Peer& 
   loop_.add(key, EPOLLIN, [this, key](uint32_t) { reaped(key); });
   log::info("run for uid " + std::to_string(peer.uid) + " (pid " + std::to_string(peer.pid) +
             ") under policy " + req.policy + ": runner pid " + std::to_string(pid));
-  // The next run's spare, with this run's policy prepared.
+  // The next run's spare, with this run's policy prepared and its limits
+  // written (a client calls again as it did).
   spare_policy_file_ = policy_file;
+  spare_limits_ = {};
+  spare_limits_.memory = capped->memory;
+  spare_limits_.pids = capped->pids;
+  spare_limits_.cpu = capped->cpu;
+  spare_limits_.disk = capped->disk;
   prepare_spare();
   return std::nullopt;
 }
@@ -390,7 +396,7 @@ void RunService::prepare_spare() {
   if (spare_ || stopping_ || !forker_ || !forker_->running() ||
       std::chrono::steady_clock::now() < spares_paused_until_)
     return;
-  auto spare = forker_->spare(runner_env(), spare_policy_file_);
+  auto spare = forker_->spare(runner_env(), spare_policy_file_, spare_limits_);
   if (!spare) {
     if (forker_->running()) {
       log::warn("no spare runner: " + spare.error().message + "; trying again in " +

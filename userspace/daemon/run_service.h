@@ -174,6 +174,7 @@ class RunService {
   std::optional<SpareRunner> spare_;
   std::map<int, UniqueFd> dying_;  // spares killed, reaped once gone (by pidfd)
   std::string spare_policy_file_;  // the last run's, prepared for the next spare
+  run::RunOptions spare_limits_;   // the last run's limits, written ahead by the next spare
   std::chrono::steady_clock::time_point spares_paused_until_{};
   bool stopping_ = false;        // stop_all: no more spares
   std::map<int, Running> runs_;  // by pidfd

@@ -90,6 +90,7 @@ struct SpareRun {
   uint64_t seed = 0;
   Identity identity;
   std::filesystem::path cgroup_root;
+  policy::Limits limits;  // written to the cgroup and the workspace
 };
 
 std::unique_ptr<SpareRun>& spare_run() {
@@ -118,6 +119,7 @@ Step adopt_spare(Run& run) {
   run.seed = spare->seed;
   run.identity = spare->identity;
   run.cgroup_root = spare->cgroup_root;
+  run.spare_limits = spare->limits;
   return {};
 }
 
@@ -168,14 +170,17 @@ void release_stdio(std::ostream& err) {
 
 }  // namespace
 
-Status prepare_spare_run(const Paths& paths) {
+Status prepare_spare_run(const Paths& paths, const RunOptions& limits) {
   auto spare = std::make_unique<SpareRun>();
   spare->opts.paths = paths;
   std::ostream quiet(nullptr);
   Run run(spare->opts, spare->res, quiet);
   run.resources.record.spare = true;
-  // No limit: no tmpfs, no controller; the run writes its own.
-  run.limits.emplace();
+  // Limits that are not valid: none (no tmpfs, no controller); the run
+  // writes its own. Each one the daemon states (a value or `unlimited`):
+  // no policy's default applies.
+  auto expected = effective_limits(policy::Limits{}, limits);
+  run.limits = expected ? *expected : policy::Limits{};
   for (auto step : {check_root, create_record, choose_identity, prepare_workspace, create_cgroup})
     if (Step st = step(run); !st) {
       (void)teardown(run.resources, spare->res, false, std::nullopt, false);
@@ -185,6 +190,7 @@ Status prepare_spare_run(const Paths& paths) {
   spare->seed = run.seed;
   spare->identity = *run.identity;
   spare->cgroup_root = *run.cgroup_root;
+  spare->limits = *run.limits;
   spare_run() = std::move(spare);
   return {};
 }

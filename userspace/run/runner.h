@@ -55,12 +55,16 @@ void reap_stale_runs(bpf::Enforcer& enforcer, const Paths& paths, std::ostream& 
 // for, made by a spare runner of the daemon's fork server before its
 // request arrives (daemon/run_forker.h): the run id and its record, a
 // dynamic uid, an empty fresh workspace of that uid and an empty cgroup
-// below the cgroup parent, with no limit, no scope and no process. The
-// first run of this process takes it over (for a run that names its own
-// --workspace or --user it is removed instead); its limits, tmpfs, policy
-// and scope are the run's own, as always. An error (nothing is left then)
-// when a step fails.
-Status prepare_spare_run(const Paths& paths);
+// below the cgroup parent, with no scope and no process. `limits`: the
+// limits (--memory, --pids, --cpu, --disk as a run's options) the run the
+// daemon expects will have, written ahead: the cgroup's, and the
+// workspace's tmpfs. The first run of this process takes it over (for a
+// run that names its own --workspace or --user it is removed instead);
+// what of the limits differs from its own it writes again (create_cgroup,
+// prepare_workspace), and its policy and scope are its own, as always.
+// Limits that are not valid are none (the run writes its own). An error
+// (nothing is left then) when a step fails.
+Status prepare_spare_run(const Paths& paths, const RunOptions& limits = {});
 // Removes the spare run that no run took (the daemon stops, say); what
 // could not be removed is left to the reaper (its record stays).
 std::vector<std::string> discard_spare_run();

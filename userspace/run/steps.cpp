@@ -2,6 +2,7 @@
 // The setup steps of a run, up to the confined, empty cgroup (run/steps.h).
 #include <fcntl.h>
 #include <pwd.h>
+#include <sys/mount.h>
 #include <sys/random.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -77,29 +78,44 @@ Step save_record(Run& run, FailClosedReason why) {
   return {};
 }
 
-Status write_limits(const cgroup::Cgroup& cg, const policy::Limits& limits) {
+bool same_cgroup_limits(const policy::Limits& a, const policy::Limits& b) {
+  return a.memory_bytes == b.memory_bytes && a.pids == b.pids && a.cpus == b.cpus;
+}
+
+// The cgroup's limits. `before`: what is written there already (a spare
+// run's: run/runner.h); a limit it has and `limits` has not goes back to
+// the kernel's default.
+Status write_limits(const cgroup::Cgroup& cg, const policy::Limits& limits, const policy::Limits& before) {
   const fs::path& p = cg.path();
-  if (limits.memory_bytes) {
-    if (Status st = cgroup::write_file(p / "memory.max", std::to_string(*limits.memory_bytes)); !st)
-      return st;
-    // No swapping around the limit. The file is missing when the kernel
-    // does not account swap; then there is nothing to turn off.
+  // A file of the memory controller the kernel may lack (swap not
+  // accounted, say): then there is nothing to turn off.
+  const auto write_if_there = [&p](const char* file, const std::string& value) -> Status {
     std::error_code ec;
-    if (fs::exists(p / "memory.swap.max", ec))
-      if (Status st = cgroup::write_file(p / "memory.swap.max", "0"); !st) return st;
-    // An OOM kill takes the whole run, not one arbitrary process of it.
-    if (fs::exists(p / "memory.oom.group", ec))
-      if (Status st = cgroup::write_file(p / "memory.oom.group", "1"); !st) return st;
-  }
-  if (limits.pids)
-    if (Status st = cgroup::write_file(p / "pids.max", std::to_string(*limits.pids)); !st) return st;
-  if (limits.cpus) {
-    constexpr uint64_t kPeriodUs = 100000;
-    auto quota = static_cast<uint64_t>(*limits.cpus * static_cast<double>(kPeriodUs) + 0.5);
-    if (quota < 1000) quota = 1000;  // the kernel's minimum quota is 1 ms
-    if (Status st =
-            cgroup::write_file(p / "cpu.max", std::to_string(quota) + " " + std::to_string(kPeriodUs));
+    if (!fs::exists(p / file, ec)) return {};
+    return cgroup::write_file(p / file, value);
+  };
+  if (limits.memory_bytes || before.memory_bytes) {
+    const bool on = limits.memory_bytes.has_value();
+    if (Status st = cgroup::write_file(p / "memory.max", on ? std::to_string(*limits.memory_bytes) : "max");
         !st)
+      return st;
+    // No swapping around the limit.
+    if (Status st = write_if_there("memory.swap.max", on ? "0" : "max"); !st) return st;
+    // An OOM kill takes the whole run, not one arbitrary process of it.
+    if (Status st = write_if_there("memory.oom.group", on ? "1" : "0"); !st) return st;
+  }
+  if (limits.pids || before.pids)
+    if (Status st = cgroup::write_file(p / "pids.max", limits.pids ? std::to_string(*limits.pids) : "max");
+        !st)
+      return st;
+  if (limits.cpus || before.cpus) {
+    constexpr uint64_t kPeriodUs = 100000;
+    std::string quota = "max";
+    if (limits.cpus) {
+      auto us = static_cast<uint64_t>(*limits.cpus * static_cast<double>(kPeriodUs) + 0.5);
+      quota = std::to_string(std::max<uint64_t>(us, 1000));  // the kernel's minimum quota is 1 ms
+    }
+    if (Status st = cgroup::write_file(p / "cpu.max", quota + " " + std::to_string(kPeriodUs)); !st)
       return st;
   }
   return {};
@@ -313,6 +329,16 @@ Status make_workspace(const RunOptions& opts, const Identity& id, const policy::
       r.workspace_created = true;
       r.record.workspace = dir.string();
     }
+    // A spare run's has its tmpfs already when it has one (in its record,
+    // run/runner.h): of the very size, it is the run's; of another size, it
+    // goes first (empty: nothing is lost).
+    const bool mounted =
+        made && r.record.workspace_tmpfs_bytes && r.record.workspace_tmpfs_bytes == limits.disk_bytes;
+    if (made && r.record.workspace_tmpfs_bytes && !mounted) {
+      if (::umount2(r.record.workspace.c_str(), MNT_DETACH) != 0)
+        return Error::from_errno("workspace: unmounting the spare run's tmpfs from " + r.record.workspace);
+      r.record.workspace_tmpfs_bytes.reset();
+    }
     r.record.remove_workspace = !opts.keep;
     // The tmpfs is recorded with the directory, before it is mounted: a
     // reaper must unmount before it removes anything (and one that finds
@@ -321,7 +347,7 @@ Status make_workspace(const RunOptions& opts, const Identity& id, const policy::
     if (Status st = r.lease->write(r.record); !st) return st;
     if (!made && ::chown(r.record.workspace.c_str(), id.uid, id.gid) != 0)
       return Error::from_errno("workspace: chown " + r.record.workspace);
-    if (limits.disk_bytes)
+    if (limits.disk_bytes && !mounted)
       if (Status st = mount_workspace(r.record.workspace, *limits.disk_bytes, id.uid, id.gid); !st) return st;
     return {};
   }
@@ -385,6 +411,14 @@ Step create_cgroup(Run& run) {
   if (!root)
     return refused(why, root.error().message, "mount cgroup v2: mount -t cgroup2 none /sys/fs/cgroup");
   run.cgroup_root = *root;
+  // A spare run's cgroup with these very limits (its parent has their
+  // controllers): nothing to write.
+  const bool written = r.cg && run.spare_limits && same_cgroup_limits(*run.spare_limits, limits);
+  if (written) {
+    res.cgroup = r.cg->path().string();
+    res.scope_id = r.cg->id();
+    return {};
+  }
   std::vector<std::string> required;
   if (limits.memory_bytes) required.push_back("memory");
   if (limits.pids) required.push_back("pids");
@@ -407,7 +441,7 @@ Step create_cgroup(Run& run) {
   }
   res.cgroup = r.cg->path().string();
   res.scope_id = r.cg->id();
-  if (Status st = write_limits(*r.cg, limits); !st)
+  if (Status st = write_limits(*r.cg, limits, run.spare_limits.value_or(policy::Limits{})); !st)
     return refused(why, st.error().message, "check the cgroup controllers (agentcage doctor)",
                    st.error().code);
   return {};

@@ -136,6 +136,9 @@ struct Run {
   std::optional<Identity> identity;
   // create_cgroup: the cgroup2 mount (found once)
   std::optional<std::filesystem::path> cgroup_root;
+  // The limits an adopted spare run (run/runner.h) wrote ahead to the
+  // cgroup; the workspace's tmpfs is in the record (workspace_tmpfs_bytes).
+  std::optional<policy::Limits> spare_limits;
   // spawn
   std::optional<StdioRelay> stdio;
   std::optional<pid_t> pid;
