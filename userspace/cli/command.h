@@ -16,6 +16,9 @@ namespace agentcage::cli {
 // agentcage's own flags, given before the command.
 struct Globals {
   int verbosity = 0;  // how often -v was given
+  // `agentcage run ... -- COMMAND [ARGS...]`: COMMAND and its arguments
+  // (take_run_command).
+  std::vector<std::string> run_command;
 };
 
 // The verbs' actions, keyed by the (sub)command CLI11 parses into.
@@ -36,9 +39,8 @@ class Commands {
   std::vector<std::pair<const CLI::App*, Action>> actions_;
 };
 
-// run.cpp. `command` is COMMAND [ARGS...] when given after "--" (see
-// take_run_command).
-void add_run(CLI::App& app, const Globals& globals, Commands& commands, std::vector<std::string> command);
+// run.cpp. COMMAND [ARGS...], when given after "--", is globals.run_command.
+void add_run(CLI::App& app, const Globals& globals, Commands& commands);
 // Whether the command line is `agentcage [FLAGS] run ...`: its usage errors
 // exit 125, not 2, so they cannot pass for COMMAND's own exit status.
 bool is_run_invocation(int argc, char** argv);
@@ -50,6 +52,10 @@ std::vector<std::string> take_run_command(int& argc, char** argv);
 // agentcage's whole command line (main.cpp): the exit status. Also what a
 // runner the daemon forks calls with `agentcage run ...` (cli/daemon.cpp).
 int main_entry(int argc, char** argv);
+// Builds the command line of `verb` (one of agentcage's) ahead, for this
+// process's next main_entry with that verb (a process the daemon's fork
+// server clones inherits it: main_daemon.cpp). Nothing for another word.
+void prepare_command_line(const char* verb);
 
 void add_policy(CLI::App& app, const Globals& globals, Commands& commands);  // policy.cpp
 void add_attach(CLI::App& app, const Globals& globals, Commands& commands);  // attach.cpp: attach, detach

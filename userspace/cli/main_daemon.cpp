@@ -18,6 +18,9 @@ namespace agentcage::cli {
 int run_daemon(const std::string& config, int verbosity) {
   // The daemon logs what it does (reloads, clients) by default.
   if (verbosity == 0) log::set_level(log::Level::info);
+  // Built once here: each runner, a copy of the fork server, parses its
+  // `agentcage run ...` with its own copy of it.
+  prepare_command_line("run");
   return daemon::daemon_command(config, [](std::vector<std::string> words) {
     std::vector<char*> argv;
     for (auto& w : words) argv.push_back(w.data());

@@ -186,13 +186,15 @@ struct RunArgs {
   run::RunOptions options;
   std::string workspace, timeout, memory, pids, cpus, disk, result, user, policy_dir, io_dir, io_owner, mode;
   std::vector<std::string> labels;
-  std::vector<std::string> command;  // after "--"
 };
 
 int run_action(RunArgs& args, const CLI::App& run, const Globals& globals) {
   // run prints its own one-line reason for a refused load.
   if (globals.verbosity == 0) log::set_level(log::Level::error);
   run::RunOptions& ropts = args.options;
+  // From the environment of the parse (a command line built ahead may be
+  // another process's: cli/command.h).
+  ropts.paths = run::paths_from_env(environ);
   auto opt = [](const std::string& v) { return v.empty() ? std::optional<std::string>{} : std::optional(v); };
   ropts.workspace = opt(args.workspace);
   ropts.timeout = opt(args.timeout);
@@ -222,7 +224,7 @@ int run_action(RunArgs& args, const CLI::App& run, const Globals& globals) {
     ropts.mode = *mode;
   }
   if (!args.policy_dir.empty()) ropts.paths.policy_dir = args.policy_dir;
-  ropts.command = args.command;
+  ropts.command = globals.run_command;
   std::vector<std::string> rest = run.remaining();
   if (!rest.empty() && !ropts.command.empty()) {
     std::cerr << "agentcage: unexpected argument '" << rest.front() << "' before --\n";
@@ -265,7 +267,7 @@ std::vector<std::string> take_run_command(int& argc, char** argv) {
   return command;
 }
 
-void add_run(CLI::App& app, const Globals& globals, Commands& commands, std::vector<std::string> command) {
+void add_run(CLI::App& app, const Globals& globals, Commands& commands) {
   auto* run = app.add_subcommand("run", "Run a command confined by a policy in a cgroup of its own");
   run->footer(with_defaults(kRunHelp));
   auto formatter = std::make_shared<Formatter>();
@@ -276,8 +278,6 @@ void add_run(CLI::App& app, const Globals& globals, Commands& commands, std::vec
   run->prefix_command();
 
   auto args = std::make_shared<RunArgs>();
-  args->options.paths = run::paths_from_env(environ);
-  args->command = std::move(command);
   run->add_option("--policy", args->options.policy,
                   "Policy NAME (looked up as NAME.yaml in the policy directory) or FILE")
       ->type_name("NAME|FILE")
