@@ -78,6 +78,16 @@ Status refuse_nesting(Backend& b, const SlotView& view, const CgroupRef& cg) {
   return {};
 }
 
+// acquire_slot under the lock, with `view` the slots as they are.
+Result<SlotChoice> acquire_slot_in(Backend& b, const SlotView& view, const TransientPolicy& policy) {
+  auto chosen = choose_transient_slot(view, policy.name, bpf::policy_digest(policy.name, policy.compiled),
+                                      policy.share_named);
+  if (!chosen) return chosen.error();
+  if (chosen->install)
+    if (Status s = b.put_transient_policy(chosen->slot, policy.name, policy.compiled); !s) return s.error();
+  return *chosen;
+}
+
 }  // namespace
 
 Result<SlotChoice> acquire_slot(Backend& b, const TransientPolicy& policy) {
@@ -85,11 +95,8 @@ Result<SlotChoice> acquire_slot(Backend& b, const TransientPolicy& policy) {
   Status st = b.with_lock([&]() -> Status {
     auto view = snapshot(b);
     if (!view) return view.error();
-    auto chosen = choose_transient_slot(*view, policy.name, bpf::policy_digest(policy.name, policy.compiled),
-                                        policy.share_named);
+    auto chosen = acquire_slot_in(b, *view, policy);
     if (!chosen) return chosen.error();
-    if (chosen->install)
-      if (Status s = b.put_transient_policy(chosen->slot, policy.name, policy.compiled); !s) return s;
     choice = *chosen;
     return {};
   });
@@ -139,7 +146,7 @@ Result<Confinement> confine(Backend& b, const CgroupRef& cg, const PolicyRef& po
       choice = SlotChoice{AC_SLOT_NONE, false, false};
     } else {
       const auto& transient = std::get<TransientPolicy>(policy);
-      auto acquired = acquire_slot(b, transient);
+      auto acquired = acquire_slot_in(b, *view, transient);
       if (!acquired) return acquired.error();
       choice = *acquired;
       out.policy_name = transient.name;
