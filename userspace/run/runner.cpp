@@ -143,14 +143,16 @@ int run_steps(Run& run) {
 
   std::optional<int> unstarted;
   int code;
-  if (Step st = spawn(run, unstarted); !st)
+  if (Step st = spawn(run, unstarted); !st) {
     code = fail(run, st.failure());
-  else if (unstarted)
+  } else if (unstarted) {
     code = *unstarted;
-  else if (Step wst = wait_for_end(run); !wst)
-    code = fail(run, wst.failure());
-  else
-    code = finish(run);
+  } else {
+    // While COMMAND starts (this process only waits for it).
+    save_started_record(run);
+    Step wst = wait_for_end(run);
+    code = wst ? finish(run) : fail(run, wst.failure());
+  }
   drain_stdio(run);  // after a child that never exec'd
   return code;
 }

@@ -75,6 +75,7 @@ Failure refused(FailClosedReason why, std::string reason, std::string fix = {}, 
 Step save_record(Run& run, FailClosedReason why) {
   if (Status st = run.resources.lease->write(run.resources.record); !st)
     return refused(why, st.error().message);
+  run.resources.record_start_unsaved = false;
   return {};
 }
 
@@ -330,11 +331,15 @@ Status make_workspace(const RunOptions& opts, const Identity& id, const policy::
       r.record.workspace = dir.string();
     }
     // A spare run's has its tmpfs already when it has one (in its record,
-    // run/runner.h): of the very size, it is the run's; of another size, it
-    // goes first (empty: nothing is lost).
-    const bool mounted =
-        made && r.record.workspace_tmpfs_bytes && r.record.workspace_tmpfs_bytes == limits.disk_bytes;
-    if (made && r.record.workspace_tmpfs_bytes && !mounted) {
+    // run/runner.h): of the very size (or none, and none wanted), it is the
+    // run's, and its record on file differs only in that the run started;
+    // of another size, it goes first (empty: nothing is lost).
+    if (made && r.record.workspace_tmpfs_bytes == limits.disk_bytes &&
+        r.record.remove_workspace == !opts.keep) {
+      r.record_start_unsaved = true;
+      return {};
+    }
+    if (made && r.record.workspace_tmpfs_bytes) {
       if (::umount2(r.record.workspace.c_str(), MNT_DETACH) != 0)
         return Error::from_errno("workspace: unmounting the spare run's tmpfs from " + r.record.workspace);
       r.record.workspace_tmpfs_bytes.reset();
@@ -347,7 +352,7 @@ Status make_workspace(const RunOptions& opts, const Identity& id, const policy::
     if (Status st = r.lease->write(r.record); !st) return st;
     if (!made && ::chown(r.record.workspace.c_str(), id.uid, id.gid) != 0)
       return Error::from_errno("workspace: chown " + r.record.workspace);
-    if (limits.disk_bytes && !mounted)
+    if (limits.disk_bytes)
       if (Status st = mount_workspace(r.record.workspace, *limits.disk_bytes, id.uid, id.gid); !st) return st;
     return {};
   }
@@ -547,6 +552,16 @@ Step confine(Run& run) {
     if (Step st = save_record(run, why); !st) return st;
   }
   return {};
+}
+
+void save_started_record(Run& run) {
+  Resources& r = run.resources;
+  if (!r.record_start_unsaved || !r.lease) return;
+  if (Status st = r.lease->write(r.record); !st)
+    run.err << "agentcage: warning: saving the run's record: " << st.error().message
+            << " (the record of the spare run it took names all it holds)\n";
+  else
+    r.record_start_unsaved = false;
 }
 
 }  // namespace agentcage::run

@@ -90,6 +90,11 @@ struct Resources {
   std::unique_ptr<bpf::Enforcer> enforcer;
   std::optional<RunLease> lease;
   RunRecord record;
+  // The record's file is an adopted spare run's (run/runner.h), which
+  // differs from `record` only in saying that the run started (spare,
+  // started_unix_ms): everything in it is removed the same way. Saved
+  // once COMMAND is on its way (save_started_record).
+  bool record_start_unsaved = false;
   std::optional<UidLease> uid_lease;
   bool workspace_created = false;  // by agentcage (else: the caller's --workspace)
   // The caller's --workspace, opened when the run began: handed back through
@@ -181,6 +186,10 @@ Step create_cgroup(Run& run);
 Step fill_workspace(Run& run);
 // The cgroup under the run's policy (scope/scope.h).
 Step confine(Run& run);
+// The record, when only its start is not saved yet (record_start_unsaved):
+// off the way to COMMAND's start. A failure is a warning on `run.err`: the
+// record on file still names everything the run holds.
+void save_started_record(Run& run);
 
 // ---- the process (run/wait.cpp) -------------------------------------------
 // Tells the daemon the run started, then spawns COMMAND into the cgroup.
