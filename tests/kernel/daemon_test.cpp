@@ -120,6 +120,34 @@ TEST_F(Daemon, PrometheusScrapesDecisionsAfterADeniedRun) {
   EXPECT_EQ(text.find("/etc/passwd"), std::string::npos);
 }
 
+// A run on a transient slot of its own (--mode audit: not the named policy's
+// rules) has its last decisions counted when it ends: the daemon reads the
+// slot its run_end notice names before it answers the notice, so they are
+// in the metrics when `agentcage run` exits (the daemon's own look at every
+// slot comes once a second: a decision in the run's last moments, after
+// two seconds, is rarely there by then without it).
+TEST_F(Daemon, ARunsLastDecisionsOnItsTransientSlotAreCountedAtItsEnd) {
+  start_daemon();
+  const std::optional<uint32_t> named = named_slot(status(), "dtest");
+  ASSERT_TRUE(named);
+  const std::string audits =
+      "agentcage_decisions_total{decision=\"audit\",hook=\"file_open\",policy=\"dtest\"}";
+  const double before = std::max(0.0, scrape(audits));
+  Proc run = start_run({"sh", "-c", "sleep 2; cat /etc/passwd"}, "audited", {"--mode", "audit"});
+  ASSERT_EQ(wait_exit(run.pid), 0) << slurp(run.out);
+  const double after = scrape(audits);
+  const json result = json::parse(slurp(dir_ / "audited.json"), nullptr, false);
+  ASSERT_TRUE(result.is_object()) << slurp(run.out);
+  // The slot its decisions were taken on (its records say): its own.
+  const json records = result["denials"].value("records", json::array());
+  ASSERT_FALSE(records.empty()) << result.dump();
+  EXPECT_NE(records[0]["policy_slot"].get<uint32_t>(), *named) << "not a transient slot";
+  // Every one of them (cat's at the end included), no later than the run's end.
+  const double audited = result["denials"]["audited_by_hook"].value("file_open", 0.0);
+  EXPECT_GE(audited, 1) << result.dump();
+  EXPECT_EQ(after - before, audited) << "before " << before << ", after " << after;
+}
+
 // A name the run's resolver refused reaches the daemon when the run ends: one
 // audit line per name (with the run id and the count the result has) and
 // agentcage_decisions_total{hook="dns",decision="deny"}.

@@ -395,6 +395,13 @@ TEST(ControlRequest, ValidRequests) {
       R"({"op":"run_end","run_id":"0123456789abcdef","policy":"p","outcome":"ok","exit_code":0,"duration_seconds":1,"syscalls_denied":9007199254740992})");
   ASSERT_TRUE(most.ok()) << most.error().message;
   EXPECT_EQ(most->syscalls_denied, control::kMaxSyscallsDenied);
+  EXPECT_FALSE(most->policy_slot);
+  EXPECT_FALSE(control::to_json(*most).contains("policy_slot"));
+  auto slotted = control::parse_request(
+      R"({"op":"run_end","run_id":"0123456789abcdef","policy":"p","outcome":"ok","exit_code":0,"duration_seconds":1,"policy_slot":17})");
+  ASSERT_TRUE(slotted.ok()) << slotted.error().message;
+  EXPECT_EQ(slotted->policy_slot, 17u);
+  EXPECT_EQ(control::to_json(*slotted)["policy_slot"], 17);
   auto start = control::parse_request(
       R"({"op":"run_start","run_id":"0123456789abcdef","policy":"p","scope_id":18446744073709551615})");
   ASSERT_TRUE(start.ok());
@@ -470,6 +477,9 @@ TEST(ControlRequest, InvalidRequests) {
   EXPECT_EQ(rejection(end + R"("exit_code":0,"duration_seconds":1,"fail_closed":"nope"})")
                 .rfind("request: \"fail_closed\" must be one of", 0),
             0u);
+  for (const char* bad : {"-1", "4294967296", "1.5", "\"7\"", "null"})
+    EXPECT_EQ(rejection(end + R"("exit_code":0,"duration_seconds":1,"policy_slot":)" + bad + "}"),
+              "request: \"policy_slot\" must be an integer 0..4294967295 (the slot the run's scope ran on)");
   // A client may send any JSON here: negative, past uint64 (parsed as a
   // double), past 2^53, fractional, exponent, string, bool, null.
   for (const char* bad : {"-1", "18446744073709551616", "18446744073709551615", "9007199254740993", "1.5",
@@ -607,6 +617,7 @@ std::string notices_over_the_channel() {
   end.outcome = core::RunOutcome::denied;
   end.exit_code = 1;
   end.syscalls_denied = 3;
+  end.policy_slot = 5;
   // Names the daemon would refuse (and with them the whole notice) are left
   // out of the list; they stay counted in the total.
   end.dns_refused.total = 5;
@@ -624,7 +635,8 @@ std::string notices_over_the_channel() {
       got[0].labels != core::Labels{{"task", "t-1"}})
     return "run_start: " + control::to_json(got[0]).dump();
   if (got[1].op != control::Op::run_end || got[1].outcome != core::RunOutcome::denied ||
-      got[1].exit_code != 1 || got[1].syscalls_denied != 3 || got[1].dns_refused.total != 5 ||
+      got[1].exit_code != 1 || got[1].syscalls_denied != 3 || got[1].policy_slot != 5u ||
+      got[1].dns_refused.total != 5 ||
       got[1].dns_refused.by_name != std::map<std::string, uint64_t>{{"ok.test", 2}})
     return "run_end: " + control::to_json(got[1]).dump();
   return "";

@@ -91,6 +91,7 @@ void notify_run_end(const RunEnd& end) {
   r.duration_seconds = end.duration_seconds;
   r.fail_closed = end.fail_closed;
   r.syscalls_denied = std::min(end.syscalls_denied, kMaxSyscallsDenied);  // the daemon refuses more
+  r.policy_slot = end.policy_slot;
   r.dns_refused.total = std::min(end.dns_refused.total, kMaxSyscallsDenied);
   // Only names the daemon takes (1..253 bytes of printable ASCII): one it
   // refused would lose the whole notice. Others stay counted in the total.

@@ -203,8 +203,9 @@ Result<Request> parse_request(std::string_view line) {
   else if (op == "run_start")
     r.op = Op::run_start, allowed = {"op", "run_id", "policy", "scope_id", "labels"};
   else if (op == "run_end")
-    r.op = Op::run_end, allowed = {"op",        "run_id",           "policy",      "outcome",
-                                   "exit_code", "duration_seconds", "fail_closed", "syscalls_denied", "dns_refused"};
+    r.op = Op::run_end,
+    allowed = {"op",          "run_id",          "policy",      "outcome",    "exit_code", "duration_seconds",
+               "fail_closed", "syscalls_denied", "dns_refused", "policy_slot"};
   else if (op == "reload")
     r.op = Op::reload;
   else
@@ -319,6 +320,13 @@ Result<Request> parse_request(std::string_view line) {
       }
       if (j.contains("dns_refused"))
         if (Status s = parse_refused_names(j["dns_refused"], r.dns_refused); !s) return s.error();
+      if (j.contains("policy_slot")) {
+        const json& n = j["policy_slot"];
+        if (!n.is_number_unsigned() || n.get<uint64_t>() > UINT32_MAX)
+          return bad("\"policy_slot\" must be an integer 0.." + std::to_string(UINT32_MAX) +
+                     " (the slot the run's scope ran on)");
+        r.policy_slot = n.get<uint32_t>();
+      }
       break;
   }
   return r;
@@ -384,6 +392,7 @@ json to_json(const Request& r) {
       if (r.fail_closed) j["fail_closed"] = std::string(core::name(*r.fail_closed));
       if (r.syscalls_denied) j["syscalls_denied"] = r.syscalls_denied;
       if (r.dns_refused.total) j["dns_refused"] = {{"total", r.dns_refused.total}, {"by_name", r.dns_refused.by_name}};
+      if (r.policy_slot) j["policy_slot"] = *r.policy_slot;
       break;
   }
   return j;

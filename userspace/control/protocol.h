@@ -98,6 +98,7 @@ struct Request {
   int exit_code = 0;                                  // run_end
   double duration_seconds = 0;                        // run_end
   std::optional<core::FailClosedReason> fail_closed;  // run_end
+  std::optional<uint32_t> policy_slot;                // run_end (optional): its scope's slot
   uint64_t syscalls_denied = 0;                       // run_end (optional): seccomp denials
   RefusedNames dns_refused;                           // run_end (optional): the resolver's refusals
   std::vector<std::string> argv;                      // run: COMMAND [ARGS...]

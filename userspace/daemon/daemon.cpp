@@ -610,8 +610,12 @@ void Daemon::note_run(const Request& req, std::optional<uid_t> owner) {
       sink_.flush_audit();
       server_.flush_streams();
     }
-    // Decisions of the run's last moments, before its transient slot goes.
-    sink_.collect_counters();
+    // Decisions of the run's last moments, before its transient slot goes:
+    // its slot's (every slot's for a notice that does not name it).
+    if (req.policy_slot)
+      sink_.collect_counters(*req.policy_slot, req.policy);
+    else
+      sink_.collect_counters();
   }
 }
 

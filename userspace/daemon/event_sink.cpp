@@ -171,6 +171,15 @@ void EventSink::collect_counters() {
     if (!live.count(slot)) tracker_.forget(slot);
 }
 
+void EventSink::collect_counters(uint32_t slot, const std::string& name) {
+  if (!enf_ || slot >= AC_MAX_POLICIES) return;
+  auto c = enf_->counters(slot);
+  if (!c) return;
+  slot_names_[slot] = name;
+  for (const auto& d : tracker_.observe(slot, name, *c))
+    metrics_.decisions(name, d.hook, d.decision, d.amount);
+}
+
 void EventSink::baseline(uint32_t slot, const std::string& name) {
   if (!enf_) return;
   if (auto c = enf_->counters(slot)) (void)tracker_.observe(slot, name, *c);

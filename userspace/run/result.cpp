@@ -231,6 +231,7 @@ control::RunEnd run_end_notice(const RunResult& res) {
   end.duration_seconds = static_cast<double>(res.wall_time_us) / 1e6;
   if (res.exit_code == 125) end.fail_closed = res.fail_closed_reason;
   if (res.syscalls) end.syscalls_denied = res.syscalls->total;
+  end.policy_slot = res.policy_slot;
   if (res.dns && res.dns->refused_total) {
     // The most refused names (ties by name), for the daemon's audit lines.
     std::vector<std::pair<std::string, uint64_t>> names(res.dns->refused_by_name.begin(),
