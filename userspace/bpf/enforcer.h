@@ -19,6 +19,7 @@
 #include <functional>
 #include <map>
 #include <memory>
+#include <optional>
 #include <span>
 #include <string>
 #include <utility>
@@ -228,6 +229,8 @@ class Enforcer {
   // `scope_id` (none once the scope is removed).
   Result<size_t> listeners_of(uint64_t scope_id) const;
   Result<std::vector<PolicyInfo>> policies() const;
+  // The policy in `slot`; std::nullopt when the slot is free.
+  Result<std::optional<PolicyInfo>> policy(uint32_t slot) const;
   std::vector<ProgramInfo> programs() const;
   bool shared() const { return shared_; }
   // A shared set this process adopted (open_shared found it pinned), not

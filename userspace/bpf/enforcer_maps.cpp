@@ -728,6 +728,16 @@ Result<size_t> Enforcer::listeners_of(uint64_t scope_id) const {
   return listener_keys_of(maps_.listeners, scope_id).size();
 }
 
+Result<std::optional<PolicyInfo>> Enforcer::policy(uint32_t slot) const {
+  ac_policy p{};
+  if (int err = bpf_map_lookup_elem(maps_.policies, &slot, &p)) {
+    if (err == -ENOENT) return std::optional<PolicyInfo>();
+    return bpf_error("reading policy slot " + std::to_string(slot), err);
+  }
+  return std::optional<PolicyInfo>(
+      PolicyInfo{slot, std::string(p.name, strnlen(p.name, sizeof p.name)), p.owner, p.flags, p.digest});
+}
+
 Result<std::vector<PolicyInfo>> Enforcer::policies() const {
   std::vector<PolicyInfo> out;
   for (uint32_t slot : all_keys<uint32_t>(maps_.policies)) {

@@ -27,9 +27,9 @@ struct RunEnd {
   std::optional<core::FailClosedReason> fail_closed;  // why a 125 refused to run
   uint64_t syscalls_denied = 0;                       // the run's seccomp denials
   RefusedNames dns_refused;  // names its resolver refused: the most refused kMaxRefusedNames
-  // The policy slot its scope ran on (still its own when this is sent),
-  // whose counters the daemon reads before it answers; none when it had no
-  // scope.
+  // The policy slot its scope ran on, whose counters the daemon reads
+  // before it answers (under the name of whatever policy the slot holds
+  // when it reads them); none when it had no scope.
   std::optional<uint32_t> policy_slot;
 };
 

@@ -613,7 +613,7 @@ void Daemon::note_run(const Request& req, std::optional<uid_t> owner) {
     // Decisions of the run's last moments, before its transient slot goes:
     // its slot's (every slot's for a notice that does not name it).
     if (req.policy_slot)
-      sink_.collect_counters(*req.policy_slot, req.policy);
+      sink_.collect_counters(*req.policy_slot);
     else
       sink_.collect_counters();
   }

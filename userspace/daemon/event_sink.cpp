@@ -171,10 +171,15 @@ void EventSink::collect_counters() {
     if (!live.count(slot)) tracker_.forget(slot);
 }
 
-void EventSink::collect_counters(uint32_t slot, const std::string& name) {
+void EventSink::collect_counters(uint32_t slot) {
   if (!enf_ || slot >= AC_MAX_POLICIES) return;
+  // The slot may hold another policy by now (the run released it, and
+  // another run took it): its counters are that one's.
+  auto p = enf_->policy(slot);
+  if (!p || !*p) return;
   auto c = enf_->counters(slot);
   if (!c) return;
+  const std::string& name = (*p)->name;
   slot_names_[slot] = name;
   for (const auto& d : tracker_.observe(slot, name, *c))
     metrics_.decisions(name, d.hook, d.decision, d.amount);

@@ -62,9 +62,9 @@ class EventSink {
   void flush_audit();
 
   void collect_counters();
-  // One slot's (a run's at its end, with its policy `name`): the same, for
-  // one slot instead of every slot.
-  void collect_counters(uint32_t slot, const std::string& name);
+  // One slot's (a run's at its end): the same, for one slot instead of
+  // every slot, under the name of the policy the slot holds now.
+  void collect_counters(uint32_t slot);
   void baseline(uint32_t slot, const std::string& name);
   void forget(uint32_t slot) { tracker_.forget(slot); }
   void name_slot(uint32_t slot, const std::string& name) { slot_names_[slot] = name; }
