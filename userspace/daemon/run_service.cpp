@@ -368,15 +368,15 @@ std::optional<json> RunService::launch(const control::Request& req, const Peer& 
   loop_.add(key, EPOLLIN, [this, key](uint32_t) { reaped(key); });
   log::info("run for uid " + std::to_string(peer.uid) + " (pid " + std::to_string(peer.pid) +
             ") under policy " + req.policy + ": runner pid " + std::to_string(pid));
-  // The next run's spare, with this run's policy prepared and its limits
-  // written (a client calls again as it did).
+  // The next run's spare (made once this run is answered: answer()), with
+  // this run's policy prepared and its limits written (a client calls again
+  // as it did).
   spare_policy_file_ = policy_file;
   spare_limits_ = {};
   spare_limits_.memory = capped->memory;
   spare_limits_.pids = capped->pids;
   spare_limits_.cpu = capped->cpu;
   spare_limits_.disk = capped->disk;
-  prepare_spare();
   return std::nullopt;
 }
 
@@ -553,6 +553,9 @@ void RunService::answer(Running& r, std::optional<int> runner_status) {
   r.answered = true;
   r.document.clear();
   if (!r.abandoned) finish_(r.client, reply);
+  // The next spare, now: made while a run starts, it would take from that
+  // run's start what it gives the next one.
+  prepare_spare();
 }
 
 void RunService::reaped(int key) {
