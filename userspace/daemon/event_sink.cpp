@@ -176,7 +176,11 @@ void EventSink::collect_counters(uint32_t slot) {
   // The slot may hold another policy by now (the run released it, and
   // another run took it): its counters are that one's.
   auto p = enf_->policy(slot);
-  if (!p || !*p) return;
+  if (!p) return;
+  if (!*p) {
+    tracker_.forget(slot);  // free: a policy installed there later counts afresh
+    return;
+  }
   auto c = enf_->counters(slot);
   if (!c) return;
   const std::string& name = (*p)->name;

@@ -313,8 +313,12 @@ std::optional<json> RunService::launch(const control::Request& req, const Peer& 
       result_read = std::move(spare.result);
       notices = std::move(spare.notices);
     } else {
+      // (A spare that is gone failed to prepare its run, as in
+      // spare_exited: no spare for a while.)
       log::warn("spare runner pid " + std::to_string(spare.runner.pid) + ": " + st.error().message +
-                "; starting a runner instead");
+                "; starting a runner instead, and runs start without a spare for " +
+                std::to_string(kSparePause.count()) + " s");
+      spares_paused_until_ = std::chrono::steady_clock::now() + kSparePause;
       ::kill(spare.runner.pid, SIGKILL);
       // Reaped by the loop once it has gone (never a wait here), then what
       // it made is reaped.

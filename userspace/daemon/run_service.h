@@ -91,7 +91,10 @@ class RunService {
   // the caps, for that.
   void client_gone(uint64_t client);
   static constexpr std::chrono::seconds kAbandonedGrace{10};
-  // Once a second: kills the runners whose grace ran out.
+  // Once a second: kills the runners whose grace ran out, and makes a spare
+  // when none is held (after a run that was never answered, or once the
+  // pause after a spare that failed is over); otherwise a spare is made
+  // when a run is answered (answer()).
   void tick();
   // The daemon stops: every run ends (SIGTERM to its runner, which kills and
   // removes it), each client is told, within `grace_ms` (then SIGKILL: the
