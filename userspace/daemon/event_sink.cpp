@@ -161,14 +161,18 @@ void EventSink::collect_counters() {
   std::set<uint32_t> live;
   for (const auto& p : *pols) {
     live.insert(p.slot);
-    slot_names_[p.slot] = p.name;
-    auto c = enf_->counters(p.slot);
-    if (!c) continue;
-    for (const auto& d : tracker_.observe(p.slot, p.name, *c))
-      metrics_.decisions(p.name, d.hook, d.decision, d.amount);
+    collect_slot(p.slot, p.name);
   }
   for (uint32_t slot = 0; slot < AC_MAX_POLICIES; ++slot)
     if (!live.count(slot)) tracker_.forget(slot);
+}
+
+void EventSink::collect_slot(uint32_t slot, const std::string& name) {
+  slot_names_[slot] = name;
+  auto c = enf_->counters(slot);
+  if (!c) return;
+  for (const auto& d : tracker_.observe(slot, name, *c))
+    metrics_.decisions(name, d.hook, d.decision, d.amount);
 }
 
 void EventSink::collect_counters(uint32_t slot) {
@@ -181,12 +185,7 @@ void EventSink::collect_counters(uint32_t slot) {
     tracker_.forget(slot);  // free: a policy installed there later counts afresh
     return;
   }
-  auto c = enf_->counters(slot);
-  if (!c) return;
-  const std::string& name = (*p)->name;
-  slot_names_[slot] = name;
-  for (const auto& d : tracker_.observe(slot, name, *c))
-    metrics_.decisions(name, d.hook, d.decision, d.amount);
+  collect_slot(slot, (*p)->name);
 }
 
 void EventSink::baseline(uint32_t slot, const std::string& name) {

@@ -80,6 +80,8 @@ class EventSink {
   uint64_t audit_dropped() const { return audit_dropped_; }
 
  private:
+  // One slot's counters into the metrics, under `name` (the policy it holds).
+  void collect_slot(uint32_t slot, const std::string& name);
   using Clock = std::chrono::steady_clock;
   void on_event(const ac_event_decision& ev);
   // One audit line to the log, the ring of recent events and the streams;

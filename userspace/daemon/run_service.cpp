@@ -167,15 +167,24 @@ Result<Runner> exec_runner(std::vector<std::string> args, std::vector<std::strin
 
 }  // namespace
 
+namespace {
+
+// Limits as text (a request's, or capped ones) as a run's options take them.
+run::RunOptions limit_options(const control::RunLimits& limits) {
+  run::RunOptions o;
+  o.timeout = limits.timeout;
+  o.memory = limits.memory;
+  o.pids = limits.pids;
+  o.cpu = limits.cpu;
+  o.disk = limits.disk;
+  return o;
+}
+
+}  // namespace
+
 Result<control::RunLimits> capped_limits(const policy::Limits& policy_limits, const control::RunLimits& asked,
                                          const policy::Limits& caps) {
-  run::RunOptions o;
-  o.timeout = asked.timeout;
-  o.memory = asked.memory;
-  o.pids = asked.pids;
-  o.cpu = asked.cpu;
-  o.disk = asked.disk;
-  auto eff = run::effective_limits(policy_limits, o);
+  auto eff = run::effective_limits(policy_limits, limit_options(asked));
   if (!eff) return eff.error();
   control::RunLimits out;
   if (Status s = cap_one("memory", "run_max_memory", eff->memory_bytes, caps.memory_bytes, asked.memory,
@@ -376,11 +385,7 @@ std::optional<json> RunService::launch(const control::Request& req, const Peer& 
   // this run's policy prepared and its limits written (a client calls again
   // as it did).
   spare_policy_file_ = policy_file;
-  spare_limits_ = {};
-  spare_limits_.memory = capped->memory;
-  spare_limits_.pids = capped->pids;
-  spare_limits_.cpu = capped->cpu;
-  spare_limits_.disk = capped->disk;
+  spare_limits_ = limit_options(*capped);
   return std::nullopt;
 }
 
