@@ -196,17 +196,26 @@ int worker_main(int argc, char** argv);
 Result<unsigned> run_mixed_workload(int cgroup_fd, const fs::path& workspace, unsigned iterations);
 
 // Median wall time (ns) of fork + exec `argv` + wait, `runs` times; fails if
-// any run exits non-zero. For the run benchmark (issue 4).
-Result<double> time_command(const std::vector<std::string>& argv, unsigned runs);
+// any run exits non-zero. For the run benchmark (issue 4). With
+// `fixed_addresses`, the command and everything it starts run with address
+// randomization off (personality ADDR_NO_RANDOMIZE), a diagnostic of the
+// emulator's cost (bench/README.md, section 3).
+Result<double> time_command(const std::vector<std::string>& argv, unsigned runs,
+                            bool fixed_addresses = false);
+// Address randomization off for this process and all it starts
+// (personality ADDR_NO_RANDOMIZE: inherited across fork and exec, cleared
+// only by a set-id exec). False if the kernel refused.
+bool fix_addresses();
 
 // The agentcage binary the run and events sections start: --agentcage, else
 // build/agentcage next to this binary's directory.
 fs::path agentcage_binary(const Options& opts);
 
 // fork + exec `argv` under `env` (daemon.cpp); stdin from `in` (or as is),
-// stdout to `out` (or the log), stderr appended to the log file.
+// stdout to `out` (or the log), stderr appended to the log file; with
+// `fixed_addresses`, under fix_addresses().
 pid_t spawn(const std::vector<std::string>& argv, const std::vector<std::string>& env, int in, int out,
-            const fs::path& log);
+            const fs::path& log, bool fixed_addresses = false);
 // SIGCONT + `sig` to `pid`, then wait for it; sets `pid` to -1. No-op for
 // pid <= 0.
 void end(pid_t& pid, int sig);
@@ -215,7 +224,9 @@ void end(pid_t& pid, int sig);
 // directory with one policy (NAME.yaml), its own control socket, state
 // directory and audit log; metrics on 127.0.0.1:PORT, or off with 0.
 // start() returns once the policy is in its named slot; stop() (and the
-// destructor) ends the daemon and removes the slot and the directory.
+// destructor) ends the daemon and removes the slot and the directory. With
+// `fixed_addresses`, the daemon and every run it starts are under
+// fix_addresses() (section 3's diagnostic).
 class BenchDaemon {
  public:
   BenchDaemon() = default;
@@ -223,7 +234,7 @@ class BenchDaemon {
   BenchDaemon(const BenchDaemon&) = delete;
   BenchDaemon& operator=(const BenchDaemon&) = delete;
   Status start(const fs::path& agentcage, const std::string& name, const std::string& policy_yaml,
-               int metrics_port);
+               int metrics_port, bool fixed_addresses = false);
   void stop();
   pid_t pid() const { return pid_; }
   const fs::path& dir() const { return dir_; }

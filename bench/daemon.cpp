@@ -28,7 +28,7 @@ using namespace std::chrono_literals;
 // fork + exec `argv` under `env`; stdin from `in` (or as is), stdout to `out`
 // (or the log), stderr to the log file.
 pid_t spawn(const std::vector<std::string>& argv, const std::vector<std::string>& env, int in, int out,
-            const fs::path& log) {
+            const fs::path& log, bool fixed_addresses) {
   std::vector<char*> args, envp;
   for (const auto& a : argv) args.push_back(const_cast<char*>(a.c_str()));
   args.push_back(nullptr);
@@ -40,6 +40,7 @@ pid_t spawn(const std::vector<std::string>& argv, const std::vector<std::string>
     if (in >= 0) ::dup2(in, 0);
     ::dup2(out >= 0 ? out : fd, 1);
     ::dup2(fd, 2);
+    if (fixed_addresses && !fix_addresses()) ::_exit(126);
     ::execve(args[0], args.data(), envp.data());
     ::_exit(127);
   }
@@ -66,7 +67,7 @@ fs::path agentcage_binary(const Options& opts) {
 BenchDaemon::~BenchDaemon() { stop(); }
 
 Status BenchDaemon::start(const fs::path& agentcage, const std::string& name, const std::string& policy_yaml,
-                          int metrics_port) {
+                          int metrics_port, bool fixed_addresses) {
   char tmpl[] = "/tmp/agentcage-bench-daemon-XXXXXX";
   if (!::mkdtemp(tmpl)) return Error::from_errno("bench: mkdtemp");
   dir_ = tmpl;
@@ -89,7 +90,8 @@ Status BenchDaemon::start(const fs::path& agentcage, const std::string& name, co
 
   const auto t0 = Clock::now();
   pid_ = spawn({agentcage.string(), "daemon", "--config", (dir_ / "daemon.yaml").string()},
-               {"PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"}, -1, -1, log());
+               {"PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"}, -1, -1, log(),
+               fixed_addresses);
   if (pid_ < 0) return Error::from_errno("bench: fork");
   // Ready when the daemon's named policy is in a slot (it loads or adopts the
   // shared set first).

@@ -233,18 +233,22 @@ int run_kernel_sections(const Options& opts) {
 
 // ---- section 3: the cost of a run --------------------------------------------------
 
-// Median wall time of fork + exec + wait of three commands, interleaved run by
-// run (ABC BCA CAB ...), so drift and noise hit all three alike:
+// Median wall time of fork + exec + wait of three commands and of a call
+// through the daemon, interleaved run by run (ABCD BCDA ...), so drift and
+// noise hit all alike:
 //   bare   /usr/bin/true
 //   bwrap  bwrap --unshare-all --die-with-parent --ro-bind / / /usr/bin/true
 //   run    agentcage run --policy bench/run-true.yaml -- /usr/bin/true
 //   daemon Client.run(["/usr/bin/true"]) through `agentcage daemon`, timed
 //          inside one long-lived Python client (bench/daemon_client.py)
+// and, as a diagnostic of the emulator's cost, the four again at fixed
+// addresses (bench/README.md, section 3).
 struct RunCommand {
   std::string label;
   std::vector<std::string> argv;  // empty: through the daemon
   std::vector<double> ns;         // one sample per round
   std::string error;              // set when it could not run (then not timed)
+  bool fixed_addresses = false;   // address randomization off (a diagnostic)
 };
 
 bool pinned_set_present(const std::string& pin_root) {
@@ -269,17 +273,33 @@ int run_cost_section(const Options& opts) {
       {"daemon: Client.run([\"/usr/bin/true\"]) (Python, per call)", {}, {}, {}},
   };
   constexpr size_t kBare = 0, kBwrap = 1, kRun = 2, kDaemon = 3;
+  // The diagnostic rows: the four again, with address randomization off
+  // (bench/README.md, section 3).
+  constexpr size_t kFixed = 4;
+  for (auto [i, short_label] : {std::pair<size_t, const char*>{kBare, "/usr/bin/true"},
+                                {kBwrap, "bwrap ... /usr/bin/true"},
+                                {kRun, "agentcage run ... /usr/bin/true"},
+                                {kDaemon, "daemon call"}}) {
+    RunCommand fixed = cmds[i];
+    fixed.label = std::string("fixed addresses: ") + short_label;
+    fixed.fixed_addresses = true;
+    cmds.push_back(std::move(fixed));
+  }
+  constexpr size_t kFixedBare = kFixed, kFixedBwrap = kFixed + 1, kFixedRun = kFixed + 2,
+                   kFixedDaemon = kFixed + 3;
 
   say("\n3. The cost of a run: wall time of fork + exec + wait, and of a call through the daemon,\n"
       "   side by side\n");
-  say("   %u rounds, one run of each per round, the order rotated every round (ABCD BCDA ...);\n"
+  say("   %u rounds, one run of each per round, the order rotated every round (ABCDEFGH BCDEFGHA ...);\n"
       "   medians over the rounds\n\n",
       rounds);
 
   // The daemon path: a daemon of the bench's own with the same policy, and
-  // one long-lived Python client that times each call inside itself.
-  BenchDaemon daemon;
-  DaemonClient client;
+  // one long-lived Python client that times each call inside itself; for
+  // the diagnostic, a second daemon at fixed addresses with the policy
+  // under a name of its own (each daemon is ready once its name is in a slot).
+  BenchDaemon daemon, fixed_daemon;
+  DaemonClient client, fixed_client;
   std::string policy_name, policy_text;
   {
     auto parsed = policy::load_policy_file(opts.run_policy);
@@ -291,10 +311,23 @@ int run_cost_section(const Options& opts) {
     std::ifstream in(opts.run_policy);
     policy_text.assign(std::istreambuf_iterator<char>(in), {});
   }
-  if (Status st = daemon.start(agentcage, policy_name, policy_text, 0); !st)
-    cmds[kDaemon].error = st.error().message;
-  else if (Status cs = client.start(daemon.socket(), policy_name, daemon.dir() / "client.log"); !cs)
-    cmds[kDaemon].error = cs.error().message;
+  const std::string fixed_name = policy_name + "-fixed";
+  std::string fixed_text = policy_text;
+  if (size_t at = fixed_text.find("name: " + policy_name); at != std::string::npos)
+    fixed_text.insert(at + 6 + policy_name.size(), "-fixed");
+  if (auto renamed = policy::parse_policy(fixed_text, opts.run_policy);
+      !renamed.ok() || renamed.policy->name != fixed_name)
+    cmds[kFixedDaemon].error = "cannot rename the policy of " + opts.run_policy + " to " + fixed_name;
+  auto start_daemon = [&](BenchDaemon& d, DaemonClient& c, RunCommand& cmd, const std::string& name,
+                          const std::string& text) {
+    if (!cmd.error.empty()) return;
+    if (Status st = d.start(agentcage, name, text, 0, cmd.fixed_addresses); !st)
+      cmd.error = st.error().message;
+    else if (Status cs = c.start(d.socket(), name, d.dir() / "client.log"); !cs)
+      cmd.error = cs.error().message;
+  };
+  start_daemon(daemon, client, cmds[kDaemon], policy_name, policy_text);
+  start_daemon(fixed_daemon, fixed_client, cmds[kFixedDaemon], fixed_name, fixed_text);
 
   // Warm-up, untimed: the first `agentcage run` on a machine without the
   // shared programs loads, attaches and pins them (seconds under TCG); every
@@ -302,9 +335,10 @@ int run_cost_section(const Options& opts) {
   // works before anything is timed.
   bool was_pinned = pinned_set_present(pin_root);
   auto time_one = [&](const RunCommand& c) {
-    return c.argv.empty() ? client.call() : time_command(c.argv, 1);
+    if (c.argv.empty()) return c.fixed_addresses ? fixed_client.call() : client.call();
+    return time_command(c.argv, 1, c.fixed_addresses);
   };
-  for (size_t i : {kRun, kBare, kBwrap, kDaemon}) {
+  for (size_t i : {kRun, kBare, kBwrap, kDaemon, kFixedBare, kFixedBwrap, kFixedRun, kFixedDaemon}) {
     if (!cmds[i].error.empty()) continue;
     auto t = time_one(cmds[i]);
     if (!t) {
@@ -326,6 +360,11 @@ int run_cost_section(const Options& opts) {
   }
   if (!cmds[kBwrap].error.empty())
     say("   bwrap: not measured (%s; Debian package bubblewrap)\n", cmds[kBwrap].error.c_str());
+  for (size_t i : {kFixedBare, kFixedRun, kFixedDaemon})
+    if (!cmds[i].error.empty()) {
+      say("   NOT MEASURED: %s fails: %s\n", cmds[i].label.c_str(), cmds[i].error.c_str());
+      return 1;
+    }
   if (!cmds[kDaemon].error.empty()) {
     say("   NOT MEASURED: runs through the daemon fail: %s\n", cmds[kDaemon].error.c_str());
     return 1;
@@ -345,17 +384,18 @@ int run_cost_section(const Options& opts) {
     }
   }
 
-  const double bare = median(cmds[kBare].ns);
+  // Each row against the bare row of its own kind (fixed addresses or not).
+  const double bare = median(cmds[kBare].ns), fixed_bare = median(cmds[kFixedBare].ns);
   Table t({"command", "median", "p25..p75", "over bare", "/ bare"});
   for (const auto& c : cmds) {
     if (c.ns.empty()) {
       t.row({c.label, "-", "-", "-", "-"});
       continue;
     }
-    double m = median(c.ns);
-    bool is_bare = &c == &cmds[kBare];
+    double m = median(c.ns), b = c.fixed_addresses ? fixed_bare : bare;
+    bool is_bare = &c == &cmds[kBare] || &c == &cmds[kFixedBare];
     t.row({c.label, fmt_ns(m), fmt_ns(quantile(c.ns, 0.25)) + ".." + fmt_ns(quantile(c.ns, 0.75)),
-           is_bare ? "-" : "+" + fmt_ns(m - bare), is_bare ? "1.00x" : fmt("%.2fx", m / bare)});
+           is_bare ? "-" : "+" + fmt_ns(m - b), is_bare ? "1.00x" : fmt("%.2fx", m / b)});
   }
   t.print();
   const double run = median(cmds[kRun].ns);
@@ -368,6 +408,17 @@ int run_cost_section(const Options& opts) {
   }
   say("   agentcage run over bare: +%s   goal on real hardware: well under 1 ms\n",
       fmt_ns(run - bare).c_str());
+  // The diagnostic: the same commands at fixed addresses. The goals are
+  // judged on the rows above.
+  if (!cmds[kFixedBwrap].ns.empty()) {
+    const double fixed_bw = median(cmds[kFixedBwrap].ns);
+    say("   diagnostic, fixed addresses: agentcage run / bwrap: %.2fx, daemon call / bwrap: %.2fx\n",
+        median(cmds[kFixedRun].ns) / fixed_bw, median(cmds[kFixedDaemon].ns) / fixed_bw);
+    say("   (address randomization off for the command, the daemon, and all they start: under TCG\n"
+        "   a program at new addresses has its code translated again in each process, which costs\n"
+        "   a large program more than a small one; on real hardware randomization costs nothing.\n"
+        "   The goals are judged on the rows without it)\n");
+  }
   say("   reference points: docker run about 0.5 s, a Firecracker microVM boot about 125 ms\n");
   say("   agentcage run: a cgroup with limits, a registered scope, a workspace, a sandbox uid,\n"
       "   clone3 into the cgroup, wait, cleanup; bwrap as root (namespaces, no setuid needed);\n"

@@ -5,6 +5,7 @@
 #include <arpa/inet.h>
 #include <fcntl.h>
 #include <netinet/in.h>
+#include <sys/personality.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/un.h>
@@ -335,7 +336,12 @@ Result<unsigned> run_mixed_workload(int cgroup_fd, const fs::path& workspace, un
   return static_cast<unsigned>(out->front());
 }
 
-Result<double> time_command(const std::vector<std::string>& argv, unsigned runs) {
+bool fix_addresses() {
+  const int current = ::personality(0xffffffff);
+  return current >= 0 && ::personality(static_cast<unsigned long>(current) | ADDR_NO_RANDOMIZE) >= 0;
+}
+
+Result<double> time_command(const std::vector<std::string>& argv, unsigned runs, bool fixed_addresses) {
   if (argv.empty()) return Error{"bench: time_command: empty argv", EINVAL};
   std::vector<char*> args;
   for (const auto& a : argv) args.push_back(const_cast<char*>(a.c_str()));
@@ -351,6 +357,7 @@ Result<double> time_command(const std::vector<std::string>& argv, unsigned runs)
         ::dup2(devnull, 0);
         ::dup2(devnull, 1);
       }
+      if (fixed_addresses && !fix_addresses()) ::_exit(126);
       ::execvp(args[0], args.data());
       ::_exit(127);
     }
