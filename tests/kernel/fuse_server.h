@@ -73,6 +73,13 @@ class FuseServer {
   FuseServer& operator=(const FuseServer&) = delete;
 
   bool ok() const { return mounted_ && pid_ > 0; }
+  // Stops the server (SIGSTOP): from now on nothing is read, so whoever asks
+  // the file system anything the cache does not answer waits, and a fatal
+  // signal ends that wait (one the server had read would hold even SIGKILL,
+  // as an unanswered FLUSH does).
+  void stop_reading() {
+    if (pid_ > 0) ::kill(pid_, SIGSTOP);
+  }
   const std::string& why() const { return why_; }
   std::filesystem::path file() const { return dir_ / "f"; }
   // How many STATFS and unanswered FLUSH requests came so far.

@@ -15,6 +15,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cstdlib>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <set>
@@ -28,6 +29,7 @@
 
 #include "bpf/enforcer.h"
 #include "cgroup/cgroup.h"
+#include "fuse_server.h"
 #include "kernel_env.h"
 #include "probes.h"
 #include "run/options.h"
@@ -288,6 +290,73 @@ TEST_F(Run, InfiniteLoopEndsAtTimeout) {
   double wall = r.result["wall_time_ms"].get<double>();
   EXPECT_GE(wall, 4000.0);
   EXPECT_LE(wall, 6000.0) << "the run ended more than 2 s after its timeout";
+}
+
+// The timeout and a signal end a run whose COMMAND never finishes its exec:
+// here the exec's lookup of argv[0] waits for a FUSE server that reads
+// nothing. agentcage waits in the clone (CLONE_VFORK) until the child has
+// exec'd; without a watch of its own there, it saw neither the timeout nor
+// the signal, and waited with the child until something killed it.
+TEST_F(Run, TheTimeoutAndASignalEndARunWhoseExecNeverFinishes) {
+  FuseServer fuse(fs::path("/tmp") / ("agentcage-stopped-" + std::to_string(::getpid())));
+  ASSERT_TRUE(fuse.ok()) << fuse.why();
+  // Answered (INIT included) before the server stops: what waits from now
+  // on waits for a request nobody reads.
+  struct stat st {};
+  ASSERT_EQ(::stat(fuse.file().c_str(), &st), 0) << std::strerror(errno);
+  fuse.stop_reading();
+  // Whether `s` has ended (not reaped: finish() does that); SIGKILL after
+  // `limit`, so that a failure here ends too.
+  const auto ended_within = [](const Started& s, std::chrono::seconds limit) {
+    const auto deadline = std::chrono::steady_clock::now() + limit;
+    while (std::chrono::steady_clock::now() < deadline) {
+      siginfo_t si{};
+      if (::waitid(P_PID, static_cast<id_t>(s.pid), &si, WEXITED | WNOHANG | WNOWAIT) == 0 &&
+          si.si_pid == s.pid)
+        return true;
+      std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    }
+    ::kill(s.pid, SIGKILL);
+    return false;
+  };
+
+  // The timeout: 3 s, counted from before the clone.
+  Started s = start({"--timeout", "3s", "--", (fuse.file().parent_path() / "first").string()});
+  const bool timed = ended_within(s, std::chrono::seconds(40));
+  Ran r = finish(s);
+  EXPECT_TRUE(timed) << "agentcage run was still waiting for the exec 40 s after its 3 s timeout";
+  EXPECT_EQ(r.code, 124) << r.describe();
+  EXPECT_GE(r.seconds, 3.0);
+  ASSERT_TRUE(r.result.is_object()) << r.describe();
+  EXPECT_TRUE(r.result["timed_out"].get<bool>()) << r.result.dump(2);
+  EXPECT_FALSE(r.result["started"].get<bool>()) << r.result.dump(2);
+  EXPECT_NE(r.err.find("timed out after 3000 ms while COMMAND was starting"), std::string::npos) << r.err;
+
+  // SIGINT (a ^C), with no timeout at all, once the child is in the run's
+  // cgroup (its exec waits).
+  s = start({"--timeout", "unlimited", "--", (fuse.file().parent_path() / "second").string()});
+  const auto child_started = [] {
+    for (const auto& cg : run_cgroups())
+      if (!is_spare_run(cg) && !slurp(fs::path(cg) / "cgroup.procs").empty()) return true;
+    return false;
+  };
+  const auto started_by = std::chrono::steady_clock::now() + std::chrono::seconds(30);
+  while (!child_started() && std::chrono::steady_clock::now() < started_by)
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  EXPECT_TRUE(child_started()) << "no child in the run's cgroup after 30 s";
+  std::this_thread::sleep_for(std::chrono::milliseconds(500));
+  ::kill(s.pid, SIGINT);
+  const bool interrupted = ended_within(s, std::chrono::seconds(30));
+  r = finish(s);
+  EXPECT_TRUE(interrupted) << "agentcage run was still waiting for the exec 30 s after SIGINT";
+  EXPECT_EQ(r.code, 130) << r.describe();
+  ASSERT_TRUE(r.result.is_object()) << r.describe();
+  EXPECT_EQ(r.result["interrupted_by"], "SIGINT") << r.result.dump(2);
+  EXPECT_FALSE(r.result["started"].get<bool>()) << r.result.dump(2);
+  EXPECT_NE(r.err.find("interrupted by SIGINT while COMMAND was starting"), std::string::npos) << r.err;
+  // Nothing of either run is left.
+  for (const auto& cg : run_cgroups()) EXPECT_TRUE(is_spare_run(cg)) << cg;
+  EXPECT_TRUE(processes_of_dynamic_uids().empty());
 }
 
 TEST_F(Run, MemoryBombIsOomKilled) {

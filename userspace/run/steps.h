@@ -154,6 +154,9 @@ struct Run {
   std::optional<ChildStart> child_start;
   std::optional<cgroup::ChildStack> child_stack;
   UniqueFd pidfd;
+  // The timeout's timerfd (none without one): armed before the clone, the
+  // run's start counts (spawn in run/wait.cpp).
+  UniqueFd timer;
   std::chrono::steady_clock::time_point started{};
   // wait_for_end
   int wait_status = 0;

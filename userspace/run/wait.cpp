@@ -4,6 +4,7 @@
 #include <fcntl.h>
 #include <poll.h>
 #include <sched.h>
+#include <sys/eventfd.h>
 #include <sys/signalfd.h>
 #include <sys/socket.h>
 #include <sys/syscall.h>
@@ -11,11 +12,14 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <atomic>
 #include <cerrno>
 #include <chrono>
 #include <cstring>
 #include <filesystem>
 #include <sstream>
+#include <system_error>
+#include <thread>
 #include <vector>
 
 #include "control/notify.h"
@@ -43,15 +47,90 @@ std::string describe_exec_failure(const std::string& command, int err, bool deni
   return what;
 }
 
+// While COMMAND starts, the thread that spawns it waits in the kernel: in
+// the clone (CLONE_VFORK: until the child has exec'd), or for the child's
+// report (a fork). The exec may itself wait on a file system without end
+// (a lookup of argv[0] on a FUSE mount whose server does not answer), so
+// this watch takes the timeout and the signals that end a run meanwhile: it
+// kills the run's cgroup (the exec's wait ends with the child) and says
+// which came. It reads neither: the expired timer and the signal stay
+// pending for the thread that spawns.
+class StartWatch {
+ public:
+  enum class Ended { no, timeout, signal };
+  // `timer`: the run's timerfd, or -1 without a timeout; `signals`: its
+  // SignalGuard's signalfd (the signals are blocked in every thread).
+  static Result<std::unique_ptr<StartWatch>> start(int timer, int signals, cgroup::Cgroup& cg) {
+    auto watch = std::unique_ptr<StartWatch>(new StartWatch());
+    watch->cancel_.reset(::eventfd(0, EFD_CLOEXEC));
+    if (!watch->cancel_) return Error::from_errno("eventfd for the watch of COMMAND's start");
+    try {
+      watch->thread_ = std::thread([w = watch.get(), timer, signals, &cg] { w->watch(timer, signals, cg); });
+    } catch (const std::system_error& e) {
+      return Error{"starting the watch of COMMAND's start: " + std::string(e.what()), e.code().value()};
+    }
+    return watch;
+  }
+  ~StartWatch() { (void)stop(); }
+  StartWatch(const StartWatch&) = delete;
+  StartWatch& operator=(const StartWatch&) = delete;
+  // Ends the watch; what it saw come first.
+  Ended stop() {
+    if (thread_.joinable()) {
+      const uint64_t one = 1;
+      (void)!::write(cancel_.get(), &one, sizeof one);
+      thread_.join();
+    }
+    return ended_.load();
+  }
+
+ private:
+  StartWatch() = default;
+  void watch(int timer, int signals, cgroup::Cgroup& cg) {
+    pollfd fds[3] = {{cancel_.get(), POLLIN, 0}, {timer, POLLIN, 0}, {signals, POLLIN, 0}};
+    while (::poll(fds, 3, -1) < 0)
+      if (errno != EINTR) return;  // (unwatched, as before)
+    if (fds[0].revents) return;
+    ended_.store((fds[1].revents & POLLIN) ? Ended::timeout : Ended::signal);
+    // Again and again until stopped: a kill while the cgroup is still
+    // empty (before the clone) would miss the child.
+    do (void)cg.kill_all();
+    while (::poll(fds, 1, 50) <= 0);
+  }
+
+  UniqueFd cancel_;
+  std::atomic<Ended> ended_{Ended::no};
+  std::thread thread_;
+};
+
 // The child did not exec: it reported why (`got` bytes of `report`), or
-// died trying. Tears the run down and reports; returns agentcage's status.
-int report_unstarted(Run& run, ssize_t got, const ChildFailure& report) {
+// died trying, or the watch of its start ended it (`ended`). Tears the run
+// down and reports; returns agentcage's status.
+int report_unstarted(Run& run, ssize_t got, const ChildFailure& report, StartWatch::Ended ended) {
   RunResult& res = run.res;
   (void)cgroup::wait_for(*run.pid);
   auto left = teardown(run.resources, res, true, std::nullopt, run.opts.keep);
   for (const auto& p : left) run.err << "agentcage: cleanup: " << p << "\n";
   res.wall_time_us = static_cast<uint64_t>(
       std::chrono::duration_cast<std::chrono::microseconds>(Clock::now() - run.started).count());
+  if (ended != StartWatch::Ended::no) {
+    // Not a failure of the sandbox: the run ended before COMMAND started,
+    // as it would have after.
+    if (ended == StartWatch::Ended::timeout) {
+      res.timed_out = true;
+      res.exit_code = kExitTimeout;
+      res.error = "timed out after " + std::to_string(run.limits->timeout->count()) +
+                  " ms while COMMAND was starting: killed the run";
+    } else {
+      const int sig = run.signals->take();
+      res.interrupted_by = sig;
+      res.exit_code = sig ? 128 + sig : kExitSetup;
+      res.error = "interrupted by " + (sig ? signal_name(sig) : std::string("a signal")) +
+                  " while COMMAND was starting: ended the run";
+    }
+    run.err << "agentcage: " << res.error << "\n";
+    return res.exit_code;
+  }
   if (got == static_cast<ssize_t>(sizeof report) && report.step == static_cast<int32_t>(ChildStep::exec)) {
     // The child did nothing but exec, so any denial in its scope is the
     // exec's: bprm_check_security (exec) or the open of the program file
@@ -152,6 +231,18 @@ Step spawn(Run& run, std::optional<int>& unstarted) {
     return internal("socketpair: " + std::string(std::strerror(errno)));
   UniqueFd report_rd(sv[0]), report_wr(sv[1]);
   const pid_t self = ::getpid();
+  // The timeout counts from here: the start is the run's too.
+  if (run.limits->timeout) {
+    run.timer.reset(::timerfd_create(CLOCK_MONOTONIC, TFD_CLOEXEC));
+    itimerspec its{};
+    const auto ms = run.limits->timeout->count();
+    its.it_value.tv_sec = ms / 1000;
+    its.it_value.tv_nsec = (ms % 1000) * 1000000;
+    if (!run.timer || ::timerfd_settime(run.timer.get(), 0, &its, nullptr) != 0)
+      return internal("timerfd: " + std::string(std::strerror(errno)), errno);
+  }
+  auto watch = StartWatch::start(run.timer ? run.timer.get() : -1, run.signals->fd(), *r.cg);
+  if (!watch) return internal(watch.error().message, watch.error().code);
   run.started = Clock::now();
   // A new IPC namespace: the run's System V IPC objects and message queues
   // are its own (the scope allows only those: AC_SCOPE_F_OWN_IPC, set by
@@ -172,7 +263,15 @@ Step spawn(Run& run, std::optional<int>& unstarted) {
     pid = cgroup::spawn_in_cgroup(
         r.cg->fd(), [&]() -> int { child_main(plan, report_wr.get(), self); }, CLONE_NEWIPC);
   }
-  if (!pid) return internal(pid.error().message, pid.error().code);
+  if (!pid) {
+    if ((*watch)->stop() == StartWatch::Ended::signal)
+      if (int sig = run.signals->take()) {
+        res.interrupted_by = sig;
+        return Failure{128 + sig, "interrupted by " + signal_name(sig) + " before COMMAND started", "", 0,
+                       core::FailClosedReason::internal};
+      }
+    return internal(pid.error().message, pid.error().code);
+  }
   run.pid = *pid;
   report_wr.reset();
   run.stdio->close_child_ends();
@@ -200,6 +299,11 @@ Step spawn(Run& run, std::optional<int>& unstarted) {
     r.seccomp.emplace(std::move(passed));
   }
   report_rd.reset();
+  // What ended the start, unless the child's own report says (a failure it
+  // met at the same moment is its to report).
+  const StartWatch::Ended watched = (*watch)->stop();
+  const StartWatch::Ended ended =
+      got == static_cast<ssize_t>(sizeof report) ? StartWatch::Ended::no : watched;
   if (got == 0 && !r.seccomp) {
     // exec without a listener cannot happen (the child sends it first);
     // should it, the run ends here.
@@ -207,13 +311,15 @@ Step spawn(Run& run, std::optional<int>& unstarted) {
     report = ChildFailure{static_cast<int32_t>(ChildStep::seccomp_listener), EPROTO};
     got = sizeof report;
   }
-  if (got != 0) {
+  if (got != 0 || ended != StartWatch::Ended::no) {
     // Not started, whatever was said: nothing of the run goes on without
     // agentcage watching it. A child that reported a failure exits anyway;
     // one whose report was lost (a receive error) may have exec'd: its
-    // cgroup is killed before agentcage waits for it.
+    // cgroup is killed before agentcage waits for it. So is the run the
+    // watch ended: its exec had not finished when the timeout or the
+    // signal came, or had only just (COMMAND killed at once).
     (void)r.cg->kill_all();
-    unstarted = report_unstarted(run, got, report);
+    unstarted = report_unstarted(run, got, report, ended);
   } else {
     res.started = true;
   }
@@ -225,20 +331,7 @@ Step wait_for_end(Run& run) {
   RunResult& res = run.res;
   const SignalGuard& signals = *run.signals;
   const pid_t pid = *run.pid;
-  UniqueFd timer;
-  if (run.limits->timeout) {
-    timer.reset(::timerfd_create(CLOCK_MONOTONIC, TFD_CLOEXEC));
-    itimerspec its{};
-    auto ms = run.limits->timeout->count();
-    its.it_value.tv_sec = ms / 1000;
-    its.it_value.tv_nsec = (ms % 1000) * 1000000;
-    if (!timer || ::timerfd_settime(timer.get(), 0, &its, nullptr) != 0) {
-      const int err = errno;
-      (void)r.cg->kill_all();
-      (void)cgroup::wait_for(pid);
-      return internal("timerfd: " + std::string(std::strerror(err)));
-    }
-  }
+  const UniqueFd& timer = run.timer;  // armed by spawn
   std::error_code peak_ec;
   const bool have_peak_file = fs::exists(r.cg->path() / "memory.peak", peak_ec);
   bool reaped = false;
