@@ -332,12 +332,16 @@ TEST_F(Run, TheTimeoutAndASignalEndARunWhoseExecNeverFinishes) {
   EXPECT_FALSE(r.result["started"].get<bool>()) << r.result.dump(2);
   EXPECT_NE(r.err.find("timed out after 3000 ms while COMMAND was starting"), std::string::npos) << r.err;
 
-  // SIGINT (a ^C), with no timeout at all, once the child is in the run's
-  // cgroup (its exec waits).
+  // SIGINT (a ^C) and SIGTERM right after it, with no timeout at all, once
+  // the child is in the run's cgroup (its exec waits): the first ends the
+  // run, the second must not end agentcage before it reports.
+  const auto before = run_cgroups();
   s = start({"--timeout", "unlimited", "--", (fuse.file().parent_path() / "second").string()});
-  const auto child_started = [] {
+  const auto child_started = [&] {
     for (const auto& cg : run_cgroups())
-      if (!is_spare_run(cg) && !slurp(fs::path(cg) / "cgroup.procs").empty()) return true;
+      if (std::find(before.begin(), before.end(), cg) == before.end() && !is_spare_run(cg) &&
+          !slurp(fs::path(cg) / "cgroup.procs").empty())
+        return true;
     return false;
   };
   const auto started_by = std::chrono::steady_clock::now() + std::chrono::seconds(30);
@@ -346,6 +350,7 @@ TEST_F(Run, TheTimeoutAndASignalEndARunWhoseExecNeverFinishes) {
   EXPECT_TRUE(child_started()) << "no child in the run's cgroup after 30 s";
   std::this_thread::sleep_for(std::chrono::milliseconds(500));
   ::kill(s.pid, SIGINT);
+  ::kill(s.pid, SIGTERM);
   const bool interrupted = ended_within(s, std::chrono::seconds(30));
   r = finish(s);
   EXPECT_TRUE(interrupted) << "agentcage run was still waiting for the exec 30 s after SIGINT";

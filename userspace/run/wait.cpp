@@ -91,7 +91,8 @@ class StartWatch {
     while (::poll(fds, 3, -1) < 0)
       if (errno != EINTR) return;  // (unwatched, as before)
     if (fds[0].revents) return;
-    ended_.store((fds[1].revents & POLLIN) ? Ended::timeout : Ended::signal);
+    // A signal first, as wait_for_end takes it.
+    ended_.store((fds[2].revents & POLLIN) ? Ended::signal : Ended::timeout);
     // Again and again until stopped: a kill while the cgroup is still
     // empty (before the clone) would miss the child.
     do (void)cg.kill_all();
@@ -188,6 +189,12 @@ SignalGuard::SignalGuard() : set_(run_ending_signals()) {
 }
 
 SignalGuard::~SignalGuard() {
+  // The run is over: ending signals still pending (a second ^C, a SIGHUP
+  // after a SIGTERM) have nothing left to end, and unblocked they would
+  // kill agentcage before it reports.
+  signalfd_siginfo si{};
+  while (fd_ && ::read(fd_.get(), &si, sizeof si) == static_cast<ssize_t>(sizeof si)) {
+  }
   fd_.reset();
   ::sigaction(SIGPIPE, &old_pipe_, nullptr);
   ::sigprocmask(SIG_SETMASK, &old_mask_, nullptr);
@@ -231,7 +238,9 @@ Step spawn(Run& run, std::optional<int>& unstarted) {
     return internal("socketpair: " + std::string(std::strerror(errno)));
   UniqueFd report_rd(sv[0]), report_wr(sv[1]);
   const pid_t self = ::getpid();
-  // The timeout counts from here: the start is the run's too.
+  // The timeout counts from here, as the run's wall time does: the start is
+  // the run's too.
+  run.started = Clock::now();
   if (run.limits->timeout) {
     run.timer.reset(::timerfd_create(CLOCK_MONOTONIC, TFD_CLOEXEC));
     itimerspec its{};
@@ -243,7 +252,6 @@ Step spawn(Run& run, std::optional<int>& unstarted) {
   }
   auto watch = StartWatch::start(run.timer ? run.timer.get() : -1, run.signals->fd(), *r.cg);
   if (!watch) return internal(watch.error().message, watch.error().code);
-  run.started = Clock::now();
   // A new IPC namespace: the run's System V IPC objects and message queues
   // are its own (the scope allows only those: AC_SCOPE_F_OWN_IPC, set by
   // confine) and go with the namespace when its last process ends.
