@@ -185,6 +185,38 @@ int run_in_cgroup(int cgroup_fd, const std::function<int()>& fn) {
   return st ? exit_code(*st) : -1;
 }
 
+uint16_t port_of(int fd) {
+  sockaddr_storage ss{};
+  socklen_t len = sizeof ss;
+  ::getsockname(fd, reinterpret_cast<sockaddr*>(&ss), &len);
+  return ntohs(ss.ss_family == AF_INET ? reinterpret_cast<sockaddr_in*>(&ss)->sin_port
+                                       : reinterpret_cast<sockaddr_in6*>(&ss)->sin6_port);
+}
+
+int udp_bound(int family, const char* addr) {
+  int s = ::socket(family, SOCK_DGRAM | SOCK_CLOEXEC, 0);
+  socklen_t len = 0;
+  sockaddr_storage ss = inet_addr_of(family, addr, 0, &len);
+  if (s < 0 || ::bind(s, reinterpret_cast<sockaddr*>(&ss), len) != 0) {
+    if (s >= 0) ::close(s);
+    return -1;
+  }
+  return s;
+}
+
+std::thread answer_then_spray(int echo, int other) {
+  return std::thread([echo, other] {
+    timeval tv{20, 0};
+    ::setsockopt(echo, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
+    sockaddr_storage from{};
+    socklen_t from_len = sizeof from;
+    char c;
+    if (::recvfrom(echo, &c, 1, 0, reinterpret_cast<sockaddr*>(&from), &from_len) != 1) return;
+    ::sendto(echo, "p", 1, 0, reinterpret_cast<sockaddr*>(&from), from_len);
+    ::sendto(other, "i", 1, 0, reinterpret_cast<sockaddr*>(&from), from_len);
+  });
+}
+
 int listen_tcp(int family, uint16_t* port) {
   int s = ::socket(family, SOCK_STREAM | SOCK_CLOEXEC, 0);
   if (s < 0) return -1;

@@ -15,6 +15,7 @@
 #include <functional>
 #include <optional>
 #include <string>
+#include <thread>
 #include <utility>
 #include <vector>
 
@@ -68,6 +69,15 @@ int in_child(bool new_session, const std::function<int()>& fn);
 // Run fn in a new process started inside the cgroup open at cgroup_fd
 // (clone3 + CLONE_INTO_CGROUP); its exit code, -1 if it could not start.
 int run_in_cgroup(int cgroup_fd, const std::function<int()>& fn);
+
+// The port a socket is bound to.
+uint16_t port_of(int fd);
+// A UDP socket bound to `addr` (AF_INET or AF_INET6 text) and a free port,
+// or -1.
+int udp_bound(int family, const char* addr);
+// An echo server on `echo` that answers the first datagram, then has
+// `other` send to the same client: what a client of a scope hears.
+std::thread answer_then_spray(int echo, int other);
 
 // A listening TCP socket on loopback (AF_INET: 127.0.0.1, AF_INET6: the
 // dual-stack wildcard, which accepts v4-mapped too); *port gets its port.

@@ -25,6 +25,7 @@
 #include <utility>
 #include <vector>
 
+#include <bpf/bpf.h>
 #include <nlohmann/json.hpp>
 
 #include "bpf/enforcer.h"
@@ -149,6 +150,83 @@ TEST_F(Run, DirectSocketConnectionFails) {
   ::close(srv);
   EXPECT_EQ(r.code, 42) << r.describe();
   EXPECT_TRUE(has_record(r, "socket_connect", "127.0.0.1:" + std::to_string(port))) << r.result.dump(2);
+}
+
+// The ids of the UDP receive filters (any set's) attached to cgroup `cg` at
+// BPF_CGROUP_INET_INGRESS.
+std::vector<uint32_t> receive_filters_on(const fs::path& cg) {
+  std::vector<uint32_t> out;
+  int dir = ::open(cg.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  if (dir < 0) return out;
+  uint32_t ids[64] = {};
+  uint32_t count = 64, flags = 0;
+  if (bpf_prog_query(dir, BPF_CGROUP_INET_INGRESS, 0, &flags, ids, &count) != 0) count = 0;
+  ::close(dir);
+  for (uint32_t i = 0; i < count; ++i) {
+    int prog = bpf_prog_get_fd_by_id(ids[i]);
+    if (prog < 0) continue;
+    bpf_prog_info info{};
+    uint32_t len = sizeof info;
+    if (bpf_obj_get_info_by_fd(prog, &info, &len) == 0 && std::string(info.name) == "ac_udp_client_f")
+      out.push_back(ids[i]);
+    ::close(prog);
+  }
+  return out;
+}
+
+TEST_F(Run, EveryRunsUdpClientHearsOnlyFromWhereItSentThroughOneFilterOnTheRunParent) {
+  // The filter of what a run's UDP client hears was attached to each run's
+  // cgroup and detached at its end: with no other such program on the
+  // host, that switched the kernel's cgroup ingress branch on and off, a
+  // patch of kernel text with every CPU stopped for it, twice per run. It
+  // is attached once, to the run parent, where only runs live, and every
+  // run's cgroup inherits it: the answer of the peer a run sent to
+  // arrives, another host socket's datagram to the same client does not.
+  int echo = udp_bound(AF_INET, "127.0.0.1"), other = udp_bound(AF_INET, "127.0.0.1");
+  ASSERT_TRUE(echo >= 0 && other >= 0) << std::strerror(errno);
+  const uint16_t port = port_of(echo);
+  const std::string policy_file = "/tmp/agentcage-kt-udp-client.yaml";
+  std::string text = slurp(kPythonSandbox);
+  const size_t at = text.find("  # No network section");
+  ASSERT_NE(at, std::string::npos);
+  text.insert(at, "  network:\n    allow:\n      - {cidr: 127.0.0.1/32, ports: [" + std::to_string(port) +
+                      "], protocol: udp}\n");
+  std::ofstream(policy_file) << text;
+  SpawnOptions o;
+  o.policy = policy_file;
+  const std::string code =
+      "import socket\n"
+      "s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)\n"
+      "s.settimeout(2)\n"
+      "s.sendto(b'q', ('127.0.0.1', " +
+      std::to_string(port) +
+      "))\n"
+      "got = b''\n"
+      "try:\n"
+      "    while True:\n"
+      "        got += s.recv(1)\n"
+      "except TimeoutError:\n"
+      "    pass\n"
+      "print(got.decode())\n";
+  std::vector<uint32_t> kept;
+  for (int i = 0; i < 2; ++i) {
+    std::thread t = answer_then_spray(echo, other);
+    Ran r = run(py(code), o);
+    t.join();
+    EXPECT_EQ(r.code, 0) << r.describe();
+    EXPECT_EQ(r.out, "p\n") << "run " << i
+                            << ": \"pi\": the other socket's datagram arrived; \"\": not even the answer";
+    EXPECT_EQ(denied(r, "ingress"), 1u) << r.result["denials"].dump(2);
+    auto filters = receive_filters_on(kRunsCgroup);
+    EXPECT_FALSE(filters.empty()) << "no receive filter on " << kRunsCgroup;
+    if (i == 0)
+      kept = filters;
+    else
+      EXPECT_EQ(filters, kept) << "the second run attached another filter, or took the first one off";
+  }
+  ::close(echo);
+  ::close(other);
+  ::unlink(policy_file.c_str());
 }
 
 // policies/llm-proxy-only.yaml is python-sandbox.yaml (include:) plus the

@@ -43,14 +43,6 @@ std::string policy_yaml(const std::string& spec) {
   return "apiVersion: agentcage/v1\nkind: Policy\nmetadata:\n  name: kt-selftalk\nspec:\n" + spec;
 }
 
-uint16_t port_of(int fd) {
-  sockaddr_storage ss{};
-  socklen_t len = sizeof ss;
-  ::getsockname(fd, reinterpret_cast<sockaddr*>(&ss), &len);
-  return ntohs(ss.ss_family == AF_INET ? reinterpret_cast<sockaddr_in*>(&ss)->sin_port
-                                       : reinterpret_cast<sockaddr_in6*>(&ss)->sin6_port);
-}
-
 // A free UDP port on 127.0.0.1 (bound and released).
 uint16_t free_udp_port() {
   int s = ::socket(AF_INET, SOCK_DGRAM | SOCK_CLOEXEC, 0);
@@ -704,33 +696,6 @@ TEST_F(SelfTalkTest, ASocketTheKernelBindsOnAFailedSendHearsFromNoOne) {
   EXPECT_EQ(code, kOk)
       << "11: after send() without an address, 12: after sendto() to a unix address, 13: both";
   EXPECT_EQ(denied(AC_HOOK_INGRESS) - before, 2u);
-}
-
-// A UDP socket bound to `addr` (AF_INET or AF_INET6 text) and a free port.
-int udp_bound(int family, const char* addr) {
-  int s = ::socket(family, SOCK_DGRAM | SOCK_CLOEXEC, 0);
-  socklen_t len = 0;
-  sockaddr_storage ss = inet_addr_of(family, addr, 0, &len);
-  if (::bind(s, reinterpret_cast<sockaddr*>(&ss), len) != 0) {
-    ::close(s);
-    return -1;
-  }
-  return s;
-}
-
-// An echo server on `echo` that answers the first datagram, then has
-// `other` send to the same client: what a client of the run hears.
-std::thread answer_then_spray(int echo, int other) {
-  return std::thread([echo, other] {
-    timeval tv{10, 0};
-    ::setsockopt(echo, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
-    sockaddr_storage from{};
-    socklen_t from_len = sizeof from;
-    char c;
-    if (::recvfrom(echo, &c, 1, 0, reinterpret_cast<sockaddr*>(&from), &from_len) != 1) return;
-    ::sendto(echo, "p", 1, 0, reinterpret_cast<sockaddr*>(&from), from_len);
-    ::sendto(other, "i", 1, 0, reinterpret_cast<sockaddr*>(&from), from_len);
-  });
 }
 
 // In a scoped process: send one datagram from a fresh client socket to

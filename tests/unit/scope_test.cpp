@@ -195,11 +195,11 @@ class FakeBackend : public Backend {
     pols.erase(slot);
     return {};
   }
-  Status add_scope(const std::filesystem::path& path, uint64_t cgroup_id, unsigned level, uint64_t scope_id,
-                   uint32_t slot, const std::string& workspace, uint16_t flags, uint16_t dns_port,
-                   uint32_t arm_tgid) override {
+  Status add_scope(const std::filesystem::path& path, uint64_t cgroup_id, unsigned level,
+                   bool filter_at_parent, uint64_t scope_id, uint32_t slot, const std::string& workspace,
+                   uint16_t flags, uint16_t dns_port, uint32_t arm_tgid) override {
     log("add_scope " + std::to_string(cgroup_id) + (flags ? " flags " + std::to_string(flags) : "") +
-        (dns_port ? " dns " + std::to_string(dns_port) : "") +
+        (filter_at_parent ? " filter at parent" : "") + (dns_port ? " dns " + std::to_string(dns_port) : "") +
         (arm_tgid ? " arm " + std::to_string(arm_tgid) : ""));
     paths[cgroup_id] = path;
     if (fail_add_scope) return Error{"add_scope failed", ENOMEM};
@@ -276,6 +276,19 @@ TEST(Confine, InstallsATransientPolicyAndRegistersTheScope) {
   EXPECT_EQ(b.scps.at(77).scope_id, 77u) << "the scope id is the cgroup id";
   EXPECT_EQ(b.workspaces.at(77), "/ws");
   EXPECT_EQ(b.paths.at(77), "/sys/fs/cgroup/test/77") << "the receive filter goes on the confined cgroup";
+}
+
+// A run's cgroup, right below the run parent: the backend is told to keep
+// the receive filter on that parent (bpf::ScopeCgroup); any other cgroup
+// gets it on itself.
+TEST(Confine, AsksForTheReceiveFilterOnTheParentOnlyForARunsCgroup) {
+  FakeBackend b;
+  CgroupRef run = cgroup_ref(77);
+  run.filter_at_parent = true;
+  ASSERT_TRUE(confine(b, run, TransientPolicy{"p", usr_only(), false}, "/ws"));
+  ASSERT_TRUE(confine(b, cgroup_ref(78), TransientPolicy{"p", usr_only(), false}, "/ws"));
+  EXPECT_LT(b.at("add_scope 77 filter at parent"), b.ops.size()) << testing::PrintToString(b.ops);
+  EXPECT_LT(b.at("add_scope 78"), b.ops.size()) << testing::PrintToString(b.ops);
 }
 
 // A container's init at the OCI createRuntime hook: the scope is registered

@@ -102,6 +102,13 @@ struct ScopeCgroup {
   int fd = -1;
   uint64_t id = 0;
   unsigned level = 0;
+  // The cgroup's parent is agentcage's own run parent, where only runs
+  // live (a shared set only): the filter goes there, once for every run
+  // below it, and stays for as long as the cgroup does. Attaching and
+  // detaching it per run would switch the kernel's cgroup ingress branch
+  // on and off (a patch of kernel text, with every CPU stopped for it)
+  // twice per run whenever no other such program is attached on the host.
+  bool filter_at_parent = false;
 };
 
 struct ProgramInfo {
@@ -259,8 +266,11 @@ class Enforcer {
   Status adopt_pinned(const std::string& dir);
   Status pin_all(const std::string& dir);
   Status check_lsm_active() const;
-  Status attach_receive_filter(int cgroup_fd);
-  Result<bool> receive_filter_on(int cgroup_fd) const;
+  Status attach_receive_filter(int cgroup_fd, bool at_parent);
+  Status attach_receive_filter_to(int cgroup_fd);
+  // Attached to the cgroup itself, or (effective) in force there, inherited
+  // from a cgroup above it.
+  Result<bool> receive_filter_on(int cgroup_fd, bool effective = false) const;
   void detach_receive_filter(int cgroup_fd);
   // The DNS programs (dns.bpf.h) on a scope's cgroup, all or none.
   Status attach_dns(int cgroup_fd);
@@ -302,6 +312,7 @@ class Enforcer {
         bindings = -1;
   } maps_;
   int receive_filter_ = -1;  // ac_udp_client_filter (owned by skel_ or owned_fds_)
+  mutable uint32_t receive_filter_id_ = 0;  // its program id, read when first needed
   // Opened when first needed (a run with domain rules), not at adoption.
   mutable std::vector<int> dns_programs_;
   mutable int pins_ = -1;

@@ -266,8 +266,21 @@ Result<std::string> overridable_ancestor(int cgroup_fd) {
 }  // namespace
 
 // The filter is attached at most once per cgroup (the kernel refuses the
-// same program twice; a retry finds it there).
-Status Enforcer::attach_receive_filter(int cgroup_fd) {
+// same program twice; a retry finds it there). A cgroup it is in force at
+// already, attached to it or inherited from a cgroup above it (a run's
+// cgroup below the run parent, once the first run put it there), takes
+// nothing: not even the walk up its ancestors, made when it was attached.
+Status Enforcer::attach_receive_filter(int cgroup_fd, bool at_parent) {
+  auto in_force = receive_filter_on(cgroup_fd, true);
+  if (!in_force) return in_force.error();
+  if (*in_force) return {};
+  if (!at_parent || !shared_) return attach_receive_filter_to(cgroup_fd);
+  UniqueFd parent(::openat(cgroup_fd, "..", O_RDONLY | O_DIRECTORY | O_CLOEXEC));
+  if (!parent) return Error::from_errno("bpf: opening the parent of the scope's cgroup");
+  return attach_receive_filter_to(parent.get());
+}
+
+Status Enforcer::attach_receive_filter_to(int cgroup_fd) {
   auto above = overridable_ancestor(cgroup_fd);
   if (!above) return above.error();
   if (!above->empty())
@@ -290,22 +303,31 @@ Status Enforcer::attach_receive_filter(int cgroup_fd) {
   return {};
 }
 
-Result<bool> Enforcer::receive_filter_on(int cgroup_fd) const {
-  uint32_t ids[64] = {};
-  uint32_t count = 64, flags = 0;
-  if (int err = bpf_prog_query(cgroup_fd, BPF_CGROUP_INET_INGRESS, 0, &flags, ids, &count))
-    return bpf_error("listing the programs attached to the scope's cgroup (BPF_CGROUP_INET_INGRESS)", err);
-  bpf_prog_info info{};
-  uint32_t len = sizeof info;
-  if (int err = bpf_obj_get_info_by_fd(receive_filter_, &info, &len))
-    return bpf_error("reading the UDP receive filter's program id", err);
-  for (uint32_t i = 0; i < count && i < 64; ++i)
-    if (ids[i] == info.id) return true;
+Result<bool> Enforcer::receive_filter_on(int cgroup_fd, bool effective) const {
+  if (!receive_filter_id_) {
+    bpf_prog_info info{};
+    uint32_t len = sizeof info;
+    if (int err = bpf_obj_get_info_by_fd(receive_filter_, &info, &len))
+      return bpf_error("reading the UDP receive filter's program id", err);
+    receive_filter_id_ = info.id;
+  }
+  // (BPF_CGROUP_MAX_PROGS is 64, per cgroup; the effective list holds
+  // every level's, so it can be longer.)
+  std::vector<uint32_t> ids(effective ? 256 : 64);
+  uint32_t count = static_cast<uint32_t>(ids.size()), flags = 0;
+  if (int err = bpf_prog_query(cgroup_fd, BPF_CGROUP_INET_INGRESS, effective ? BPF_F_QUERY_EFFECTIVE : 0,
+                               &flags, ids.data(), &count))
+    return bpf_error("listing the programs " + std::string(effective ? "in force at" : "attached to") +
+                         " the scope's cgroup (BPF_CGROUP_INET_INGRESS)",
+                     err);
+  for (uint32_t i = 0; i < count && i < ids.size(); ++i)
+    if (ids[i] == receive_filter_id_) return true;
   return false;
 }
 
 // Only when the filter is there: on a cgroup not in ALLOW_MULTI mode the
-// kernel's detach takes off whatever single program is attached.
+// kernel's detach takes off whatever single program is attached. Only
+// where it is attached: one in force from the run parent stays there.
 void Enforcer::detach_receive_filter(int cgroup_fd) {
   if (cgroup_fd < 0) return;
   if (auto on = receive_filter_on(cgroup_fd); on && *on)
@@ -357,7 +379,7 @@ Status Enforcer::add_scope(const ScopeCgroup& cgroup, uint64_t scope_id, uint32_
       return Error{"bpf: cgroup " + std::to_string(cgroup_id) + " is already a scope", EEXIST};
     // The filter before the scope: no socket of the scope is a UDP client
     // without it.
-    if (Status st = attach_receive_filter(cgroup.fd); !st) return st;
+    if (Status st = attach_receive_filter(cgroup.fd, cgroup.filter_at_parent); !st) return st;
     const bool dns = flags & AC_SCOPE_F_DNS;
     // (Its pins and its BPF lookups key it by its cgroup's id.)
     if (dns && (dns_port == 0 || scope_id != cgroup_id)) {
@@ -472,7 +494,7 @@ Status Enforcer::complete_scope(const ScopeCgroup& cgroup) {
     if (!(scope.flags & AC_SCOPE_F_INCOMPLETE)) return {};
     if (scope.arm_tgid) return pending_scope(cgroup.id, scope.arm_tgid, "completed");
     // The filter first: the flag keeps UDP sockets out until it is there.
-    if (Status st = attach_receive_filter(cgroup.fd); !st) return st;
+    if (Status st = attach_receive_filter(cgroup.fd, false); !st) return st;
     scope.flags &= static_cast<uint16_t>(~AC_SCOPE_F_INCOMPLETE);
     if (int err = bpf_map_update_elem(maps_.scopes, &cgroup.id, &scope, BPF_EXIST))
       return bpf_error("completing scope of cgroup " + std::to_string(cgroup.id), err);

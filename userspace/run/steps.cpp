@@ -511,6 +511,9 @@ Step confine(Run& run) {
   // hot reloads apply to this run too; otherwise a transient slot.
   // The command starts in an IPC namespace of its own (spawn in wait.cpp).
   scope::CgroupRef ref{r.cg->id(), r.cg->level(), r.cg->path(), true};
+  // (Right below the run parent, where only runs live: the receive filter
+  // is kept there, not attached and detached per run.)
+  ref.filter_at_parent = true;
   if (policy::first_domain_rule(*run.policy)) {
     // The resolver first: the scope's DNS goes to its port from the start.
     auto dns = RunDns::open(*run.policy, *r.enforcer, r.cg->id(), run.opts.paths.resolv_conf);

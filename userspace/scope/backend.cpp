@@ -30,11 +30,13 @@ Status EnforcerBackend::put_transient_policy(uint32_t slot, const std::string& n
 Status EnforcerBackend::remove_policy(uint32_t slot) { return enf_.remove_policy(slot); }
 
 Status EnforcerBackend::add_scope(const std::filesystem::path& path, uint64_t cgroup_id, unsigned level,
-                                  uint64_t scope_id, uint32_t slot, const std::string& workspace,
-                                  uint16_t flags, uint16_t dns_port, uint32_t arm_tgid) {
+                                  bool filter_at_parent, uint64_t scope_id, uint32_t slot,
+                                  const std::string& workspace, uint16_t flags, uint16_t dns_port,
+                                  uint32_t arm_tgid) {
   UniqueFd dir(::open(path.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC));
   if (!dir) return Error::from_errno("opening cgroup " + path.string());
-  return enf_.add_scope({dir.get(), cgroup_id, level}, scope_id, slot, workspace, flags, dns_port, arm_tgid);
+  return enf_.add_scope({dir.get(), cgroup_id, level, filter_at_parent}, scope_id, slot, workspace, flags,
+                        dns_port, arm_tgid);
 }
 
 Status EnforcerBackend::remove_scope(const std::filesystem::path& path, uint64_t cgroup_id) {

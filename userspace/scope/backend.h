@@ -30,12 +30,14 @@ class Backend {
                                       const bpf::CompiledPolicy& policy) = 0;
   virtual Status remove_policy(uint32_t slot) = 0;
   // The cgroup at `path` (id `cgroup_id`, at `level`) becomes a scope, its
-  // receive filter attached first. `flags`: AC_SCOPE_F_* (abi.h);
+  // receive filter attached first (to its parent, agentcage's run parent,
+  // with `filter_at_parent`: bpf::ScopeCgroup). `flags`: AC_SCOPE_F_* (abi.h);
   // `dns_port`: the resolver's port with AC_SCOPE_F_DNS; `arm_tgid`: 0, or
   // the pid whose exec arms the scope (pending until then: struct ac_scope).
   virtual Status add_scope(const std::filesystem::path& path, uint64_t cgroup_id, unsigned level,
-                           uint64_t scope_id, uint32_t slot, const std::string& workspace,
-                           uint16_t flags, uint16_t dns_port, uint32_t arm_tgid) = 0;
+                           bool filter_at_parent, uint64_t scope_id, uint32_t slot,
+                           const std::string& workspace, uint16_t flags, uint16_t dns_port,
+                           uint32_t arm_tgid) = 0;
   // The scope, then the filter (a cgroup already removed took it along).
   virtual Status remove_scope(const std::filesystem::path& path, uint64_t cgroup_id) = 0;
   virtual Result<bpf::ScopeReport> scope_report(uint64_t scope_id) = 0;
@@ -58,9 +60,9 @@ class EnforcerBackend final : public Backend {
   Status put_transient_policy(uint32_t slot, const std::string& name,
                               const bpf::CompiledPolicy& policy) override;
   Status remove_policy(uint32_t slot) override;
-  Status add_scope(const std::filesystem::path& path, uint64_t cgroup_id, unsigned level, uint64_t scope_id,
-                   uint32_t slot, const std::string& workspace, uint16_t flags, uint16_t dns_port,
-                   uint32_t arm_tgid) override;
+  Status add_scope(const std::filesystem::path& path, uint64_t cgroup_id, unsigned level,
+                   bool filter_at_parent, uint64_t scope_id, uint32_t slot, const std::string& workspace,
+                   uint16_t flags, uint16_t dns_port, uint32_t arm_tgid) override;
   Status remove_scope(const std::filesystem::path& path, uint64_t cgroup_id) override;
   Result<bpf::ScopeReport> scope_report(uint64_t scope_id) override;
   bool populated(const std::filesystem::path& cgroup) override;

@@ -154,8 +154,8 @@ Result<Confinement> confine(Backend& b, const CgroupRef& cg, const PolicyRef& po
     uint16_t flags = cg.own_ipc_namespace ? AC_SCOPE_F_OWN_IPC : 0;
     if (cg.dns_port) flags |= AC_SCOPE_F_DNS | (cg.dns_ipv6 ? AC_SCOPE_F_DNS6 : 0);
     if (cg.bound) flags |= AC_SCOPE_F_BOUND;
-    if (Status s =
-            b.add_scope(cg.path, cg.id, cg.level, cg.id, choice.slot, workspace, flags, cg.dns_port, arm_tgid);
+    if (Status s = b.add_scope(cg.path, cg.id, cg.level, cg.filter_at_parent, cg.id, choice.slot, workspace,
+                               flags, cg.dns_port, arm_tgid);
         !s) {
       if (choice.transient) static_cast<void>(release_slot(b, choice.slot));
       return s;

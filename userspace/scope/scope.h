@@ -62,6 +62,10 @@ struct CgroupRef {
   // A binding's cgroup (AC_SCOPE_F_BOUND, scope/bind.h): the daemon removes
   // the scope once the cgroup is no longer at the bound path.
   bool bound = false;
+  // The cgroup is a run's, made right below agentcage's run parent, where
+  // only runs live: the UDP receive filter is attached to that parent once
+  // and kept there (bpf::ScopeCgroup), not to each run's cgroup.
+  bool filter_at_parent = false;
 };
 
 // A policy the daemon installed in a named slot (attach through the daemon).
