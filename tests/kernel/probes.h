@@ -79,6 +79,10 @@ int udp_bound(int family, const char* addr);
 // `other` send to the same client: what a client of a scope hears.
 std::thread answer_then_spray(int echo, int other);
 
+// Another tool's cgroup_skb program, loaded: lets every packet through.
+// Its fd, or -1.
+int pass_all_program();
+
 // A listening TCP socket on loopback (AF_INET: 127.0.0.1, AF_INET6: the
 // dual-stack wildcard, which accepts v4-mapped too); *port gets its port.
 // Returns the fd or -1.

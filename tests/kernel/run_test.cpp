@@ -174,26 +174,25 @@ std::vector<uint32_t> receive_filters_on(const fs::path& cg) {
   return out;
 }
 
-TEST_F(Run, EveryRunsUdpClientHearsOnlyFromWhereItSentThroughOneFilterOnTheRunParent) {
-  // The filter of what a run's UDP client hears was attached to each run's
-  // cgroup and detached at its end: with no other such program on the
-  // host, that switched the kernel's cgroup ingress branch on and off, a
-  // patch of kernel text with every CPU stopped for it, twice per run. It
-  // is attached once, to the run parent, where only runs live, and every
-  // run's cgroup inherits it: the answer of the peer a run sent to
-  // arrives, another host socket's datagram to the same client does not.
-  int echo = udp_bound(AF_INET, "127.0.0.1"), other = udp_bound(AF_INET, "127.0.0.1");
-  ASSERT_TRUE(echo >= 0 && other >= 0) << std::strerror(errno);
-  const uint16_t port = port_of(echo);
-  const std::string policy_file = "/tmp/agentcage-kt-udp-client.yaml";
+// python-sandbox.yaml that may send UDP to 127.0.0.1:port, written to a
+// file of its own; its path.
+std::string udp_client_policy(uint16_t port) {
+  const std::string file = "/tmp/agentcage-kt-udp-client.yaml";
   std::string text = slurp(kPythonSandbox);
   const size_t at = text.find("  # No network section");
-  ASSERT_NE(at, std::string::npos);
+  if (at == std::string::npos) return "";
   text.insert(at, "  network:\n    allow:\n      - {cidr: 127.0.0.1/32, ports: [" + std::to_string(port) +
                       "], protocol: udp}\n");
-  std::ofstream(policy_file) << text;
-  SpawnOptions o;
-  o.policy = policy_file;
+  std::ofstream(file) << text;
+  return file;
+}
+
+// A run whose UDP client sends to the host socket `echo` and prints what it
+// hears within 2 s: the answer ("p"), and another host socket's datagram
+// to the same client ("i") unless the receive filter drops it.
+Ran udp_client_run(int echo, int other, SpawnOptions o) {
+  const uint16_t port = port_of(echo);
+  o.policy = udp_client_policy(port);
   const std::string code =
       "import socket\n"
       "s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)\n"
@@ -208,11 +207,26 @@ TEST_F(Run, EveryRunsUdpClientHearsOnlyFromWhereItSentThroughOneFilterOnTheRunPa
       "except TimeoutError:\n"
       "    pass\n"
       "print(got.decode())\n";
+  std::thread t = answer_then_spray(echo, other);
+  Ran r = run(py(code), o);
+  t.join();
+  ::unlink(o.policy.c_str());
+  return r;
+}
+
+TEST_F(Run, EveryRunsUdpClientHearsOnlyFromWhereItSentThroughOneFilterOnTheRunParent) {
+  // The filter of what a run's UDP client hears was attached to each run's
+  // cgroup and detached at its end: with no other such program on the
+  // host, that switched the kernel's cgroup ingress branch on and off, a
+  // patch of kernel text with every CPU stopped for it, twice per run. It
+  // is attached once, to the run parent, where only runs live, and every
+  // run's cgroup inherits it: the answer of the peer a run sent to
+  // arrives, another host socket's datagram to the same client does not.
+  int echo = udp_bound(AF_INET, "127.0.0.1"), other = udp_bound(AF_INET, "127.0.0.1");
+  ASSERT_TRUE(echo >= 0 && other >= 0) << std::strerror(errno);
   std::vector<uint32_t> kept;
   for (int i = 0; i < 2; ++i) {
-    std::thread t = answer_then_spray(echo, other);
-    Ran r = run(py(code), o);
-    t.join();
+    Ran r = udp_client_run(echo, other, {});
     EXPECT_EQ(r.code, 0) << r.describe();
     EXPECT_EQ(r.out, "p\n") << "run " << i
                             << ": \"pi\": the other socket's datagram arrived; \"\": not even the answer";
@@ -226,7 +240,47 @@ TEST_F(Run, EveryRunsUdpClientHearsOnlyFromWhereItSentThroughOneFilterOnTheRunPa
   }
   ::close(echo);
   ::close(other);
-  ::unlink(policy_file.c_str());
+}
+
+TEST_F(Run, ARunParentThatTakesNoMoreProgramsPutsTheFilterOnEachRun) {
+  // The kernel takes 64 programs per cgroup and attach type. A run parent
+  // full of other programs (other tools', older sets' filters) cannot take
+  // the filter: each run's own cgroup gets it instead, as any other
+  // scope's does, and the run's UDP client still hears only from where it
+  // sent. The parent is left as it was.
+  const std::string name = "full-parent-" + std::to_string(::getpid());
+  auto root = cgroup::find_cgroup2_root();
+  ASSERT_TRUE(root.ok()) << root.error().message;
+  std::error_code ec;
+  fs::create_directories(*root / "agentcage-kt", ec);
+  auto parent = cgroup::Cgroup::create(*root, *root / "agentcage-kt", name);
+  ASSERT_TRUE(parent.ok()) << parent.error().message;
+  std::vector<int> tools;
+  for (int i = 0; i < 64; ++i) {
+    int tool = pass_all_program();
+    ASSERT_GE(tool, 0) << std::strerror(errno);
+    tools.push_back(tool);
+    ASSERT_EQ(bpf_prog_attach(tool, parent->fd(), BPF_CGROUP_INET_INGRESS, BPF_F_ALLOW_MULTI), 0)
+        << "program " << i << ": " << std::strerror(errno);
+  }
+  int echo = udp_bound(AF_INET, "127.0.0.1"), other = udp_bound(AF_INET, "127.0.0.1");
+  ASSERT_TRUE(echo >= 0 && other >= 0) << std::strerror(errno);
+  SpawnOptions o;
+  o.env = {"AGENTCAGE_CGROUP_PARENT=agentcage-kt/" + name};
+  Ran r = udp_client_run(echo, other, o);
+  EXPECT_EQ(r.code, 0) << r.describe();
+  EXPECT_EQ(r.out, "p\n") << "\"pi\": the other socket's datagram arrived; \"\": not even the answer";
+  EXPECT_EQ(denied(r, "ingress"), 1u) << r.result["denials"].dump(2);
+  EXPECT_EQ(r.result.value("cgroup", ""), (parent->path() / r.result.value("run_id", "")).string())
+      << r.result.dump(2);
+  EXPECT_TRUE(receive_filters_on(parent->path()).empty());
+  for (int tool : tools) {
+    EXPECT_EQ(bpf_prog_detach2(tool, parent->fd(), BPF_CGROUP_INET_INGRESS), 0);
+    ::close(tool);
+  }
+  ::close(echo);
+  ::close(other);
+  EXPECT_TRUE(parent->remove().ok());
 }
 
 // policies/llm-proxy-only.yaml is python-sandbox.yaml (include:) plus the

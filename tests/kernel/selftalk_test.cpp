@@ -938,13 +938,6 @@ TEST_F(SelfTalkTest, TheReceiveFilterComesAndGoesWithTheScope) {
   EXPECT_TRUE(cg2->remove().ok());
 }
 
-// Another tool's cgroup_skb program: lets every packet through.
-int pass_all_program() {
-  const bpf_insn insns[] = {{BPF_ALU64 | BPF_MOV | BPF_K, BPF_REG_0, 0, 0, 1},
-                            {BPF_JMP | BPF_EXIT, 0, 0, 0, 0}};
-  return bpf_prog_load(BPF_PROG_TYPE_CGROUP_SKB, "kt_other_tool", "GPL", insns, 2, nullptr);
-}
-
 TEST_F(SelfTalkTest, TheFilterGoesOnTheScopesCgroupAndComesOffOnlyItself) {
   // A descriptor of another cgroup is refused (the filter would go where
   // the scope is not), and nothing is registered. Removing a scope that is

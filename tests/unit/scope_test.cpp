@@ -278,9 +278,9 @@ TEST(Confine, InstallsATransientPolicyAndRegistersTheScope) {
   EXPECT_EQ(b.paths.at(77), "/sys/fs/cgroup/test/77") << "the receive filter goes on the confined cgroup";
 }
 
-// A run's cgroup, right below the run parent: the backend is told to keep
-// the receive filter on that parent (bpf::ScopeCgroup); any other cgroup
-// gets it on itself.
+// A run's cgroup, right below the run parent: confine passes on that the
+// receive filter may be kept on that parent (the Enforcer decides where it
+// goes: bpf::ScopeCgroup); for any other cgroup, it does not.
 TEST(Confine, AsksForTheReceiveFilterOnTheParentOnlyForARunsCgroup) {
   FakeBackend b;
   CgroupRef run = cgroup_ref(77);

@@ -103,11 +103,12 @@ struct ScopeCgroup {
   uint64_t id = 0;
   unsigned level = 0;
   // The cgroup's parent is agentcage's own run parent, where only runs
-  // live (a shared set only): the filter goes there, once for every run
-  // below it, and stays for as long as the cgroup does. Attaching and
-  // detaching it per run would switch the kernel's cgroup ingress branch
-  // on and off (a patch of kernel text, with every CPU stopped for it)
-  // twice per run whenever no other such program is attached on the host.
+  // live (a shared set only; never the root cgroup): the filter goes
+  // there, once for every run below it, and stays for as long as that
+  // cgroup does. Attaching and detaching it per run would switch the
+  // kernel's cgroup ingress branch on and off (a patch of kernel text, with
+  // every CPU stopped for it) twice per run whenever no other such program
+  // is attached on the host.
   bool filter_at_parent = false;
 };
 
@@ -266,11 +267,10 @@ class Enforcer {
   Status adopt_pinned(const std::string& dir);
   Status pin_all(const std::string& dir);
   Status check_lsm_active() const;
-  Status attach_receive_filter(int cgroup_fd, bool at_parent);
+  Status attach_receive_filter(int cgroup_fd, bool at_parent, unsigned level);
   Status attach_receive_filter_to(int cgroup_fd);
-  // Attached to the cgroup itself, or (effective) in force there, inherited
-  // from a cgroup above it.
-  Result<bool> receive_filter_on(int cgroup_fd, bool effective = false) const;
+  // Attached to the cgroup itself (not merely in force there from above).
+  Result<bool> receive_filter_on(int cgroup_fd) const;
   void detach_receive_filter(int cgroup_fd);
   // The DNS programs (dns.bpf.h) on a scope's cgroup, all or none.
   Status attach_dns(int cgroup_fd);

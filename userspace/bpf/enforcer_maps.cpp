@@ -266,20 +266,27 @@ Result<std::string> overridable_ancestor(int cgroup_fd) {
 }  // namespace
 
 // The filter is attached at most once per cgroup (the kernel refuses the
-// same program twice; a retry finds it there). A cgroup it is in force at
-// already, attached to it or inherited from a cgroup above it (a run's
-// cgroup below the run parent, once the first run put it there), takes
-// nothing: not even the walk up its ancestors, made when it was attached.
-Status Enforcer::attach_receive_filter(int cgroup_fd, bool at_parent) {
-  auto in_force = receive_filter_on(cgroup_fd, true);
-  if (!in_force) return in_force.error();
-  if (*in_force) return {};
-  if (!at_parent || !shared_) return attach_receive_filter_to(cgroup_fd);
+// same program twice; a retry finds it there). With `at_parent` (a run's
+// cgroup, below the run parent: bpf::ScopeCgroup) it goes to the parent
+// and stays there, so only the first run below it attaches anything. Never
+// to the root cgroup (a run parent of "."): every socket on the host would
+// run it. And when the parent takes no more programs (the kernel's 64 per
+// cgroup, each an older set's filter left there), to the run's own cgroup,
+// as for any other scope.
+// (Only the cgroup's own list counts: a filter in force there from a cgroup
+// further up belongs to that cgroup's scope, which takes it along when it
+// goes.)
+Status Enforcer::attach_receive_filter(int cgroup_fd, bool at_parent, unsigned level) {
+  if (!at_parent || !shared_ || level < 2) return attach_receive_filter_to(cgroup_fd);
   UniqueFd parent(::openat(cgroup_fd, "..", O_RDONLY | O_DIRECTORY | O_CLOEXEC));
-  if (!parent) return Error::from_errno("bpf: opening the parent of the scope's cgroup");
-  return attach_receive_filter_to(parent.get());
+  if (!parent) return Error::from_errno("bpf: opening the run parent above the scope's cgroup");
+  Status st = attach_receive_filter_to(parent.get());
+  if (!st && st.error().code == E2BIG) return attach_receive_filter_to(cgroup_fd);
+  return st;
 }
 
+// The override check runs each time, also where the filter is attached
+// already: a tool may have attached above it since.
 Status Enforcer::attach_receive_filter_to(int cgroup_fd) {
   auto above = overridable_ancestor(cgroup_fd);
   if (!above) return above.error();
@@ -295,7 +302,8 @@ Status Enforcer::attach_receive_filter_to(int cgroup_fd) {
   if (*attached) return {};
   if (int err = bpf_prog_attach(receive_filter_, cgroup_fd, BPF_CGROUP_INET_INGRESS, BPF_F_ALLOW_MULTI))
     return bpf_error(
-        "attaching the UDP receive filter to the scope's cgroup (BPF_CGROUP_INET_INGRESS)" +
+        "attaching the UDP receive filter to the scope's cgroup or the run parent above it "
+        "(BPF_CGROUP_INET_INGRESS)" +
             std::string(err == -EPERM ? ": a program attached to it or above it without BPF_F_ALLOW_MULTI "
                                         "admits no other; confine a cgroup outside that subtree"
                                       : ""),
@@ -303,7 +311,7 @@ Status Enforcer::attach_receive_filter_to(int cgroup_fd) {
   return {};
 }
 
-Result<bool> Enforcer::receive_filter_on(int cgroup_fd, bool effective) const {
+Result<bool> Enforcer::receive_filter_on(int cgroup_fd) const {
   if (!receive_filter_id_) {
     bpf_prog_info info{};
     uint32_t len = sizeof info;
@@ -311,16 +319,11 @@ Result<bool> Enforcer::receive_filter_on(int cgroup_fd, bool effective) const {
       return bpf_error("reading the UDP receive filter's program id", err);
     receive_filter_id_ = info.id;
   }
-  // (BPF_CGROUP_MAX_PROGS is 64, per cgroup; the effective list holds
-  // every level's, so it can be longer.)
-  std::vector<uint32_t> ids(effective ? 256 : 64);
-  uint32_t count = static_cast<uint32_t>(ids.size()), flags = 0;
-  if (int err = bpf_prog_query(cgroup_fd, BPF_CGROUP_INET_INGRESS, effective ? BPF_F_QUERY_EFFECTIVE : 0,
-                               &flags, ids.data(), &count))
-    return bpf_error("listing the programs " + std::string(effective ? "in force at" : "attached to") +
-                         " the scope's cgroup (BPF_CGROUP_INET_INGRESS)",
-                     err);
-  for (uint32_t i = 0; i < count && i < ids.size(); ++i)
+  uint32_t ids[64] = {};  // BPF_CGROUP_MAX_PROGS
+  uint32_t count = 64, flags = 0;
+  if (int err = bpf_prog_query(cgroup_fd, BPF_CGROUP_INET_INGRESS, 0, &flags, ids, &count))
+    return bpf_error("listing the programs attached to the scope's cgroup (BPF_CGROUP_INET_INGRESS)", err);
+  for (uint32_t i = 0; i < count && i < 64; ++i)
     if (ids[i] == receive_filter_id_) return true;
   return false;
 }
@@ -379,7 +382,7 @@ Status Enforcer::add_scope(const ScopeCgroup& cgroup, uint64_t scope_id, uint32_
       return Error{"bpf: cgroup " + std::to_string(cgroup_id) + " is already a scope", EEXIST};
     // The filter before the scope: no socket of the scope is a UDP client
     // without it.
-    if (Status st = attach_receive_filter(cgroup.fd, cgroup.filter_at_parent); !st) return st;
+    if (Status st = attach_receive_filter(cgroup.fd, cgroup.filter_at_parent, level); !st) return st;
     const bool dns = flags & AC_SCOPE_F_DNS;
     // (Its pins and its BPF lookups key it by its cgroup's id.)
     if (dns && (dns_port == 0 || scope_id != cgroup_id)) {
@@ -494,7 +497,7 @@ Status Enforcer::complete_scope(const ScopeCgroup& cgroup) {
     if (!(scope.flags & AC_SCOPE_F_INCOMPLETE)) return {};
     if (scope.arm_tgid) return pending_scope(cgroup.id, scope.arm_tgid, "completed");
     // The filter first: the flag keeps UDP sockets out until it is there.
-    if (Status st = attach_receive_filter(cgroup.fd, false); !st) return st;
+    if (Status st = attach_receive_filter(cgroup.fd, false, cgroup.level); !st) return st;
     scope.flags &= static_cast<uint16_t>(~AC_SCOPE_F_INCOMPLETE);
     if (int err = bpf_map_update_elem(maps_.scopes, &cgroup.id, &scope, BPF_EXIST))
       return bpf_error("completing scope of cgroup " + std::to_string(cgroup.id), err);
