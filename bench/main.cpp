@@ -387,9 +387,12 @@ int run_cost_section(const Options& opts) {
       diagnostic = false;
       break;
     }
-  if (!diagnostic)
+  if (!diagnostic) {
     for (size_t i : {kFixedBare, kFixedBwrap, kFixedRun, kFixedDaemon})
       if (cmds[i].error.empty()) cmds[i].error = "left out with the diagnostic";
+    fixed_client.stop();
+    fixed_daemon.stop();
+  }
   if (!cmds[kDaemon].error.empty()) {
     say("   NOT MEASURED: runs through the daemon fail: %s\n", cmds[kDaemon].error.c_str());
     return 1;

@@ -207,7 +207,7 @@ int udp_bound(int family, const char* addr) {
 
 std::thread answer_then_spray(int echo, int other) {
   return std::thread([echo, other] {
-    timeval tv{20, 0};
+    timeval tv{60, 0};  // a whole run may come first, under an emulator
     ::setsockopt(echo, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
     sockaddr_storage from{};
     socklen_t from_len = sizeof from;

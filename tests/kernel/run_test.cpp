@@ -174,6 +174,30 @@ std::vector<uint32_t> receive_filters_on(const fs::path& cg) {
   return out;
 }
 
+// A cgroup of the tests' own, agentcage-kt/NAME below the cgroup2 root (a
+// run parent AGENTCAGE_CGROUP_PARENT can name).
+Result<cgroup::Cgroup> test_cgroup(const std::string& name) {
+  auto root = cgroup::find_cgroup2_root();
+  if (!root) return root.error();
+  std::error_code ec;
+  fs::create_directories(*root / "agentcage-kt", ec);
+  return cgroup::Cgroup::create(*root, *root / "agentcage-kt", name);
+}
+
+// The program id of the shared set's UDP receive filter (pinned under its
+// programs/ as ac_udp_client_filter); 0 when there is none.
+uint32_t shared_filter_id() {
+  const std::string pin =
+      bpf::Enforcer::shared_pin_dir(bpf::SharedOptions{}.pin_root) + "/programs/ac_udp_client_filter";
+  int prog = bpf_obj_get(pin.c_str());
+  if (prog < 0) return 0;
+  bpf_prog_info info{};
+  uint32_t len = sizeof info;
+  const uint32_t id = bpf_obj_get_info_by_fd(prog, &info, &len) == 0 ? info.id : 0;
+  ::close(prog);
+  return id;
+}
+
 // python-sandbox.yaml that may send UDP to 127.0.0.1:port, written to a
 // file of its own; its path.
 std::string udp_client_policy(uint16_t port) {
@@ -232,7 +256,10 @@ TEST_F(Run, EveryRunsUdpClientHearsOnlyFromWhereItSentThroughOneFilterOnTheRunPa
                             << ": \"pi\": the other socket's datagram arrived; \"\": not even the answer";
     EXPECT_EQ(denied(r, "ingress"), 1u) << r.result["denials"].dump(2);
     auto filters = receive_filters_on(kRunsCgroup);
-    EXPECT_FALSE(filters.empty()) << "no receive filter on " << kRunsCgroup;
+    const uint32_t ours = shared_filter_id();
+    ASSERT_NE(ours, 0u);
+    EXPECT_NE(std::find(filters.begin(), filters.end(), ours), filters.end())
+        << "the shared set's receive filter is not on " << kRunsCgroup;
     if (i == 0)
       kept = filters;
     else
@@ -249,13 +276,15 @@ TEST_F(Run, ARunParentThatTakesNoMoreProgramsPutsTheFilterOnEachRun) {
   // scope's does, and the run's UDP client still hears only from where it
   // sent. The parent is left as it was.
   const std::string name = "full-parent-" + std::to_string(::getpid());
-  auto root = cgroup::find_cgroup2_root();
-  ASSERT_TRUE(root.ok()) << root.error().message;
-  std::error_code ec;
-  fs::create_directories(*root / "agentcage-kt", ec);
-  auto parent = cgroup::Cgroup::create(*root, *root / "agentcage-kt", name);
+  auto parent = test_cgroup(name);
   ASSERT_TRUE(parent.ok()) << parent.error().message;
   std::vector<int> tools;
+  struct CloseAll {
+    std::vector<int>& fds;
+    ~CloseAll() {
+      for (int fd : fds) ::close(fd);
+    }
+  } close_tools{tools};
   for (int i = 0; i < 64; ++i) {
     int tool = pass_all_program();
     ASSERT_GE(tool, 0) << std::strerror(errno);
@@ -274,13 +303,44 @@ TEST_F(Run, ARunParentThatTakesNoMoreProgramsPutsTheFilterOnEachRun) {
   EXPECT_EQ(r.result.value("cgroup", ""), (parent->path() / r.result.value("run_id", "")).string())
       << r.result.dump(2);
   EXPECT_TRUE(receive_filters_on(parent->path()).empty());
-  for (int tool : tools) {
-    EXPECT_EQ(bpf_prog_detach2(tool, parent->fd(), BPF_CGROUP_INET_INGRESS), 0);
-    ::close(tool);
-  }
+  for (int tool : tools) EXPECT_EQ(bpf_prog_detach2(tool, parent->fd(), BPF_CGROUP_INET_INGRESS), 0);
   ::close(echo);
   ::close(other);
   EXPECT_TRUE(parent->remove().ok());
+}
+
+TEST_F(Run, AFilterAttachedAboveTheRunParentThatAdmitsNoOtherRefusesTheNextRun) {
+  // Another tool's ingress program attached with no flag above the run
+  // parent once the filter is there: the kernel lets it be attached (it
+  // checks the cgroups above, not below) and leaves it out for every
+  // cgroup below the run parent, whose own program comes first. The next
+  // run is refused, naming that cgroup, as a run was when its own cgroup
+  // took the filter (the kernel admits nothing below such a program); with
+  // the tool's program gone, runs go on.
+  const std::string name = "tool-above-" + std::to_string(::getpid());
+  auto outer = test_cgroup(name);
+  ASSERT_TRUE(outer.ok()) << outer.error().message;
+  SpawnOptions o;
+  o.env = {"AGENTCAGE_CGROUP_PARENT=agentcage-kt/" + name + "/runs"};
+  o.policy = std::string(AGENTCAGE_SOURCE_DIR) + "/bench/run-true.yaml";  // /usr/bin/true, allowed
+  Ran first = run({"--", "/usr/bin/true"}, o);
+  EXPECT_EQ(first.code, 0) << first.describe();
+  EXPECT_FALSE(receive_filters_on(outer->path() / "runs").empty());
+  int tool = pass_all_program();
+  ASSERT_GE(tool, 0) << std::strerror(errno);
+  ASSERT_EQ(bpf_prog_attach(tool, outer->fd(), BPF_CGROUP_INET_INGRESS, 0), 0) << std::strerror(errno);
+  Ran refused = run({"--", "/usr/bin/true"}, o);
+  EXPECT_EQ(refused.code, 125) << refused.describe();
+  EXPECT_NE(refused.err.find(outer->path().string() +
+                             " has BPF_CGROUP_INET_INGRESS programs attached without BPF_F_ALLOW_MULTI"),
+            std::string::npos)
+      << refused.err;
+  EXPECT_EQ(bpf_prog_detach2(tool, outer->fd(), BPF_CGROUP_INET_INGRESS), 0);
+  ::close(tool);
+  Ran again = run({"--", "/usr/bin/true"}, o);
+  EXPECT_EQ(again.code, 0) << again.describe();
+  EXPECT_EQ(::rmdir((outer->path() / "runs").c_str()), 0) << std::strerror(errno);
+  EXPECT_TRUE(outer->remove().ok());
 }
 
 // policies/llm-proxy-only.yaml is python-sandbox.yaml (include:) plus the

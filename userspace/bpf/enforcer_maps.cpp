@@ -239,10 +239,12 @@ void Enforcer::reset_counters(uint32_t slot) {
 namespace {
 
 // A cgroup above the scope's whose BPF_CGROUP_INET_INGRESS programs were
-// attached with BPF_F_ALLOW_OVERRIDE: a program attached below it replaces
-// them there (the kernel's override rule), so attaching the filter would
-// switch off another tool's packet filter for the scope. ("" : none.) Walks
-// up with ".." while the directory is still on cgroupfs.
+// attached without BPF_F_ALLOW_MULTI: with BPF_F_ALLOW_OVERRIDE, a program
+// attached below it replaces them there (the kernel's override rule), so
+// attaching the filter would switch off another tool's packet filter for
+// the scope; with no flag, the kernel admits nothing below it, and a filter
+// already there (the run parent's) switches it off the same way. ("" :
+// none.) Walks up with ".." while the directory is still on cgroupfs.
 Result<std::string> overridable_ancestor(int cgroup_fd) {
   UniqueFd cur(::fcntl(cgroup_fd, F_DUPFD_CLOEXEC, 0));
   for (int depth = 0; cur && depth <= 64; ++depth) {
@@ -253,7 +255,7 @@ Result<std::string> overridable_ancestor(int cgroup_fd) {
     uint32_t count = 0, flags = 0;
     if (int err = bpf_prog_query(parent.get(), BPF_CGROUP_INET_INGRESS, 0, &flags, nullptr, &count))
       return bpf_error("listing the programs attached above the scope's cgroup", err);
-    if (count > 0 && (flags & BPF_F_ALLOW_OVERRIDE)) {
+    if (count > 0 && !(flags & BPF_F_ALLOW_MULTI)) {
       std::error_code ec;
       auto path = std::filesystem::read_symlink("/proc/self/fd/" + std::to_string(parent.get()), ec);
       return ec ? "at " + std::to_string(depth + 1) + " level(s) above the scope's" : path.string();
@@ -292,8 +294,8 @@ Status Enforcer::attach_receive_filter_to(int cgroup_fd) {
   if (!above) return above.error();
   if (!above->empty())
     return Error{"bpf: the cgroup " + *above +
-                     " has BPF_CGROUP_INET_INGRESS programs attached with "
-                     "BPF_F_ALLOW_OVERRIDE; agentcage's UDP receive filter would replace them for the scope "
+                     " has BPF_CGROUP_INET_INGRESS programs attached without "
+                     "BPF_F_ALLOW_MULTI; agentcage's UDP receive filter would replace them for the scope "
                      "(the kernel's override rule). Confine a cgroup outside that subtree, or have that "
                      "tool attach with BPF_F_ALLOW_MULTI",
                  EPERM};
