@@ -207,7 +207,7 @@ int udp_bound(int family, const char* addr) {
 
 std::thread answer_then_spray(int echo, int other) {
   return std::thread([echo, other] {
-    timeval tv{60, 0};  // a whole run may come first, under an emulator
+    timeval tv{300, 0};  // a whole run first: a cold Python under an emulator takes a minute
     ::setsockopt(echo, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
     sockaddr_storage from{};
     socklen_t from_len = sizeof from;
@@ -216,6 +216,13 @@ std::thread answer_then_spray(int echo, int other) {
     ::sendto(echo, "p", 1, 0, reinterpret_cast<sockaddr*>(&from), from_len);
     ::sendto(other, "i", 1, 0, reinterpret_cast<sockaddr*>(&from), from_len);
   });
+}
+
+std::vector<uint32_t> ingress_programs(int fd) {
+  uint32_t ids[64] = {};  // BPF_CGROUP_MAX_PROGS
+  uint32_t count = 64, flags = 0;
+  if (bpf_prog_query(fd, BPF_CGROUP_INET_INGRESS, 0, &flags, ids, &count) != 0) return {0};
+  return std::vector<uint32_t>(ids, ids + count);
 }
 
 int pass_all_program() {

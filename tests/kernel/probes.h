@@ -79,6 +79,10 @@ int udp_bound(int family, const char* addr);
 // `other` send to the same client: what a client of a scope hears.
 std::thread answer_then_spray(int echo, int other);
 
+// The ids of the programs attached to cgroup `fd` at BPF_CGROUP_INET_INGRESS
+// ({0}, no program's id, when the kernel cannot say).
+std::vector<uint32_t> ingress_programs(int fd);
+
 // Another tool's cgroup_skb program, loaded: lets every packet through.
 // Its fd, or -1.
 int pass_all_program();

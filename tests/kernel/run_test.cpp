@@ -158,17 +158,15 @@ std::vector<uint32_t> receive_filters_on(const fs::path& cg) {
   std::vector<uint32_t> out;
   int dir = ::open(cg.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
   if (dir < 0) return out;
-  uint32_t ids[64] = {};
-  uint32_t count = 64, flags = 0;
-  if (bpf_prog_query(dir, BPF_CGROUP_INET_INGRESS, 0, &flags, ids, &count) != 0) count = 0;
+  const std::vector<uint32_t> ids = ingress_programs(dir);
   ::close(dir);
-  for (uint32_t i = 0; i < count; ++i) {
-    int prog = bpf_prog_get_fd_by_id(ids[i]);
+  for (uint32_t id : ids) {
+    int prog = bpf_prog_get_fd_by_id(id);
     if (prog < 0) continue;
     bpf_prog_info info{};
     uint32_t len = sizeof info;
     if (bpf_obj_get_info_by_fd(prog, &info, &len) == 0 && std::string(info.name) == "ac_udp_client_f")
-      out.push_back(ids[i]);
+      out.push_back(id);
     ::close(prog);
   }
   return out;

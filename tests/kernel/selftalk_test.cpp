@@ -901,14 +901,6 @@ TEST_F(SelfTalkTest, AUdpSocketMadeOutsideTheScopeDoesNotSendAsAClient) {
   EXPECT_EQ(reason(AC_HOOK_INGRESS, AC_REASON_PROTECTED) - protected_before, 1u);
 }
 
-// The ids of the programs attached to cgroup `fd` at BPF_CGROUP_INET_INGRESS.
-std::vector<uint32_t> ingress_programs(int fd) {
-  uint32_t ids[16] = {};
-  uint32_t count = 16, flags = 0;
-  if (bpf_prog_query(fd, BPF_CGROUP_INET_INGRESS, 0, &flags, ids, &count) != 0) return {0};
-  return std::vector<uint32_t>(ids, ids + count);
-}
-
 TEST_F(SelfTalkTest, TheReceiveFilterComesAndGoesWithTheScope) {
   // Attached to the scope's cgroup when it becomes a scope, to no other
   // cgroup, and gone when the scope is removed (an attached cgroup goes
