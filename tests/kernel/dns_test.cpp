@@ -19,9 +19,11 @@
 
 #include <algorithm>
 #include <atomic>
+#include <cerrno>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <memory>
@@ -29,6 +31,7 @@
 #include <thread>
 #include <vector>
 
+#include <bpf/bpf.h>
 #include <nlohmann/json.hpp>
 
 #include "bpf/enforcer.h"
@@ -274,6 +277,62 @@ TEST_F(Dns, CurlReachesAnAllowedNameOnly) {
   Ran denied_run = run({"--", "/usr/bin/curl", "-sS", "--max-time", "10", "http://evil.test:8443/"}, with(p));
   EXPECT_EQ(denied_run.code, 6) << "curl: could not resolve host\n" << denied_run.describe();
   EXPECT_FALSE(upstream_saw("evil.test")) << slurp(log_);
+}
+
+// Another tool's connect4 program attached with BPF_F_ALLOW_OVERRIDE above
+// the run parent: a run's DNS programs (BPF_F_ALLOW_MULTI, on the run's
+// cgroup) would replace it for the run (the kernel's override rule), and the
+// tool's own rule (here: no IPv4 connect at all) would be off. A run with
+// domain rules is refused there, naming that cgroup; a run without them
+// attaches no such program and runs, under the tool's rule; with the tool's
+// program gone the domain run reaches its name.
+TEST_F(Dns, ARunsDnsProgramsNeverSwitchOffAnotherToolsProgramAbove) {
+  Listener allowed(kAllowedAddr, kPort);
+  ASSERT_TRUE(allowed.ok());
+  const std::string name = "dns-tool-above-" + std::to_string(::getpid());
+  auto outer = test_cgroup(name);
+  ASSERT_TRUE(outer.ok()) << outer.error().message;
+  int tool = refuse_connect4_program();
+  // Whatever fails below, the tool's program and the cgroups go.
+  const std::shared_ptr<void> undo(nullptr, [&](void*) {
+    if (tool >= 0) {
+      (void)bpf_prog_detach2(tool, outer->fd(), BPF_CGROUP_INET4_CONNECT);
+      ::close(tool);
+    }
+    (void)::rmdir((outer->path() / "runs").c_str());
+    (void)outer->remove();
+  });
+  ASSERT_GE(tool, 0) << std::strerror(errno);
+  ASSERT_EQ(bpf_prog_attach(tool, outer->fd(), BPF_CGROUP_INET4_CONNECT, BPF_F_ALLOW_OVERRIDE), 0)
+      << std::strerror(errno);
+  SpawnOptions o = with(policy("dns-tool", "      - {domain: api.allowed.test, ports: [8443]}\n"));
+  o.env.push_back("AGENTCAGE_CGROUP_PARENT=agentcage-kt/" + name + "/runs");
+  const std::vector<std::string> curl = {
+      "--", "/usr/bin/curl", "-sS", "--max-time", "10", "http://api.allowed.test:8443/"};
+  Ran refused = run(curl, o);
+  EXPECT_EQ(refused.code, 125) << refused.describe();
+  EXPECT_NE(refused.err.find(outer->path().string() +
+                             " has BPF_CGROUP_INET4_CONNECT programs attached without BPF_F_ALLOW_MULTI"),
+            std::string::npos)
+      << refused.describe();
+  EXPECT_EQ(refused.out, "") << refused.describe();
+  // The tool's rule holds for a run without domain rules (the policy lets
+  // Python connect to 198.18.0.2:8443 by its address).
+  SpawnOptions plain = with(policy("dns-tool-plain", "      - {cidr: 198.18.0.2/32, ports: [8443]}\n"));
+  plain.env.push_back("AGENTCAGE_CGROUP_PARENT=agentcage-kt/" + name + "/runs");
+  Ran under_tool = run(py(attempt_lib() + "connect('198.18.0.2', 8443)\nprint(' '.join(out))\n"), plain);
+  EXPECT_EQ(under_tool.code, 0) << under_tool.describe();
+  EXPECT_EQ(under_tool.out, "denied\n") << under_tool.describe();
+  EXPECT_EQ(denied(under_tool, "socket_connect"), 0u) << "the tool refused it, not agentcage\n"
+                                                      << under_tool.result.dump(2);
+  EXPECT_EQ(bpf_prog_detach2(tool, outer->fd(), BPF_CGROUP_INET4_CONNECT), 0) << std::strerror(errno);
+  ::close(tool);
+  tool = -1;
+  Ran reached = run(curl, o);
+  EXPECT_EQ(reached.code, 0) << reached.describe();
+  EXPECT_EQ(reached.out, "hello") << reached.describe();
+  // Nothing of the runs is left below the run parent.
+  EXPECT_EQ(::rmdir((outer->path() / "runs").c_str()), 0) << std::strerror(errno);
 }
 
 // Python that builds an A query by hand (query(name, qid)) and reads an

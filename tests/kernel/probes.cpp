@@ -231,6 +231,13 @@ int pass_all_program() {
   return bpf_prog_load(BPF_PROG_TYPE_CGROUP_SKB, "kt_other_tool", "GPL", insns, 2, nullptr);
 }
 
+int refuse_connect4_program() {
+  const bpf_insn insns[] = {{BPF_ALU64 | BPF_MOV | BPF_K, BPF_REG_0, 0, 0, 0},
+                            {BPF_JMP | BPF_EXIT, 0, 0, 0, 0}};
+  LIBBPF_OPTS(bpf_prog_load_opts, opts, .expected_attach_type = BPF_CGROUP_INET4_CONNECT);
+  return bpf_prog_load(BPF_PROG_TYPE_CGROUP_SOCK_ADDR, "kt_tool_connect", "GPL", insns, 2, &opts);
+}
+
 int listen_tcp(int family, uint16_t* port) {
   int s = ::socket(family, SOCK_STREAM | SOCK_CLOEXEC, 0);
   if (s < 0) return -1;

@@ -86,6 +86,9 @@ std::vector<uint32_t> ingress_programs(int fd);
 // Another tool's cgroup_skb program, loaded: lets every packet through.
 // Its fd, or -1.
 int pass_all_program();
+// Another tool's cgroup/connect4 program, loaded: refuses every IPv4
+// connect (EPERM). Its fd, or -1.
+int refuse_connect4_program();
 
 // A listening TCP socket on loopback (AF_INET: 127.0.0.1, AF_INET6: the
 // dual-stack wildcard, which accepts v4-mapped too); *port gets its port.

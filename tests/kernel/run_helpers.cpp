@@ -156,4 +156,12 @@ bool is_spare_run(const std::string& cg) {
   return !std::getline(procs, line);
 }
 
+Result<cgroup::Cgroup> test_cgroup(const std::string& name) {
+  auto root = cgroup::find_cgroup2_root();
+  if (!root) return root.error();
+  std::error_code ec;
+  fs::create_directories(*root / "agentcage-kt", ec);
+  return cgroup::Cgroup::create(*root, *root / "agentcage-kt", name);
+}
+
 }  // namespace agentcage::kt

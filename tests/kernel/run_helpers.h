@@ -16,6 +16,9 @@
 
 #include <nlohmann/json.hpp>
 
+#include "cgroup/cgroup.h"
+#include "util/result.h"
+
 #ifndef AGENTCAGE_SOURCE_DIR
 #error "AGENTCAGE_SOURCE_DIR must point at the repository (set by tests/kernel/CMakeLists.txt)"
 #endif
@@ -81,5 +84,9 @@ std::vector<std::string> run_cgroups();
 // (in the default state directory) says so, its spare runner is alive, and
 // the cgroup holds no process.
 bool is_spare_run(const std::string& cg);
+
+// A cgroup of the tests' own, agentcage-kt/NAME below the cgroup2 root (a
+// run parent AGENTCAGE_CGROUP_PARENT can name).
+Result<cgroup::Cgroup> test_cgroup(const std::string& name);
 
 }  // namespace agentcage::kt

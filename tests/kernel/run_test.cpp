@@ -172,16 +172,6 @@ std::vector<uint32_t> receive_filters_on(const fs::path& cg) {
   return out;
 }
 
-// A cgroup of the tests' own, agentcage-kt/NAME below the cgroup2 root (a
-// run parent AGENTCAGE_CGROUP_PARENT can name).
-Result<cgroup::Cgroup> test_cgroup(const std::string& name) {
-  auto root = cgroup::find_cgroup2_root();
-  if (!root) return root.error();
-  std::error_code ec;
-  fs::create_directories(*root / "agentcage-kt", ec);
-  return cgroup::Cgroup::create(*root, *root / "agentcage-kt", name);
-}
-
 // The program id of the shared set's UDP receive filter (pinned under its
 // programs/ as ac_udp_client_filter); 0 when there is none.
 uint32_t shared_filter_id() {

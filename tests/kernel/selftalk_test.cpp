@@ -1020,6 +1020,44 @@ TEST_F(SelfTalkTest, TheReceiveFilterNeverSwitchesOffAnotherToolsFilter) {
   EXPECT_TRUE(outer->remove().ok());
 }
 
+TEST_F(SelfTalkTest, AToolsFilterThatANearerOneAlreadyOverridesIsNoReasonToRefuse) {
+  // The kernel counts a cgroup's programs further up only while none were
+  // found below, or where they are in multi mode: with a tool's program
+  // attached with BPF_F_ALLOW_MULTI in between, a program attached with
+  // BPF_F_ALLOW_OVERRIDE further up is out for the scope already, and
+  // agentcage's filter changes nothing for it. Confining is not refused;
+  // with the program in between gone, it is.
+  const std::string tag = std::to_string(::getpid());
+  auto outer = cgroup::Cgroup::create(root_, root_ / "agentcage-kt", "st-near-" + tag);
+  ASSERT_TRUE(outer.ok()) << outer.error().message;
+  auto mid = cgroup::Cgroup::create(root_, outer->path(), "mid");
+  ASSERT_TRUE(mid.ok()) << mid.error().message;
+  auto inner = cgroup::Cgroup::create(root_, mid->path(), "scope");
+  ASSERT_TRUE(inner.ok()) << inner.error().message;
+  int far = pass_all_program(), near = pass_all_program();
+  ASSERT_GE(far, 0) << std::strerror(errno);
+  ASSERT_GE(near, 0) << std::strerror(errno);
+  ASSERT_EQ(bpf_prog_attach(far, outer->fd(), BPF_CGROUP_INET_INGRESS, BPF_F_ALLOW_OVERRIDE), 0);
+  ASSERT_EQ(bpf_prog_attach(near, mid->fd(), BPF_CGROUP_INET_INGRESS, BPF_F_ALLOW_MULTI), 0);
+  scope::CgroupRef ref{inner->id(), inner->level(), inner->path()};
+  const scope::TransientPolicy policy{"kt-near", bpf::CompiledPolicy{}, false};
+  auto c = scope::confine(*enforcer(), ref, policy, "");
+  ASSERT_TRUE(c.ok()) << c.error().message;
+  EXPECT_TRUE(scope::release(*enforcer(), *c, scope::Ending::detach).ok());
+  EXPECT_EQ(bpf_prog_detach2(near, mid->fd(), BPF_CGROUP_INET_INGRESS), 0);
+  auto refused = scope::confine(*enforcer(), ref, policy, "");
+  ASSERT_FALSE(refused.ok());
+  EXPECT_NE(refused.error().message.find(outer->path().string() + " has BPF_CGROUP_INET_INGRESS programs"),
+            std::string::npos)
+      << refused.error().message;
+  EXPECT_EQ(bpf_prog_detach2(far, outer->fd(), BPF_CGROUP_INET_INGRESS), 0);
+  ::close(far);
+  ::close(near);
+  EXPECT_TRUE(inner->remove().ok());
+  EXPECT_TRUE(mid->remove().ok());
+  EXPECT_TRUE(outer->remove().ok());
+}
+
 // setsockopt(SOL_SOCKET, opt, 1) as a probe code.
 int set_opt(int fd, int opt) {
   int one = 1;

@@ -51,7 +51,12 @@ Result<int> Enforcer::pins_map() const {
   return pins_;
 }
 
+// As for the receive filter: never where they would switch off another
+// tool's programs of the same attach types above the scope.
 Status Enforcer::attach_dns(int cgroup_fd) {
+  auto above = detail::overridable_ancestor(cgroup_fd, detail::kDnsAttachTypes);
+  if (!above) return above.error();
+  if (*above) return detail::overrides(**above, "DNS programs (the run's queries sent to its resolver)");
   size_t done = 0;
   for (; done < std::size(kDnsPrograms); ++done) {
     auto fd = dns_program(done);

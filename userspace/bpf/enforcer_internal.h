@@ -7,7 +7,10 @@
 #include <bpf/bpf.h>
 #include <bpf/libbpf.h>
 
+#include <array>
 #include <cstdint>
+#include <optional>
+#include <span>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -40,6 +43,12 @@ inline constexpr CgroupProgram kDnsPrograms[] = {
     {"ac_dns_getpeername4", BPF_CGROUP_INET4_GETPEERNAME},
     {"ac_dns_getpeername6", BPF_CGROUP_INET6_GETPEERNAME},
 };
+// Their attach types, in that order.
+inline constexpr auto kDnsAttachTypes = [] {
+  std::array<bpf_attach_type, std::size(kDnsPrograms)> out{};
+  for (size_t i = 0; i < out.size(); ++i) out[i] = kDnsPrograms[i].type;
+  return out;
+}();
 inline constexpr size_t kPerScopePrograms = 1 + std::size(kDnsPrograms);
 inline bool per_scope_program(std::string_view name) {
   if (name == kReceiveFilter) return true;
@@ -47,6 +56,21 @@ inline bool per_scope_program(std::string_view name) {
     if (name == p.name) return true;
   return false;
 }
+
+// "BPF_CGROUP_INET_INGRESS" for BPF_CGROUP_INET_INGRESS.
+std::string attach_type_name(bpf_attach_type type);
+
+// A cgroup (its path) above a scope's with programs of `type` attached
+// without BPF_F_ALLOW_MULTI: a program of agentcage's at or below the
+// scope's cgroup would switch them off for the scope (enforcer_maps.cpp).
+struct Overridden {
+  std::string cgroup;
+  bpf_attach_type type;
+};
+// The first such cgroup above `cgroup_fd` for any of `types`, if one is.
+Result<std::optional<Overridden>> overridable_ancestor(int cgroup_fd, std::span<const bpf_attach_type> types);
+// Why a scope is refused there; `ours` names agentcage's programs.
+Error overrides(const Overridden& above, const std::string& ours);
 
 inline int cpu_count() {
   int n = libbpf_num_possible_cpus();

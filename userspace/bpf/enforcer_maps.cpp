@@ -12,11 +12,14 @@
 #include <sys/statfs.h>
 
 #include <algorithm>
+#include <cctype>
 #include <cerrno>
 #include <cstring>
 #include <filesystem>
 #include <map>
 #include <memory>
+#include <optional>
+#include <span>
 #include <vector>
 
 #include "bpf/enforcer_internal.h"
@@ -236,36 +239,67 @@ void Enforcer::reset_counters(uint32_t slot) {
   }
 }
 
-namespace {
+namespace detail {
 
-// A cgroup above the scope's whose BPF_CGROUP_INET_INGRESS programs were
-// attached without BPF_F_ALLOW_MULTI: with BPF_F_ALLOW_OVERRIDE, a program
-// attached below it replaces them there (the kernel's override rule), so
-// attaching the filter would switch off another tool's packet filter for
-// the scope; with no flag, the kernel admits nothing below it, and a filter
-// already there (the run parent's) switches it off the same way. ("" :
-// none.) Walks up with ".." while the directory is still on cgroupfs.
-Result<std::string> overridable_ancestor(int cgroup_fd) {
+std::string attach_type_name(bpf_attach_type type) {
+  const char* name = libbpf_bpf_attach_type_str(type);
+  std::string out = "BPF_";
+  for (const char* c = name ? name : "unknown"; *c; ++c) out += static_cast<char>(std::toupper(*c));
+  return out;
+}
+
+// For each of `types`, the nearest cgroup above `cgroup_fd` that holds
+// programs of that type: when they were attached without
+// BPF_F_ALLOW_MULTI, a program of agentcage's at or below `cgroup_fd`
+// leaves them out for the scope (the kernel counts a cgroup's programs
+// further up only while none were found below, or where they are in
+// multi mode). With BPF_F_ALLOW_OVERRIDE the kernel lets agentcage's be
+// attached below and they replace the tool's; with no flag it refuses an
+// attach below, but one already there (the run parent's) switches the
+// tool's off all the same. (Programs further up than a nearer holder are
+// out for the scope whatever agentcage does.) Walks up with ".." while the
+// directory is on cgroupfs: not above the root of this cgroup namespace or
+// mount.
+Result<std::optional<Overridden>> overridable_ancestor(int cgroup_fd,
+                                                       std::span<const bpf_attach_type> types) {
+  std::vector<bpf_attach_type> open(types.begin(), types.end());  // no holder seen yet
   UniqueFd cur(::fcntl(cgroup_fd, F_DUPFD_CLOEXEC, 0));
-  for (int depth = 0; cur && depth <= 64; ++depth) {
+  for (int depth = 0; cur && !open.empty() && depth <= 64; ++depth) {
     UniqueFd parent(::openat(cur.get(), "..", O_RDONLY | O_DIRECTORY | O_CLOEXEC));
     struct statfs fs {};
-    if (!parent || ::fstatfs(parent.get(), &fs) != 0 || fs.f_type != CGROUP2_SUPER_MAGIC)
-      return std::string();
-    uint32_t count = 0, flags = 0;
-    if (int err = bpf_prog_query(parent.get(), BPF_CGROUP_INET_INGRESS, 0, &flags, nullptr, &count))
-      return bpf_error("listing the programs attached above the scope's cgroup", err);
-    if (count > 0 && !(flags & BPF_F_ALLOW_MULTI)) {
-      std::error_code ec;
-      auto path = std::filesystem::read_symlink("/proc/self/fd/" + std::to_string(parent.get()), ec);
-      return ec ? "at " + std::to_string(depth + 1) + " level(s) above the scope's" : path.string();
+    if (!parent || ::fstatfs(parent.get(), &fs) != 0 || fs.f_type != CGROUP2_SUPER_MAGIC) break;
+    for (auto it = open.begin(); it != open.end();) {
+      uint32_t count = 0, flags = 0;
+      if (int err = bpf_prog_query(parent.get(), *it, 0, &flags, nullptr, &count))
+        return bpf_error(
+            "listing the " + attach_type_name(*it) + " programs attached above the scope's cgroup", err);
+      if (count == 0) {
+        ++it;
+        continue;
+      }
+      if (!(flags & BPF_F_ALLOW_MULTI)) {
+        std::error_code ec;
+        auto path = std::filesystem::read_symlink("/proc/self/fd/" + std::to_string(parent.get()), ec);
+        return std::optional<Overridden>(Overridden{
+            ec ? "at " + std::to_string(depth + 1) + " level(s) above the scope's" : path.string(), *it});
+      }
+      it = open.erase(it);  // a holder in multi mode: nothing further up is ours to switch off
     }
     cur = std::move(parent);
   }
-  return std::string();
+  return std::optional<Overridden>();
 }
 
-}  // namespace
+Error overrides(const Overridden& above, const std::string& ours) {
+  return Error{
+      "bpf: the cgroup " + above.cgroup + " has " + attach_type_name(above.type) +
+          " programs attached without BPF_F_ALLOW_MULTI; agentcage's " + ours +
+          " would replace them for the scope (the kernel's override rule). Confine a cgroup outside that "
+          "subtree, or have that tool attach with BPF_F_ALLOW_MULTI",
+      EPERM};
+}
+
+}  // namespace detail
 
 // The filter is attached at most once per cgroup (the kernel refuses the
 // same program twice; a retry finds it there). With `at_parent` (a run's
@@ -290,15 +324,10 @@ Status Enforcer::attach_receive_filter(int cgroup_fd, bool at_parent, unsigned l
 // The override check runs each time, also where the filter is attached
 // already: a tool may have attached above it since.
 Status Enforcer::attach_receive_filter_to(int cgroup_fd) {
-  auto above = overridable_ancestor(cgroup_fd);
+  const bpf_attach_type ingress[] = {BPF_CGROUP_INET_INGRESS};
+  auto above = detail::overridable_ancestor(cgroup_fd, ingress);
   if (!above) return above.error();
-  if (!above->empty())
-    return Error{"bpf: the cgroup " + *above +
-                     " has BPF_CGROUP_INET_INGRESS programs attached without "
-                     "BPF_F_ALLOW_MULTI; agentcage's UDP receive filter would replace them for the scope "
-                     "(the kernel's override rule). Confine a cgroup outside that subtree, or have that "
-                     "tool attach with BPF_F_ALLOW_MULTI",
-                 EPERM};
+  if (*above) return detail::overrides(**above, "UDP receive filter");
   auto attached = receive_filter_on(cgroup_fd);
   if (!attached) return attached.error();
   if (*attached) return {};
