@@ -67,7 +67,9 @@ struct Overridden {
   std::string cgroup;
   bpf_attach_type type;
 };
-// The first such cgroup above `cgroup_fd` for any of `types`, if one is.
+// Such a cgroup for one of `types`, if one is: for each type, the nearest
+// cgroup above `cgroup_fd` that holds programs of it decides (further up
+// they are out for the scope already, whatever agentcage attaches).
 Result<std::optional<Overridden>> overridable_ancestor(int cgroup_fd, std::span<const bpf_attach_type> types);
 // Why a scope is refused there; `ours` names agentcage's programs.
 Error overrides(const Overridden& above, const std::string& ours);

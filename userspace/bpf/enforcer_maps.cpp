@@ -259,15 +259,19 @@ std::string attach_type_name(bpf_attach_type type) {
 // tool's off all the same. (Programs further up than a nearer holder are
 // out for the scope whatever agentcage does.) Walks up with ".." while the
 // directory is on cgroupfs: not above the root of this cgroup namespace or
-// mount.
+// mount. (A walk that cannot go on for another reason is an error: the
+// check is not passed by a failure.)
 Result<std::optional<Overridden>> overridable_ancestor(int cgroup_fd,
                                                        std::span<const bpf_attach_type> types) {
   std::vector<bpf_attach_type> open(types.begin(), types.end());  // no holder seen yet
   UniqueFd cur(::fcntl(cgroup_fd, F_DUPFD_CLOEXEC, 0));
-  for (int depth = 0; cur && !open.empty() && depth <= 64; ++depth) {
+  if (!cur) return Error::from_errno("bpf: duplicating the scope's cgroup descriptor to look above it");
+  for (int depth = 0; !open.empty() && depth <= 64; ++depth) {
     UniqueFd parent(::openat(cur.get(), "..", O_RDONLY | O_DIRECTORY | O_CLOEXEC));
     struct statfs fs {};
-    if (!parent || ::fstatfs(parent.get(), &fs) != 0 || fs.f_type != CGROUP2_SUPER_MAGIC) break;
+    if (!parent || ::fstatfs(parent.get(), &fs) != 0)
+      return Error::from_errno("bpf: opening the cgroup above the scope's to check its programs");
+    if (fs.f_type != CGROUP2_SUPER_MAGIC) break;
     for (auto it = open.begin(); it != open.end();) {
       uint32_t count = 0, flags = 0;
       if (int err = bpf_prog_query(parent.get(), *it, 0, &flags, nullptr, &count))
