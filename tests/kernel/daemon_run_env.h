@@ -107,6 +107,18 @@ class DaemonRun : public DaemonEnv {
     return n;
   }
 
+  // How many of the daemon's descriptors open `path`.
+  size_t daemon_fds_to(const fs::path& path) const {
+    size_t n = 0;
+    std::error_code ec;
+    for (auto it = fs::directory_iterator("/proc/" + std::to_string(daemon_.pid) + "/fd", ec);
+         !ec && it != fs::end(it); it.increment(ec)) {
+      std::error_code link_ec;
+      if (fs::read_symlink(it->path(), link_ec) == path && !link_ec) ++n;
+    }
+    return n;
+  }
+
   // The run cgroups of runs (not the daemon's spare run).
   std::vector<std::string> runs_in_flight() {
     std::vector<std::string> out;
